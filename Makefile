@@ -1,0 +1,58 @@
+# kilo.mesh: see README.md. Every target runs from the repo root as root.
+VENV := .venv
+PY := $(VENV)/bin/python
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
+LAB_LOCATIONS ?= 3
+LAB_HOSTS ?= 3
+
+.PHONY: setup test unit sanity lint integration molecule vm bench demo demo-down plans lab-up lab-down clean
+
+setup:
+	bash scripts/setup.sh
+
+# Every stage runs even when an earlier one fails; the last line counts stages.
+test: setup
+	bash scripts/test.sh
+
+unit: setup
+	$(PY) -m pytest -q tests/unit
+
+sanity: setup
+	bash scripts/sanity.sh
+
+lint: setup
+	$(VENV)/bin/ansible-lint --profile production
+
+integration: setup
+	$(PY) -m pytest -q tests/lab tests/integration
+
+molecule: setup
+	$(VENV)/bin/molecule test --all
+
+vm: setup
+	bash tests/vm/run.sh tests/vm/kernel_backend_check.py
+
+bench: setup
+	bash scripts/bench.sh
+
+# The main job on the built-in lab: lab up, site.yml, connectivity matrix, picture.
+demo: setup
+	bash scripts/demo.sh
+
+demo-down:
+	$(PY) lab/lab.py down
+
+# Plans of the example inventory, without any host (the engine alone).
+plans: setup
+	$(VENV)/bin/ansible-playbook -i inventory/example.yml playbooks/plan.yml
+
+lab-up: setup
+	$(PY) lab/lab.py up $(LAB_LOCATIONS) $(LAB_HOSTS) 1
+
+lab-down:
+	$(PY) lab/lab.py down
+
+clean: demo-down
+	rm -rf .build .collections

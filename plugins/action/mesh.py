@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Action kilo.mesh.mesh: compute this host's plan on the controller, converge it in one call.
+
+Every host of the mesh group counts, not only the hosts of the play: hosts outside
+``--limit`` or unreachable in this run come from the registry, so their peers survive.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.options import CONVERGE_SPEC, TOPOLOGY_SPEC, engine_options
+
+SPEC = dict(TOPOLOGY_SPEC, **CONVERGE_SPEC)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=SPEC)
+        host = task_vars["inventory_hostname"]
+        settings = dict((k, args[k]) for k in CONVERGE_SPEC)
+        settings["interface"] = args["interface"]
+
+        plan = None
+        if args["state"] == "present":
+            try:
+                nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args)
+                computed = build_plans(nodes, peers, engine_options(args), only=[host])
+            except (TopologyError, InputError) as e:
+                result.update(failed=True, msg=str(e))
+                return result
+            plan = computed["plans"].get(host)
+            if plan is None:
+                result.update(failed=True, msg="host %r: not a node of the mesh: it is not in group %r or reported no key"
+                              " (run kilo.mesh.key first, or set kilo_public_key and kilo_force_endpoint)" % (host, args["group"]))
+                return result
+            if missing:
+                result.setdefault("warnings", []).append(
+                    "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing))
+            # Only this host's fresh facts: parallel workers each write their own entry.
+            if not self._task.check_mode and host in fresh:
+                update_registry(registry, {host: fresh[host]})
+
+        module_args = dict(settings, plan=plan)
+        converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
+                                         task_vars=task_vars)
+        result.update(converged)
+        if plan is not None and not converged.get("failed"):
+            result.update(segment=plan["segment"], leader=plan["leader"], address=plan.get("address"),
+                          peers=len(plan.get("peers", [])), routes=len(plan.get("routes", [])))
+        return result

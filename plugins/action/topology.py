@@ -1,0 +1,38 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Action kilo.mesh.topology: compute every node's plan on the controller."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans, to_dot
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs
+from ansible_collections.kilo.mesh.plugins.plugin_utils.options import TOPOLOGY_SPEC, engine_options
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=TOPOLOGY_SPEC)
+        try:
+            nodes, peers, _, missing, _ = mesh_inputs(task_vars, args)
+            computed = build_plans(nodes, peers, engine_options(args))
+        except (TopologyError, InputError) as e:
+            result.update(failed=True, msg=str(e))
+            return result
+        result.update(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed))
+        if missing:
+            result["missing"] = missing
+            result.setdefault("warnings", []).append(
+                "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing))
+        # Preshared keys stay off the output; kilo.mesh.mesh passes them to the host itself.
+        for plan in computed["plans"].values():
+            for peer in plan.get("peers", []):
+                if peer.get("preshared_key"):
+                    peer["preshared_key"] = "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+        return result

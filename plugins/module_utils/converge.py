@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Converge one host to its plan: WireGuard, then addresses/routes/rules, then firewall.
+
+Each backend reads only what we own, compares it with what the plan asks for, and applies
+the difference. The glue is a loop so that check mode, diff and ``state: absent`` behave the
+same for every backend. No Ansible imports: the module is a thin shell around ``converge``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DEFAULT_SETTINGS = {
+    "interface": "kilo0",
+    "backend": "auto",
+    "userspace_command": "wireguard-go",
+    "key_path": "/var/lib/kilo/key",
+    "mtu": 0,
+    "firewall": "nftables",
+    "state": "present",
+}
+
+
+class ConvergeError(Exception):
+    """A host-side failure worth a plain message (no traceback)."""
+
+
+def _backends(settings):
+    # Imported here so that a host missing one backend's dependency still gets a clear
+    # message from the backend that needs it.
+    from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.netstate import NetStateBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.firewall import FirewallBackend
+
+    return [WireGuardBackend(settings), NetStateBackend(settings), FirewallBackend(settings)]
+
+
+def converge(plan, settings=None, check_mode=False, backends=None):
+    """Bring this host to ``plan`` (or remove our state with ``state: absent``).
+
+    Returns ``{"changed", "changes": {backend: [str]}, "diff": {"before", "after"}}``;
+    nothing in it carries a private or preshared key (backends' ``render`` strip them).
+    """
+    opts = dict(DEFAULT_SETTINGS)
+    opts.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
+    if plan is not None:
+        opts.setdefault("listen_port", plan.get("listen_port"))
+    if backends is None:
+        backends = _backends(opts)
+
+    result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
+    absent = opts["state"] == "absent"
+    # Removal runs in reverse: firewall and routes go before the interface they point at.
+    for backend in (reversed(backends) if absent else backends):
+        current = backend.current()
+        desired = None if absent else backend.desired(plan)
+        if absent:
+            changes = ["remove %s" % backend.name] if _owns_anything(backend, current) else []
+        else:
+            changes = backend.changes(current, desired)
+        result["diff"]["before"][backend.name] = backend.render(current)
+        result["diff"]["after"][backend.name] = backend.render(desired) if not absent else None
+        if not changes:
+            continue
+        result["changes"][backend.name] = changes
+        result["changed"] = True
+        if check_mode:
+            continue
+        if absent:
+            backend.remove()
+        else:
+            backend.apply(current, desired)
+    return result
+
+
+def _owns_anything(backend, current):
+    if current is None:
+        return False
+    rendered = backend.render(current)
+    if isinstance(rendered, dict):
+        return any(bool(v) for v in rendered.values())
+    return bool(rendered)

@@ -1,0 +1,198 @@
+"""Pick a node's internal (private) and external (public) IP the way Kilo does.
+
+Kilo looks at three sources, in this order of preference, and keeps private and public
+addresses apart:
+  1. addresses the hostname resolves to that are assigned to a local interface,
+  2. addresses on the interface holding the default route,
+  3. addresses on every interface.
+Loopback and link-local addresses never count. Inside each source IPv4 sorts before IPv6,
+then by the CIDR text. Addresses found on ignored interfaces (Kilo ignores its own WireGuard
+interface, the IPIP tunnel and the CNI bridge; we add `ignore_interfaces`, e.g. a lab's
+management NIC) are dropped from every source. The internal IP is the first private one
+(or none); the external IP the first public one, else the first private one.
+
+"Public" uses Kilo's test: IPv4 outside 10/8, 172.16/12, 192.168/16 (so 100.64/10 and
+198.18/15 are public); IPv6 not starting with fd00.
+"""
+import ipaddress
+import socket
+
+DEFAULT_MTU = 1420
+WIREGUARD_OVERHEAD = 80
+# Interfaces Kilo itself never takes an address from (its own tunnel devices).
+ALWAYS_IGNORED = ("tunl0",)
+
+
+def is_public(ip):
+    ip = ipaddress.ip_address(ip)
+    if ip.version == 4:
+        o = ip.packed
+        if o[0] == 10 or (o[0] == 172 and o[1] & 0xF0 == 0x10) or (o[0] == 192 and o[1] == 168):
+            return False
+        return True
+    return not (ip.packed[0] == 0xFD and ip.packed[1] == 0x00)
+
+
+def is_local(ip):
+    ip = ipaddress.ip_address(ip)
+    if ip.is_loopback or ip.is_link_local:
+        return True
+    # Go's IsLinkLocalMulticast: 224.0.0.0/24 and ff02::/16.
+    if ip.version == 4:
+        return ip in ipaddress.ip_network("224.0.0.0/24")
+    return ip in ipaddress.ip_network("ff02::/16")
+
+
+def _sort_key(iface):
+    return (0 if iface.version == 4 else 1, str(iface))
+
+
+def _ipr():
+    from pyroute2 import IPRoute
+    return IPRoute()
+
+
+def read_host():
+    """Snapshot of links, addresses and the default route (pyroute2 0.7.2 and 0.9.x)."""
+    with _ipr() as ipr:
+        links = {}
+        for link in list(ipr.get_links()):
+            links[link["index"]] = {"name": link.get_attr("IFLA_IFNAME"),
+                                    "mtu": link.get_attr("IFLA_MTU")}
+        addrs = []
+        for a in list(ipr.get_addr()):
+            ip = a.get_attr("IFA_ADDRESS")
+            if a["family"] == socket.AF_INET and a.get_attr("IFA_LOCAL"):
+                ip = a.get_attr("IFA_LOCAL")  # on point-to-point links IFA_ADDRESS is the peer
+            if ip is None:
+                continue
+            addrs.append({"index": a["index"],
+                          "ifname": links.get(a["index"], {}).get("name"),
+                          "cidr": "%s/%d" % (ip.split("%")[0], a["prefixlen"])})
+        default_index = None
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for r in list(ipr.get_routes(family=family, table=254)):
+                if r["dst_len"] != 0:
+                    continue
+                oif = r.get_attr("RTA_OIF")
+                if oif is None:
+                    mp = r.get_attr("RTA_MULTIPATH")
+                    if mp:
+                        oif = mp[0]["oif"]
+                if oif:
+                    default_index = oif
+                    break
+            if default_index is not None:
+                break
+    return {"links": links, "addrs": addrs, "default_index": default_index}
+
+
+def _hostname_ips(hostname):
+    try:
+        infos = socket.getaddrinfo(hostname, None)
+    except (socket.gaierror, UnicodeError):
+        return []
+    seen = []
+    for info in infos:
+        ip = info[4][0].split("%")[0]
+        if ip not in seen:
+            seen.append(ip)
+    return seen
+
+
+def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=()):
+    """Pure selection over a read_host() snapshot; see the module docstring.
+
+    Returns {'internal_ip': CIDR or None, 'external_ip': IP or None,
+             'candidates': {'internal': [...], 'external': [...]}}.
+    """
+    ignored_names = set(ignore_interfaces or ()) | set(ALWAYS_IGNORED)
+    ignored = set()
+    for a in host["addrs"]:
+        if a["ifname"] in ignored_names:
+            iface = ipaddress.ip_interface(a["cidr"])
+            ignored.add(str(iface))
+            ignored.add(str(ipaddress.ip_interface(iface.ip)))
+    allowed = [ipaddress.ip_network(c, strict=False) for c in (allowed_cidrs or ())]
+
+    def split(cidrs):
+        priv, pub = [], []
+        for c in cidrs:
+            iface = ipaddress.ip_interface(c)
+            if is_local(iface.ip):
+                continue
+            (pub if is_public(iface.ip) else priv).append(iface)
+        return sorted(priv, key=_sort_key), sorted(pub, key=_sort_key)
+
+    # 1. hostname addresses, only if assigned here (with the mask they are assigned with).
+    by_ip = {}
+    for a in sorted(host["addrs"], key=lambda a: (str(a["ifname"]), a["cidr"])):
+        by_ip.setdefault(str(ipaddress.ip_interface(a["cidr"]).ip), a["cidr"])
+    host_cidrs = []
+    if hostname:
+        for ip in _hostname_ips(hostname):
+            if ip in by_ip:
+                host_cidrs.append(by_ip[ip])
+    # 2. default-route interface, 3. all interfaces.
+    default_cidrs = [a["cidr"] for a in host["addrs"] if a["index"] == host["default_index"]]
+    all_cidrs = [a["cidr"] for a in host["addrs"]]
+
+    priv, pub = [], []
+    for source in (host_cidrs, default_cidrs, all_cidrs):
+        p, q = split(source)
+        priv.extend(p)
+        pub.extend(q)
+
+    def keep(iface, private):
+        if str(iface) in ignored:
+            return False
+        if private and allowed and not any(iface.ip in n for n in allowed):
+            return False
+        return True
+
+    def dedup(seq):
+        out = []
+        for s in seq:
+            if s not in out:
+                out.append(s)
+        return out
+
+    internal = dedup([str(i) for i in priv if keep(i, True)])
+    external = dedup([str(i) for i in pub if keep(i, False)])
+    chosen_external = external[0] if external else internal[0] if internal else None
+    return {
+        "internal_ip": internal[0] if internal else None,
+        # the endpoint host: an address, not a CIDR
+        "external_ip": str(ipaddress.ip_interface(chosen_external).ip) if chosen_external else None,
+        "candidates": {"internal": internal, "external": external},
+    }
+
+
+def discover_ips(hostname=None, ignore_interfaces=(), allowed_cidrs=()):
+    """Read this host and choose its internal/external IP (hostname defaults to the host's)."""
+    if hostname is None:
+        hostname = socket.gethostname()
+    return choose_ips(read_host(), hostname, ignore_interfaces, allowed_cidrs)
+
+
+def default_route_mtu(host=None):
+    """MTU of the interface holding the default route, or None when there is none."""
+    if host is None:
+        host = read_host()
+    idx = host.get("default_index")
+    if idx is None or idx not in host["links"]:
+        return None
+    return host["links"][idx]["mtu"]
+
+
+def wireguard_mtu(configured=0, host=None):
+    """Kilo's MTU rule: the configured MTU, else default-route MTU - 80, else 1420."""
+    if configured:
+        return int(configured)
+    try:
+        base = default_route_mtu(host)
+    except Exception:  # no netlink access: fall back like Kilo does
+        base = None
+    if not base:
+        return DEFAULT_MTU
+    return int(base) - WIREGUARD_OVERHEAD

@@ -1,0 +1,137 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: converge
+short_description: Converge one host's WireGuard, addresses, routes, rules and firewall to a Kilo plan
+version_added: 0.1.0
+author: kilo.mesh developers
+description:
+  - Brings one host to the plan that M(kilo.mesh.topology) computed for it, in one call.
+  - The WireGuard interface is configured by difference, peer by peer; it is never restarted
+    and the peer set is never replaced wholesale, so tunnels that did not change keep carrying traffic.
+  - Only state this collection owns is read and changed. Routes carry routing protocol 107,
+    ip rules use table 1107, the firewall lives in the nftables table C(inet kilo_mesh) or the
+    iptables chains C(KILO-NAT), C(KILO-FORWARD) and C(KILO-IPIP).
+  - Usually called by the action M(kilo.mesh.mesh), which computes the plan on the controller.
+options:
+  plan:
+    description:
+      - This host's plan, one value of the C(plans) returned by M(kilo.mesh.topology).
+      - Required when O(state=present).
+    type: dict
+  interface:
+    description: Name of the WireGuard interface.
+    type: str
+    default: kilo0
+  backend:
+    description:
+      - How WireGuard runs. V(kernel) uses the kernel module over netlink; V(userspace) runs
+        O(userspace_command) and configures it through its UAPI socket; V(auto) picks kernel when
+        the module loads.
+    type: str
+    choices: [auto, kernel, userspace]
+    default: auto
+  userspace_command:
+    description: Userspace WireGuard implementation to start (wireguard-go or boringtun).
+    type: str
+    default: wireguard-go
+  key_path:
+    description: Path of the private key made by M(kilo.mesh.key). It is read on the host only.
+    type: path
+    default: /var/lib/kilo/key
+  mtu:
+    description: MTU of the interface; V(0) means Kilo's auto value (default-route MTU - 80, else 1420).
+    type: int
+    default: 0
+  firewall:
+    description: Firewall backend for the NAT, forward and IPIP rules of the plan.
+    type: str
+    choices: [nftables, iptables, none]
+    default: nftables
+  state:
+    description: V(absent) removes exactly what this collection owns on the host.
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+notes:
+  - Private and preshared keys never appear in results or diffs.
+seealso:
+  - module: kilo.mesh.mesh
+  - module: kilo.mesh.topology
+"""
+
+EXAMPLES = r"""
+- name: Compute the plans of the mesh once
+  kilo.mesh.topology:
+  run_once: true
+  register: mesh
+
+- name: Converge this host
+  kilo.mesh.converge:
+    plan: "{{ mesh.plans[inventory_hostname] }}"
+    backend: userspace
+"""
+
+RETURN = r"""
+changes:
+  description: What changed (or would change in check mode), by backend.
+  returned: always
+  type: dict
+  sample: {"wireguard": ["add peer location:gcp"], "netstate": ["add route 10.2.0.0/16 via 10.4.0.2 dev kilo0"]}
+leader:
+  description: Whether this host leads its segment.
+  returned: when state is present
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import ConvergeError, converge
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            plan=dict(type="dict", no_log=False),
+            interface=dict(type="str", default="kilo0"),
+            backend=dict(type="str", default="auto", choices=["auto", "kernel", "userspace"]),
+            userspace_command=dict(type="str", default="wireguard-go"),
+            key_path=dict(type="path", default="/var/lib/kilo/key", no_log=False),
+            mtu=dict(type="int", default=0),
+            firewall=dict(type="str", default="nftables", choices=["nftables", "iptables", "none"]),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+        ),
+        required_if=[("state", "present", ["plan"])],
+        supports_check_mode=True,
+    )
+    plan = module.params.pop("plan")
+    # Preshared keys travel inside the plan: keep them out of logs and of the echoed arguments.
+    for peer in (plan or {}).get("peers", []):
+        if peer.get("preshared_key"):
+            module.no_log_values.add(peer["preshared_key"])
+    try:
+        result = converge(plan, module.params, check_mode=module.check_mode)
+    except (ConvergeError, OSError, ValueError) as e:
+        module.fail_json(msg="%s: %s" % (module.params["interface"], e))
+    if plan is not None:
+        result["leader"] = bool(plan.get("leader"))
+    if not module._diff:
+        result.pop("diff")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

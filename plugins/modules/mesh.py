@@ -1,0 +1,104 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: mesh
+short_description: Compute this host's Kilo plan and converge the host to it in one call
+version_added: 0.1.0
+author: kilo.mesh developers
+description:
+  - On the controller, gathers the public data of every host of the mesh group (this run's
+    M(kilo.mesh.key) results, else the registry), computes this host's plan exactly as
+    M(kilo.mesh.topology) does, and records this host's public data in the registry.
+  - Then converges the host in ONE remote call of M(kilo.mesh.converge) - WireGuard peers by difference,
+    addresses, routes, ip rules and firewall.
+  - The mesh is the whole group, not the play. A run with C(--limit) never removes or changes the
+    peers of hosts outside the limit, and a host that is unreachable in this run keeps its entry everywhere.
+  - The whole mesh is validated on the controller before any host is touched.
+extends_documentation_fragment:
+  - kilo.mesh.topology
+options:
+  backend:
+    description: How WireGuard runs on the host, see M(kilo.mesh.converge).
+    type: str
+    choices: [auto, kernel, userspace]
+    default: auto
+  userspace_command:
+    description: Userspace WireGuard implementation to start.
+    type: str
+    default: wireguard-go
+  key_path:
+    description: Path of the private key on the host.
+    type: path
+    default: /var/lib/kilo/key
+  mtu:
+    description: Interface MTU; V(0) is Kilo's auto value.
+    type: int
+    default: 0
+  firewall:
+    description: Firewall backend.
+    type: str
+    choices: [nftables, iptables, none]
+    default: nftables
+  state:
+    description: V(absent) removes exactly what this collection owns on the host.
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+notes:
+  - Private and preshared keys never appear in results or diffs.
+seealso:
+  - module: kilo.mesh.key
+  - module: kilo.mesh.topology
+  - module: kilo.mesh.converge
+"""
+
+EXAMPLES = r"""
+- name: Ensure the key and report this host's addresses
+  kilo.mesh.key:
+  register: kilo_host
+
+- name: Converge the mesh
+  kilo.mesh.mesh:
+    encapsulate: never
+    backend: userspace
+"""
+
+RETURN = r"""
+changes:
+  description: What changed (or would change in check mode), by backend.
+  returned: always
+  type: dict
+segment:
+  description: This host's segment.
+  returned: when state is present
+  type: str
+leader:
+  description: Whether this host leads its segment.
+  returned: when state is present
+  type: bool
+address:
+  description: WireGuard address of this host (leaders only).
+  returned: when state is present
+  type: str
+peers:
+  description: Number of WireGuard peers in the plan.
+  returned: when state is present
+  type: int
+routes:
+  description: Number of routes in the plan.
+  returned: when state is present
+  type: int
+"""

@@ -1,0 +1,110 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: topology
+short_description: Compute Kilo's segments, leaders and per-node plans on the controller
+version_added: 0.1.0
+author: kilo.mesh developers
+description:
+  - Computes what Kilo computes for a cluster - segments (locations), one leader per segment,
+    WireGuard IPs, allowed IPs, and for every node its WireGuard peers, routes, ip rules and firewall rules.
+  - Runs on the controller only (an action plugin); it touches no host.
+  - Without O(nodes), the nodes are the hosts of the inventory group O(group). Its child groups are
+    the locations; the host variable C(kilo_location) overrides. Other host variables mirror Kilo's
+    annotations - C(kilo_leader), C(kilo_force_endpoint), C(kilo_force_internal_ip),
+    C(kilo_persistent_keepalive), C(kilo_allowed_location_ips), C(kilo_pod_cidr), C(kilo_public_key).
+    What each host reported about itself (M(kilo.mesh.key), registered as O(facts_var)) fills the rest;
+    hosts that did not report in this run come from the O(registry).
+  - The whole input is validated first; a bad value fails with a message naming the node or peer and the field.
+extends_documentation_fragment:
+  - kilo.mesh.topology
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+seealso:
+  - module: kilo.mesh.mesh
+  - name: Kilo
+    description: The Kubernetes multi-cloud network overlay this collection follows.
+    link: https://kilo.squat.ai/
+"""
+
+EXAMPLES = r"""
+- name: Compute the plans from the inventory
+  kilo.mesh.topology:
+  run_once: true
+  register: mesh
+
+- name: Show who leads each location
+  ansible.builtin.debug:
+    msg: "{{ mesh.segments | map(attribute='leader') | list }}"
+
+- name: Compute from explicit nodes
+  kilo.mesh.topology:
+    granularity: full
+    nodes:
+      - name: a
+        location: aws
+        endpoint: 203.0.113.10:51820
+        internal_ip: 10.1.0.10/16
+        pod_cidr: 10.244.1.0/24
+        public_key: "{{ key_a }}"
+"""
+
+RETURN = r"""
+plans:
+  description: Every node's plan, keyed by node name. Preshared keys are masked.
+  returned: success
+  type: dict
+  contains:
+    leader:
+      description: Whether the node leads its segment.
+      type: bool
+    segment:
+      description: The segment key, such as C(location:aws) or C(node:db-1).
+      type: str
+    address:
+      description: WireGuard address of a leader with the subnet's mask; null for non-leaders.
+      type: str
+    listen_port:
+      description: WireGuard listen port.
+      type: int
+    peers:
+      description: WireGuard peers with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive).
+      type: list
+      elements: dict
+    routes:
+      description: Routes with C(dst), C(gateway), C(device), C(source), C(table), C(onlink).
+      type: list
+      elements: dict
+    rules:
+      description: Policy rules with C(src), C(dst), C(iif), C(table).
+      type: list
+      elements: dict
+    firewall:
+      description: C(nat_sources), C(nat_exempt_destinations), C(forward_accept), C(ipip_accept_sources).
+      type: dict
+segments:
+  description: The segments with their location, leader, nodes, WireGuard IP and allowed IPs.
+  returned: success
+  type: list
+  elements: dict
+graph:
+  description: The topology as Graphviz DOT, like C(kgctl graph).
+  returned: success
+  type: str
+missing:
+  description: Hosts of the group left out because neither this run nor the registry knows their key or endpoint.
+  returned: when any
+  type: list
+  elements: str
+"""

@@ -1,0 +1,226 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Controller side: turn the inventory (and the registry) into topology inputs.
+
+The mesh is every host of the ``kilo`` group, not the hosts of the play. Hosts that this run
+did not reach (``--limit``, unreachable, failed) keep their entry through the registry: a
+YAML file beside the inventory holding public data only (public keys, endpoints, IPs).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import time
+
+# Host variables that mirror Kilo's node annotations.
+NODE_VARS = (
+    "kilo_location",
+    "kilo_leader",
+    "kilo_force_endpoint",
+    "kilo_force_internal_ip",
+    "kilo_persistent_keepalive",
+    "kilo_allowed_location_ips",
+    "kilo_pod_cidr",
+    "kilo_public_key",
+)
+
+# Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
+REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")
+
+
+class InputError(ValueError):
+    """Bad inventory input; the message names the host and the variable."""
+
+
+def location_groups(hostvars, group):
+    """Map host -> location group name, from the child groups of ``group``.
+
+    Ansible gives action plugins flat group lists only; the inventory object behind
+    ``hostvars`` knows the parent/child links, so read them there when it is reachable.
+    """
+    inventory = getattr(hostvars, "_inventory", None)
+    result = {}
+    if inventory is None or group not in inventory.groups:
+        return result
+    for child in sorted(inventory.groups[group].child_groups, key=lambda g: g.name):
+        for host in child.get_hosts():
+            result.setdefault(host.name, child.name)
+    return result
+
+
+def _bool(value, host, field):
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on", ""):
+        # Kilo: the presence of the leader annotation alone counts.
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise InputError("host %r: %s: %r is not a boolean" % (host, field, value))
+
+
+def _list(value, host, field):
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    raise InputError("host %r: %s: expected a list of CIDRs, got %r" % (host, field, value))
+
+
+def _int(value, host, field):
+    if value in (None, ""):
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InputError("host %r: %s: %r is not an integer" % (host, field, value))
+
+
+def _format_endpoint(ip, port):
+    if ip is None:
+        return None
+    return "[%s]:%d" % (ip, port) if ":" in ip else "%s:%d" % (ip, port)
+
+
+def node_from_host(name, hvars, facts, location, port):
+    """One topology node from a host's variables and what it reported (``facts``).
+
+    ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
+    it may be empty when every field is forced in the inventory.
+    """
+    facts = facts or {}
+    node = {"name": name, "location": location}
+    if "kilo_location" in hvars:
+        node["location"] = "" if hvars["kilo_location"] is None else str(hvars["kilo_location"])
+    node["public_key"] = hvars.get("kilo_public_key") or facts.get("public_key")
+
+    forced_ip = hvars.get("kilo_force_internal_ip")
+    if forced_ip is not None:
+        # Kilo: "" or "-" means "this node has no internal IP".
+        node["internal_ip"] = None if str(forced_ip).strip() in ("", "-") else str(forced_ip)
+    else:
+        node["internal_ip"] = facts.get("internal_ip")
+
+    if hvars.get("kilo_force_endpoint"):
+        node["endpoint"] = str(hvars["kilo_force_endpoint"])
+    else:
+        # Kilo's endpoint is the external IP when the host has one, else its private IP.
+        ip = facts.get("external_ip")
+        if not ip and node["internal_ip"]:
+            ip = node["internal_ip"].split("/")[0]
+        node["endpoint"] = _format_endpoint(ip, port)
+
+    node["pod_cidr"] = hvars.get("kilo_pod_cidr") or None
+    node["leader"] = _bool(hvars["kilo_leader"], name, "kilo_leader") if "kilo_leader" in hvars else False
+    node["persistent_keepalive"] = _int(hvars.get("kilo_persistent_keepalive"), name, "kilo_persistent_keepalive")
+    node["allowed_location_ips"] = _list(hvars.get("kilo_allowed_location_ips"), name, "kilo_allowed_location_ips")
+    node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
+    return node
+
+
+def facts_from_result(result):
+    """The public part of a kilo.mesh.key result, or None when the host did not report."""
+    if not isinstance(result, dict) or result.get("failed") or result.get("skipped") or "public_key" not in result:
+        return None
+    return dict((k, result.get(k)) for k in REGISTRY_FIELDS)
+
+
+def gather_nodes(task_vars, group, port, facts_var, registry):
+    """Nodes of every host in ``group``, with the facts of this run, else the registry.
+
+    Returns (nodes, missing, fresh): hosts with no data at all are listed in ``missing``;
+    ``fresh`` maps host -> facts reported in this run (to be written to the registry).
+    """
+    hostvars = task_vars["hostvars"]
+    hosts = task_vars["groups"].get(group, [])
+    locations = location_groups(hostvars, group)
+    known = registry.get("hosts", {})
+    nodes, missing, fresh = [], [], {}
+    for host in hosts:
+        hvars = hostvars[host]
+        facts = facts_from_result(hvars.get(facts_var))
+        if facts is not None:
+            fresh[host] = facts
+        else:
+            facts = known.get(host)
+        if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
+            missing.append(host)
+            continue
+        nodes.append(node_from_host(host, hvars, facts, locations.get(host, ""), port))
+    return nodes, missing, fresh
+
+
+def registry_path(task_vars, path=None):
+    if path:
+        return path
+    inventory_dir = task_vars.get("inventory_dir") or os.getcwd()
+    return os.path.join(inventory_dir, "kilo-registry.json")
+
+
+def read_registry(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {"hosts": {}}
+    except ValueError as e:
+        raise InputError("registry %s: not valid JSON: %s" % (path, e))
+    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
+        raise InputError("registry %s: expected an object with a 'hosts' mapping" % path)
+    data.setdefault("hosts", {})
+    return data
+
+
+def update_registry(path, fresh):
+    """Merge this run's public facts into the registry; returns True when the file changed.
+
+    Hosts run their action plugins in parallel workers, so the merge happens under an
+    exclusive lock and the file is replaced atomically. Entries of other hosts are kept.
+    """
+    if not fresh:
+        return False
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = read_registry(path)
+        changed = False
+        for host, facts in fresh.items():
+            old = data["hosts"].get(host, {})
+            if any(old.get(k) != facts.get(k) for k in REGISTRY_FIELDS):
+                data["hosts"][host] = dict(facts, last_seen=int(time.time()))
+                changed = True
+        if changed:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kilo-registry.")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=2, sort_keys=True)
+                f.write("\n")
+            os.replace(tmp, path)
+        return changed
+
+
+def mesh_inputs(task_vars, args):
+    """(nodes, peers, fresh, missing, registry_file) for the whole mesh.
+
+    Explicit ``nodes`` win over the inventory. Peers come from the option, else from the
+    ``kilo_peers`` variable of the calling host (usually set for the whole group).
+    """
+    path = registry_path(task_vars, args.get("registry"))
+    if args.get("nodes") is not None:
+        nodes, missing, fresh = [dict(n) for n in args["nodes"]], [], {}
+    else:
+        registry = read_registry(path)
+        nodes, missing, fresh = gather_nodes(task_vars, args["group"], args["port"], args["facts_var"], registry)
+    peers = args.get("peers")
+    if peers is None:
+        peers = task_vars.get("kilo_peers") or []
+    return nodes, [dict(p) for p in peers], fresh, missing, path

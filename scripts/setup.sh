@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One-shot set-up for a fresh Debian/Ubuntu machine, run as root: Debian packages for the
+# lab and the tests, the controller virtualenv .venv/, and the collection link that makes
+# this checkout importable as ansible_collections.kilo.mesh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  wireguard-go wireguard-tools openssh-server openssh-client nftables iptables iproute2
+  iputils-ping procps util-linux graphviz python3 python3-venv
+  # what the host-side modules import on the lab hosts (they share this machine's /usr)
+  python3-pyroute2 python3-cryptography python3-yaml
+  # the kernel-backend test VM
+  qemu-system-x86 debootstrap cpio zstd xz-utils
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Controller Python: ansible-core 2.20 needs >= 3.12; Debian 12's python3 is 3.11, so take
+# a 3.12/3.13 from PATH or pyenv. Hosts keep using /usr/bin/python3.
+find_python() {
+  # pyenv shims exist for versions that are not selected, so check that each one runs.
+  local c
+  for c in "${PYTHON:-}" \
+           "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 \
+           "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3.13 \
+           python3.12 python3.13; do
+    [ -n "$c" ] || continue
+    "$c" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$c"; return; }
+  done
+  return 1
+}
+if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/.requirements.txt; then
+  py=$(find_python) || { echo "setup: need Python >= 3.12 for the controller (set PYTHON=...)" >&2; exit 1; }
+  echo "setup: controller virtualenv .venv with $py"
+  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  # (this machine's pip.conf names local indexes that may be absent: hide those warnings only)
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt 2>.venv/pip.log \
+    || { grep -v "is ignored: it is neither" .venv/pip.log >&2; exit 1; }
+  cp requirements.txt .venv/.requirements.txt
+fi
+
+# Make the checkout importable as ansible_collections.kilo.mesh (ansible.cfg points here).
+mkdir -p .collections/ansible_collections/kilo
+ln -sfn ../../.. .collections/ansible_collections/kilo/mesh
+echo "setup: done"
