@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   wireguard-go wireguard-tools openssh-server openssh-client nftables iptables iproute2
-  iputils-ping procps util-linux graphviz python3 python3-venv
+  iputils-ping procps util-linux graphviz rsync python3 python3-venv
   # what the host-side modules import on the lab hosts (they share this machine's /usr)
-  python3-pyroute2 python3-cryptography python3-yaml
+  python3-pyroute2 python3-cryptography python3-yaml python3-apt
   # the kernel-backend test VM
   qemu-system-x86 debootstrap cpio zstd xz-utils
 )

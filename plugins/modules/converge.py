@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 module: converge
 short_description: Converge one host's WireGuard, addresses, routes, rules and firewall to a Kilo plan
 version_added: 0.1.0
-author: kilo.mesh developers
+author: kilo.mesh developers (@kilo-mesh)
 description:
   - Brings one host to the plan that M(kilo.mesh.topology) computed for it, in one call.
   - The WireGuard interface is configured by difference, peer by peer; it is never restarted
@@ -64,8 +64,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Reports exactly what would change and changes nothing.
   diff_mode:
     support: full
+    description: Shows peers, addresses, routes, rules and firewall before and after, without keys.
 notes:
   - Private and preshared keys never appear in results or diffs.
 seealso:

@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 module: mesh
 short_description: Compute this host's Kilo plan and converge the host to it in one call
 version_added: 0.1.0
-author: kilo.mesh developers
+author: kilo.mesh developers (@kilo-mesh)
 description:
   - On the controller, gathers the public data of every host of the mesh group (this run's
     M(kilo.mesh.key) results, else the registry), computes this host's plan exactly as
@@ -55,8 +55,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Reports exactly what would change and changes nothing.
   diff_mode:
     support: full
+    description: Shows peers, addresses, routes, rules and firewall before and after, without keys.
 notes:
   - Private and preshared keys never appear in results or diffs.
 seealso:

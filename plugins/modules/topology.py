@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 module: topology
 short_description: Compute Kilo's segments, leaders and per-node plans on the controller
 version_added: 0.1.0
-author: kilo.mesh developers
+author: kilo.mesh developers (@kilo-mesh)
 description:
   - Computes what Kilo computes for a cluster - segments (locations), one leader per segment,
     WireGuard IPs, allowed IPs, and for every node its WireGuard peers, routes, ip rules and firewall rules.
@@ -29,8 +29,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    description: Computes only; nothing is changed in either mode.
   diff_mode:
     support: none
+    description: Returns plans, not differences.
 seealso:
   - module: kilo.mesh.mesh
   - name: Kilo

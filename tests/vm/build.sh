@@ -17,8 +17,9 @@ repo=$(cd "$here/../.." && pwd)
 vm=${KV_VM_DIR:-$repo/.build/vm}
 suite=bookworm
 # python3-pyroute2 is Debian's 0.7.2 (what real hosts run); 0.9.7 sits beside it in
-# /opt/kv-pyroute2 and is picked by PYTHONPATH (run.sh --pyroute2).
-packages=python3,python3-cryptography,python3-pyroute2,iproute2,wireguard-tools,iputils-ping,kmod,nftables,iptables
+# /opt/kv-pyroute2 and is picked by PYTHONPATH (run.sh --pyroute2). python3-cffi-backend is
+# listed because debootstrap does not resolve the virtual cffi API packages cryptography needs.
+packages=python3,python3-cryptography,python3-cffi-backend,python3-pyroute2,iproute2,wireguard-tools,iputils-ping,kmod,nftables,iptables
 # Module roots; modules.dep adds their dependencies (crypto libs, udp_tunnel, ...).
 module_roots='kernel/net/core kernel/net/ipv4 kernel/net/ipv6 kernel/net/netfilter
   kernel/net/bridge kernel/net/sched kernel/net/8021q kernel/net/802 kernel/net/llc
@@ -137,7 +138,7 @@ install_kernel() {
   cp "$x/boot/vmlinuz-$kver" "$vm/vmlinuz"
   log "kernel $kver: $(wc -l <"$dl/closure") modules"
   rm -rf "$dl"
-  echo "$pkg $module_roots $module_top_dir" >"$vm/kernel.stamp"
+  echo "$pkg" $module_roots $module_top_dir >"$vm/kernel.stamp"
 }
 
 pack_base() {
@@ -166,6 +167,7 @@ for tool in debootstrap qemu-system-x86_64 cpio zstd dpkg-deb depmod apt-get; do
 done
 
 start=$SECONDS
+if [ "${KV_REBUILD:-0}" = 1 ]; then rm -f "$vm/rootfs.stamp" "$vm/kernel.stamp" "$vm/base.stamp"; fi
 if [ ! -x "$vm/rootfs/usr/bin/python3" ] || [ "$(cat "$vm/rootfs.stamp" 2>/dev/null)" != "$packages" ]; then
   build_rootfs
   rm -f "$vm/kernel.stamp"
@@ -174,11 +176,10 @@ if [ ! -f "$vm/vmlinuz" ] || [ "$(cut -d' ' -f2- "$vm/kernel.stamp" 2>/dev/null)
   install_kernel
   rm -f "$vm/base.stamp"
 fi
-base_key=$(cat "$here/init.sh" "$here/build.sh" "$vm/rootfs.stamp" "$vm/kernel.stamp" | sha256sum | cut -c1-16)
-base_key="$base_key $(find "$(find_pyroute2)" -name '*.py' -newer "$vm/base.cpio.zst" 2>/dev/null | head -1)"
+base_key=$( (cat "$here/init.sh" "$here/build.sh" "$vm/rootfs.stamp" "$vm/kernel.stamp";
+            cd "$(find_pyroute2)" && find . -name '*.py' | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-16)
 if [ ! -f "$vm/base.cpio.zst" ] || [ "$(cat "$vm/base.stamp" 2>/dev/null)" != "$base_key" ]; then
   pack_base
-  # Stamp without the "newer pyroute2 file" part, which is empty right after packing.
-  echo "${base_key%% *} " >"$vm/base.stamp"
+  echo "$base_key" >"$vm/base.stamp"
   log "built in $((SECONDS - start)) s; cache $(du -sh "$vm" | cut -f1) in $vm"
 fi

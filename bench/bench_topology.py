@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Benchmark of the topology engine: the plans of EVERY node of synthetic meshes.
+
+Prints one line per size: ``plans nodes=N locations=L seconds=S``. Not a test: nothing fails on
+time. Nodes spread round-robin over the locations; 1 node in 7 has a public endpoint (100.64/10,
+public to Kilo), the others use their internal IP as endpoint; every node has a pod CIDR.
+"""
+
+import base64
+import os
+import struct
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, ".collections"))
+
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans  # noqa: E402
+
+SIZES = ((100, 10), (1000, 10), (3000, 30))
+
+
+def key(i):
+    return base64.b64encode(struct.pack(">I", i + 1) * 8).decode()
+
+
+def mesh(count, locations):
+    nodes = []
+    for i in range(count):
+        internal = "172.%d.%d.%d" % (16 + (i >> 16), (i >> 8) & 255, i & 255)
+        public = i % 7 == 0
+        endpoint = "100.%d.%d.%d:51820" % (64 + (i >> 16), (i >> 8) & 255, i & 255) if public else internal + ":51820"
+        nodes.append({
+            "name": "node-%05d" % i,
+            "location": "loc-%03d" % (i % locations),
+            "endpoint": endpoint,
+            "internal_ip": internal + "/12",
+            "pod_cidr": "10.%d.%d.0/24" % (128 + (i >> 8), i & 255),
+            "public_key": key(i),
+            "leader": False,
+            "persistent_keepalive": 0,
+            "allowed_location_ips": [],
+            "discovered_endpoints": {},
+        })
+    peers = [{"name": "peer-%d" % j, "public_key": key(100000 + j), "allowed_ips": ["10.250.%d.0/24" % j],
+              "endpoint": None, "persistent_keepalive": 0} for j in range(5)]
+    return nodes, peers
+
+
+def main():
+    for count, locations in SIZES:
+        nodes, peers = mesh(count, locations)
+        start = time.perf_counter()
+        result = build_plans(nodes, peers)
+        seconds = time.perf_counter() - start
+        assert len(result["plans"]) == count
+        print("plans nodes=%d locations=%d seconds=%.2f" % (count, locations, seconds))
+        sys.stdout.flush()
+        del result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Namespace lab: multi-location hosts on one machine (see lab/README.md)."""

@@ -1,0 +1,488 @@
+"""Firewall of a kilo.mesh node: NAT for mesh sources, forward accepts, IPIP filtering.
+
+Runs on the host (no Ansible). Backends, chosen by settings['firewall']:
+- 'nftables' (default): our own table `inet kilo_mesh`, replaced whole in ONE `nft -f -`
+  transaction; nothing outside it is touched.
+- 'iptables': chains KILO-NAT (nat), KILO-FORWARD and KILO-IPIP (filter) plus the jump rules into
+  them, written with `iptables-restore --noflush` (one atomic commit per table), same for
+  ip6tables. Whatever `iptables` is installed is used (Debian 12: iptables-nft).
+- 'none': manage nothing.
+
+Plan input (`plan['firewall']`): nat_sources, nat_exempt_destinations, forward_accept,
+ipip_accept_sources, and optionally nat_destinations (own-segment allowed-location-IPs: Kilo
+also NATs traffic *to* them so replies find their way back).
+
+Why no accept for the WireGuard UDP port: in nftables an accept in our table cannot overrule a
+drop in another table (every base chain on a hook sees the packet), so it would only suggest an
+openness it cannot give. Opening the port is left to the host's own firewall policy.
+"""
+
+import ipaddress
+import json
+import socket
+import subprocess
+
+NFT_TABLE = "kilo_mesh"
+NFT_FAMILY = "inet"
+NAT_CHAIN = "KILO-NAT"
+FORWARD_CHAIN = "KILO-FORWARD"
+IPIP_CHAIN = "KILO-IPIP"
+COMMENT = "kilo.mesh"
+LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", "forward_accept",
+         "ipip_accept_sources")
+
+
+class FirewallError(Exception):
+    """Clear, user-facing failure of the firewall backend."""
+
+
+def _run(argv, stdin=None, ok_codes=(0,)):
+    try:
+        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True)
+    except OSError as exc:
+        raise FirewallError("cannot run %s: %s (is it installed?)" % (argv[0], exc))
+    if proc.returncode not in ok_codes:
+        raise FirewallError("%s failed (exit %d): %s" % (" ".join(argv), proc.returncode,
+                                                         proc.stderr.strip()))
+    return proc
+
+
+def normalize_lists(fw, node="?"):
+    """Validate and collapse each list into sorted v4 and v6 networks (strings)."""
+    fw = fw or {}
+    out = {}
+    for name in LISTS:
+        nets = {4: [], 6: []}
+        for i, value in enumerate(fw.get(name) or []):
+            try:
+                net = ipaddress.ip_network(str(value), strict=False)
+            except ValueError:
+                raise FirewallError("node %s: firewall.%s[%d]: %r is not an IP network"
+                                    % (node, name, i, value))
+            nets[net.version].append(net)
+        for v in (4, 6):
+            # overlapping elements are an error in an nft interval set; collapse first
+            out[(name, v)] = [str(n) for n in sorted(ipaddress.collapse_addresses(nets[v]))]
+    return out
+
+
+# ------------------------------------------------------------------------- nftables
+# A rule is modelled as a short canonical string (also what render shows). The same strings are
+# produced from our model and parsed back from `nft -j`, so an unchanged run compares equal and a
+# foreign edit inside our table shows up as a difference.
+_SET_NAMES = {
+    "nat_sources": "nat_src", "nat_destinations": "nat_dst", "nat_exempt_destinations": "nat_exempt",
+    "forward_accept": "fwd", "ipip_accept_sources": "ipip_src",
+}
+_CHAINS = {
+    # name: (type, hook, priority number, priority keyword)
+    "postrouting": ("nat", "postrouting", 100, "srcnat"),
+    "nat": None,
+    "forward": ("filter", "forward", 0, "filter"),
+    "input": ("filter", "input", 0, "filter"),
+}
+_FAM = {4: "ip", 6: "ip6"}
+_L4_NAMES = {"ipencap": 4, "ipip": 4}
+
+
+def nft_model(lists):
+    """Desired table as {'sets': {name: (type, [cidr])}, 'chains': {name: (base|None, [rule])}}.
+
+    None when there is nothing to do (no table at all)."""
+    if not any(lists.values()):
+        return None
+    sets, chains = {}, {}
+    for key, nets in sorted(lists.items()):
+        name, v = key
+        if nets:
+            sets["%s_v%d" % (_SET_NAMES[name], v)] = ("ipv%d_addr" % v, list(nets))
+
+    def have(name, v):
+        return ("%s_v%d" % (_SET_NAMES[name], v)) in sets
+
+    post, nat, fwd, inp = [], [], [], []
+    for v in (4, 6):
+        f, s = _FAM[v], _SET_NAMES
+        if have("nat_sources", v):
+            post.append("%s saddr @%s_v%d jump nat" % (f, s["nat_sources"], v))
+        if have("nat_destinations", v):
+            post.append("%s daddr @%s_v%d jump nat" % (f, s["nat_destinations"], v))
+        if have("nat_exempt_destinations", v):
+            nat.append("%s daddr @%s_v%d return" % (f, s["nat_exempt_destinations"], v))
+        if have("forward_accept", v):
+            fwd.append("%s saddr @%s_v%d accept" % (f, s["forward_accept"], v))
+            fwd.append("%s daddr @%s_v%d accept" % (f, s["forward_accept"], v))
+        if have("ipip_accept_sources", v):
+            inp.append("meta l4proto 4 %s saddr @%s_v%d accept" % (f, s["ipip_accept_sources"], v))
+    if post:
+        nat.append("masquerade")
+        chains["postrouting"] = (_CHAINS["postrouting"][:3], post)
+        chains["nat"] = (None, nat)
+    if fwd:
+        chains["forward"] = (_CHAINS["forward"][:3], fwd)
+    if inp:
+        # Kilo: accept IPIP from own-segment nodes, drop any other IPIP
+        inp.append("meta l4proto 4 drop")
+        chains["input"] = (_CHAINS["input"][:3], inp)
+    return {"sets": sets, "chains": chains}
+
+
+def nft_script(model):
+    """`nft -f` text replacing our table in one transaction (or deleting it when model is None)."""
+    lines = [
+        # declare first: deleting a table that does not exist would fail the whole batch
+        "table %s %s" % (NFT_FAMILY, NFT_TABLE),
+        "delete table %s %s" % (NFT_FAMILY, NFT_TABLE),
+    ]
+    if model is None:
+        return "\n".join(lines) + "\n"
+    lines.append("table %s %s {" % (NFT_FAMILY, NFT_TABLE))
+    for name in sorted(model["sets"]):
+        typ, elems = model["sets"][name]
+        lines += ["\tset %s {" % name, "\t\ttype %s" % typ, "\t\tflags interval",
+                  "\t\telements = { %s }" % ", ".join(elems), "\t}"]
+    for name in ("postrouting", "nat", "forward", "input"):
+        if name not in model["chains"]:
+            continue
+        base, rules = model["chains"][name]
+        lines.append("\tchain %s {" % name)
+        if base:
+            kind, hook = base[0], base[1]
+            lines.append("\t\ttype %s hook %s priority %s; policy accept;"
+                         % (kind, hook, _CHAINS[name][3]))
+        lines += ["\t\t%s" % r for r in rules]
+        lines.append("\t}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _elem_nets(elem):
+    """nft JSON set element -> list of ip_network."""
+    if isinstance(elem, dict) and "elem" in elem:
+        elem = elem["elem"].get("val")
+    if isinstance(elem, str):
+        return [ipaddress.ip_network(elem)]
+    if isinstance(elem, dict) and "prefix" in elem:
+        return [ipaddress.ip_network("%s/%s" % (elem["prefix"]["addr"], elem["prefix"]["len"]))]
+    if isinstance(elem, dict) and "range" in elem:
+        lo, hi = [ipaddress.ip_address(a) for a in elem["range"]]
+        return list(ipaddress.summarize_address_range(lo, hi))
+    raise ValueError("unknown set element %r" % (elem,))
+
+
+def _expr_str(expr):
+    """One nft JSON statement -> our canonical text; unknown shapes stay visible as JSON."""
+    if not isinstance(expr, dict) or len(expr) != 1:
+        return json.dumps(expr, sort_keys=True)
+    (kind, body), = expr.items()
+    if kind in ("accept", "drop", "return", "masquerade") and not body:
+        return kind
+    if kind in ("jump", "goto") and isinstance(body, dict):
+        return "%s %s" % (kind, body.get("target"))
+    if kind == "match" and isinstance(body, dict) and body.get("op") in ("==", "in"):
+        left, right = body.get("left"), body.get("right")
+        if isinstance(left, dict) and "payload" in left:
+            lhs = "%s %s" % (left["payload"].get("protocol"), left["payload"].get("field"))
+        elif isinstance(left, dict) and "meta" in left:
+            lhs = "meta %s" % left["meta"].get("key")
+            if left["meta"].get("key") == "l4proto" and isinstance(right, str):
+                right = _L4_NAMES.get(right, right)
+        else:
+            return json.dumps(expr, sort_keys=True)
+        if isinstance(right, dict) and "prefix" in right:
+            right = "%s/%s" % (right["prefix"].get("addr"), right["prefix"].get("len"))
+        if isinstance(right, (str, int)):
+            return "%s %s" % (lhs, right)
+    return json.dumps(expr, sort_keys=True)
+
+
+def nft_parse(doc):
+    """`nft -j list table` output -> model (same shape as nft_model), or None if absent."""
+    model = {"sets": {}, "chains": {}}
+    found = False
+    for item in doc.get("nftables", []):
+        if "table" in item:
+            found = True
+        elif "set" in item:
+            s = item["set"]
+            nets = []
+            for e in s.get("elem", []):
+                nets += _elem_nets(e)
+            model["sets"][s["name"]] = (s.get("type"), [str(n) for n in sorted(
+                ipaddress.collapse_addresses(nets))] if nets else [])
+        elif "chain" in item:
+            c = item["chain"]
+            base = None
+            if "hook" in c:
+                base = (c.get("type"), c.get("hook"), c.get("prio"))
+                if c.get("policy", "accept") != "accept":
+                    base = base + (c.get("policy"),)
+            model["chains"].setdefault(c["name"], [base, []])[0] = base
+        elif "rule" in item:
+            r = item["rule"]
+            text = " ".join(_expr_str(e) for e in r.get("expr", []))
+            model["chains"].setdefault(r["chain"], [None, []])[1].append(text)
+    if not found:
+        return None
+    model["chains"] = dict((k, (v[0], v[1])) for k, v in model["chains"].items())
+    return model
+
+
+def _model_lines(model):
+    """Flat, sorted-where-order-does-not-matter text lines for diff and comparison."""
+    if model is None:
+        return []
+    out = []
+    for name in sorted(model["sets"]):
+        typ, elems = model["sets"][name]
+        out.append("set %s %s { %s }" % (name, typ, ", ".join(elems)))
+    for name in sorted(model["chains"]):
+        base, rules = model["chains"][name]
+        head = "chain %s" % name
+        if base:
+            head += " (%s)" % " ".join(str(b) for b in base)
+        out.append(head)
+        out += ["chain %s: %s" % (name, r) for r in rules]
+    return out
+
+
+class _Nftables(object):
+    def __init__(self, settings):
+        self.nft = settings.get("nft_command") or "nft"
+
+    def current(self):
+        proc = _run([self.nft, "-j", "list", "table", NFT_FAMILY, NFT_TABLE], ok_codes=(0, 1))
+        if proc.returncode != 0:
+            if "No such file or directory" in proc.stderr:
+                return None
+            raise FirewallError("nft list table %s %s failed: %s"
+                                % (NFT_FAMILY, NFT_TABLE, proc.stderr.strip()))
+        return nft_parse(json.loads(proc.stdout))
+
+    def desired(self, lists):
+        return nft_model(lists)
+
+    def apply(self, desired):
+        _run([self.nft, "-f", "-"], stdin=nft_script(desired))
+
+    def render(self, state):
+        return _model_lines(state)
+
+    def remove(self):
+        if self.current() is None:
+            return []
+        _run([self.nft, "delete", "table", NFT_FAMILY, NFT_TABLE])
+        return ["delete nft table %s %s" % (NFT_FAMILY, NFT_TABLE)]
+
+
+# ------------------------------------------------------------------------- iptables
+_IPT_TABLES = {
+    # table: [(our chain, builtin chain it hangs off)]
+    "nat": [(NAT_CHAIN, "POSTROUTING")],
+    "filter": [(FORWARD_CHAIN, "FORWARD"), (IPIP_CHAIN, "INPUT")],
+}
+_OURS = (NAT_CHAIN, FORWARD_CHAIN, IPIP_CHAIN)
+_CMT = '-m comment --comment "%s"' % COMMENT
+
+
+def _ipt_norm(line):
+    """Canonical form of an iptables-save rule line."""
+    words = line.split()
+    for i, w in enumerate(words):
+        if w == "-p" and i + 1 < len(words) and words[i + 1] in ("ipencap", "ipip", "4"):
+            words[i + 1] = "4"
+    return " ".join(words)
+
+
+def ipt_model(lists, v):
+    """{table: {'chains': {chain: [rule lines]}, 'jumps': [rule lines]}} for one IP version."""
+    def nets(name):
+        return lists.get((name, v)) or []
+
+    model = {}
+    nat_rules, nat_jumps = [], []
+    for n in nets("nat_exempt_destinations"):
+        nat_rules.append("-A %s -d %s %s -j RETURN" % (NAT_CHAIN, n, _CMT))
+    for n in nets("nat_sources"):
+        nat_jumps.append("-A POSTROUTING -s %s %s -j %s" % (n, _CMT, NAT_CHAIN))
+    for n in nets("nat_destinations"):
+        nat_jumps.append("-A POSTROUTING -d %s %s -j %s" % (n, _CMT, NAT_CHAIN))
+    if nat_jumps:
+        nat_rules.append("-A %s %s -j MASQUERADE" % (NAT_CHAIN, _CMT))
+        model["nat"] = {"chains": {NAT_CHAIN: nat_rules}, "jumps": nat_jumps}
+    filt = {"chains": {}, "jumps": []}
+    fwd = []
+    for n in nets("forward_accept"):
+        fwd.append("-A %s -s %s %s -j ACCEPT" % (FORWARD_CHAIN, n, _CMT))
+        fwd.append("-A %s -d %s %s -j ACCEPT" % (FORWARD_CHAIN, n, _CMT))
+    if fwd:
+        filt["chains"][FORWARD_CHAIN] = fwd
+        filt["jumps"].append("-A FORWARD %s -j %s" % (_CMT, FORWARD_CHAIN))
+    ipip = ["-A %s -s %s %s -j ACCEPT" % (IPIP_CHAIN, n, _CMT) for n in nets("ipip_accept_sources")]
+    if ipip:
+        ipip.append("-A %s %s -j DROP" % (IPIP_CHAIN, _CMT))
+        filt["chains"][IPIP_CHAIN] = ipip
+        filt["jumps"].append("-A INPUT -p 4 %s -j %s" % (_CMT, IPIP_CHAIN))
+    if filt["chains"]:
+        model["filter"] = filt
+    return dict((t, {"chains": dict((c, [_ipt_norm(x) for x in r]) for c, r in m["chains"].items()),
+                     "jumps": sorted(_ipt_norm(x) for x in m["jumps"])})
+                for t, m in model.items())
+
+
+def ipt_parse(text):
+    """iptables-save output -> same shape as ipt_model (only our chains and jumps)."""
+    model, table = {}, None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("*"):
+            table = line[1:]
+        elif line.startswith(":") and table:
+            chain = line[1:].split()[0]
+            if chain in _OURS:
+                model.setdefault(table, {"chains": {}, "jumps": []})["chains"].setdefault(chain, [])
+        elif line.startswith("-A ") and table:
+            words = line.split()
+            chain = words[1]
+            target = words[words.index("-j") + 1] if "-j" in words[:-1] else None
+            if chain in _OURS:
+                model.setdefault(table, {"chains": {}, "jumps": []})["chains"].setdefault(
+                    chain, []).append(_ipt_norm(line))
+            elif target in _OURS:
+                model.setdefault(table, {"chains": {}, "jumps": []})["jumps"].append(_ipt_norm(line))
+    for m in model.values():
+        m["jumps"].sort()
+    return model
+
+
+def ipt_restore_script(table, have, want):
+    """One atomic `iptables-restore --noflush` commit turning `have` into `want` for a table."""
+    have = have or {"chains": {}, "jumps": []}
+    want = want or {"chains": {}, "jumps": []}
+    lines = ["*%s" % table]
+    chains = [c for c, _ in _IPT_TABLES[table]]
+    for c in chains:
+        if c in want["chains"] or c in have["chains"]:
+            lines.append(":%s - [0:0]" % c)  # creates it, or (with --noflush) flushes it
+    for j in have["jumps"]:
+        lines.append("-D" + j[2:])
+    for c in chains:
+        if c in want["chains"]:
+            lines += want["chains"][c]
+        elif c in have["chains"]:
+            lines.append("-X %s" % c)
+    # insert at the top so our accepts come before a foreign DROP (as Kilo prepends)
+    for j in reversed(want["jumps"]):
+        words = j.split()
+        lines.append(" ".join(["-I", words[1], "1"] + words[2:]))
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+class _Iptables(object):
+    def __init__(self, settings):
+        self.cmds = {4: settings.get("iptables_command") or "iptables",
+                     6: settings.get("ip6tables_command") or "ip6tables"}
+
+    def _save(self, v, table):
+        proc = _run(["%s-save" % self.cmds[v], "-t", table], ok_codes=(0, 1))
+        if proc.returncode != 0:
+            if v == 6:
+                return ""  # IPv6 tables may be unavailable; only an error if we need them
+            raise FirewallError("%s-save -t %s failed: %s" % (self.cmds[v], table,
+                                                             proc.stderr.strip()))
+        return proc.stdout
+
+    def current(self):
+        state = {}
+        for v in (4, 6):
+            fam = {}
+            for table in _IPT_TABLES:
+                fam.update(ipt_parse(self._save(v, table)))
+            state["ipv%d" % v] = fam
+        return state
+
+    def desired(self, lists):
+        return dict(("ipv%d" % v, ipt_model(lists, v)) for v in (4, 6))
+
+    def apply(self, desired, current=None):
+        current = current if current is not None else self.current()
+        for v in (4, 6):
+            fam = "ipv%d" % v
+            for table in _IPT_TABLES:
+                have = current[fam].get(table)
+                want = desired[fam].get(table)
+                if have == want:
+                    continue
+                _run(["%s-restore" % self.cmds[v], "-w", "--noflush"],
+                     stdin=ipt_restore_script(table, have, want))
+
+    def render(self, state):
+        out = []
+        for fam in ("ipv4", "ipv6"):
+            for table in sorted(state.get(fam, {})):
+                m = state[fam][table]
+                for c in sorted(m["chains"]):
+                    out.append("%s %s :%s" % (fam, table, c))
+                    out += ["%s %s %s" % (fam, table, r) for r in m["chains"][c]]
+                out += ["%s %s %s" % (fam, table, j) for j in m["jumps"]]
+        return out
+
+    def remove(self):
+        cur = self.current()
+        empty = {"ipv4": {}, "ipv6": {}}
+        if not any(cur.values()):
+            return []
+        self.apply(empty, cur)
+        return ["remove iptables chains %s and their jumps" % ", ".join(_OURS)]
+
+
+class FirewallBackend(object):
+    """Backend shape of DESIGN.md; state is a model of our table/chains (None/{} when absent)."""
+
+    name = "firewall"
+
+    def __init__(self, settings=None):
+        settings = dict(settings or {})
+        self.kind = settings.get("firewall") or "nftables"
+        if self.kind == "nftables":
+            self.impl = _Nftables(settings)
+        elif self.kind == "iptables":
+            self.impl = _Iptables(settings)
+        elif self.kind == "none":
+            self.impl = None
+        else:
+            raise FirewallError("setting firewall: %r is not one of nftables, iptables, none"
+                                % self.kind)
+
+    def current(self):
+        return self.impl.current() if self.impl else None
+
+    def desired(self, plan):
+        if not self.impl:
+            return None
+        return self.impl.desired(normalize_lists(plan.get("firewall"), plan.get("name", "?")))
+
+    def changes(self, current, desired):
+        if not self.impl or current == desired:
+            return []
+        before, after = self.impl.render(current), self.impl.render(desired)
+        out = ["firewall (%s): remove %s" % (self.kind, line) for line in before if line not in after]
+        out += ["firewall (%s): add %s" % (self.kind, line) for line in after if line not in before]
+        return out or ["firewall (%s): reorder rules" % self.kind]
+
+    def apply(self, current, desired):
+        changed = self.changes(current, desired)
+        if changed:
+            if self.kind == "iptables":
+                self.impl.apply(desired, current)
+            else:
+                self.impl.apply(desired)
+        return changed
+
+    def render(self, state):
+        return self.impl.render(state) if self.impl else []
+
+    def remove(self):
+        return self.impl.remove() if self.impl else []

@@ -1,0 +1,308 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Input validation for the topology engine: options, nodes and peers.
+
+Everything is checked before any plan is computed; the first problem raises one
+TopologyError naming the subject (node/peer/option) and the field. Parsed values are
+kept as ``ipaddress`` objects next to their normalised strings so the engine never
+parses twice.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import base64
+import binascii
+import ipaddress
+import re
+
+GRANULARITIES = ("location", "full", "cross")
+ENCAPSULATIONS = ("always", "crosssubnet", "never")
+
+DEFAULT_OPTIONS = {
+    "granularity": "location",
+    "subnet": "10.4.0.0/16",
+    "port": 51820,
+    "interface": "kilo0",
+    "encapsulate": "always",
+    "local": True,
+    "service_cidrs": [],
+    "cni": True,
+    "forward_rules": False,
+}
+
+# RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
+_IFNAME = re.compile(r"^[^\s/:]{1,15}$")
+
+
+class TopologyError(ValueError):
+    """Bad input: ``subject`` (e.g. "node 'b'") and ``field`` name where it is."""
+
+    def __init__(self, subject, field, message):
+        self.subject = subject
+        self.field = field
+        self.message = message
+        super(TopologyError, self).__init__("%s: %s: %s" % (subject, field, message))
+
+
+def node_subject(name):
+    return "node %r" % (name,)
+
+
+def peer_subject(name):
+    return "peer %r" % (name,)
+
+
+def _bool(value, subject, field):
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    if isinstance(value, int):
+        return value != 0
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0", ""):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    raise TopologyError(subject, field, "%r is not a boolean" % (value,))
+
+
+def _int(value, subject, field, low, high, default=0):
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise TopologyError(subject, field, "%r is not an integer" % (value,))
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise TopologyError(subject, field, "%r is not an integer" % (value,))
+    if isinstance(value, float) and number != value:
+        raise TopologyError(subject, field, "%r is not an integer" % (value,))
+    if number < low or number > high:
+        raise TopologyError(subject, field, "%d out of range %d-%d" % (number, low, high))
+    return number
+
+
+def parse_network(value, subject, field):
+    """A CIDR (or bare address = single-address CIDR) -> network with host bits cleared."""
+    if not isinstance(value, str) or not value.strip():
+        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+    try:
+        return ipaddress.ip_network(value.strip(), strict=False)
+    except ValueError:
+        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+
+
+def parse_interface(value, subject, field):
+    """A host address with its prefix (e.g. 10.1.0.1/16); a bare address gets /32 or /128."""
+    if not isinstance(value, str) or not value.strip():
+        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
+    try:
+        return ipaddress.ip_interface(value.strip())
+    except ValueError:
+        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
+
+
+def parse_network_list(values, subject, field):
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v.strip()]
+    if not isinstance(values, (list, tuple)):
+        raise TopologyError(subject, field, "expected a list of CIDRs, got %r" % (values,))
+    return [parse_network(v, subject, field) for v in values]
+
+
+def parse_key(value, subject, field, required=True):
+    if value is None or value == "":
+        if required:
+            raise TopologyError(subject, field, "missing")
+        return None
+    if not isinstance(value, str):
+        raise TopologyError(subject, field, "not a base64 WireGuard key")
+    try:
+        raw = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise TopologyError(subject, field, "not valid base64")
+    if len(raw) != 32:
+        raise TopologyError(subject, field, "decodes to %d bytes, a WireGuard key has 32" % len(raw))
+    return value.strip()
+
+
+def format_endpoint(ip, port):
+    return "[%s]:%d" % (ip, port) if ip.version == 6 else "%s:%d" % (ip, port)
+
+
+def parse_endpoint(value, subject, field, allow_dns=True):
+    """"host:port" -> (normalised string, ip object or None for DNS names, port)."""
+    if not isinstance(value, str) or not value.strip():
+        raise TopologyError(subject, field, "%r is not host:port" % (value,))
+    text = value.strip()
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0 or text[close + 1:close + 2] != ":":
+            raise TopologyError(subject, field, "%r is not [IPv6]:port" % (value,))
+        host, port_text = text[1:close], text[close + 2:]
+        try:
+            ip = ipaddress.IPv6Address(host)
+        except ValueError:
+            raise TopologyError(subject, field, "%r: %r is not an IPv6 address" % (value, host))
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host or ":" in host:
+            raise TopologyError(subject, field, "%r is not host:port (write IPv6 as [addr]:port)" % (value,))
+        try:
+            ip = ipaddress.IPv4Address(host)
+        except ValueError:
+            ip = None
+            if not allow_dns:
+                raise TopologyError(subject, field, "%r: %r is not an IP address" % (value, host))
+            labels = host.rstrip(".").split(".")
+            if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+                raise TopologyError(subject, field, "%r: %r is neither an IP address nor a DNS name" % (value, host))
+            if all(label.isdigit() for label in labels):
+                raise TopologyError(subject, field, "%r: %r is not a valid IPv4 address" % (value, host))
+    if not port_text.isdigit():
+        raise TopologyError(subject, field, "%r: port %r is not a number" % (value, port_text))
+    port = int(port_text)
+    if port < 1 or port > 65535:
+        raise TopologyError(subject, field, "port %d out of range 1-65535" % port)
+    if ip is None:
+        return "%s:%d" % (host.lower(), port), None, port
+    return format_endpoint(ip, port), ip, port
+
+
+def _name(item, kind, index):
+    name = item.get("name") if isinstance(item, dict) else None
+    if not isinstance(name, str) or not name:
+        raise TopologyError("%s #%d" % (kind, index + 1), "name", "missing or not a string")
+    return name
+
+
+def parse_options(options):
+    opts = dict(DEFAULT_OPTIONS)
+    for key, value in (options or {}).items():
+        if key not in DEFAULT_OPTIONS:
+            raise TopologyError("options", key, "unknown option")
+        if value is not None:
+            opts[key] = value
+    subject = "options"
+    if opts["granularity"] not in GRANULARITIES:
+        raise TopologyError(subject, "granularity", "%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)))
+    if opts["encapsulate"] not in ENCAPSULATIONS:
+        raise TopologyError(subject, "encapsulate", "%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)))
+    opts["subnet"] = parse_network(opts["subnet"], subject, "subnet")
+    opts["port"] = _int(opts["port"], subject, "port", 1, 65535, 51820)
+    if not isinstance(opts["interface"], str) or not _IFNAME.match(opts["interface"]):
+        raise TopologyError(subject, "interface", "%r is not a valid interface name" % (opts["interface"],))
+    for key in ("local", "cni", "forward_rules"):
+        opts[key] = _bool(opts[key], subject, key)
+    opts["service_cidrs"] = parse_network_list(opts["service_cidrs"], subject, "service_cidrs")
+    return opts
+
+
+class Node(object):
+    """One parsed node; strings are normalised once here."""
+
+    __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
+                 "internal_ip_str", "internal_host_cidr", "pod", "pod_str", "key", "leader_hint",
+                 "keepalive", "alips", "discovered", "segment", "index")
+
+
+class Peer(object):
+    __slots__ = ("name", "key", "allowed", "allowed_strs", "endpoint", "keepalive", "psk")
+
+
+def parse_node(item, index, default_port):
+    name = _name(item, "node", index)
+    subject = node_subject(name)
+    node = Node()
+    node.name = name
+    location = item.get("location")
+    node.location = "" if location is None else str(location)
+    node.endpoint = node.endpoint_ip = None
+    node.port = default_port
+    if item.get("endpoint") not in (None, ""):
+        node.endpoint, node.endpoint_ip, node.port = parse_endpoint(item["endpoint"], subject, "endpoint")
+    node.internal = node.internal_ip = node.internal_ip_str = node.internal_host_cidr = None
+    if item.get("internal_ip") not in (None, "", "-"):
+        node.internal = parse_interface(item["internal_ip"], subject, "internal_ip")
+        node.internal_ip = node.internal.ip
+        node.internal_ip_str = str(node.internal.ip)
+        node.internal_host_cidr = "%s/%d" % (node.internal_ip_str, node.internal.ip.max_prefixlen)
+    node.pod = node.pod_str = None
+    if item.get("pod_cidr") not in (None, ""):
+        node.pod = parse_network(item["pod_cidr"], subject, "pod_cidr")
+        node.pod_str = str(node.pod)
+    node.key = parse_key(item.get("public_key"), subject, "public_key")
+    node.leader_hint = _bool(item.get("leader"), subject, "leader")
+    node.keepalive = _int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
+    node.alips = parse_network_list(item.get("allowed_location_ips"), subject, "allowed_location_ips")
+    discovered = item.get("discovered_endpoints") or {}
+    if not isinstance(discovered, dict):
+        raise TopologyError(subject, "discovered_endpoints", "expected a mapping public key -> ip:port")
+    node.discovered = {}
+    for key in sorted(discovered):
+        field = "discovered_endpoints[%s]" % key
+        parse_key(key, subject, field)
+        node.discovered[key.strip()] = parse_endpoint(discovered[key], subject, field, allow_dns=False)
+    node.index = index
+    return node
+
+
+def parse_peer(item, index):
+    name = _name(item, "peer", index)
+    subject = peer_subject(name)
+    peer = Peer()
+    peer.name = name
+    peer.key = parse_key(item.get("public_key"), subject, "public_key")
+    peer.allowed = parse_network_list(item.get("allowed_ips"), subject, "allowed_ips")
+    if not peer.allowed:
+        raise TopologyError(subject, "allowed_ips", "a peer needs at least one allowed IP")
+    peer.endpoint = None
+    if item.get("endpoint") not in (None, ""):
+        peer.endpoint = parse_endpoint(item["endpoint"], subject, "endpoint")
+    # Kilo tells "unset" (nil) from 0; both mean: never replace the endpoint by a discovered one.
+    peer.keepalive = _int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
+    peer.psk = parse_key(item.get("preshared_key"), subject, "preshared_key", required=False)
+    return peer
+
+
+def parse_inputs(nodes, peers, options):
+    """Validate everything; returns (options, [Node] sorted by name, [Peer] sorted by name)."""
+    opts = parse_options(options)
+    if not isinstance(nodes, (list, tuple)):
+        raise TopologyError("nodes", "nodes", "expected a list of nodes")
+    if peers is None:
+        peers = []
+    if not isinstance(peers, (list, tuple)):
+        raise TopologyError("peers", "peers", "expected a list of peers")
+    parsed_nodes = []
+    names = set()
+    keys = {}
+    for index, item in enumerate(nodes):
+        if not isinstance(item, dict):
+            raise TopologyError("node #%d" % (index + 1), "node", "expected a mapping")
+        node = parse_node(item, index, opts["port"])
+        if node.name in names:
+            raise TopologyError(node_subject(node.name), "name", "duplicate node name")
+        names.add(node.name)
+        if node.key in keys:
+            raise TopologyError(node_subject(node.name), "public_key", "same key as %s" % keys[node.key])
+        keys[node.key] = node_subject(node.name)
+        parsed_nodes.append(node)
+    parsed_peers = []
+    peer_names = set()
+    for index, item in enumerate(peers):
+        if not isinstance(item, dict):
+            raise TopologyError("peer #%d" % (index + 1), "peer", "expected a mapping")
+        peer = parse_peer(item, index)
+        if peer.name in peer_names:
+            raise TopologyError(peer_subject(peer.name), "name", "duplicate peer name")
+        peer_names.add(peer.name)
+        if peer.key in keys:
+            raise TopologyError(peer_subject(peer.name), "public_key", "same key as %s" % keys[peer.key])
+        keys[peer.key] = peer_subject(peer.name)
+        parsed_peers.append(peer)
+    parsed_nodes.sort(key=lambda n: n.name)
+    parsed_peers.sort(key=lambda p: p.name)
+    return opts, parsed_nodes, parsed_peers

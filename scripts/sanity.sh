@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ansible-test sanity must run from a path ending in ansible_collections/NS/NAME, and it
+# resolves symlinks; so sanity runs on a copy of the collection's files (what git tracks
+# or would track), made fresh each time under .build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+dest=.build/sanity/ansible_collections/kilo/mesh
+rm -rf .build/sanity
+mkdir -p "$dest"
+git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+  if [ -e "$f" ]; then printf "%s\0" "$f"; fi
+done | rsync -a --from0 --files-from=- ./ "$dest/"
+cd "$dest"
+# ansible-test lists files with git; the copy needs a repository of its own.
+git init -q .
+# ansible-test's --venv bootstraps pip from a host this machine cannot reach, so the tests
+# run --local in a virtualenv of their own (their pins clash with ansible-lint's).
+venv=$root/.build/sanity-venv
+if [ ! -x "$venv/bin/ansible-test" ]; then
+  "$root/.venv/bin/python" -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "$(grep '^ansible-core==' "$root/requirements.txt")" 2>/dev/null
+fi
+# Each sanity test gets a fresh virtualenv that ansible-test fills with pip through a
+# "get-pip" script it downloads from a host outside the package registries. Stand in for
+# it with the same job done from PyPI: ensurepip, then pip installs what was asked.
+pip_version=$("$venv/bin/python" -c 'from ansible_test._internal.python_requirements import get_venv_packages as g
+from types import SimpleNamespace as N; print(g(N(version="3.12"))["pip"])')
+mkdir -p ~/.ansible/test/cache
+cat > ~/.ansible/test/cache/get_pip_${pip_version//./_}.py <<'PY'
+import subprocess, sys
+subprocess.check_call([sys.executable, "-m", "ensurepip", "--default-pip"], stdout=subprocess.DEVNULL)
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+subprocess.check_call([sys.executable, "-m", "pip", "install", "-q"] + args)
+PY
+"$venv/bin/ansible-test" sanity --local --requirements --python 3.12 --color no "$@"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make test`: every stage runs even when an earlier one fails, so one run shows all that
+# is wrong; the last line counts the stages.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export ANSIBLE_CONFIG=$PWD/ansible.cfg PATH=$PWD/.venv/bin:$PATH
+export ANSIBLE_COLLECTIONS_PATH=$PWD/.collections
+export PYTHONDONTWRITEBYTECODE=1
+
+stages=(
+  "unit|.venv/bin/python -m pytest -q -p no:cacheprovider tests/unit"
+  "sanity|bash scripts/sanity.sh"
+  "lint|.venv/bin/ansible-lint --profile production -q"
+  "hosts|.venv/bin/python -m pytest -q -p no:cacheprovider tests/lab tests/host"
+  "kernel-vm|bash tests/vm/run.sh tests/vm/kernel_backend_check.py"
+  "molecule|.venv/bin/molecule test --all"
+)
+[ -n "${KILO_TEST_STAGES:-}" ] && echo "only stages: $KILO_TEST_STAGES"
+
+passed=0 failed=0 summary=()
+for stage in "${stages[@]}"; do
+  name=${stage%%|*} cmd=${stage#*|}
+  if [ -n "${KILO_TEST_STAGES:-}" ] && [[ " $KILO_TEST_STAGES " != *" $name "* ]]; then continue; fi
+  echo "=== stage $name: $cmd"
+  start=$SECONDS
+  if bash -c "$cmd"; then
+    passed=$((passed + 1)); summary+=("ok      $name ($((SECONDS - start)) s)")
+  else
+    failed=$((failed + 1)); summary+=("FAILED  $name ($((SECONDS - start)) s)")
+  fi
+done
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+echo "stages: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

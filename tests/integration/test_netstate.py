@@ -1,0 +1,276 @@
+"""NetStateBackend against real netlink, inside network namespaces this test creates (prefix kn).
+
+The backend runs in a subprocess under `ip netns exec`, with Debian's /usr/bin/python3
+(pyroute2 0.7.2, what hosts run) and with the venv's python (pyroute2 0.9.x).
+"""
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(ROOT, ".collections")
+PYTHONS = [p for p in ("/usr/bin/python3", sys.executable) if os.path.exists(p)]
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+
+DRIVER = r"""
+import json, sys
+sys.path.insert(0, %(collections)r)
+from ansible_collections.kilo.mesh.plugins.module_utils.netstate import NetStateBackend, NetStateError
+req = json.load(sys.stdin)
+out = {}
+try:
+    b = NetStateBackend(req.get("settings"))
+    for op in req["ops"]:
+        if op == "check":
+            cur, want = b.current(), b.desired(req["plan"])
+            out["check"] = b.changes(cur, want)
+            out["before"], out["after"] = b.render(cur), b.render(want)
+        elif op == "apply":
+            cur, want = b.current(), b.desired(req["plan"])
+            out["planned"] = b.changes(cur, want)
+            out["applied"] = b.apply(cur, want)
+        elif op == "remove":
+            out["removed"] = b.remove()
+        elif op == "render":
+            out["render"] = b.render(b.current())
+except NetStateError as exc:
+    out["error"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def sh(*args, **kw):
+    return subprocess.run(args, check=kw.pop("check", True), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, **kw)
+
+
+def run_backend(ns, plan, ops, python=PYTHONS[0], settings=None):
+    req = {"plan": plan, "ops": ops, "settings": settings or {"interface": "kilo0"}}
+    proc = sh("ip", "netns", "exec", ns, python, "-c", DRIVER % {"collections": COLLECTIONS},
+              input=json.dumps(req), check=False)
+    assert proc.returncode == 0, proc.stderr  # a traceback is a bug: errors must be clear
+    return json.loads(proc.stdout)
+
+
+def ipj(ns, *args):
+    out = sh("ip", "-n", ns, "-j", *args).stdout.strip()
+    return json.loads(out) if out else []
+
+
+def routes(ns, family="-4", table="all"):
+    return sorted("%s %s %s %s" % (r["dst"], r.get("gateway", "-"), r["dev"], r.get("table", "main"))
+                  for r in ipj(ns, family, "route", "show", "table", table, "proto", "107"))
+
+
+def rules(ns, family="-4"):
+    return [r for r in ipj(ns, family, "rule", "show") if str(r.get("table")) == "1107"]
+
+
+@pytest.fixture
+def netns(request):
+    """A namespace with lo, a veth 'kilo0' (stands in for WireGuard) and a 'private' veth."""
+    made = []
+
+    def make(with_kilo0=True):
+        ns = "kn%s" % uuid.uuid4().hex[:8]
+        sh("ip", "netns", "add", ns)
+        made.append(ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", ns, "link", "add", "knpriv", "type", "veth", "peer", "name", "knpeer")
+        for dev in ("knpriv", "knpeer"):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", ns, "addr", "add", "10.1.0.1/16", "dev", "knpriv")
+        sh("ip", "-n", ns, "addr", "add", "fd01::1/64", "dev", "knpriv", "nodad")
+        if with_kilo0:
+            sh("ip", "-n", ns, "link", "add", "kilo0", "type", "veth", "peer", "name", "knwgpeer")
+            for dev in ("kilo0", "knwgpeer"):
+                sh("ip", "-n", ns, "link", "set", dev, "up")
+        return ns
+
+    yield make
+    for ns in made:
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def leader_plan(**over):
+    plan = {
+        "name": "a", "leader": True, "interface": "kilo0",
+        "address": "10.4.0.1/16", "internal_ip": "10.1.0.1/16",
+        "routes": [
+            {"dst": "10.2.1.0/24", "gateway": "10.4.0.2", "device": "kilo0",
+             "source": "10.1.0.1", "table": 254, "onlink": True},
+            {"dst": "10.2.0.1/32", "gateway": "10.4.0.2", "device": "kilo0",
+             "source": "10.1.0.1", "table": 254, "onlink": True},
+            {"dst": "10.9.0.0/24", "gateway": None, "device": "kilo0",
+             "source": "10.1.0.1", "table": 254, "onlink": False},
+            {"dst": "10.1.2.0/24", "gateway": "10.1.0.2", "device": "private",
+             "source": None, "table": 254, "onlink": True},
+            {"dst": "10.1.0.2/32", "gateway": "10.1.0.2", "device": "private",
+             "source": "10.1.0.1", "table": 1107, "onlink": True},
+            {"dst": "fd02::/64", "gateway": "fd04::2", "device": "kilo0",
+             "source": None, "table": 254, "onlink": True},
+        ],
+        "rules": [
+            {"src": "10.1.1.0/24", "dst": "10.1.0.2/32", "iif": None, "table": 1107},
+            {"src": None, "dst": "10.1.0.2/32", "iif": "kilo0", "table": 1107},
+            {"src": None, "dst": "fd01::2/128", "iif": "kilo0", "table": 1107},
+        ],
+    }
+    plan.update(over)
+    return plan
+
+
+EXPECTED_V4 = sorted([
+    "10.2.1.0/24 10.4.0.2 kilo0 main",
+    "10.2.0.1 10.4.0.2 kilo0 main",
+    "10.9.0.0/24 - kilo0 main",
+    "10.1.2.0/24 10.1.0.2 knpriv main",
+    "10.1.0.2 10.1.0.2 knpriv 1107",
+])
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_converge_check_idempotent_foreign_survives(netns, python):
+    ns = netns()
+    # foreign state: another protocol's route, a rule of another table, a boot route in 1107
+    sh("ip", "-n", ns, "route", "add", "10.77.0.0/24", "dev", "knpriv", "proto", "static")
+    sh("ip", "-n", ns, "route", "add", "10.78.0.0/24", "dev", "knpriv", "proto", "boot",
+       "table", "1107")
+    sh("ip", "-n", ns, "rule", "add", "from", "10.79.0.0/24", "lookup", "200", "pref", "500")
+    sh("ip", "-n", ns, "-6", "route", "add", "fd77::/64", "dev", "knpriv", "proto", "static")
+
+    # check mode: reports, changes nothing
+    out = run_backend(ns, leader_plan(), ["check"], python)
+    assert "error" not in out, out
+    assert "add address 10.4.0.1/16 dev kilo0" in out["check"]
+    assert any(c.startswith("add route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1")
+               for c in out["check"])
+    assert "10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main" in out["after"]["routes"]
+    assert routes(ns) == [] and rules(ns) == []
+    assert out["before"]["addresses"] == []
+
+    out = run_backend(ns, leader_plan(), ["apply", "render"], python)
+    assert "error" not in out, out
+    assert out["applied"] == out["planned"] and out["applied"]
+    assert routes(ns) == EXPECTED_V4
+    assert routes(ns, "-6") == ["fd02::/64 fd04::2 kilo0 main"]
+    got_rules = sorted((r.get("src", "all"), r.get("dst"), r.get("iif")) for r in rules(ns))
+    assert got_rules == [("10.1.1.0", "10.1.0.2", None), ("all", "10.1.0.2", "kilo0")]
+    assert [(r.get("dst"), r.get("iif")) for r in rules(ns, "-6")] == [("fd01::2", "kilo0")]
+    addrs = [a["local"] + "/" + str(a["prefixlen"]) for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"]
+             if a["scope"] == "global"]
+    assert addrs == ["10.4.0.1/16"]
+    onlink = [r for r in ipj(ns, "route", "show", "10.2.1.0/24", "proto", "107")]
+    assert "onlink" in onlink[0]["flags"] and onlink[0]["prefsrc"] == "10.1.0.1"
+
+    # second run: nothing to do, nothing done
+    out = run_backend(ns, leader_plan(), ["check", "apply"], python)
+    assert out["check"] == [] and out["applied"] == []
+
+    # foreign state untouched
+    assert ipj(ns, "route", "show", "10.77.0.0/24")[0]["protocol"] == "static"
+    assert ipj(ns, "route", "show", "table", "1107", "10.78.0.0/24")[0].get("protocol", "boot") == "boot"
+    assert any(r.get("src") == "10.79.0.0" for r in ipj(ns, "rule", "show"))
+    assert ipj(ns, "-6", "route", "show", "fd77::/64")
+
+    # remove: ours gone, foreign stays
+    out = run_backend(ns, leader_plan(), ["remove"], python)
+    assert "error" not in out and out["removed"]
+    assert routes(ns) == [] and routes(ns, "-6") == [] and rules(ns) == [] and rules(ns, "-6") == []
+    assert not [a for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"] if a["scope"] == "global"]
+    assert ipj(ns, "route", "show", "10.77.0.0/24") and ipj(ns, "route", "show", "table", "1107")
+    assert any(r.get("src") == "10.79.0.0" for r in ipj(ns, "rule", "show"))
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_stale_removed_changed_replaced(netns, python):
+    ns = netns()
+    out = run_backend(ns, leader_plan(), ["apply"], python)
+    assert "error" not in out, out
+    # a leftover of ours that no plan mentions, in table 1107
+    sh("ip", "-n", ns, "route", "add", "10.66.0.0/24", "dev", "knpriv", "proto", "107", "table", "1107")
+
+    plan = leader_plan(address="10.4.0.3/16")
+    plan["routes"] = [dict(r) for r in plan["routes"] if r["dst"] not in ("10.9.0.0/24", "fd02::/64")]
+    plan["routes"][0]["gateway"] = "10.4.0.9"          # 10.2.1.0/24 moves to another leader
+    plan["rules"] = plan["rules"][:1]
+    out = run_backend(ns, plan, ["apply"], python)
+    assert "error" not in out, out
+    applied = out["applied"]
+    assert "replace route 10.2.1.0/24 via 10.4.0.9 dev kilo0 onlink src 10.1.0.1 table main" in applied
+    assert "remove route 10.66.0.0/24 dev knpriv table 1107" in applied
+    assert "remove address 10.4.0.1/16 dev kilo0" in applied
+    assert routes(ns) == sorted([
+        "10.2.1.0/24 10.4.0.9 kilo0 main", "10.2.0.1 10.4.0.2 kilo0 main",
+        "10.1.2.0/24 10.1.0.2 knpriv main", "10.1.0.2 10.1.0.2 knpriv 1107"])
+    assert routes(ns, "-6") == []
+    assert len(rules(ns)) == 1 and rules(ns, "-6") == []
+    out = run_backend(ns, plan, ["check"], python)
+    assert out["check"] == []
+
+
+def test_check_mode_without_interface(netns):
+    ns = netns(with_kilo0=False)
+    out = run_backend(ns, leader_plan(), ["check"])
+    assert "error" not in out, out
+    assert "interface kilo0 absent (addresses follow once it exists)" in out["check"]
+    assert "add route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main" in out["check"]
+    assert routes(ns) == []
+    out = run_backend(ns, leader_plan(), ["apply"])
+    assert "interface kilo0 does not exist" in out["error"]
+    assert routes(ns) == []
+
+
+def test_non_leader_needs_no_interface(netns):
+    ns = netns(with_kilo0=False)
+    plan = leader_plan(address=None, leader=False, rules=[], routes=[
+        {"dst": "10.4.0.1/32", "gateway": "10.1.0.2", "device": "private", "source": None,
+         "table": 254, "onlink": True}])
+    out = run_backend(ns, plan, ["apply", "check"])
+    assert "error" not in out, out
+    assert routes(ns) == ["10.4.0.1 10.1.0.2 knpriv main"] and out["check"] == []
+
+
+def test_tunl0_missing_is_a_clear_error(netns):
+    probe = sh("ip", "link", "show", "tunl0", check=False).returncode == 0 or \
+        os.path.isdir("/sys/module/ipip")
+    if probe:
+        pytest.skip("this host has IPIP; the error path needs a host without it")
+    ns = netns()
+    plan = leader_plan()
+    plan["routes"].append({"dst": "10.1.0.3/32", "gateway": "10.1.0.3", "device": "tunl0",
+                           "source": "10.1.0.1", "table": 1107, "onlink": True})
+    for ops in (["check"], ["apply"]):
+        out = run_backend(ns, plan, ops, PYTHONS[0])
+        assert out["error"] == ("node a: host lacks IPIP (tunl0) support: load the ipip module "
+                                "(modprobe ipip) or set encapsulate: never")
+    assert routes(ns) == []
+
+
+def test_bad_input_and_unresolvable_private(netns):
+    ns = netns()
+    plan = leader_plan(internal_ip="10.50.0.1/16")
+    out = run_backend(ns, plan, ["check"])
+    assert "node a: routes[3].device: 'private' needs the interface holding internal_ip 10.50.0.1/16" \
+        in out["error"]
+    plan = leader_plan()
+    plan["routes"][1]["gateway"] = "not-an-ip"
+    out = run_backend(ns, plan, ["check"])
+    assert out["error"] == "node a: routes[1].gateway: 'not-an-ip' is not an IP address"
+
+
+def test_foreign_route_at_our_destination(netns):
+    ns = netns()
+    sh("ip", "-n", ns, "route", "add", "10.1.2.0/24", "dev", "knpriv", "proto", "static")
+    out = run_backend(ns, leader_plan(), ["apply"])
+    assert "a foreign route (proto 4) already holds 10.1.2.0/24 in table main" in out["error"]
+    assert ipj(ns, "route", "show", "10.1.2.0/24")[0]["protocol"] == "static"
+    out = run_backend(ns, leader_plan(), ["apply"], settings={"interface": "kilo0",
+                                                              "route_conflict": "replace"})
+    assert "error" not in out, out
+    assert ipj(ns, "route", "show", "10.1.2.0/24")[0]["protocol"] == "107"
