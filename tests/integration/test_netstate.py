@@ -199,8 +199,30 @@ def test_stale_removed_changed_replaced(netns, python):
     plan["routes"] = [dict(r) for r in plan["routes"] if r["dst"] not in ("10.9.0.0/24", "fd02::/64")]
     plan["routes"][0]["gateway"] = "10.4.0.9"          # 10.2.1.0/24 moves to another leader
     plan["rules"] = plan["rules"][:1]
-    out = run_backend(ns, plan, ["apply"], python)
+    # watch netlink: a changed route must be replaced in place, and the address change must not
+    # make the kernel flush the routes through kilo0 (that would be a traffic gap)
+    mon = subprocess.Popen(["ip", "-n", ns, "monitor", "route"], stdout=subprocess.PIPE,
+                           universal_newlines=True)
+    try:
+        # a start marker proves the monitor is subscribed before we change anything
+        sh("ip", "-n", ns, "route", "add", "10.110.0.0/24", "dev", "knpriv")
+        for line in mon.stdout:
+            if line.startswith("10.110.0.0/24"):
+                break
+        out = run_backend(ns, plan, ["apply"], python)
+        sh("ip", "-n", ns, "route", "add", "10.111.0.0/24", "dev", "knpriv")  # end marker
+        events = []
+        for line in mon.stdout:
+            events.append(line.strip())
+            if line.startswith("10.111.0.0/24"):
+                break
+    finally:
+        mon.terminate()  # our own monitor, by its handle
+        mon.wait()
     assert "error" not in out, out
+    deleted = [e for e in events if e.startswith("Deleted")]
+    assert not [e for e in deleted if "10.2.1.0/24" in e or "10.2.0.1" in e], events
+    assert any(e.startswith("10.2.1.0/24 via 10.4.0.9") for e in events), events
     applied = out["applied"]
     assert "replace route 10.2.1.0/24 via 10.4.0.9 dev kilo0 onlink src 10.1.0.1 table main" in applied
     assert "remove route 10.66.0.0/24 dev knpriv table 1107" in applied

@@ -20,12 +20,13 @@ suite=bookworm
 # /opt/kv-pyroute2 and is picked by PYTHONPATH (run.sh --pyroute2). python3-cffi-backend is
 # listed because debootstrap does not resolve the virtual cffi API packages cryptography needs.
 packages=python3,python3-cryptography,python3-cffi-backend,python3-pyroute2,iproute2,wireguard-tools,iputils-ping,kmod,nftables,iptables
-# Module roots; modules.dep adds their dependencies (crypto libs, udp_tunnel, ...).
+# Module roots; modules.dep adds their dependencies (crypto libs, udp_tunnel, ...). All crypto
+# algorithms are roots because some are only soft dependencies (libcrc32c needs crc32c for nf_tables).
 module_roots='kernel/net/core kernel/net/ipv4 kernel/net/ipv6 kernel/net/netfilter
   kernel/net/bridge kernel/net/sched kernel/net/8021q kernel/net/802 kernel/net/llc
   kernel/net/packet kernel/net/unix kernel/net/key kernel/net/xfrm kernel/net/9p
   kernel/drivers/net/wireguard kernel/drivers/net/ipvlan kernel/drivers/net/vxlan
-  kernel/drivers/net/bonding kernel/fs/9p'
+  kernel/drivers/net/bonding kernel/fs/9p kernel/crypto kernel/arch/x86/crypto'
 module_top_dir=kernel/drivers/net   # its top-level *.ko: veth, dummy, tun, vrf, macvlan, ...
 
 log() { printf 'kv-build: %s\n' "$*" >&2; }

@@ -127,6 +127,15 @@ def _():
         raise RuntimeError("masquerade rule missing: %s" % out)
 
 
+@check("iptables (nf_tables backend): nat chain with masquerade")
+def _():
+    sh("iptables", "-t", "nat", "-N", "KVS-NAT", ns=NS_A)
+    sh("iptables", "-t", "nat", "-A", "KVS-NAT", "-o", "kvsv0", "-j", "MASQUERADE", ns=NS_A)
+    out = sh("iptables", "-t", "nat", "-S", "KVS-NAT", ns=NS_A)
+    if "MASQUERADE" not in out:
+        raise RuntimeError("masquerade rule missing: %s" % out)
+
+
 @check("pyroute2 sees the wireguard link")
 def _():
     import pyroute2
