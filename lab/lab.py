@@ -652,47 +652,56 @@ class Lab(object):
         finally:
             os.close(fd)
 
+    def _wait_gone(self, victims, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            for name, proc in list(self._procs.items()):  # keepers we started: reap them
+                if proc.poll() is not None:
+                    del self._procs[name]
+            for pid, _ in victims:
+                try:
+                    os.waitpid(pid, os.WNOHANG)  # ours (e.g. after a crash in up): reap
+                except OSError:
+                    pass
+            # Orphans' zombies are reaped by the machine's PID 1, which may take a moment.
+            if not any(_exists(pid, start) for pid, start in victims) or time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+
     def _teardown(self, lab):
         # 1. Kill each host's PID namespace by killing its init (the kernel then kills
-        #    everything inside); verified by start time so a reused PID is never hit.
+        #    everything inside); verified by start time so a reused PID is never hit. The
+        #    keeper (unshare) above it then reaps it and exits by itself.
+        hosts = list((lab or {}).get("hosts", {}).values())
         victims = []
-        for h in (lab or {}).get("hosts", {}).values():
+        for h in hosts:
+            if h.get("pid") and _alive(h["pid"], h.get("pid_start")):
+                os.kill(h["pid"], signal.SIGKILL)
             for key, start in (("pid", "pid_start"), ("keeper_pid", "keeper_start")):
                 if h.get(key) and _exists(h[key], h.get(start)):
                     victims.append((h[key], h.get(start)))
+        self._wait_gone(victims, 3)
+        # 2. Anything still inside our network namespaces (a keeper whose init never came
+        #    up, or state lost after a crash): kill it by PID.
         mine = [n for n in list_netns() if n.startswith(self.prefix + "-")]
-        # Processes still inside our network namespaces (e.g. state lost after a crash).
         for ns in mine:
             for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                victims.append((int(pid), _starttime(int(pid))))
-        for pid, start in victims:
-            if _alive(pid, start):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        for name, proc in list(self._procs.items()):
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            del self._procs[name]
-        deadline = time.monotonic() + 15
-        while any(_exists(pid, start) for pid, start in victims) and time.monotonic() < deadline:
-            for pid, _ in victims:  # reap what is ours; orphans are reaped by PID 1
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        # 2. Namespaces (their veths go with them), then what is left in the root namespace.
+                start = _starttime(int(pid))
+                if start is not None:
+                    victims.append((int(pid), start))
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+        self._wait_gone(victims, 15)
+        # 3. Namespaces (their veths go with them), then what is left in the root namespace.
         if mine:
             _ip_batch(["netns del %s" % n for n in mine], what="deleting namespaces")
         for link in _root_links():
             if self._is_root_link(link):
                 _run(["ip", "link", "del", link], check=False)
         _run(["nft", "delete", "table", "inet", "%s_guard" % self.prefix], check=False)
-        # 3. State files (only our own entries: another lab's state dir may be nested here).
+        # 4. State files (only our own entries: another lab's state dir may be nested here).
         for entry in STATE_ENTRIES:
             p = self.path(entry)
             if os.path.isdir(p) and not os.path.islink(p):

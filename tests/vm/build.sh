@@ -148,6 +148,8 @@ pack_base() {
   rm -rf "$r/opt/kv-pyroute2"
   mkdir -p "$r/opt/kv-pyroute2"
   cp -a "$py" "$r/opt/kv-pyroute2/"
+  # Its metadata too, so importlib.metadata reports 0.9.7 rather than Debian's 0.7.2.
+  cp -a "$(dirname "$py")"/pyroute2-*.dist-info "$r/opt/kv-pyroute2/" 2>/dev/null || true
   find "$r/opt/kv-pyroute2" -name __pycache__ -prune -exec rm -rf {} +
   # Precompile with the VM's own python (3.11): imports under TCG are slow enough.
   chroot "$r" /usr/bin/python3 -m compileall -q /opt/kv-pyroute2 >/dev/null

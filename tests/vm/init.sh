@@ -39,7 +39,10 @@ done
 
 export PYTHONPATH=$KV_PYTHONPATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 cd /opt/kilo/ansible_collections/kilo/mesh
-echo "kv-init: $(uname -r), python3 $(python3 -c 'import sys, pyroute2; print("%d.%d.%d" % sys.version_info[:3], "pyroute2", pyroute2.__version__)' 2>&1)"
+python3 -c 'import sys, pyroute2, importlib.metadata as m
+v = getattr(pyroute2, "__version__", "unknown")
+v = m.version("pyroute2") if v == "unknown" else v
+print("kv-init: python3 %d.%d.%d," % sys.version_info[:3], "pyroute2", v, "from", pyroute2.__path__[0])' 2>&1
 echo "KV-BEGIN" >"$out"
 python3 "$KV_SCRIPT" "${KV_ARGS[@]}" 2>&1 </dev/null | tee "$out"
 rc=${PIPESTATUS[0]}

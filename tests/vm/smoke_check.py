@@ -49,6 +49,16 @@ def run_checks():
     return passed, failed
 
 
+def pyroute2_version():
+    """Debian's 0.7.2 reports __version__ 'unknown'; its package metadata knows."""
+    import pyroute2
+    version = getattr(pyroute2, "__version__", "unknown")
+    if version == "unknown":
+        from importlib import metadata
+        version = metadata.version("pyroute2")
+    return version
+
+
 def setup():
     for ns in (NS_A, NS_B):
         sh("ip", "netns", "add", ns)
@@ -152,7 +162,7 @@ def _():
             raise RuntimeError("kvwg0 kind is %r" % kind)
     finally:
         ns.close()
-    return "pyroute2 %s from %s" % (pyroute2.__version__, os.path.dirname(pyroute2.__file__))
+    return "pyroute2 %s from %s" % (pyroute2_version(), os.path.dirname(pyroute2.__file__))
 
 
 @check("project host code imports at ansible_collections.kilo.mesh.plugins.module_utils")

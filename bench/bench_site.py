@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""site.yml on lab meshes: a cold run, an idempotent re-run, and `ansible -m ping` for scale.
+
+Prints `site cold|rerun|ping locations=L hosts=N seconds=S` per lab size. The goal for the
+idempotent re-run is within 3x the ping time. A benchmark: it never fails on time.
+"""
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from lab.lab import Lab  # noqa: E402
+
+PREFIX = "klb"
+SIZES = [(3, 3), (5, 6)]
+
+
+def timed(argv, env):
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:])
+        raise SystemExit("bench: %s failed" % " ".join(argv[:2]))
+    return elapsed
+
+
+def main():
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    venv = os.path.join(REPO, ".venv", "bin")
+    for locations, hosts in SIZES:
+        lab = Lab(PREFIX)
+        lab.down()
+        lab.up(locations, hosts, 1)
+        try:
+            inv = lab.inventory
+            registry = os.path.join(lab.state_dir, "kilo-registry.json")
+            if os.path.exists(registry):
+                os.remove(registry)
+            n = locations * hosts
+            site = [os.path.join(venv, "ansible-playbook"), "-i", inv, "playbooks/site.yml"]
+            ping = [os.path.join(venv, "ansible"), "-i", inv, "kilo", "-m", "ping"]
+            for what, argv in (("cold", site), ("rerun", site), ("ping", ping)):
+                print("site %s locations=%d hosts=%d seconds=%.2f" % (what, locations, n, timed(argv, env)), flush=True)
+        finally:
+            lab.down()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: key
+short_description: Ensure a host's WireGuard key and report what the mesh needs to know about the host
+version_added: "0.1.0"
+author:
+  - kilo.mesh contributors
+description:
+  - Makes sure a WireGuard private key exists on the host (created with X25519, stored base64
+    like C(wg genkey), file mode C(0600) in a C(0700) directory when the directory is created),
+    and returns its B(public) key. The private key never leaves the host.
+  - Reports the internal and external IP candidates of the host, chosen the way Kilo chooses
+    them (hostname addresses, then the default-route interface, then every interface; private
+    and public addresses kept apart; loopback and link-local ignored).
+  - Reports the MTU of the default-route interface and, when the WireGuard interface already
+    exists, the endpoints WireGuard learned for its peers (for NAT traversal).
+  - This is the first step of a mesh run; its results feed the topology engine on the
+    controller (see M(kilo.mesh.converge)).
+options:
+  path:
+    description:
+      - Path of the private key file.
+      - An existing valid key is kept; a file that is not a valid key is an error (it is
+        never overwritten). A key file readable by others is tightened to C(0600).
+    type: path
+    default: /var/lib/kilo/key
+  interface:
+    description:
+      - Name of the WireGuard interface. Its addresses are never taken as the host's IP, and
+        when it exists its learned peer endpoints are returned in RV(discovered_endpoints).
+    type: str
+    default: kilo0
+  ignore_interfaces:
+    description:
+      - Interfaces whose addresses must not be chosen as internal or external IP, for example
+        a management NIC whose address Kilo's rules would count as public.
+      - C(tunl0) and O(interface) are always ignored.
+    type: list
+    elements: str
+    default: []
+  state:
+    description:
+      - Only C(present) is supported; removing a key is deliberately left to the operator.
+    type: str
+    choices: [present]
+    default: present
+attributes:
+  check_mode:
+    support: full
+    details: In check mode a missing key is reported as to be created and RV(public_key) is null.
+  diff_mode:
+    support: none
+notes:
+  - Runs on the managed host with the host's Python; needs C(cryptography) and C(pyroute2).
+  - >-
+    An address counts as public the way Kilo counts it - any IPv4 address outside 10.0.0.0/8,
+    172.16.0.0/12 and 192.168.0.0/16 (so also 100.64.0.0/10, 198.18.0.0/15 and the documentation
+    ranges), any IPv6 address not starting with fd00.
+seealso:
+  - module: kilo.mesh.converge
+  - name: Kilo
+    description: The Kubernetes WireGuard mesh whose behaviour this collection reproduces.
+    link: https://github.com/squat/kilo
+"""
+
+EXAMPLES = r"""
+- name: Ensure the WireGuard key and discover addresses
+  kilo.mesh.key:
+  register: kilo_key
+
+- name: Lab host whose management NIC must not become the endpoint
+  kilo.mesh.key:
+    path: /var/lib/kilo/key
+    interface: kilo0
+    ignore_interfaces:
+      - mgmt0
+  register: kilo_key
+
+- name: Use the results
+  ansible.builtin.debug:
+    msg: "{{ kilo_key.public_key }} at {{ kilo_key.external_ip }} (internal {{ kilo_key.internal_ip }})"
+"""
+
+RETURN = r"""
+public_key:
+  description: WireGuard public key (base64) of the host. Null in check mode when the key would be created.
+  returned: always
+  type: str
+  sample: "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
+internal_ip:
+  description: The chosen internal (private) IP with its prefix length, or null when the host has no private address.
+  returned: always
+  type: str
+  sample: 10.1.0.5/24
+external_ip:
+  description:
+    - The chosen external IP (no prefix length), the host part of the node's endpoint.
+    - The first public candidate, else the first private one, else null.
+  returned: always
+  type: str
+  sample: 203.0.113.5
+candidates:
+  description: All candidates, in order of preference.
+  returned: always
+  type: dict
+  contains:
+    internal:
+      description: Private addresses (CIDR) that could be the internal IP.
+      type: list
+      elements: str
+      sample: [10.1.0.5/24]
+    external:
+      description: Public addresses (CIDR) that could be the external IP.
+      type: list
+      elements: str
+      sample: [203.0.113.5/24]
+mtu:
+  description: MTU of the interface holding the default route, or null when there is no default route.
+  returned: always
+  type: int
+  sample: 1500
+discovered_endpoints:
+  description:
+    - Map of peer public key to the C(ip:port) WireGuard last saw it at, for peers that completed
+      a handshake. Empty when the interface does not exist.
+  returned: always
+  type: dict
+  sample: {"kXp0...=": "198.51.100.7:40112"}
+msg:
+  description: What happened to the key.
+  returned: always
+  type: str
+  sample: key /var/lib/kilo/key exists
+"""
+
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kilo.mesh.plugins.module_utils.keys import KeyError_, ensure_key
+
+
+def run_module():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/var/lib/kilo/key"),
+            interface=dict(type="str", default="kilo0"),
+            ignore_interfaces=dict(type="list", elements="str", default=[]),
+            state=dict(type="str", default="present", choices=["present"]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        key = ensure_key(p["path"], check_mode=module.check_mode)
+    except (KeyError_, OSError) as e:
+        module.fail_json(msg="key %s: %s" % (p["path"], e))
+
+    try:
+        from ansible_collections.kilo.mesh.plugins.module_utils import discovery
+        host = discovery.read_host()
+        ips = discovery.choose_ips(host, hostname=socket.gethostname(),
+                                   ignore_interfaces=list(p["ignore_interfaces"]) + [p["interface"]])
+        mtu = discovery.default_route_mtu(host)
+    except ImportError as e:
+        module.fail_json(msg="IP discovery needs pyroute2 on the host: %s" % e)
+
+    discovered = {}
+    try:
+        from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
+        discovered = WireGuardBackend({"interface": p["interface"]}).discovered_endpoints()
+    except Exception as e:  # reading is best effort: a broken interface must not block keys
+        module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
+
+    module.exit_json(changed=key["changed"], msg=key["msg"], public_key=key["public_key"],
+                     internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
+                     candidates=ips["candidates"], mtu=mtu, discovered_endpoints=discovered)
+
+
+def main():
+    run_module()
+
+
+if __name__ == "__main__":
+    main()
