@@ -38,6 +38,7 @@ MAX_LOCATIONS = 15  # third octet of a /20 block, 0 is the bridge
 MAX_HOSTS = 254
 MAX_PUBLIC = 9  # public address 203.0.113.<10*location + host>
 MAX_PUBLIC_LOCATIONS = 24
+GLOBAL_LOCK = "/run/lock/kilo-lab.lock" if os.path.isdir("/run/lock") else "/tmp/kilo-lab.lock"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Directories each host gets as overlay (lower = the machine's own, so dpkg's database and
 # the installed packages stay visible; writes land in the host's upper dir).
@@ -358,16 +359,23 @@ class Lab(object):
             if leftovers:
                 raise LabError("lab %s already exists (%s); run `lab.py down --prefix %s` first"
                                % (self.prefix, ", ".join(leftovers[:5]), self.prefix))
-            lab = plan_lab(locations, hosts_per_location, public_per_location, nat, ipv6,
-                           mgmt_net or pick_mgmt_net(), self.prefix)
-            lab["state_dir"] = self.state_dir
-            lab["status"] = "creating"
-            self._save(lab)
+            # Machine-wide lock while choosing and claiming a management network, so labs
+            # brought up at the same time never pick the same block.
+            gfd = os.open(GLOBAL_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                self._build(lab, timeout)
-            except BaseException:
-                self._teardown(lab)
-                raise
+                fcntl.flock(gfd, fcntl.LOCK_EX)
+                lab = plan_lab(locations, hosts_per_location, public_per_location, nat, ipv6,
+                               mgmt_net or pick_mgmt_net(), self.prefix)
+                lab["state_dir"] = self.state_dir
+                lab["status"] = "creating"
+                self._save(lab)
+                try:
+                    self._build(lab, timeout, gfd)
+                except BaseException:
+                    self._teardown(lab)
+                    raise
+            finally:
+                os.close(gfd)
             lab["status"] = "up"
             self._save(lab)
             self._write_outputs(lab)
@@ -375,7 +383,7 @@ class Lab(object):
         finally:
             os.close(fd)
 
-    def _build(self, lab, timeout):
+    def _build(self, lab, timeout, global_lock):
         p = self.prefix
         hosts = list(lab["hosts"].values())
         self._make_keys(lab)
@@ -455,6 +463,7 @@ class Lab(object):
             cmds += ["link set in0 up", "link set wan0 up"]
             routers[r["netns"]] = cmds
         _ip_batch(root, what="root namespace links")
+        fcntl.flock(global_lock, fcntl.LOCK_UN)  # the management network is claimed now
         _ip_batch(fabric, netns=lab["fabric_netns"])
         for ns, cmds in routers.items():
             _ip_batch(cmds + per_ns.pop(ns, []), netns=ns)
@@ -649,10 +658,14 @@ class Lab(object):
         fd = self._lock()
         try:
             self._teardown(self.load())
+            # A per-prefix state dir that holds nothing but its lock goes too (never .lab/).
+            if self.state_dir != default_state_dir(DEFAULT_PREFIX) and os.listdir(self.state_dir) == [".lock"]:
+                os.unlink(self.path(".lock"))
+                os.rmdir(self.state_dir)
         finally:
             os.close(fd)
 
-    def _wait_gone(self, victims, timeout):
+    def _wait_gone(self, victims, timeout, zombies_ok=False):
         deadline = time.monotonic() + timeout
         while True:
             for name, proc in list(self._procs.items()):  # keepers we started: reap them
@@ -664,7 +677,8 @@ class Lab(object):
                 except OSError:
                     pass
             # Orphans' zombies are reaped by the machine's PID 1, which may take a moment.
-            if not any(_exists(pid, start) for pid, start in victims) or time.monotonic() > deadline:
+            check = _alive if zombies_ok else _exists
+            if not any(check(pid, start) for pid, start in victims) or time.monotonic() > deadline:
                 return
             time.sleep(0.02)
 
@@ -680,7 +694,7 @@ class Lab(object):
             for key, start in (("pid", "pid_start"), ("keeper_pid", "keeper_start")):
                 if h.get(key) and _exists(h[key], h.get(start)):
                     victims.append((h[key], h.get(start)))
-        self._wait_gone(victims, 3)
+        self._wait_gone(victims, 3, zombies_ok=True)
         # 2. Anything still inside our network namespaces (a keeper whose init never came
         #    up, or state lost after a crash): kill it by PID.
         mine = [n for n in list_netns() if n.startswith(self.prefix + "-")]
@@ -693,7 +707,7 @@ class Lab(object):
                         os.kill(int(pid), signal.SIGKILL)
                     except OSError:
                         pass
-        self._wait_gone(victims, 15)
+        self._wait_gone(victims, 15, zombies_ok=True)
         # 3. Namespaces (their veths go with them), then what is left in the root namespace.
         if mine:
             _ip_batch(["netns del %s" % n for n in mine], what="deleting namespaces")
@@ -702,13 +716,22 @@ class Lab(object):
                 _run(["ip", "link", "del", link], check=False)
         _run(["nft", "delete", "table", "inet", "%s_guard" % self.prefix], check=False)
         # 4. State files (only our own entries: another lab's state dir may be nested here).
+        #    Meanwhile the machine's PID 1 reaps our orphaned keepers; wait for that last.
         for entry in STATE_ENTRIES:
             p = self.path(entry)
             if os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p, ignore_errors=True)
             elif os.path.lexists(p):
                 os.unlink(p)
+        self._wait_gone(victims, 15)
         left = self._leftovers()
+        deadline = time.monotonic() + 10
+        while left and time.monotonic() < deadline:  # the kernel frees namespaces lazily
+            time.sleep(0.1)
+            for link in _root_links():
+                if self._is_root_link(link):
+                    _run(["ip", "link", "del", link], check=False)
+            left = self._leftovers()
         if left:
             raise LabError("lab %s: tear-down left %s" % (self.prefix, ", ".join(left)))
 

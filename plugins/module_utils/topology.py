@@ -31,7 +31,17 @@ deliberate and marked "beyond Kilo" below:
   controller does not resolve names).
 
 Outputs are JSON-able dicts; CIDRs are normalised strings (network address for networks, /32 or
-/128 for single addresses, compressed IPv6).
+/128 for single addresses, compressed IPv6). Lists keep Kilo's order (segments by key, members by
+name, peers by name), so the output is deterministic and independent of input order.
+
+Beyond the plan shape of docs/DESIGN.md a plan carries ``tunnel_address`` (Kilo gives tunl0 the
+first address of the pod CIDR as /32 when encapsulating with local routes; None otherwise) and
+its ``firewall`` carries ``nat_destinations`` (own-segment allowed-location IPs that Kilo sends
+through KILO-NAT) and ``ipip_filter`` (True when Kilo installs its IPIP chain: accept
+``ipip_accept_sources``, drop other IPIP, even when that list is empty). A segment also carries
+``public_key``, ``persistent_keepalive`` (its leader's), ``group`` (segments of one group do not
+peer: the segment itself, or under ``cross`` the location) and ``members`` (name, pod CIDR,
+internal IP, endpoint). The result also has ``peers`` (without preshared keys) and ``subnet``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -269,7 +279,7 @@ class Topology(object):
         for other, nets in enumerate(current):
             if other != position:
                 for candidate in nets:
-                    if net.overlaps(candidate) if net.version == candidate.version else False:
+                    if candidate.version == net.version and net.overlaps(candidate):
                         return True
         address = int(net.network_address)
         bits = net.max_prefixlen

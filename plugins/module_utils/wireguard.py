@@ -543,7 +543,7 @@ class WireGuardBackend(object):
                 if self._alive(pid):
                     os.kill(pid, signal.SIGKILL)
                 msgs.append("stopped %s daemon (pid %d)" % (self.settings["userspace_command"], pid))
-            for path in (self._pidfile(),):
+            for path in (self._pidfile(), os.path.join(self.settings["run_dir"], self.interface + ".log")):
                 if os.path.exists(path):
                     os.unlink(path)
             sock = self._socket()

@@ -160,7 +160,9 @@ def run_module():
     p = module.params
     try:
         key = ensure_key(p["path"], check_mode=module.check_mode)
-    except (KeyError_, OSError) as e:
+    except KeyError_ as e:
+        module.fail_json(msg=str(e))
+    except OSError as e:
         module.fail_json(msg="key %s: %s" % (p["path"], e))
 
     try:

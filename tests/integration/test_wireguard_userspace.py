@@ -415,7 +415,7 @@ def test_remove_leaves_no_interface_process_or_socket(hosts):
     assert "kilo0" not in a.ip("ip", "-o", "link").stdout
     r = subprocess.run(["nsenter", "-t", str(a.holder.pid), "-m", "ls", "-A", "/run/wireguard", "/run/kilo"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    assert ".sock" not in r.stdout and ".pid" not in r.stdout, r.stdout
+    assert ".sock" not in r.stdout and ".pid" not in r.stdout and ".log" not in r.stdout, r.stdout
     assert a.backend("remove")["changes"] == []
     # state=absent through the converge path: nothing to do now
     assert a.backend("current")["present"] is False

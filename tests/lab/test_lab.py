@@ -138,6 +138,11 @@ def test_management_isolation(lab):
     assert ping(lab, "aws-1", g2["mgmt_ip"]).returncode != 0
     # ... while the same kind of ping over the LAN works (the failure above is the isolation).
     assert ping(lab, "aws-1", a2["lan_ip"]).returncode == 0
+    # Two independent layers: isolated bridge ports and the root namespace's guard table.
+    links = json.loads(subprocess.run(["ip", "-d", "-j", "link", "show", "master", "%smgmt" % PREFIX],
+                                      capture_output=True, text=True, check=True).stdout)
+    assert sorted(link["ifname"] for link in links) == sorted(h["mgmt_veth"] for h in lab.hosts.values())
+    assert all(link["linkinfo"]["info_slave_data"]["isolated"] for link in links)
     guard = subprocess.run(["nft", "list", "table", "inet", "%s_guard" % PREFIX], capture_output=True, text=True)
     assert guard.returncode == 0 and 'iifname "%smgmt" drop' % PREFIX in guard.stdout
     for name in lab.hosts:
@@ -175,6 +180,15 @@ def test_locations_are_separate_before_overlay(lab):
     # Control: inside one location the LAN works.
     assert ping(lab, "gcp-2", g1["lan_ip"]).returncode == 0
     assert ping(lab, "aws-2", lab.hosts["gcp-1"]["public_ip"]).returncode != 0  # non-public: no internet
+
+
+@needs_root
+def test_exec_errors_name_the_host(lab):
+    with pytest.raises(LabError, match="nosuch"):
+        lab.run("nosuch-1", ["true"])
+    r = subprocess.run([sys.executable, LAB_PY, "--prefix", PREFIX, "exec", "aws-1", "--", "hostname"],
+                       capture_output=True, text=True, timeout=30)
+    assert (r.returncode, r.stdout) == (0, "aws-1\n")
 
 
 @needs_root
@@ -227,6 +241,19 @@ def test_wireguard_go_runs_in_host(lab):
         assert lab.run("aws-1", ["ip", "link", "show", ifname]).returncode != 0
     finally:
         lab.run("aws-2", ["ip", "link", "del", ifname])
+    # Over SSH (as Ansible does it) the daemon must be detached with setsid to outlive the session.
+    try:
+        r = subprocess.run(["ssh", "-F", lab.ssh_config, "gcp-2",
+                            "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 setsid wireguard-go %s" % ifname
+                            + " >/dev/null 2>&1 < /dev/null"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        for _ in range(50):
+            if lab.run("gcp-2", ["wg", "show", ifname]).returncode == 0:
+                break
+            time.sleep(0.1)
+        assert lab.run("gcp-2", ["wg", "show", ifname]).returncode == 0
+    finally:
+        lab.run("gcp-2", ["ip", "link", "del", ifname])
 
 
 @needs_root
@@ -234,7 +261,7 @@ def test_ansible_ping(lab):
     ansible = os.path.join(REPO, ".venv", "bin", "ansible")
     if not os.path.exists(ansible):
         pytest.skip("no controller venv")
-    r = subprocess.run([ansible, "-i", lab.inventory, "kilo", "-m", "ping", "-o"], cwd=REPO,
+    r = subprocess.run([ansible, "-i", lab.inventory, "all", "-m", "ping", "-o"], cwd=REPO,
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     for name in lab.hosts:
