@@ -607,7 +607,12 @@ class Lab(object):
                "      children:"]
         for loc in lab["locations"]:
             inv += ["        %s:" % loc, "          vars:",
-                    "            kilo_location: %s" % _yaml_scalar(loc), "          hosts:"]
+                    "            kilo_location: %s" % _yaml_scalar(loc)]
+            if loc in lab["routers"]:
+                # Behind NAT: keepalives let the other leaders learn the translated endpoint,
+                # and Kilo only uses such a discovered endpoint when keepalive is on.
+                inv.append("            kilo_persistent_keepalive: 25")
+            inv.append("          hosts:")
             for h in hosts.values():
                 if h["location"] != loc:
                     continue

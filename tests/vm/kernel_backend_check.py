@@ -218,6 +218,14 @@ def steps(c, a, b):
     out = a.converge(plan_for(a, [peer_of(b, [TUNNEL[1] + "/32", "10.98.21.0/24"], persistent_keepalive=5)]))
     c.check("remove peer: only fake", out["changes"] == ["remove peer %s" % fake], out["changes"])
     c.check("ping after peer removal", a.ping(TUNNEL[1]))
+    # keepalive-only update: pyroute2 0.7.2's own set() would send REPLACE_ALLOWEDIPS here and
+    # wipe the peer's allowed IPs; ours must leave them alone
+    out = a.converge(plan_for(a, [peer_of(b, [TUNNEL[1] + "/32", "10.98.21.0/24"], persistent_keepalive=7)]))
+    cur = find(a.call("current"), b.public_key)
+    c.check("keepalive-only update keeps allowed IPs", len(out["changes"]) == 1
+            and cur["persistent_keepalive"] == 7 and cur["allowed_ips"] == [TUNNEL[1] + "/32", "10.98.21.0/24"],
+            (out["changes"], cur))
+    c.check("ping after keepalive update", a.ping(TUNNEL[1]))
 
     psk = base64.b64encode(os.urandom(32)).decode()
     out = a.converge(plan_for(a, [peer_of(b, persistent_keepalive=5, preshared_key=psk)]))
