@@ -11,7 +11,7 @@ APT_PACKAGES=(
   # what the host-side modules import on the lab hosts (they share this machine's /usr)
   python3-pyroute2 python3-cryptography python3-yaml python3-apt
   # the kernel-backend test VM
-  qemu-system-x86 debootstrap cpio zstd xz-utils
+  qemu-system-x86 debootstrap cpio zstd xz-utils kmod
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
