@@ -29,7 +29,7 @@ integration: setup
 	$(PY) -m pytest -q tests/lab tests/integration
 
 molecule: setup
-	$(VENV)/bin/molecule test --all
+	bash scripts/molecule.sh test
 
 vm: setup
 	bash tests/vm/run.sh tests/vm/kernel_backend_check.py

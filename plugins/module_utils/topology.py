@@ -27,8 +27,13 @@ deliberate and marked "beyond Kilo" below:
   IP; no pod routes; the ``from <pod CIDR>`` IPIP rule is left out (Kilo always has a pod CIDR).
 * nodes without an endpoint may join a location (as non-leaders); a segment with no endpoint at
   all is an error (Kilo would simply skip such nodes).
-* a DNS-name endpoint counts as public for the leader choice (Kilo resolves it first; the
-  controller does not resolve names).
+
+Routes and rules are Kilo's Routes() lists, duplicates included (e.g. a peer's allowed IP equal to
+a pod CIDR); Kilo's route table collapses entries equal in (dst, gateway, source, device) when it
+applies them, which is the applier's job here. A node without an internal IP is treated like a
+Kilo host that uses the IPIP encapsulator (force-internal-ip "-"): IPIP filter and tunl0 address
+as for any node. Kilo on a host that has no private address at all swaps in a no-op
+encapsulator instead (no IPIP chain, no tunl0 address).
 
 Outputs are JSON-able dicts; CIDRs are normalised strings (network address for networks, /32 or
 /128 for single addresses, compressed IPv6). Lists keep Kilo's order (segments by key, members by
@@ -64,9 +69,13 @@ PRIVATE = "private"
 
 
 def is_public(ip):
-    """Kilo's test: IPv4 outside 10/8, 172.16/12, 192.168/16; IPv6 not starting fd00. None = DNS name."""
+    """Kilo's test: IPv4 outside 10/8, 172.16/12, 192.168/16; IPv6 not starting fd00.
+
+    None is a DNS name: Kilo's topology sees no IP for it (Endpoint.IP() is nil) and nil is
+    not public, so a DNS endpoint can lead only as a hinted or as the first node.
+    """
     if ip is None:
-        return True
+        return False
     if ip.version == 4:
         packed = ip.packed
         return not (packed[0] == 10 or (packed[0] == 172 and packed[1] & 0xF0 == 0x10)

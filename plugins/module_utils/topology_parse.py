@@ -6,7 +6,8 @@
 Everything is checked before any plan is computed; the first problem raises one
 TopologyError naming the subject (node/peer/option) and the field. Parsed values are
 kept as ``ipaddress`` objects next to their normalised strings so the engine never
-parses twice.
+parses twice. As in Kilo, an IPv4-mapped IPv6 endpoint is taken as plain IPv4 and keys
+are kept in canonical base64 (the spelling Kilo prints).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -125,7 +126,8 @@ def parse_key(value, subject, field, required=True):
         raise TopologyError(subject, field, "not valid base64")
     if len(raw) != 32:
         raise TopologyError(subject, field, "decodes to %d bytes, a WireGuard key has 32" % len(raw))
-    return value.strip()
+    # canonical spelling, as Kilo prints keys (one key, one string: also for discovered endpoints)
+    return base64.b64encode(raw).decode("ascii")
 
 
 def format_endpoint(ip, port):
@@ -146,6 +148,8 @@ def parse_endpoint(value, subject, field, allow_dns=True):
             ip = ipaddress.IPv6Address(host)
         except ValueError:
             raise TopologyError(subject, field, "%r: %r is not an IPv6 address" % (value, host))
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
     else:
         host, sep, port_text = text.rpartition(":")
         if not sep or not host or ":" in host:
@@ -243,8 +247,8 @@ def parse_node(item, index, default_port):
     node.discovered = {}
     for key in sorted(discovered):
         field = "discovered_endpoints[%s]" % key
-        parse_key(key, subject, field)
-        node.discovered[key.strip()] = parse_endpoint(discovered[key], subject, field, allow_dns=False)
+        node.discovered[parse_key(key, subject, field)] = parse_endpoint(discovered[key], subject, field,
+                                                                        allow_dns=False)
     node.index = index
     return node
 

@@ -191,13 +191,14 @@ class WireGuardBackend(object):
                 return state  # stale socket of a dead daemon: treated as absent
             priv_hex = dev.pop("private_key_hex", None)
             priv = hex_to_b64(priv_hex) if priv_hex else None
-            psk_of = lambda p: hex_to_b64(p["preshared_key_hex"]) if p["preshared_key_hex"] else None
+            for p in dev["peers"]:
+                hx = p.pop("preshared_key_hex", None)
+                p["preshared_key_b64"] = hex_to_b64(hx) if hx else None
         else:
             if link is None:
                 return state
             dev = KernelWG(self.interface).get()
             priv = dev.pop("private_key_b64", None)
-            psk_of = lambda p: p["preshared_key_b64"]
         state["present"] = True
         if link is not None:
             state["up"] = link["up"]
@@ -210,7 +211,7 @@ class WireGuardBackend(object):
         for p in dev["peers"]:
             peers.append(_peer_state(
                 p["public_key"], p["endpoint"], normalize_cidrs(p["allowed_ips"]),
-                p["persistent_keepalive"], psk_of(p),
+                p["persistent_keepalive"], p["preshared_key_b64"],
                 stats={"latest_handshake": p["last_handshake"], "rx_bytes": p["rx_bytes"],
                        "tx_bytes": p["tx_bytes"]}))
         state["peers"] = sorted(peers, key=lambda p: p["public_key"])
@@ -337,9 +338,10 @@ class WireGuardBackend(object):
                     op["endpoint"] = self._endpoints_for(d["endpoint"], where)[0]
                 if d["preshared_key"]:
                     op["preshared_key"] = self._psk(pub)
-                ops.append(("add peer %s allowed_ips %s%s" % (label, ",".join(d["allowed_ips"]),
-                                                             " endpoint %s" % d["endpoint"] if d["endpoint"] else ""),
-                            ("peer", op)))
+                msg = "add peer %s allowed_ips %s" % (label, ",".join(d["allowed_ips"]))
+                if d["endpoint"]:
+                    msg += " endpoint %s" % d["endpoint"]
+                ops.append((msg, ("peer", op)))
                 continue
             op = {"public_key": pub, "update_only": True}
             what = []
@@ -378,7 +380,7 @@ class WireGuardBackend(object):
         return self._psks[pub]
 
     def changes(self, current, desired):
-        return [msg for msg, _ in self._ops(current, desired)]
+        return [msg for msg, dummy in self._ops(current, desired)]
 
     # ---- apply
 
@@ -387,7 +389,7 @@ class WireGuardBackend(object):
         ops = self._ops(current, desired)
         if not ops:
             return []
-        msgs = [m for m, _ in ops]
+        msgs = [m for m, dummy in ops]
         if ops[0][1][0] == "remove":
             self.remove()
             return msgs
@@ -395,8 +397,8 @@ class WireGuardBackend(object):
         if ops[0][1][0] == "create":
             self._create(impl)
             ops = self._ops(self.current(), desired)
-        device = dict((op[1], True) for _, op in ops if op[0] == "device")
-        peer_ops = [op[1] for _, op in ops if op[0] == "peer"]
+        device = dict((op[1], True) for dummy, op in ops if op[0] == "device")
+        peer_ops = [op[1] for dummy, op in ops if op[0] == "peer"]
         # removals first, so a re-keyed peer never overlaps its allowed IPs with the old one
         peer_ops.sort(key=lambda p: 0 if p.get("remove") else 1)
         if device or peer_ops:
@@ -415,7 +417,7 @@ class WireGuardBackend(object):
                 except KernelWGError as e:
                     raise WireGuardError(str(e))
             del priv
-        link_ops = set(op[1] for _, op in ops if op[0] == "link")
+        link_ops = set(op[1] for dummy, op in ops if op[0] == "link")
         if link_ops:
             from pyroute2 import IPRoute
             with IPRoute() as ipr:

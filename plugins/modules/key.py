@@ -10,8 +10,7 @@ DOCUMENTATION = r"""
 module: key
 short_description: Ensure a host's WireGuard key and report what the mesh needs to know about the host
 version_added: "0.1.0"
-author:
-  - kilo.mesh contributors
+author: kilo.mesh developers (@kilo-mesh)
 description:
   - Makes sure a WireGuard private key exists on the host (created with X25519, stored base64
     like C(wg genkey), file mode C(0600) in a C(0700) directory when the directory is created),
@@ -53,9 +52,11 @@ options:
     default: present
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode a missing key is reported as to be created and RV(public_key) is null.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
   - Runs on the managed host with the host's Python; needs C(cryptography) and C(pyroute2).

@@ -84,10 +84,6 @@ def test_is_public_follows_kilo(address, public):
     assert is_public(ipaddress.ip_address(address)) is public
 
 
-def test_dns_endpoint_counts_as_public():
-    assert leader_mesh(("n1", "10.0.0.1:51820", False), ("n2", "edge.example.org:51820", False)) == "n2"
-
-
 # --- WireGuard IPs ------------------------------------------------------------------------------
 
 def test_wireguard_ips_follow_segment_key_order():
