@@ -8,9 +8,16 @@ root=$PWD
 dest=.build/sanity/ansible_collections/kilo/mesh
 rm -rf .build/sanity
 mkdir -p "$dest"
-git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-  if [ -e "$f" ]; then printf "%s\0" "$f"; fi
-done | rsync -a --from0 --files-from=- ./ "$dest/"
+# What ships: tracked (or trackable) files minus galaxy.yml's build_ignore.
+.venv/bin/python - <<'PY' | rsync -a --from0 --files-from=- ./ "$dest/"
+import os, subprocess, sys, yaml
+ignore = yaml.safe_load(open("galaxy.yml")).get("build_ignore", [])
+files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                       check=True, capture_output=True).stdout.decode().split("\0")
+keep = [f for f in files if f and os.path.exists(f)
+        and not any(f == i or f.startswith(i.rstrip("/") + "/") for i in ignore)]
+sys.stdout.write("".join(f + "\0" for f in keep))
+PY
 cd "$dest"
 # ansible-test lists files with git; the copy needs a repository of its own.
 git init -q .

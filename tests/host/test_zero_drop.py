@@ -77,13 +77,15 @@ def test_adding_a_location_drops_no_packet(lab):
     assert warm.returncode == 0, warm.stdout
 
     ping = subprocess.Popen(lab.nsenter_argv(src, ["ping", "-i", "0.05", hosts[dst]["lan_ip"]]),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
         time.sleep(2)
         output = site(lab.inventory)
         time.sleep(2)
     finally:
-        ping.send_signal(signal.SIGINT)
+        # nsenter forks ping into the host's PID namespace; signal the whole group.
+        os.killpg(ping.pid, signal.SIGINT)
         out, _ = ping.communicate(timeout=10)
     sent = int(re.search(r"(\d+) packets transmitted", out).group(1))
     received = set(int(s) for s in re.findall(r"icmp_seq=(\d+)", out))
