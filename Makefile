@@ -26,7 +26,7 @@ lint: setup
 	$(VENV)/bin/ansible-lint --profile production
 
 integration: setup
-	$(PY) -m pytest -q tests/lab tests/integration
+	$(PY) -m pytest -q tests/lab tests/host
 
 molecule: setup
 	bash scripts/molecule.sh test

@@ -18,12 +18,25 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.options import CONVERGE_
 SPEC = dict(TOPOLOGY_SPEC, **CONVERGE_SPEC)
 
 
+def mark_roaming(plan, computed):
+    """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
+
+    For those, the host keeps an endpoint WireGuard learned while handshakes are fresh
+    instead of resetting it to the configured one; the plan itself stays Kilo's.
+    """
+    keepalive = dict((s.get("public_key"), s.get("persistent_keepalive") or 0) for s in computed.get("segments", []))
+    keepalive.update((p.get("public_key"), p.get("persistent_keepalive") or 0) for p in computed.get("peers", []))
+    for peer in plan.get("peers", []):
+        if keepalive.get(peer["public_key"], 0) > 0:
+            peer["roaming"] = True
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=SPEC)
+        args = self.validate_argument_spec(argument_spec=SPEC)[1]
         host = task_vars["inventory_hostname"]
         settings = dict((k, args[k]) for k in CONVERGE_SPEC)
         settings["interface"] = args["interface"]
@@ -37,6 +50,8 @@ class ActionModule(ActionBase):
                 result.update(failed=True, msg=str(e))
                 return result
             plan = computed["plans"].get(host)
+            if plan is not None:
+                mark_roaming(plan, computed)
             if plan is None:
                 result.update(failed=True, msg="host %r: not a node of the mesh: it is not in group %r or reported no key"
                               " (run kilo.mesh.key first, or set kilo_public_key and kilo_force_endpoint)" % (host, args["group"]))

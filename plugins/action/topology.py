@@ -18,9 +18,9 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=TOPOLOGY_SPEC)
+        args = self.validate_argument_spec(argument_spec=TOPOLOGY_SPEC)[1]
         try:
-            nodes, peers, _, missing, _ = mesh_inputs(task_vars, args)
+            nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args)
             computed = build_plans(nodes, peers, engine_options(args))
         except (TopologyError, InputError) as e:
             result.update(failed=True, msg=str(e))

@@ -77,7 +77,8 @@ def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False):
 
     An existing valid key is kept (its file mode is tightened to 0600 if looser). An existing
     invalid file is an error rather than silently replaced: it may be someone's real key.
-    In check mode nothing is written; public_key is None when the key would be created.
+    In check mode nothing is written; a key that would be created is stood in for by an
+    unsaved one (``pending``), so plans can still be computed.
     """
     if os.path.exists(path):
         priv = read_private_key(path)
@@ -91,7 +92,10 @@ def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False):
                 "msg": ("would tighten mode of %s to 0600" if check_mode and changed else
                         "tightened mode of %s to 0600" if changed else "key %s exists") % path}
     if check_mode:
-        return {"public_key": None, "changed": True, "msg": "would create key %s" % path}
+        # A stand-in public key, never written anywhere, lets the controller compute honest
+        # plans for a host that has not run yet; `pending` marks it as such.
+        return {"public_key": public_key(generate_private_key()), "pending": True, "changed": True,
+                "msg": "would create key %s" % path}
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o700)

@@ -102,6 +102,11 @@ def _route_attrs(r):
     return (r.get("gateway"), r["device"], r.get("source"), bool(r.get("onlink")))
 
 
+def _fkey(key):
+    """String form of a route key, so states stay JSON-serialisable."""
+    return "%s table %s" % key
+
+
 def _clashing(foreign, route):
     """Foreign routes that 'route replace' of ours would overwrite (same metric)."""
     default = 1024 if route["family"] == 6 else 0
@@ -204,7 +209,7 @@ class NetStateBackend(object):
                 if msg["proto"] == ROUTE_PROTO:
                     routes.append(entry)
                 else:
-                    foreign.setdefault((dst, table), []).append(
+                    foreign.setdefault(_fkey((dst, table)), []).append(
                         dict(entry, proto=msg["proto"]))
         rules = []
         for family in (socket.AF_INET, socket.AF_INET6):
@@ -382,7 +387,7 @@ class NetStateBackend(object):
         want = dict((route_key(r), r) for r in desired["routes"])
         for key in sorted(want):
             if key not in have:
-                foreign = _clashing(desired.get("_foreign", {}).get(key), want[key])
+                foreign = _clashing(desired.get("_foreign", {}).get(_fkey(key)), want[key])
                 extra = (" (over foreign route, proto %s)" % foreign[0]["proto"]) if foreign else ""
                 out.append("add route %s%s" % (route_str(want[key]), extra))
             elif _route_attrs(have[key]) != _route_attrs(want[key]):
@@ -425,12 +430,14 @@ class NetStateBackend(object):
             if wg_index is None and needs_wg:
                 raise NetStateError("interface %s does not exist; the WireGuard backend must "
                                     "create it before addresses and routes" % self.interface)
-            if wg_index is not None:
-                done += self._apply_addresses(ipr, wg_index, desired["addresses"])
+            # tunl0 first: a host without IPIP fails before anything else was changed
             if desired.get("tunl0") and desired["tunl0"] != current.get("tunl0"):
                 done += self._apply_tunl(ipr, desired["tunl0"])
-            # addresses or tunl0 changes can make the kernel drop routes: diff against live state
-            live = self._read(ipr) if done else current
+            if wg_index is not None:
+                done += self._apply_addresses(ipr, wg_index, desired["addresses"])
+            # diff routes against live state: address or tunl0 changes can make the kernel drop
+            # routes, and `current` may be older than this call
+            live = self._read(ipr)
             done += self._apply_routes(ipr, live, desired)
             done += self._apply_rules(ipr, live["rules"], desired["rules"])
         finally:
@@ -538,7 +545,7 @@ class NetStateBackend(object):
             r = want[key]
             if key in have and _route_attrs(have[key]) == _route_attrs(r):
                 continue
-            foreign = _clashing(live["_foreign"].get(key), r)
+            foreign = _clashing(live["_foreign"].get(_fkey(key)), r)
             if key not in have and foreign and self.route_conflict == "fail":
                 raise NetStateError(
                     "route %s: a foreign route (proto %s) already holds %s in table %s; remove "

@@ -54,13 +54,13 @@ from __future__ import absolute_import, division, print_function
 import gc
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (  # noqa: F401 (re-exported)
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (  # noqa: F401 pylint: disable=unused-import (re-exported)
     DEFAULT_OPTIONS,
     TopologyError,
     node_subject,
     parse_inputs,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot  # noqa: F401 (re-exported)
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot  # noqa: F401 pylint: disable=unused-import
 
 MAIN_TABLE = 254
 KILO_TABLE = 1107

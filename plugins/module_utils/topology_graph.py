@@ -60,7 +60,7 @@ def to_dot(result):
         for peer in peers:
             peer_id = _quote("peer/" + peer["name"])
             lines.append("\t\t%s [label=%s, shape=ellipse];" % (peer_id, _label([peer["name"], peer.get("endpoint")])))
-            for leader_id, _ in leaders:
+            for leader_id, dummy in leaders:
                 edges.append("\t%s -> %s [dir=both, style=dashed];" % (leader_id, peer_id))
         lines.append("\t}")
     lines.extend(edges)

@@ -247,8 +247,8 @@ def parse_node(item, index, default_port):
     node.discovered = {}
     for key in sorted(discovered):
         field = "discovered_endpoints[%s]" % key
-        node.discovered[parse_key(key, subject, field)] = parse_endpoint(discovered[key], subject, field,
-                                                                        allow_dns=False)
+        endpoint = parse_endpoint(discovered[key], subject, field, allow_dns=False)
+        node.discovered[parse_key(key, subject, field)] = endpoint
     node.index = index
     return node
 

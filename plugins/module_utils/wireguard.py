@@ -107,6 +107,18 @@ def _peer_state(public_key, endpoint, allowed_ips, keepalive, psk_b64=None, name
     return p
 
 
+# A handshake younger than this proves the live endpoint works (WireGuard rekeys every 2 min).
+LIVE_HANDSHAKE = 180
+
+
+def _roamed(desired, current):
+    """The remote sends keepalives (it may sit behind NAT) and WireGuard learned a live
+    endpoint for it: keep that one. Resetting it to the configured address would cut the
+    tunnel until the next keepalive, and the next run would learn it back (flip-flop)."""
+    handshake = current.get("latest_handshake") or 0
+    return bool(desired.get("roaming")) and bool(current.get("endpoint")) and time.time() - handshake < LIVE_HANDSHAKE
+
+
 # ---------------------------------------------------------------- backend
 
 class WireGuardBackend(object):
@@ -233,12 +245,17 @@ class WireGuardBackend(object):
             return _absent_state(self.interface, self.implementation())
         host = plan.get("name") or "?"
         where = "host %s" % host
-        try:
-            priv = keymod.read_private_key(self.settings["key_path"])
-        except keymod.KeyError_ as e:
-            raise WireGuardError("%s: %s" % (where, e))
+        if os.path.exists(self.settings["key_path"]):
+            try:
+                priv = keymod.read_private_key(self.settings["key_path"])
+            except keymod.KeyError_ as e:
+                raise WireGuardError("%s: %s" % (where, e))
+            own_pub = keymod.public_key(priv)
+        else:
+            # Only in check mode on a host whose key step has not run for real: the
+            # changes can still be listed; apply() reads the key and fails without it.
+            priv, own_pub = None, "(key to be created)"
         self._private_key = priv
-        own_pub = keymod.public_key(priv)
         port = plan.get("listen_port", self.settings["listen_port"])
         try:
             port = int(port)
@@ -270,6 +287,8 @@ class WireGuardBackend(object):
             if not isinstance(ka, int) or not 0 <= ka < 65536:
                 raise WireGuardError("%s: persistent_keepalive %r is not 0..65535" % (pw, ka))
             peers.append(_peer_state(pub, endpoint, allowed, ka, p.get("preshared_key"), name=pname))
+            if p.get("roaming"):
+                peers[-1]["roaming"] = True
             if p.get("preshared_key"):
                 # kept in memory for apply(), never in a state
                 self._psks[pub] = p["preshared_key"].strip()
@@ -348,7 +367,7 @@ class WireGuardBackend(object):
             # No configured endpoint: keep whatever WireGuard learned (roaming / NAT), as Kilo.
             if d["endpoint"]:
                 candidates = self._endpoints_for(d["endpoint"], where)
-                if c["endpoint"] not in candidates:
+                if c["endpoint"] not in candidates and not _roamed(d, c):
                     op["endpoint"] = candidates[0]
                     what.append("endpoint %s -> %s" % (c["endpoint"], d["endpoint"]))
             if c["persistent_keepalive"] != d["persistent_keepalive"]:

@@ -54,7 +54,7 @@ attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
-    details: In check mode a missing key is reported as to be created and RV(public_key) is null.
+    details: In check mode a missing key is reported as to be created; RV(public_key) is then that of an unsaved stand-in key and RV(pending) is true.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
@@ -91,10 +91,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 public_key:
-  description: WireGuard public key (base64) of the host. Null in check mode when the key would be created.
+  description:
+    - WireGuard public key (base64) of the host.
+    - In check mode, when the key would be created, the public key of an unsaved stand-in key (see RV(pending)).
   returned: always
   type: str
   sample: "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
+pending:
+  description: True in check mode when the key does not exist yet and RV(public_key) is a stand-in.
+  returned: always
+  type: bool
 internal_ip:
   description: The chosen internal (private) IP with its prefix length, or null when the host has no private address.
   returned: always
@@ -183,6 +189,7 @@ def run_module():
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
 
     module.exit_json(changed=key["changed"], msg=key["msg"], public_key=key["public_key"],
+                     pending=bool(key.get("pending")),
                      internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
                      candidates=ips["candidates"], mtu=mtu, discovered_endpoints=discovered)
 

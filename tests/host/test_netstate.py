@@ -5,6 +5,7 @@ The backend runs in a subprocess under `ip netns exec`, with Debian's /usr/bin/p
 """
 import json
 import os
+import select
 import subprocess
 import sys
 import uuid
@@ -29,10 +30,17 @@ try:
         if op == "check":
             cur, want = b.current(), b.desired(req["plan"])
             out["check"] = b.changes(cur, want)
+            json.dumps([cur, want])  # states must be JSON-able for the converge result
             out["before"], out["after"] = b.render(cur), b.render(want)
         elif op == "apply":
             cur, want = b.current(), b.desired(req["plan"])
             out["planned"] = b.changes(cur, want)
+            out["applied"] = b.apply(cur, want)
+        elif op == "apply_without_probe":
+            # skip the side-effect-free probe so the real netlink creation of tunl0 is tried
+            import ansible_collections.kilo.mesh.plugins.module_utils.netstate as m
+            m.ipip_supported = lambda: True
+            cur, want = b.current(), b.desired(req["plan"])
             out["applied"] = b.apply(cur, want)
         elif op == "remove":
             out["removed"] = b.remove()
@@ -69,6 +77,11 @@ def routes(ns, family="-4", table="all"):
 
 def rules(ns, family="-4"):
     return [r for r in ipj(ns, family, "rule", "show") if str(r.get("table")) == "1107"]
+
+
+def _read_some(proc, wait):
+    ready, _, _ = select.select([proc.stdout], [], [], wait)
+    return os.read(proc.stdout.fileno(), 65536).decode() if ready else ""
 
 
 @pytest.fixture
@@ -201,21 +214,25 @@ def test_stale_removed_changed_replaced(netns, python):
     plan["rules"] = plan["rules"][:1]
     # watch netlink: a changed route must be replaced in place, and the address change must not
     # make the kernel flush the routes through kilo0 (that would be a traffic gap)
-    mon = subprocess.Popen(["ip", "-n", ns, "monitor", "route"], stdout=subprocess.PIPE,
-                           universal_newlines=True)
+    mon = subprocess.Popen(["ip", "-n", ns, "monitor", "route"], stdout=subprocess.PIPE)
     try:
         # a start marker proves the monitor is subscribed before we change anything
-        sh("ip", "-n", ns, "route", "add", "10.110.0.0/24", "dev", "knpriv")
-        for line in mon.stdout:
-            if line.startswith("10.110.0.0/24"):
+        seen = ""
+        for _ in range(200):
+            sh("ip", "-n", ns, "route", "add", "10.110.0.0/24", "dev", "knpriv")
+            seen += _read_some(mon, 0.1)
+            if "10.110.0.0/24" in seen:
                 break
+            sh("ip", "-n", ns, "route", "del", "10.110.0.0/24", "dev", "knpriv")  # emit again
+        assert "10.110.0.0/24" in seen, "ip monitor never reported the start marker"
         out = run_backend(ns, plan, ["apply"], python)
         sh("ip", "-n", ns, "route", "add", "10.111.0.0/24", "dev", "knpriv")  # end marker
-        events = []
-        for line in mon.stdout:
-            events.append(line.strip())
-            if line.startswith("10.111.0.0/24"):
-                break
+        seen = ""
+        while "10.111.0.0/24" not in seen:
+            chunk = _read_some(mon, 30)
+            assert chunk, "ip monitor stopped before the end marker"
+            seen += chunk
+        events = [e.strip() for e in seen.splitlines()]
     finally:
         mon.terminate()  # our own monitor, by its handle
         mon.wait()
@@ -271,7 +288,12 @@ def test_tunl0_missing_is_a_clear_error(netns):
         out = run_backend(ns, plan, ops, PYTHONS[0])
         assert out["error"] == ("node a: host lacks IPIP (tunl0) support: load the ipip module "
                                 "(modprobe ipip) or set encapsulate: never")
-    assert routes(ns) == []
+    out = run_backend(ns, plan, ["apply_without_probe"], PYTHONS[-1])
+    assert out["error"].startswith("host lacks IPIP (tunl0) support: load the ipip module "
+                                   "(modprobe ipip) or set encapsulate: never (creating tunl0 failed:")
+    assert not sh("ip", "-n", ns, "link", "show", "tunl0", check=False).stdout
+    assert routes(ns) == [] and not [a for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"]
+                                     if a["scope"] == "global"]  # failed before changing anything
 
 
 def test_bad_input_and_unresolvable_private(netns):

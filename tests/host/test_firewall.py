@@ -30,6 +30,7 @@ try:
         if op == "check":
             cur, want = b.current(), b.desired(req["plan"])
             out["check"] = b.changes(cur, want)
+            json.dumps([cur, want])  # states must be JSON-able for the converge result
             out["before"], out["after"] = b.render(cur), b.render(want)
         elif op == "apply":
             cur, want = b.current(), b.desired(req["plan"])

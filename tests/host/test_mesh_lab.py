@@ -1,0 +1,151 @@
+"""site.yml against real lab hosts over SSH: check mode, idempotence, --limit, an
+unreachable host, state absent, and foreign state that must survive.
+
+Real parts only: network-namespace hosts with sshd, wireguard-go, nftables, iproute2.
+Tests run in file order and share one lab (each builds on the state the previous left).
+"""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from lab.lab import Lab
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PREFIX = "klh"
+
+
+def playbook(lab, *extra, expect_rc=0):
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory,
+            os.path.join(REPO, "playbooks", "site.yml")] + list(extra)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == expect_rc, proc.stdout[-5000:]
+    return proc.stdout
+
+
+def recap(output):
+    out = {}
+    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        out[host] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", counts))
+    return out
+
+
+def wg_peers(lab, host):
+    """public key -> (endpoint, sorted allowed IPs) of the host's WireGuard interface."""
+    out = lab.run(host, ["wg", "show", "kilo0", "dump"]).stdout.splitlines()
+    peers = {}
+    for line in out[1:]:
+        f = line.split("\t")
+        peers[f[0]] = (f[2], ",".join(sorted(f[3].split(","))))
+    return peers
+
+
+def sh(lab, host, cmd):
+    return lab.run(host, ["sh", "-c", cmd])
+
+
+@pytest.fixture(scope="module")
+def lab():
+    lab = Lab(PREFIX)
+    lab.down()
+    lab.up(3, 2, 1, nat=[3])
+    registry = os.path.join(lab.state_dir, "kilo-registry.json")
+    if os.path.exists(registry):
+        os.remove(registry)
+    # Foreign state on every host: a table, a route and a rule that are not ours.
+    for host in lab.hosts:
+        sh(lab, host, "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
+                      " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500")
+    yield lab
+    lab.down()
+    if os.path.exists(registry):
+        os.remove(registry)
+
+
+def foreign_intact(lab, host):
+    assert sh(lab, host, "nft list table inet foreign").returncode == 0
+    assert "blackhole" in sh(lab, host, "ip route show 10.99.0.0/24").stdout
+    assert "10.98.0.0/24" in sh(lab, host, "ip rule show").stdout
+
+
+def test_check_mode_on_fresh_hosts_reports_and_changes_nothing(lab):
+    out = playbook(lab, "--check")
+    counts = recap(out)
+    assert set(counts) == set(lab.hosts)
+    assert all(c["changed"] > 0 and c["failed"] == 0 for c in counts.values()), counts
+    for host in lab.hosts:
+        assert sh(lab, host, "test -e /var/lib/kilo/key").returncode != 0, "check mode made a key on %s" % host
+        assert sh(lab, host, "ip link show kilo0").returncode != 0, "check mode made kilo0 on %s" % host
+        assert sh(lab, host, "nft list table inet kilo_mesh").returncode != 0
+        assert sh(lab, host, "ip route show proto 107").stdout.strip() == ""
+
+
+def test_converge_then_idempotent(lab):
+    first = recap(playbook(lab))
+    assert all(c["changed"] > 0 for c in first.values()), first
+    second = recap(playbook(lab))
+    assert all(c["changed"] == 0 for c in second.values()), second
+    for host in lab.hosts:
+        foreign_intact(lab, host)
+        mode = sh(lab, host, "stat -c %a /var/lib/kilo/key").stdout.strip()
+        assert mode == "600", (host, mode)
+
+
+def test_limit_keeps_every_peer(lab):
+    leaders = [h for h in sorted(lab.hosts) if wg_peers(lab, h)]
+    before = dict((h, wg_peers(lab, h)) for h in leaders)
+    out = playbook(lab, "--limit", leaders[0])
+    assert recap(out)[leaders[0]]["changed"] == 0
+    assert set(recap(out)) == {leaders[0]}
+    for h in leaders:
+        assert wg_peers(lab, h) == before[h]
+    # Three locations: every leader has the two other leaders as peers.
+    assert all(len(p) == 2 for p in before.values()), before
+
+
+def test_unreachable_host_keeps_its_entry(lab):
+    leaders = [h for h in sorted(lab.hosts) if wg_peers(lab, h)]
+    gone = leaders[-1]
+    before = dict((h, wg_peers(lab, h)) for h in leaders)
+    sh(lab, gone, "ip link set mgmt0 down")
+    try:
+        out = playbook(lab, expect_rc=4)  # 4: some host unreachable
+    finally:
+        sh(lab, gone, "ip link set mgmt0 up")
+    counts = recap(out)
+    assert counts[gone]["unreachable"] == 1
+    for h in leaders:
+        if h != gone:
+            assert counts[h]["changed"] == 0, counts[h]
+            assert wg_peers(lab, h) == before[h]
+
+
+def test_drift_is_reported_in_check_mode_and_repaired(lab):
+    host = sorted(lab.hosts)[1]  # a non-leader: routes only
+    route = sh(lab, host, "ip -j route show proto 107").stdout
+    dst = json.loads(route)[0]["dst"]
+    sh(lab, host, "ip route del %s proto 107" % dst)
+    out = playbook(lab, "--check", "--diff", "--limit", host)
+    assert recap(out)[host]["changed"] == 1
+    assert dst in out  # the diff names the missing route
+    assert sh(lab, host, "ip route show %s proto 107" % dst).stdout.strip() == ""
+    playbook(lab, "--limit", host)
+    assert sh(lab, host, "ip route show %s proto 107" % dst).stdout.strip() != ""
+
+
+def test_state_absent_removes_exactly_ours(lab):
+    host = sorted(lab.hosts)[0]
+    playbook(lab, "--limit", host, "-e", "mesh_state=absent")
+    assert sh(lab, host, "ip link show kilo0").returncode != 0
+    assert sh(lab, host, "ip route show proto 107 table all").stdout.strip() == ""
+    assert "1107" not in sh(lab, host, "ip rule show").stdout
+    assert sh(lab, host, "nft list table inet kilo_mesh").returncode != 0
+    foreign_intact(lab, host)
+    # The key stays: the host keeps its identity for a later re-join.
+    assert sh(lab, host, "test -s /var/lib/kilo/key").returncode == 0
+    out = recap(playbook(lab, "--limit", host))
+    assert out[host]["changed"] > 0
