@@ -586,6 +586,10 @@ class Lab(object):
                   "  PasswordAuthentication no",
                   "  BatchMode yes",
                   "  ConnectTimeout 10",
+                  # A host that vanishes under a live ControlMaster connection must fail
+                  # fast (unreachable), not hang on TCP retransmits.
+                  "  ServerAliveInterval 3",
+                  "  ServerAliveCountMax 3",
                   "  LogLevel ERROR", ""]
         with open(self.ssh_config, "w") as f:
             f.write("\n".join(lines))

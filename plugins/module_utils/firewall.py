@@ -10,7 +10,8 @@ Runs on the host (no Ansible). Backends, chosen by settings['firewall']:
 
 Plan input (`plan['firewall']`): nat_sources, nat_exempt_destinations, forward_accept,
 ipip_accept_sources, and optionally nat_destinations (own-segment allowed-location-IPs: Kilo
-also NATs traffic *to* them so replies find their way back).
+also NATs traffic *to* them so replies find their way back) and ipip_filter (Kilo installs its
+IPIP filter whenever it encapsulates: other IPIP is dropped even when no source is accepted).
 
 Why no accept for the WireGuard UDP port: in nftables an accept in our table cannot overrule a
 drop in another table (every base chain on a hook sees the packet), so it would only suggest an
@@ -86,11 +87,11 @@ _FAM = {4: "ip", 6: "ip6"}
 _L4_NAMES = {"ipencap": 4, "ipip": 4}
 
 
-def nft_model(lists):
+def nft_model(lists, ipip_filter=False):
     """Desired table as {'sets': {name: (type, [cidr])}, 'chains': {name: (base|None, [rule])}}.
 
     None when there is nothing to do (no table at all)."""
-    if not any(lists.values()):
+    if not any(lists.values()) and not ipip_filter:
         return None
     sets, chains = {}, {}
     for key, nets in sorted(lists.items()):
@@ -121,7 +122,7 @@ def nft_model(lists):
         chains["nat"] = (None, nat)
     if fwd:
         chains["forward"] = (_CHAINS["forward"][:3], fwd)
-    if inp:
+    if inp or ipip_filter:
         # Kilo: accept IPIP from own-segment nodes, drop any other IPIP
         inp.append("meta l4proto 4 drop")
         chains["input"] = (_CHAINS["input"][:3], inp)
@@ -260,8 +261,8 @@ class _Nftables(object):
                                 % (NFT_FAMILY, NFT_TABLE, proc.stderr.strip()))
         return nft_parse(json.loads(proc.stdout))
 
-    def desired(self, lists):
-        return nft_model(lists)
+    def desired(self, lists, ipip_filter=False):
+        return nft_model(lists, ipip_filter)
 
     def apply(self, desired):
         _run([self.nft, "-f", "-"], stdin=nft_script(desired))
@@ -295,7 +296,7 @@ def _ipt_norm(line):
     return " ".join(words)
 
 
-def ipt_model(lists, v):
+def ipt_model(lists, v, ipip_filter=False):
     """{table: {'chains': {chain: [rule lines]}, 'jumps': [rule lines]}} for one IP version."""
     def nets(name):
         return lists.get((name, v)) or []
@@ -320,7 +321,7 @@ def ipt_model(lists, v):
         filt["chains"][FORWARD_CHAIN] = fwd
         filt["jumps"].append("-A FORWARD %s -j %s" % (_CMT, FORWARD_CHAIN))
     ipip = ["-A %s -s %s %s -j ACCEPT" % (IPIP_CHAIN, n, _CMT) for n in nets("ipip_accept_sources")]
-    if ipip:
+    if ipip or ipip_filter:
         ipip.append("-A %s %s -j DROP" % (IPIP_CHAIN, _CMT))
         filt["chains"][IPIP_CHAIN] = ipip
         filt["jumps"].append("-A INPUT -p 4 %s -j %s" % (_CMT, IPIP_CHAIN))
@@ -403,8 +404,9 @@ class _Iptables(object):
             state["ipv%d" % v] = fam
         return state
 
-    def desired(self, lists):
-        return dict(("ipv%d" % v, ipt_model(lists, v)) for v in (4, 6))
+    def desired(self, lists, ipip_filter=False):
+        # IPv4 only when forced: IPv6 tables may be missing and IPIP over IPv6 is not used here
+        return dict(("ipv%d" % v, ipt_model(lists, v, ipip_filter and v == 4)) for v in (4, 6))
 
     def apply(self, desired, current=None):
         current = current if current is not None else self.current()
@@ -462,7 +464,9 @@ class FirewallBackend(object):
     def desired(self, plan):
         if not self.impl:
             return None
-        return self.impl.desired(normalize_lists(plan.get("firewall"), plan.get("name", "?")))
+        fw = plan.get("firewall") or {}
+        lists = normalize_lists(fw, plan.get("name", "?"))
+        return self.impl.desired(lists, ipip_filter=bool(fw.get("ipip_filter")))
 
     def changes(self, current, desired):
         if not self.impl or current == desired:
@@ -483,6 +487,14 @@ class FirewallBackend(object):
 
     def render(self, state):
         return self.impl.render(state) if self.impl else []
+
+    def owns(self, state):
+        """Whether `state` (from current()) holds a table or chain of ours."""
+        if not self.impl or not state:
+            return False
+        if self.kind == "iptables":
+            return any(bool(v) for v in state.values())
+        return True
 
     def remove(self):
         return self.impl.remove() if self.impl else []

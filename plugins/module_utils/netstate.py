@@ -7,7 +7,12 @@ Ownership (only this is ever changed or removed):
 - ip rules that look up table 1107;
 - global addresses on the WireGuard interface named in settings (the link itself belongs to
   the WireGuard backend);
-- tunl0 is brought up when a route needs it, never deleted (it is the kernel's fallback device).
+- tunl0 is brought up when a route or the plan's tunnel_address needs it, never deleted (it is
+  the kernel's fallback device);
+- on tunl0, only the IPv4 address carrying our label (TUNL_LABEL): like Kilo, the plan's
+  tunnel_address (first address of the pod CIDR, /32). Unlike Kilo, other addresses on tunl0
+  (e.g. another CNI's) are left alone. IPv6 tunnel addresses are not managed: IPIP carries IPv4
+  only, and an IPv6 address has no label to mark it as ours.
 """
 
 import ipaddress
@@ -23,6 +28,8 @@ RT_SCOPE_UNIVERSE = 0
 RT_SCOPE_LINK = 253
 IPIP_HEADER = 20
 TUNL = "tunl0"
+# The label marks the tunl0 address as ours, so removal needs no plan; "<dev>:" keeps `ip` happy.
+TUNL_LABEL = "tunl0:kilo"
 _TABLE_NAMES = {254: "main", 255: "local", 253: "default"}
 _IPIP_HINT = ("host lacks IPIP (tunl0) support: load the ipip module (modprobe ipip) "
               "or set encapsulate: never")
@@ -179,6 +186,17 @@ class NetStateBackend(object):
             out.append((msg["index"], ipaddress.ip_interface("%s/%d" % (addr, msg["prefixlen"]))))
         return out
 
+    @staticmethod
+    def _tunl_addresses(ipr, index):
+        """Our (labelled) IPv4 addresses on tunl0, as strings."""
+        out = []
+        for msg in ipr.get_addr(family=socket.AF_INET):
+            if msg["index"] != index or msg.get_attr("IFA_LABEL") != TUNL_LABEL:
+                continue
+            addr = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
+            out.append(str(ipaddress.ip_interface("%s/%d" % (addr, msg["prefixlen"]))))
+        return sorted(out)
+
     def _read(self, ipr):
         links = self._links(ipr)
         wg_index = self._by_name(links, self.interface)
@@ -229,8 +247,12 @@ class NetStateBackend(object):
                 })
         tunl_index = self._by_name(links, TUNL)
         tunl = None
+        tunnel_address = None
         if tunl_index is not None:
             tunl = {"up": links[tunl_index]["up"], "mtu": links[tunl_index]["mtu"]}
+            ours = self._tunl_addresses(ipr, tunl_index)
+            # more than one only after a foreign edit; a list keeps every one visible
+            tunnel_address = ours[0] if len(ours) == 1 else (ours or None)
         return {
             "interface": self.interface,
             "interface_present": wg_index is not None,
@@ -238,6 +260,7 @@ class NetStateBackend(object):
             "routes": _sorted_routes(routes),
             "rules": _sorted_rules(rules),
             "tunl0": tunl,
+            "tunnel_address": tunnel_address,
             "_foreign": foreign,
             "_links": links,
         }
@@ -347,8 +370,16 @@ class NetStateBackend(object):
                 rule_keys.add(_rule_key(rule))
                 rules.append(rule)
 
+        tunnel_address = None
+        if plan.get("tunnel_address"):
+            tun = _iface(plan["tunnel_address"], "node %s: tunnel_address" % node)
+            if tun.version == 4:
+                tunnel_address = str(tun)
+
         tunl = live["tunl0"]
-        if any(r["device"] == TUNL for r in routes):
+        # Kilo creates tunl0 whenever it encapsulates, also when no route uses it yet
+        # (crosssubnet inside one subnet): its address is set either way.
+        if tunnel_address or any(r["device"] == TUNL for r in routes):
             mtu = self.tunl_mtu or ((private_mtu - IPIP_HEADER) if private_mtu else None)
             if mtu is None and tunl:
                 mtu = tunl["mtu"]
@@ -363,6 +394,7 @@ class NetStateBackend(object):
             "routes": _sorted_routes(routes),
             "rules": _sorted_rules(rules),
             "tunl0": tunl,
+            "tunnel_address": tunnel_address,
             "_foreign": live["_foreign"],
             "_links": links,
         }
@@ -383,6 +415,12 @@ class NetStateBackend(object):
                 out.append("create %s (mtu %s)" % (TUNL, want_t["mtu"]))
             else:
                 out.append("set %s up mtu %s" % (TUNL, want_t["mtu"]))
+        for a in _addr_list(desired.get("tunnel_address")):
+            if a not in _addr_list(current.get("tunnel_address")):
+                out.append("add address %s dev %s" % (a, TUNL))
+        for a in _addr_list(current.get("tunnel_address")):
+            if a not in _addr_list(desired.get("tunnel_address")):
+                out.append("remove address %s dev %s" % (a, TUNL))
         have = dict((route_key(r), r) for r in current["routes"])
         want = dict((route_key(r), r) for r in desired["routes"])
         for key in sorted(want):
@@ -415,7 +453,16 @@ class NetStateBackend(object):
         if state.get("tunl0"):
             out["tunl0"] = "%s %s mtu %s" % (TUNL, "up" if state["tunl0"]["up"] else "down",
                                              state["tunl0"]["mtu"])
+        if state.get("tunnel_address"):
+            out["tunnel_address"] = state["tunnel_address"]
         return out
+
+    @staticmethod
+    def owns(state):
+        """Whether `state` (from current()) holds anything remove() would delete. tunl0 itself and
+        the interface name are not ours to remove, so render() output cannot answer this."""
+        return bool(state and (state["addresses"] or state["routes"] or state["rules"]
+                               or state.get("tunnel_address")))
 
     # ---------------------------------------------------------------- apply
     def apply(self, current, desired):
@@ -433,6 +480,7 @@ class NetStateBackend(object):
             # tunl0 first: a host without IPIP fails before anything else was changed
             if desired.get("tunl0") and desired["tunl0"] != current.get("tunl0"):
                 done += self._apply_tunl(ipr, desired["tunl0"])
+            done += self._apply_tunnel_address(ipr, desired.get("tunnel_address"))
             if wg_index is not None:
                 done += self._apply_addresses(ipr, wg_index, desired["addresses"])
             # diff routes against live state: address or tunl0 changes can make the kernel drop
@@ -510,6 +558,42 @@ class NetStateBackend(object):
             except Exception as exc:
                 raise NetStateError("cannot set %s up (mtu %s): %s" % (TUNL, want.get("mtu"), exc))
             done.append("set %s up mtu %s" % (TUNL, want.get("mtu")))
+        return done
+
+    def _apply_tunnel_address(self, ipr, want):
+        """Our labelled address on tunl0: add the wanted one, remove other labelled ones."""
+        index = self._by_name(self._links(ipr), TUNL)
+        if index is None:
+            return []  # no tunl0: nothing of ours can be on it (and nothing is wanted)
+        want = _addr_list(want)
+        have = self._tunl_addresses(ipr, index)
+        done = []
+        for a in want:
+            if a not in have:
+                iface = ipaddress.ip_interface(a)
+                kw = {"index": index, "address": str(iface.ip), "prefixlen": iface.network.prefixlen}
+                try:
+                    try:
+                        ipr.addr("add", label=TUNL_LABEL, **kw)
+                    except Exception as exc:
+                        if "exist" not in str(exc).lower():
+                            raise
+                        # the same address without our label (Kilo itself set it, say): the
+                        # kernel cannot relabel in place, so take it over by delete + add
+                        ipr.addr("del", **kw)
+                        ipr.addr("add", label=TUNL_LABEL, **kw)
+                except Exception as exc:
+                    raise NetStateError("cannot add address %s on %s: %s" % (a, TUNL, exc))
+                done.append("add address %s dev %s" % (a, TUNL))
+        for a in have:
+            if a not in want:
+                iface = ipaddress.ip_interface(a)
+                try:
+                    ipr.addr("del", index=index, address=str(iface.ip),
+                             prefixlen=iface.network.prefixlen)
+                except Exception as exc:
+                    raise NetStateError("cannot remove address %s from %s: %s" % (a, TUNL, exc))
+                done.append("remove address %s dev %s" % (a, TUNL))
         return done
 
     def _route_kw(self, links, r):
@@ -624,8 +708,15 @@ class NetStateBackend(object):
     def remove(self):
         """Remove our routes, rules and the addresses on our interface. Returns changes."""
         cur = self.current()
-        empty = dict(cur, addresses=[], routes=[], rules=[], tunl0=None)
+        empty = dict(cur, addresses=[], routes=[], rules=[], tunl0=None, tunnel_address=None)
         return self.apply(cur, empty)
+
+
+def _addr_list(value):
+    """tunnel_address as a list: None, one address, or (after a foreign edit) several."""
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def ipip_supported():
