@@ -20,7 +20,6 @@ openness it cannot give. Opening the port is left to the host's own firewall pol
 
 import ipaddress
 import json
-import socket
 import subprocess
 
 NFT_TABLE = "kilo_mesh"
@@ -40,7 +39,7 @@ class FirewallError(Exception):
 def _run(argv, stdin=None, ok_codes=(0,)):
     try:
         proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True)
+                              universal_newlines=True, check=False)
     except OSError as exc:
         raise FirewallError("cannot run %s: %s (is it installed?)" % (argv[0], exc))
     if proc.returncode not in ok_codes:
@@ -362,7 +361,7 @@ def ipt_restore_script(table, have, want):
     have = have or {"chains": {}, "jumps": []}
     want = want or {"chains": {}, "jumps": []}
     lines = ["*%s" % table]
-    chains = [c for c, _ in _IPT_TABLES[table]]
+    chains = [spec[0] for spec in _IPT_TABLES[table]]
     for c in chains:
         if c in want["chains"] or c in have["chains"]:
             lines.append(":%s - [0:0]" % c)  # creates it, or (with --noflush) flushes it
@@ -391,8 +390,7 @@ class _Iptables(object):
         if proc.returncode != 0:
             if v == 6:
                 return ""  # IPv6 tables may be unavailable; only an error if we need them
-            raise FirewallError("%s-save -t %s failed: %s" % (self.cmds[v], table,
-                                                             proc.stderr.strip()))
+            raise FirewallError("%s-save -t %s failed: %s" % (self.cmds[v], table, proc.stderr.strip()))
         return proc.stdout
 
     def current(self):

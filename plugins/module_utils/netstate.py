@@ -64,7 +64,7 @@ def _iface(value, what):
 
 def _ip(value, what):
     try:
-        return ipaddress.ip_address(str(value).split("/")[0])
+        return ipaddress.ip_address(str(value).split("/", 1)[0])
     except ValueError:
         raise NetStateError("%s: %r is not an IP address" % (what, value))
 
@@ -202,7 +202,7 @@ class NetStateBackend(object):
         wg_index = self._by_name(links, self.interface)
         addresses = []
         if wg_index is not None:
-            addresses = sorted(str(a) for _, a in self._addresses(ipr, wg_index))
+            addresses = sorted(str(pair[1]) for pair in self._addresses(ipr, wg_index))
         routes, foreign = [], {}
         for family in (socket.AF_INET, socket.AF_INET6):
             for msg in ipr.route("dump", family=family):
@@ -494,7 +494,7 @@ class NetStateBackend(object):
 
     def _apply_addresses(self, ipr, index, wanted):
         done = []
-        have = [str(a) for _, a in self._addresses(ipr, index)]
+        have = [str(pair[1]) for pair in self._addresses(ipr, index)]
         # add first: removing the last address of a link flushes every route through it
         for a in wanted:
             if a not in have:
@@ -508,7 +508,7 @@ class NetStateBackend(object):
                 self._addr(ipr, "del", index, a)
                 done.append("remove address %s dev %s" % (a, self.interface))
         # deleting an old primary also deletes secondaries of the same subnet: re-add them
-        have = [str(a) for _, a in self._addresses(ipr, index)]
+        have = [str(pair[1]) for pair in self._addresses(ipr, index)]
         for a in wanted:
             if a not in have:
                 self._addr(ipr, "add", index, a)

@@ -54,7 +54,7 @@ from __future__ import absolute_import, division, print_function
 import gc
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (  # noqa: F401 pylint: disable=unused-import (re-exported)
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (  # noqa: F401 pylint: disable=unused-import
     DEFAULT_OPTIONS,
     TopologyError,
     node_subject,

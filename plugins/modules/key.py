@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
 
 from __future__ import absolute_import, division, print_function
 

@@ -51,8 +51,8 @@ def test_no_masquerade_without_sources():
 
 def _nft_doc(elems, l4="ipencap"):
     """The shape `nft -j list table` prints (nftables 1.0.x)."""
-    match = lambda proto, field, right: {"match": {"op": "==", "left": {"payload": {
-        "protocol": proto, "field": field}}, "right": right}}
+    def match(proto, field, right):
+        return {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": field}}, "right": right}}
     return {"nftables": [
         {"metainfo": {"version": "1.0.6"}},
         {"table": {"family": "inet", "name": "kilo_mesh", "handle": 3}},
