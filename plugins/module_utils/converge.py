@@ -27,6 +27,15 @@ class ConvergeError(Exception):
     """A host-side failure worth a plain message (no traceback)."""
 
 
+# Errors the backends raise on purpose: each message already names what failed.
+KNOWN_ERRORS = ("ConvergeError", "WireGuardError", "KernelWGError", "UAPIError", "NetStateError",
+                "FirewallError", "KeyError_")
+
+
+def is_known_error(exc):
+    return type(exc).__name__ in KNOWN_ERRORS
+
+
 def _backends(settings):
     # Imported here so that a host missing one backend's dependency still gets a clear
     # message from the backend that needs it.
@@ -60,8 +69,12 @@ def converge(plan, settings=None, check_mode=False, backends=None):
             changes = ["remove %s" % backend.name] if _owns_anything(backend, current) else []
         else:
             changes = backend.changes(current, desired)
-        result["diff"]["before"][backend.name] = backend.render(current)
-        result["diff"]["after"][backend.name] = backend.render(desired) if not absent else None
+        if not absent and hasattr(backend, "render_pair"):
+            before, after = backend.render_pair(current, desired)
+        else:
+            before, after = backend.render(current), (None if absent else backend.render(desired))
+        result["diff"]["before"][backend.name] = before
+        result["diff"]["after"][backend.name] = after
         if not changes:
             continue
         result["changes"][backend.name] = changes
@@ -76,9 +89,5 @@ def converge(plan, settings=None, check_mode=False, backends=None):
 
 
 def _owns_anything(backend, current):
-    if current is None:
-        return False
-    rendered = backend.render(current)
-    if isinstance(rendered, dict):
-        return any(bool(v) for v in rendered.values())
-    return bool(rendered)
+    """Whether the live state holds anything of ours (so state=absent has work to do)."""
+    return current is not None and backend.owns(current)

@@ -412,6 +412,9 @@ class WireGuardBackend(object):
         if ops[0][1][0] == "remove":
             self.remove()
             return msgs
+        if self._private_key is None:
+            # Checked before anything is created: no half-made interface without a key.
+            raise WireGuardError("no private key at %s: run kilo.mesh.key first" % self.settings["key_path"])
         impl = desired["backend"]
         if ops[0][1][0] == "create":
             self._create(impl)
@@ -604,3 +607,31 @@ class WireGuardBackend(object):
             peers.append(q)
         out["peers"] = peers
         return out
+
+    def owns(self, state):
+        """Whether the interface of ours exists (state=absent then has something to remove)."""
+        return bool(state and state.get("present"))
+
+    def render_pair(self, current, desired):
+        """(before, after) for a diff that shows only what apply() would change.
+
+        The plan names peers and may leave an endpoint to WireGuard (none configured, or a
+        roaming peer with a fresh handshake); carry those over so they are not shown as
+        differences that apply() would never make.
+        """
+        before, after = self.render(current), self.render(desired)
+        if not before or not after or not before.get("present") or not after.get("present"):
+            return before, after
+        live = dict((p["public_key"], p) for p in (current or {}).get("peers", []))
+        names = {}
+        for p in after["peers"]:
+            c = live.get(p["public_key"])
+            names[p["public_key"]] = p.pop("name", None)
+            roaming = p.pop("roaming", False)
+            if c is not None and c.get("endpoint") and (not p.get("endpoint") or _roamed(dict(p, roaming=roaming), c)):
+                p["endpoint"] = c["endpoint"]
+        for side in (before, after):
+            for p in side["peers"]:
+                if names.get(p["public_key"]):
+                    p["name"] = names[p["public_key"]]
+        return before, after

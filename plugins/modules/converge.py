@@ -99,9 +99,11 @@ leader:
   type: bool
 """
 
+import traceback
+
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import ConvergeError, converge
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import converge, is_known_error
 
 
 def main():
@@ -126,8 +128,11 @@ def main():
             module.no_log_values.add(peer["preshared_key"])
     try:
         result = converge(plan, module.params, check_mode=module.check_mode)
-    except (ConvergeError, OSError, ValueError) as e:
-        module.fail_json(msg="%s: %s" % (module.params["interface"], e))
+    except Exception as e:  # pylint: disable=broad-exception-caught
+        if is_known_error(e):
+            module.fail_json(msg="%s: %s" % (module.params["interface"], e))
+        module.fail_json(msg="%s: %s: %s" % (module.params["interface"], type(e).__name__, e),
+                         exception=traceback.format_exc())
     if plan is not None:
         result["leader"] = bool(plan.get("leader"))
     if not module._diff:

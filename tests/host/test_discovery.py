@@ -144,7 +144,7 @@ def test_key_module_end_to_end(ns):
     try:
         path = os.path.join(tmp, "kilo", "key")
         res = _ansible(ns, "path=%s ignore_interfaces=mgmt0" % path, check=True)
-        assert res["changed"] is True and res["public_key"] is None and not os.path.exists(path)
+        assert res["changed"] is True and res["pending"] is True and not os.path.exists(path)
         res = _ansible(ns, "path=%s ignore_interfaces=mgmt0" % path)
         assert res["changed"] is True and res["public_key"]
         with open(path) as f:

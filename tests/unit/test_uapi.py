@@ -257,12 +257,17 @@ def test_duplicate_and_own_key(backend):
     assert "own key" in str(e.value)
 
 
-def test_missing_key_file_is_a_clear_error(tmp_path, monkeypatch):
+def test_missing_key_file_is_listed_in_check_mode_and_refused_on_apply(tmp_path, monkeypatch):
     be = WireGuardBackend({"key_path": str(tmp_path / "nope"), "backend": "userspace"})
     monkeypatch.setattr(be, "_link", lambda: None)
+    desired = be.desired(plan([]))
+    assert desired["public_key"] == "(key to be created)"
+    absent = be.desired(None)
+    assert be.changes(absent, desired)  # check mode can still say what would happen
     with pytest.raises(WireGuardError) as e:
-        be.desired(plan([]))
-    assert "host a" in str(e.value) and "nope" in str(e.value)
+        be.apply(absent, desired)
+    assert "nope" in str(e.value) and "kilo.mesh.key" in str(e.value)
+    assert not (tmp_path / "nope").exists()
 
 
 def test_helpers():
