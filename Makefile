@@ -32,7 +32,7 @@ molecule: setup
 	bash scripts/molecule.sh test
 
 vm: setup
-	bash tests/vm/run.sh tests/vm/kernel_backend_check.py
+	KILO_TEST_STAGES="kernel-vm kernel-vm-debian-pyroute2 converge-vm-ipip" bash scripts/test.sh
 
 bench: setup
 	bash scripts/bench.sh

@@ -149,3 +149,17 @@ def test_state_absent_removes_exactly_ours(lab):
     assert sh(lab, host, "test -s /var/lib/kilo/key").returncode == 0
     out = recap(playbook(lab, "--limit", host))
     assert out[host]["changed"] > 0
+
+
+def test_install_role_opens_the_port_in_an_active_nftables_firewall(lab):
+    host = sorted(lab.hosts)[-1]
+    # A host firewall of the user's own (policy accept here: the lab's SSH runs through it).
+    sh(lab, host, "nft add table inet filter && nft add chain inet filter input"
+                  " '{ type filter hook input priority 0; policy accept; }' && nft add rule inet filter input tcp dport 22 accept")
+    for run in range(2):
+        out = playbook(lab, "--limit", host)
+        rules = sh(lab, host, "nft list chain inet filter input").stdout
+        assert rules.count('udp dport 51820 accept comment "kilo.mesh"') == 1, rules
+        assert "tcp dport 22 accept" in rules
+        if run == 1:
+            assert recap(out)[host]["changed"] == 0
