@@ -6,32 +6,17 @@ Tests run in file order and share one lab (each builds on the state the previous
 """
 import json
 import os
-import re
-import subprocess
 
 import pytest
 
 from lab.lab import Lab
+from sitetools import recap, site
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "klh"
 
 
-def playbook(lab, *extra, expect_rc=0):
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory,
-            os.path.join(REPO, "playbooks", "site.yml")] + list(extra)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.returncode == expect_rc, proc.stdout[-5000:]
-    return proc.stdout
-
-
-def recap(output):
-    out = {}
-    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
-        out[host] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", counts))
-    return out
+def playbook(lab, *extra, **kw):
+    return site(lab.inventory, *extra, **kw)
 
 
 def wg_peers(lab, host):

@@ -14,30 +14,9 @@ import pytest
 import yaml
 
 from lab.lab import Lab
+from sitetools import recap, site
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "klz"
-
-
-def _env():
-    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
-
-
-def site(inventory, *extra):
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory,
-            os.path.join(REPO, "playbooks", "site.yml")] + list(extra)
-    proc = subprocess.run(argv, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    return proc.stdout
-
-
-def recap(output):
-    """host -> {ok, changed, failed, ...} from Ansible's PLAY RECAP."""
-    out = {}
-    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
-        out[host] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", counts))
-    return out
 
 
 @pytest.fixture(scope="module")

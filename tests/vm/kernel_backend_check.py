@@ -29,6 +29,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vmcheck import Checker, run  # noqa: E402  (beside this script, also in the VM)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 NS = ("kwvm1", "kwvm2")
@@ -60,28 +63,6 @@ else:
     out = be.current()
 print(json.dumps(out))
 '''
-
-
-class Checker(object):
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print("PASS %s" % name)
-        else:
-            self.failed += 1
-            print("FAIL %s %s" % (name, detail))
-        sys.stdout.flush()
-        return ok
-
-
-def run(*args, **kw):
-    kw.setdefault("check", True)
-    return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, **kw)
 
 
 def collections_tree(tmp):

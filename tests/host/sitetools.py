@@ -1,0 +1,27 @@
+"""Running playbooks/site.yml against a lab from host tests, and reading Ansible's recap."""
+import os
+import re
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def site(inventory, *extra, **kw):
+    """Run site.yml over real SSH; asserts the exit code (expect_rc, default 0); returns output."""
+    expect_rc = kw.pop("expect_rc", 0)
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory,
+            os.path.join(REPO, "playbooks", "site.yml")] + list(extra)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False)
+    assert proc.returncode == expect_rc, proc.stdout[-5000:]
+    return proc.stdout
+
+
+def recap(output):
+    """host -> {ok, changed, unreachable, failed, ...} from the PLAY RECAP."""
+    out = {}
+    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        out[host] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", counts))
+    return out
