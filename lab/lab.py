@@ -249,7 +249,11 @@ INIT_SCRIPT = r"""#!/bin/bash
 # PID 1 of lab host {name}: private mounts, hostname, sshd; then reap orphans until killed.
 set -eu
 H={hdir}
+S={sdir}
 hostname {name}
+# The lab's state dir may sit below a directory this host mounts over (a checkout in /tmp
+# or /root, as CI clones may be): hold it open now and bind it back after the mounts.
+exec 9<"$S"
 # Our copy of the root mount table holds nsfs mounts (/run/netns/*) of other namespaces;
 # drop them so they cannot keep another lab's network namespaces alive.
 awk '{{for (i = 7; i <= NF; i++) if ($i == "-") {{ if ($(i+1) == "nsfs") print $5; break }}}}' \
@@ -261,6 +265,10 @@ done
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
 mkdir -p /run/sshd /run/wireguard /run/lock
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
+mkdir -p "$S"
+# --no-canonicalize: the fd, not the path it names (now the empty dir), is the source.
+mount --no-canonicalize --bind /proc/self/fd/9 "$S"
+exec 9<&-
 /usr/sbin/sshd -f "$H/sshd_config" -E /var/log/sshd.log
 echo ready > "$H/ready"
 trap 'exit 0' TERM INT
@@ -506,6 +514,7 @@ class Lab(object):
                                            authorized_keys=os.path.join(sshdir, "authorized_keys")))
             with open(os.path.join(hdir, "init.sh"), "w") as f:
                 f.write(INIT_SCRIPT.format(name=h["name"], hdir=shlex.quote(hdir),
+                                           sdir=shlex.quote(self.state_dir),
                                            overlay_dirs=" ".join(OVERLAY_DIRS)))
             try:
                 os.unlink(os.path.join(hdir, "ready"))
