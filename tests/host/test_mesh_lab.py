@@ -6,11 +6,13 @@ Tests run in file order and share one lab (each builds on the state the previous
 """
 import json
 import os
+import subprocess
 
 import pytest
+import yaml
 
 from lab.lab import Lab
-from sitetools import recap, site
+from sitetools import REPO, recap, site
 
 PREFIX = "klh"
 
@@ -162,3 +164,38 @@ def test_install_role_opens_the_port_in_an_active_nftables_firewall(lab):
         assert "tcp dport 22 accept" in rules
         if run == 1:
             assert recap(out)[host]["changed"] == 0
+
+
+def test_management_address_is_kept_out_by_ignoring_it_or_by_pinning_endpoints(lab):
+    host = sorted(h for h, v in lab.hosts.items() if v["public"] and not v["nat"])[0]
+    ansible = [os.path.join(REPO, ".venv", "bin", "ansible"), "-i", lab.inventory, host,
+               "-m", "kilo.mesh.key", "-a"]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+
+    def key_facts(args):
+        out = subprocess.run(ansible + [args, "-o"], env=env, stdout=subprocess.PIPE, text=True, check=False).stdout
+        return json.loads(out.split("=>", 1)[1])
+
+    # The hazard: Kilo's discovery counts the management range 198.18.0.0/15 as public.
+    assert key_facts("ignore_interfaces=[]")["external_ip"].startswith("198.18.")
+    # Answer one: ignore the management NIC (what the lab inventory does).
+    assert key_facts("ignore_interfaces=mgmt0")["external_ip"] == lab.hosts[host]["public_ip"]
+
+    # Answer two: pin every endpoint in the inventory and ignore nothing.
+    with open(lab.inventory) as f:
+        inv = yaml.safe_load(f)
+    kilo = inv["all"]["children"]["kilo"]
+    kilo["vars"]["kilo_discovery_ignore_interfaces"] = []
+    for loc in kilo["children"].values():
+        for name, hvars in loc["hosts"].items():
+            h = lab.hosts[name]
+            hvars["kilo_force_endpoint"] = "%s:51820" % (h["public_ip"] or h["lan_ip"])
+    pinned = os.path.join(lab.state_dir, "inventory-pinned.yml")
+    with open(pinned, "w") as f:
+        yaml.safe_dump(inv, f)
+    out = recap(site(pinned))
+    # The pins equal what discovery found while ignoring mgmt0: nothing to change anywhere.
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in out.values()), out
+    for h in lab.hosts:
+        dump = lab.run(h, ["wg", "show", "kilo0", "endpoints"]).stdout
+        assert "198.18." not in dump, (h, dump)

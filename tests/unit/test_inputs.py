@@ -1,0 +1,107 @@
+"""Controller-side inputs: inventory host variables and the registry become topology nodes."""
+import json
+import os
+import threading
+
+import pytest
+
+from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs
+
+KEY = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
+FACTS = {"public_key": KEY, "internal_ip": "172.16.1.2/24", "external_ip": None,
+         "discovered_endpoints": {}, "mtu": 1500}
+
+
+def test_endpoint_from_discovery_prefers_the_external_ip():
+    node = inputs.node_from_host("a", {}, dict(FACTS, external_ip="203.0.113.5"), "aws", 51820)
+    assert node["endpoint"] == "203.0.113.5:51820"
+    assert node["internal_ip"] == "172.16.1.2/24"
+    assert node["location"] == "aws"
+
+
+def test_endpoint_falls_back_to_the_internal_ip_and_formats_ipv6():
+    assert inputs.node_from_host("a", {}, FACTS, "", 51820)["endpoint"] == "172.16.1.2:51820"
+    v6 = dict(FACTS, external_ip="2001:db8::5")
+    assert inputs.node_from_host("a", {}, v6, "", 51821)["endpoint"] == "[2001:db8::5]:51821"
+
+
+def test_pinned_endpoint_beats_a_management_address_discovery_would_pick():
+    # Kilo's discovery counts 198.18.0.0/15 as public: a lab host's management NIC would win.
+    facts = dict(FACTS, external_ip="198.18.1.1")
+    hvars = {"kilo_force_endpoint": "203.0.113.9:51820"}
+    assert inputs.node_from_host("a", hvars, facts, "", 51820)["endpoint"] == "203.0.113.9:51820"
+
+
+def test_annotation_variables():
+    hvars = {"kilo_location": "", "kilo_leader": "", "kilo_force_internal_ip": "-",
+             "kilo_persistent_keepalive": "25", "kilo_allowed_location_ips": "10.9.0.0/24, 10.8.0.0/24",
+             "kilo_pod_cidr": "10.244.1.0/24"}
+    node = inputs.node_from_host("a", hvars, FACTS, "aws", 51820)
+    assert node["location"] == ""          # the key is present, even empty: it wins (as Kilo)
+    assert node["leader"] is True          # presence alone counts (as Kilo's annotation)
+    assert node["internal_ip"] is None     # "-" means no internal IP
+    assert node["persistent_keepalive"] == 25
+    assert node["allowed_location_ips"] == ["10.9.0.0/24", "10.8.0.0/24"]
+    assert node["pod_cidr"] == "10.244.1.0/24"
+    assert inputs.node_from_host("a", {"kilo_leader": False}, FACTS, "", 51820)["leader"] is False
+
+
+@pytest.mark.parametrize("field,value", [("kilo_leader", "maybe"), ("kilo_persistent_keepalive", "soon"),
+                                         ("kilo_allowed_location_ips", 7)])
+def test_bad_variables_name_the_host_and_the_variable(field, value):
+    with pytest.raises(inputs.InputError) as e:
+        inputs.node_from_host("db-1", {field: value}, FACTS, "", 51820)
+    assert "db-1" in str(e.value) and field in str(e.value)
+
+
+def test_facts_from_result_ignores_failed_and_skipped_hosts():
+    assert inputs.facts_from_result({"failed": True, "public_key": KEY}) is None
+    assert inputs.facts_from_result({"skipped": True}) is None
+    assert inputs.facts_from_result(None) is None
+    assert inputs.facts_from_result(dict(FACTS, changed=False))["public_key"] == KEY
+
+
+class FakeHostvars(dict):
+    """Ansible's HostVars without an inventory object: locations then come from kilo_location."""
+
+
+def test_gather_nodes_takes_this_run_then_the_registry_and_lists_the_unknown():
+    hostvars = FakeHostvars({
+        "a": {"kilo_location": "x", "kilo_host": dict(FACTS)},                      # reported now
+        "b": {"kilo_location": "y", "kilo_host": {"unreachable": True}},            # from registry
+        "c": {"kilo_location": "y"},                                                # never seen
+    })
+    registry = {"hosts": {"b": dict(FACTS, public_key="b" * 43 + "=")}}
+    nodes, missing, fresh = inputs.gather_nodes({"hostvars": hostvars, "groups": {"kilo": ["a", "b", "c"]}},
+                                                "kilo", 51820, "kilo_host", registry)
+    assert [n["name"] for n in nodes] == ["a", "b"]
+    assert nodes[1]["public_key"] == "b" * 43 + "="
+    assert missing == ["c"]
+    assert list(fresh) == ["a"]
+
+
+def test_registry_merges_parallel_writers_and_keeps_other_hosts(tmp_path):
+    path = str(tmp_path / "kilo-registry.json")
+    inputs.update_registry(path, {"old": dict(FACTS)})
+    # Every host's worker writes its own entry at the same time.
+    threads = [threading.Thread(target=inputs.update_registry, args=(path, {"h%d" % i: dict(FACTS)}))
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    data = inputs.read_registry(path)
+    assert sorted(data["hosts"]) == ["h%d" % i for i in range(8)] + ["old"]
+    assert all("private" not in json.dumps(v) for v in data["hosts"].values())
+    # Unchanged facts do not rewrite the file.
+    before = os.stat(path).st_mtime_ns
+    assert inputs.update_registry(path, {"old": dict(FACTS)}) is False
+    assert os.stat(path).st_mtime_ns == before
+
+
+def test_a_broken_registry_is_a_clear_error(tmp_path):
+    path = tmp_path / "kilo-registry.json"
+    path.write_text("{not json")
+    with pytest.raises(inputs.InputError) as e:
+        inputs.read_registry(str(path))
+    assert str(path) in str(e.value)
