@@ -7,6 +7,7 @@ and tests can rely on it. Pings run from inside each host (nsenter), in parallel
 import argparse
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,7 +17,7 @@ PING = ("for ip in %s; do ping -q -c 2 -W 2 -i 0.3 $ip >/dev/null 2>&1 "
         "&& echo \"$ip ok\" || echo \"$ip fail\" & done; wait")
 
 
-def matrix(lab):
+def matrix(lab, settle=30):
     hosts = lab.hosts
     names = sorted(hosts, key=lambda n: (hosts[n]["location"], n))
 
@@ -26,17 +27,24 @@ def matrix(lab):
         ok = dict(line.split() for line in out.splitlines() if line.strip())
         return src, dict((d, ok.get(hosts[d]["lan_ip"]) == "ok") for d in names if d != src)
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = dict(pool.map(probe, names))
-    return names, hosts, results
+    # WireGuard handshakes lazily and a NAT'd leader is reached only after its keepalive
+    # handshake (retried every 5 s): give a fresh mesh a short while to settle.
+    deadline = time.monotonic() + settle
+    while True:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = dict(pool.map(probe, names))
+        if all(all(r.values()) for r in results.values()) or time.monotonic() > deadline:
+            return names, hosts, results
+        time.sleep(2)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prefix", default=None)
+    ap.add_argument("--settle", type=float, default=30, help="seconds to wait for tunnels to come up")
     args = ap.parse_args()
     lab = Lab(args.prefix)
-    names, hosts, results = matrix(lab)
+    names, hosts, results = matrix(lab, args.settle)
     width = max(len(n) for n in names)
     print(" " * (width + 2) + " ".join(n[:8].ljust(8) for n in names))
     bad = 0

@@ -159,11 +159,19 @@ def gather_nodes(task_vars, group, port, facts_var, registry):
     return nodes, missing, fresh
 
 
-def registry_path(task_vars, path=None):
+def registry_path(task_vars, path=None, group=None):
+    """The registry beside the inventory of the mesh's hosts.
+
+    A play on localhost (like playbooks/plan.yml) has no inventory_dir of its own: take the
+    one of the group's first host, so every play of one inventory shares one registry.
+    """
     if path:
         return path
-    inventory_dir = task_vars.get("inventory_dir") or os.getcwd()
-    return os.path.join(inventory_dir, "kilo-registry.json")
+    inventory_dir = task_vars.get("inventory_dir")
+    hosts = task_vars.get("groups", {}).get(group or "", [])
+    if not inventory_dir and hosts:
+        inventory_dir = task_vars["hostvars"][hosts[0]].get("inventory_dir")
+    return os.path.join(inventory_dir or os.getcwd(), "kilo-registry.json")
 
 
 def read_registry(path):
@@ -214,7 +222,7 @@ def mesh_inputs(task_vars, args):
     Explicit ``nodes`` win over the inventory. Peers come from the option, else from the
     ``kilo_peers`` variable of the calling host (usually set for the whole group).
     """
-    path = registry_path(task_vars, args.get("registry"))
+    path = registry_path(task_vars, args.get("registry"), args.get("group"))
     if args.get("nodes") is not None:
         nodes, missing, fresh = [dict(n) for n in args["nodes"]], [], {}
     else:
