@@ -43,6 +43,8 @@ def to_dot(result):
             if is_leader:
                 parts += [seg.get("wireguard_ip"), seg.get("endpoint")]
                 attrs.insert(0, "rank=1")
+                # Leaders stand out at a glance: a double outline, bold.
+                attrs += ["peripheries=2", "style=bold"]
             node_id = _quote("node/" + member["name"])
             lines.append("\t\t%s [label=%s, %s];" % (node_id, _label(parts), ", ".join(attrs)))
             if not is_leader:
