@@ -26,6 +26,13 @@ description:
   - The whole input is validated first; a bad value fails with a message naming the node or peer and the field.
 extends_documentation_fragment:
   - kilo.mesh.topology
+options:
+  peer:
+    description:
+      - Also return the WireGuard configuration this outside peer needs, like C(kgctl showconf peer NAME) -
+        one C([Peer]) section per segment (its leader) and one per other peer.
+      - Preshared keys are not printed; the output says where one belongs.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -49,6 +56,12 @@ EXAMPLES = r"""
 - name: Show who leads each location
   ansible.builtin.debug:
     msg: "{{ mesh.segments | map(attribute='leader') | list }}"
+
+- name: Print what the outside peer "laptop" needs (like kgctl showconf peer laptop)
+  kilo.mesh.topology:
+    peer: laptop
+  run_once: true
+  register: mesh_laptop
 
 - name: Compute from explicit nodes
   kilo.mesh.topology:
@@ -103,6 +116,15 @@ segments:
 graph:
   description: The topology as Graphviz DOT, like C(kgctl graph).
   returned: success
+  type: str
+peer_config:
+  description: With O(peer), the peer's C([Peer]) sections as data (C(preshared_key) is V(true) where one is set).
+  returned: when O(peer) is set
+  type: list
+  elements: dict
+peer_conf:
+  description: With O(peer), the same in wg-quick syntax, ready to append to the peer's own C([Interface]).
+  returned: when O(peer) is set
   type: str
 missing:
   description: Hosts of the group left out because neither this run nor the registry knows their key or endpoint.
