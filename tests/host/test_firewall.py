@@ -11,50 +11,16 @@ import uuid
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(ROOT, ".collections")
+import backendtools
+from backendtools import sh
+
 HOST_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
-DRIVER = r"""
-import json, sys
-sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils.firewall import FirewallBackend, FirewallError
-req = json.load(sys.stdin)
-out = {}
-try:
-    b = FirewallBackend(req["settings"])
-    for op in req["ops"]:
-        if op == "check":
-            cur, want = b.current(), b.desired(req["plan"])
-            out["check"] = b.changes(cur, want)
-            json.dumps([cur, want])  # states must be JSON-able for the converge result
-            out["before"], out["after"] = b.render(cur), b.render(want)
-        elif op == "apply":
-            cur, want = b.current(), b.desired(req["plan"])
-            out["applied"] = b.apply(cur, want)
-        elif op == "remove":
-            out["removed"] = b.remove()
-        elif op == "render":
-            out["render"] = b.render(b.current())
-except FirewallError as exc:
-    out["error"] = str(exc)
-print(json.dumps(out))
-"""
-
-
-def sh(*args, **kw):
-    return subprocess.run(args, check=kw.pop("check", True), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, **kw)
-
-
 def run_backend(ns, kind, plan, ops, python=HOST_PY):
-    req = {"plan": plan, "ops": ops, "settings": {"firewall": kind}}
-    proc = sh("ip", "netns", "exec", ns, python, "-c", DRIVER % {"collections": COLLECTIONS},
-              input=json.dumps(req), check=False)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return backendtools.run_backend(ns, "firewall", "FirewallBackend", "FirewallError", plan, ops,
+                                    {"firewall": kind}, python)
 
 
 @pytest.fixture

@@ -12,57 +12,16 @@ import uuid
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(ROOT, ".collections")
+import backendtools
+from backendtools import sh
+
 PYTHONS = [p for p in ("/usr/bin/python3", sys.executable) if os.path.exists(p)]
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
-DRIVER = r"""
-import json, sys
-sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils.netstate import NetStateBackend, NetStateError
-req = json.load(sys.stdin)
-out = {}
-try:
-    b = NetStateBackend(req.get("settings"))
-    for op in req["ops"]:
-        if op == "check":
-            cur, want = b.current(), b.desired(req["plan"])
-            out["check"] = b.changes(cur, want)
-            json.dumps([cur, want])  # states must be JSON-able for the converge result
-            out["before"], out["after"] = b.render(cur), b.render(want)
-        elif op == "apply":
-            cur, want = b.current(), b.desired(req["plan"])
-            out["planned"] = b.changes(cur, want)
-            out["applied"] = b.apply(cur, want)
-        elif op == "apply_without_probe":
-            # skip the side-effect-free probe so the real netlink creation of tunl0 is tried
-            import ansible_collections.kilo.mesh.plugins.module_utils.netstate as m
-            m.ipip_supported = lambda: True
-            cur, want = b.current(), b.desired(req["plan"])
-            out["applied"] = b.apply(cur, want)
-        elif op == "remove":
-            out["removed"] = b.remove()
-        elif op == "render":
-            out["render"] = b.render(b.current())
-except NetStateError as exc:
-    out["error"] = str(exc)
-print(json.dumps(out))
-"""
-
-
-def sh(*args, **kw):
-    return subprocess.run(args, check=kw.pop("check", True), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, **kw)
-
-
 def run_backend(ns, plan, ops, python=PYTHONS[0], settings=None):
-    req = {"plan": plan, "ops": ops, "settings": settings or {"interface": "kilo0"}}
-    proc = sh("ip", "netns", "exec", ns, python, "-c", DRIVER % {"collections": COLLECTIONS},
-              input=json.dumps(req), check=False)
-    assert proc.returncode == 0, proc.stderr  # a traceback is a bug: errors must be clear
-    return json.loads(proc.stdout)
+    return backendtools.run_backend(ns, "netstate", "NetStateBackend", "NetStateError", plan, ops,
+                                    settings or {"interface": "kilo0"}, python)
 
 
 def ipj(ns, *args):
