@@ -12,10 +12,19 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs, missing_warning, update_registry
 from ansible_collections.kilo.mesh.plugins.plugin_utils.options import CONVERGE_SPEC, TOPOLOGY_SPEC, engine_options
 
 SPEC = dict(TOPOLOGY_SPEC, **CONVERGE_SPEC)
+
+
+def split_preshared_keys(plan):
+    """Take the preshared keys out of the plan: the module gets them in a no_log option."""
+    keys = {}
+    for peer in (plan or {}).get("peers", []):
+        if peer.get("preshared_key"):
+            keys[peer["public_key"]] = peer.pop("preshared_key")
+    return keys
 
 
 def mark_roaming(plan, computed):
@@ -45,25 +54,24 @@ class ActionModule(ActionBase):
         if args["state"] == "present":
             try:
                 nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args)
+                if host not in [n["name"] for n in nodes]:
+                    result.update(failed=True, msg="host %r: not a node of the mesh: it is not in group %r or reported"
+                                  " no key (run kilo.mesh.key first, or set kilo_public_key and kilo_force_endpoint)"
+                                  % (host, args["group"]))
+                    return result
                 computed = build_plans(nodes, peers, engine_options(args), only=[host])
             except (TopologyError, InputError) as e:
                 result.update(failed=True, msg=str(e))
                 return result
-            plan = computed["plans"].get(host)
-            if plan is not None:
-                mark_roaming(plan, computed)
-            if plan is None:
-                result.update(failed=True, msg="host %r: not a node of the mesh: it is not in group %r or reported no key"
-                              " (run kilo.mesh.key first, or set kilo_public_key and kilo_force_endpoint)" % (host, args["group"]))
-                return result
+            plan = computed["plans"][host]
+            mark_roaming(plan, computed)
             if missing:
-                result.setdefault("warnings", []).append(
-                    "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing))
+                result.setdefault("warnings", []).append(missing_warning(missing))
             # Only this host's fresh facts: parallel workers each write their own entry.
             if not self._task.check_mode and host in fresh:
                 update_registry(registry, {host: fresh[host]})
 
-        module_args = dict(settings, plan=plan)
+        module_args = dict(settings, plan=plan, preshared_keys=split_preshared_keys(plan))
         converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
                                          task_vars=task_vars)
         result.update(converged)

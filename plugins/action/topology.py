@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans, peer_config, to_dot
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs, missing_warning
 from ansible_collections.kilo.mesh.plugins.plugin_utils.options import TOPOLOGY_SPEC, engine_options
 
 SPEC = dict(TOPOLOGY_SPEC, peer=dict(type="str"))
@@ -53,11 +53,9 @@ class ActionModule(ActionBase):
             result.update(peer_config=sections, peer_conf=wireguard_sections(sections))
         if missing:
             result["missing"] = missing
-            result.setdefault("warnings", []).append(
-                "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing))
+            result.setdefault("warnings", []).append(missing_warning(missing))
         # Preshared keys stay off the output; kilo.mesh.mesh passes them to the host itself.
         for plan in computed["plans"].values():
             for peer in plan.get("peers", []):
-                if peer.get("preshared_key"):
-                    peer["preshared_key"] = "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+                peer.pop("preshared_key", None)
         return result

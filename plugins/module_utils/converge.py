@@ -46,21 +46,33 @@ def _backends(settings):
     return [WireGuardBackend(settings), NetStateBackend(settings), FirewallBackend(settings)]
 
 
-def converge(plan, settings=None, check_mode=False, backends=None):
+def with_preshared_keys(plan, preshared_keys):
+    """The plan with its peers' preshared keys put back (they travel apart, marked no_log)."""
+    if not plan or not preshared_keys:
+        return plan
+    plan = dict(plan)
+    plan["peers"] = [dict(p, preshared_key=preshared_keys[p["public_key"]]) if p.get("public_key") in preshared_keys
+                     else p for p in plan.get("peers", [])]
+    return plan
+
+
+def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
+    Every backend reads and compares first, so a plan this host cannot carry out (no
+    private interface, no IPIP, a foreign route in the way) fails before anything changes.
     Returns ``{"changed", "changes": {backend: [str]}, "diff": {"before", "after"}}``;
     nothing in it carries a private or preshared key (backends' ``render`` strip them).
     """
     opts = dict(DEFAULT_SETTINGS)
     opts.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
-    if plan is not None:
-        opts.setdefault("listen_port", plan.get("listen_port"))
+    plan = with_preshared_keys(plan, preshared_keys)
     if backends is None:
         backends = _backends(opts)
 
     result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
     absent = opts["state"] == "absent"
+    steps = []
     # Removal runs in reverse: firewall and routes go before the interface they point at.
     for backend in (reversed(backends) if absent else backends):
         current = backend.current()
@@ -75,16 +87,23 @@ def converge(plan, settings=None, check_mode=False, backends=None):
             before, after = backend.render(current), (None if absent else backend.render(desired))
         result["diff"]["before"][backend.name] = before
         result["diff"]["after"][backend.name] = after
-        if not changes:
-            continue
-        result["changes"][backend.name] = changes
-        result["changed"] = True
-        if check_mode:
-            continue
+        if changes:
+            result["changes"][backend.name] = changes
+            result["changed"] = True
+            steps.append((backend, current, desired))
+    if check_mode:
+        return result
+
+    applied = False
+    for backend, current, desired in steps:
         if absent:
             backend.remove()
-        else:
-            backend.apply(current, desired)
+            continue
+        if applied:
+            # An earlier backend changed the host (made the interface, say): compare again.
+            current, desired = backend.current(), backend.desired(plan)
+        backend.apply(current, desired)
+        applied = True
     return result
 
 

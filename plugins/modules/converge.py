@@ -43,6 +43,11 @@ options:
     description: Userspace WireGuard implementation to start (wireguard-go or boringtun).
     type: str
     default: wireguard-go
+  preshared_keys:
+    description:
+      - Preshared keys of the plan's WireGuard peers, by public key. They travel apart from O(plan)
+        because module arguments are logged on the host, and this option is never logged.
+    type: dict
   key_path:
     description: Path of the private key made by M(kilo.mesh.key). It is read on the host only.
     type: path
@@ -110,6 +115,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             plan=dict(type="dict", no_log=False),
+            preshared_keys=dict(type="dict", no_log=True),
             interface=dict(type="str", default="kilo0"),
             backend=dict(type="str", default="auto", choices=["auto", "kernel", "userspace"]),
             userspace_command=dict(type="str", default="wireguard-go"),
@@ -122,12 +128,12 @@ def main():
         supports_check_mode=True,
     )
     plan = module.params.pop("plan")
-    # Preshared keys travel inside the plan: keep them out of logs and of the echoed arguments.
-    for peer in (plan or {}).get("peers", []):
-        if peer.get("preshared_key"):
-            module.no_log_values.add(peer["preshared_key"])
+    preshared_keys = module.params.pop("preshared_keys") or {}
+    if any(p.get("preshared_key") for p in (plan or {}).get("peers", [])):
+        # The plan is logged on the host as it arrives: a key inside it would be in syslog.
+        module.fail_json(msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead")
     try:
-        result = converge(plan, module.params, check_mode=module.check_mode)
+        result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys)
     except Exception as e:  # pylint: disable=broad-exception-caught
         if is_known_error(e):
             module.fail_json(msg="%s: %s" % (module.params["interface"], e))

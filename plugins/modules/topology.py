@@ -77,7 +77,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plans:
-  description: Every node's plan, keyed by node name. Preshared keys are masked.
+  description: Every node's plan, keyed by node name. Preshared keys are left out (M(kilo.mesh.mesh) passes them to hosts itself).
   returned: success
   type: dict
   contains:

@@ -5,7 +5,7 @@
 
 The mesh is every host of the ``kilo`` group, not the hosts of the play. Hosts that this run
 did not reach (``--limit``, unreachable, failed) keep their entry through the registry: a
-YAML file beside the inventory holding public data only (public keys, endpoints, IPs).
+JSON file beside the inventory holding public data only (public keys, endpoints, IPs).
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ def location_groups(hostvars, group):
     ``hostvars`` knows the parent/child links, so read them there when it is reachable.
     """
     inventory = getattr(hostvars, "_inventory", None)
+    if inventory is None:
+        return None  # unknown: hosts must then say kilo_location themselves
     result = {}
-    if inventory is None or group not in inventory.groups:
+    if group not in inventory.groups:
         return result
     for child in sorted(inventory.groups[group].child_groups, key=lambda g: g.name):
         for host in child.get_hosts():
@@ -143,6 +145,13 @@ def gather_nodes(task_vars, group, port, facts_var, registry):
     hostvars = task_vars["hostvars"]
     hosts = task_vars["groups"].get(group, [])
     locations = location_groups(hostvars, group)
+    if locations is None:
+        unplaced = [h for h in hosts if "kilo_location" not in hostvars[h]]
+        if unplaced:
+            # Never collapse every location into one segment silently.
+            raise InputError("host %r: kilo_location: not set, and the child groups of %r (the locations)"
+                             " cannot be read from this inventory" % (unplaced[0], group))
+        locations = {}
     known = registry.get("hosts", {})
     nodes, missing, fresh = [], [], {}
     for host in hosts:
@@ -214,6 +223,10 @@ def update_registry(path, fresh):
                 f.write("\n")
             os.replace(tmp, path)
         return changed
+
+
+def missing_warning(missing):
+    return "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing)
 
 
 def mesh_inputs(task_vars, args):

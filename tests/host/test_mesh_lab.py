@@ -164,6 +164,21 @@ def test_install_role_opens_the_port_in_an_active_nftables_firewall(lab):
         assert "tcp dport 22 accept" in rules
         if run == 1:
             assert recap(out)[host]["changed"] == 0
+    # A new port replaces our old rule (and only ours); site.yml puts 51820 back.
+    role_only = os.path.join(lab.state_dir, "wireguard-role.yml")
+    with open(role_only, "w") as f:
+        yaml.safe_dump([{"name": "Install role only", "hosts": host, "gather_facts": False,
+                         "roles": ["kilo.mesh.wireguard"]}], f)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    proc = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory, role_only,
+                           "-e", "wireguard_port=51999"], env=env, stdout=subprocess.PIPE, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    rules = sh(lab, host, "nft list chain inet filter input").stdout
+    assert "udp dport 51999 accept" in rules and "udp dport 51820" not in rules, rules
+    assert "tcp dport 22 accept" in rules
+    playbook(lab, "--limit", host)
+    rules = sh(lab, host, "nft list chain inet filter input").stdout
+    assert rules.count('comment "kilo.mesh"') == 1 and "udp dport 51820 accept" in rules, rules
 
 
 def test_management_address_is_kept_out_by_ignoring_it_or_by_pinning_endpoints(lab):

@@ -105,3 +105,11 @@ def test_a_broken_registry_is_a_clear_error(tmp_path):
     with pytest.raises(inputs.InputError) as e:
         inputs.read_registry(str(path))
     assert str(path) in str(e.value)
+
+
+def test_locations_never_collapse_silently_without_the_inventory():
+    hostvars = FakeHostvars({"a": {"kilo_host": dict(FACTS)}, "b": {"kilo_location": "y", "kilo_host": dict(FACTS)}})
+    with pytest.raises(inputs.InputError) as e:
+        inputs.gather_nodes({"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}, "kilo", 51820, "kilo_host",
+                            {"hosts": {}})
+    assert "'a'" in str(e.value) and "kilo_location" in str(e.value)
