@@ -44,7 +44,8 @@ options:
     description:
       - V(location) - one segment per location, its leader links to the other leaders (Kilo's default).
       - V(full) - every node is its own segment.
-      - V(cross) - every node links to every node in other locations; nothing inside a location.
+      - V(cross) - every node links over WireGuard to every node in other locations; no WireGuard inside
+        a location, whose members reach each other over their private network.
     type: str
     choices: [location, full, cross]
     default: location

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""Filters for people: the plans as a table, the topology as Graphviz DOT."""
+"""A filter for people: the plans as a table (the DOT picture is kilo.mesh.topology's C(graph))."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ short_description: Render kilo.mesh.topology's result as a readable table
 version_added: 0.1.0
 author: kilo.mesh developers (@kilo-mesh)
 description:
-  - One line per node - location, leader or not, WireGuard IP, endpoint, peers and route counts.
+  - One line per node - location, segment, leader or not, WireGuard IP, the names of its WireGuard peers,
+    and its route and rule counts.
 positional: _input
 options:
   _input:

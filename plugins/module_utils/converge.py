@@ -19,12 +19,20 @@ DEFAULT_SETTINGS = {
     "key_path": "/var/lib/kilo/key",
     "mtu": 0,
     "firewall": "nftables",
+    "route_conflict": "fail",
     "state": "present",
 }
 
 
 class ConvergeError(Exception):
     """A host-side failure worth a plain message (no traceback)."""
+
+
+def check_interface(name):
+    """Interface names end up in paths (/run/kilo/NAME.pid, /proc/sys/...): Linux's rules only."""
+    if not name or len(name) > 15 or name in (".", "..") or any(c in name for c in "/ \t\n:%"):
+        raise ConvergeError("interface: %r is not a valid Linux interface name" % (name,))
+    return name
 
 
 # Errors the backends raise on purpose: each message already names what failed.

@@ -455,8 +455,29 @@ class FirewallBackend(object):
         else:
             raise FirewallError("setting firewall: %r is not one of nftables, iptables, none"
                                 % self.kind)
+        # The backend not selected may still hold our rules from an earlier run with another
+        # `firewall` setting: they are ours too, and would keep masquerading if left.
+        self.others = dict((kind, cls(settings)) for kind, cls in (("nftables", _Nftables), ("iptables", _Iptables))
+                           if kind != self.kind)
+        self.leftovers = []
+
+    def _read_leftovers(self):
+        found = []
+        for kind, impl in sorted(self.others.items()):
+            try:
+                state = impl.current()
+            except FirewallError:
+                continue  # that tool is missing or unusable here: nothing of ours can be in it
+            if state and (kind == "nftables" or any(bool(v) for v in state.values())):
+                found.append(kind)
+        return found
+
+    def _remove_leftovers(self):
+        for kind in self.leftovers:
+            self.others[kind].remove()
 
     def current(self):
+        self.leftovers = self._read_leftovers()
         return self.impl.current() if self.impl else None
 
     def desired(self, plan):
@@ -467,20 +488,22 @@ class FirewallBackend(object):
         return self.impl.desired(lists, ipip_filter=bool(fw.get("ipip_filter")))
 
     def changes(self, current, desired):
+        gone = ["firewall (%s): remove what an earlier run made with firewall=%s" % (kind, kind) for kind in self.leftovers]
         if not self.impl or current == desired:
-            return []
+            return gone
         before, after = self.impl.render(current), self.impl.render(desired)
         out = ["firewall (%s): remove %s" % (self.kind, line) for line in before if line not in after]
         out += ["firewall (%s): add %s" % (self.kind, line) for line in after if line not in before]
-        return out or ["firewall (%s): reorder rules" % self.kind]
+        return gone + (out or ["firewall (%s): reorder rules" % self.kind])
 
     def apply(self, current, desired):
         changed = self.changes(current, desired)
-        if changed:
+        if self.impl and current != desired:
             if self.kind == "iptables":
                 self.impl.apply(desired, current)
             else:
                 self.impl.apply(desired)
+        self._remove_leftovers()
         return changed
 
     def render(self, state):
@@ -488,6 +511,8 @@ class FirewallBackend(object):
 
     def owns(self, state):
         """Whether `state` (from current()) holds a table or chain of ours."""
+        if self.leftovers:
+            return True
         if not self.impl or not state:
             return False
         if self.kind == "iptables":
@@ -495,4 +520,6 @@ class FirewallBackend(object):
         return True
 
     def remove(self):
+        self.leftovers = self._read_leftovers()
+        self._remove_leftovers()
         return self.impl.remove() if self.impl else []

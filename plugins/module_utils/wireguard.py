@@ -477,7 +477,9 @@ class WireGuardBackend(object):
         if os.path.exists(sock):
             # The daemon that owned it is gone (current() could not talk to it).
             os.unlink(sock)
-        argv = shlex.split(self.settings["userspace_command"])
+        argv = shlex.split(self.settings["userspace_command"] or "")
+        if not argv:
+            raise WireGuardError("userspace_command: empty; name a userspace WireGuard such as wireguard-go")
         # wireguard-go daemonizes unless -f; we want the PID of the process that stays.
         if os.path.basename(argv[0]).startswith("wireguard-go"):
             argv.append("-f")
@@ -543,8 +545,10 @@ class WireGuardBackend(object):
                 args = f.read().split(b"\0")
         except (IOError, OSError):
             return None
-        # guard against a recycled PID: it must still be a daemon for our interface
-        if self.interface.encode() not in args:
+        # Guard against a recycled PID: it must still be our userspace daemon (the configured
+        # command) serving our interface, not any process that merely names the interface.
+        command = os.path.basename(shlex.split(self.settings.get("userspace_command") or "wireguard-go")[0])
+        if self.interface.encode() not in args or os.path.basename(args[0].decode(errors="replace")) != command:
             return None
         return pid
 

@@ -61,6 +61,13 @@ options:
     type: str
     choices: [nftables, iptables, none]
     default: nftables
+  route_conflict:
+    description:
+      - What to do when a foreign route (another routing protocol) already holds a destination of the plan.
+      - V(fail) stops with a message naming the route; V(replace) takes the route over, as Kilo does.
+    type: str
+    choices: [fail, replace]
+    default: fail
   state:
     description: V(absent) removes exactly what this collection owns on the host.
     type: str
@@ -108,7 +115,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import converge, is_known_error
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import check_interface, converge, is_known_error
 
 
 def main():
@@ -122,6 +129,7 @@ def main():
             key_path=dict(type="path", default="/var/lib/kilo/key", no_log=False),
             mtu=dict(type="int", default=0),
             firewall=dict(type="str", default="nftables", choices=["nftables", "iptables", "none"]),
+            route_conflict=dict(type="str", default="fail", choices=["fail", "replace"]),
             state=dict(type="str", default="present", choices=["present", "absent"]),
         ),
         required_if=[("state", "present", ["plan"])],
@@ -133,6 +141,7 @@ def main():
         # The plan is logged on the host as it arrives: a key inside it would be in syslog.
         module.fail_json(msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead")
     try:
+        check_interface(module.params["interface"])
         result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys)
     except Exception as e:  # pylint: disable=broad-exception-caught
         if is_known_error(e):

@@ -22,7 +22,7 @@ description:
   - Reports the MTU of the default-route interface and, when the WireGuard interface already
     exists, the endpoints WireGuard learned for its peers (for NAT traversal).
   - This is the first step of a mesh run; its results feed the topology engine on the
-    controller (see M(kilo.mesh.converge)).
+    controller (see M(kilo.mesh.mesh) and M(kilo.mesh.topology)).
 options:
   path:
     description:
@@ -152,6 +152,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import ConvergeError, check_interface
 from ansible_collections.kilo.mesh.plugins.module_utils.keys import KeyError_, ensure_key
 
 
@@ -167,6 +168,10 @@ def run_module():
     )
     p = module.params
     try:
+        check_interface(p["interface"])
+    except ConvergeError as e:
+        module.fail_json(msg=str(e))
+    try:
         key = ensure_key(p["path"], check_mode=module.check_mode)
     except KeyError_ as e:
         module.fail_json(msg=str(e))
@@ -181,6 +186,8 @@ def run_module():
         mtu = discovery.default_route_mtu(host)
     except ImportError as e:
         module.fail_json(msg="IP discovery needs pyroute2 on the host: %s" % e)
+    except (OSError, ValueError) as e:  # netlink errors: say what failed, not a traceback
+        module.fail_json(msg="IP discovery: %s: %s" % (type(e).__name__, e))
 
     discovered = {}
     try:

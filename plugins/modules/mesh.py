@@ -16,12 +16,13 @@ author: kilo.mesh developers (@kilo-mesh)
 description:
   - On the controller, gathers the public data of every host of the mesh group (this run's
     M(kilo.mesh.key) results, else the registry), computes this host's plan exactly as
-    M(kilo.mesh.topology) does, and records this host's public data in the registry.
+    M(kilo.mesh.topology) does, and records this host's public data in the registry (not in check mode).
   - Then converges the host in ONE remote call of M(kilo.mesh.converge) - WireGuard peers by difference,
     addresses, routes, ip rules and firewall.
   - The mesh is the whole group, not the play. A run with C(--limit) never removes or changes the
     peers of hosts outside the limit, and a host that is unreachable in this run keeps its entry everywhere.
-  - The whole mesh is validated on the controller before any host is touched.
+  - The whole mesh is validated on the controller before this host is changed, and the host compares
+    every part of its state before it applies any.
 extends_documentation_fragment:
   - kilo.mesh.topology
 options:
@@ -47,6 +48,13 @@ options:
     type: str
     choices: [nftables, iptables, none]
     default: nftables
+  route_conflict:
+    description:
+      - What to do when a foreign route (another routing protocol) already holds a destination of the plan.
+      - V(fail) stops with a message naming the route; V(replace) takes the route over, as Kilo does.
+    type: str
+    choices: [fail, replace]
+    default: fail
   state:
     description: V(absent) removes exactly what this collection owns on the host.
     type: str

@@ -106,8 +106,13 @@ plans:
       type: list
       elements: dict
     firewall:
-      description: C(nat_sources), C(nat_exempt_destinations), C(forward_accept), C(ipip_accept_sources).
+      description:
+        - C(nat_sources), C(nat_exempt_destinations), C(nat_destinations), C(forward_accept),
+          C(ipip_accept_sources) (lists of CIDRs) and C(ipip_filter) (drop other IPIP).
       type: dict
+    tunnel_address:
+      description: Address for C(tunl0) when the node encapsulates (Kilo's first pod address), else null.
+      type: str
 segments:
   description: The segments with their location, leader, nodes, WireGuard IP and allowed IPs.
   returned: success

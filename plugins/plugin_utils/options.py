@@ -30,6 +30,7 @@ CONVERGE_SPEC = dict(
     key_path=dict(type="path", default="/var/lib/kilo/key", no_log=False),
     mtu=dict(type="int", default=0),
     firewall=dict(type="str", default="nftables", choices=["nftables", "iptables", "none"]),
+    route_conflict=dict(type="str", default="fail", choices=["fail", "replace"]),
     state=dict(type="str", default="present", choices=["present", "absent"]),
 )
 

@@ -248,3 +248,25 @@ def test_nat_masquerades_except_exempt(nat_lab, kind):
     assert seen_source(client, "10.96.3.2") == "10.96.1.2"   # exempt destination: not NATed
     run_backend(router, kind, plan_fw(), ["remove"])
     assert seen_source(client, "10.96.2.2") == "10.96.1.2"
+
+
+def test_switching_backend_removes_what_the_other_one_made(namespaces):
+    ns = namespaces()
+    sh("ip", "netns", "exec", ns, "nft", "-f", "-", input=FOREIGN_NFT)
+
+    def ours():
+        nft = sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh", check=False).returncode == 0
+        ipt = "KILO-NAT" in sh("ip", "netns", "exec", ns, "iptables-save", "-t", "nat").stdout
+        return nft, ipt
+
+    run_backend(ns, "nftables", plan_fw(), ["apply"])
+    assert ours() == (True, False)
+    out = run_backend(ns, "iptables", plan_fw(), ["check"])
+    assert any("firewall=nftables" in c for c in out["check"]), out["check"]
+    assert ours() == (True, False)  # check mode left both as they were
+    run_backend(ns, "iptables", plan_fw(), ["apply", "check"])
+    assert ours() == (False, True)
+    assert run_backend(ns, "iptables", plan_fw(), ["check"])["check"] == []  # settled
+    run_backend(ns, "none", plan_fw(), ["remove"])
+    assert ours() == (False, False)
+    assert "kn_foreign" in sh("ip", "netns", "exec", ns, "nft", "list", "tables").stdout
