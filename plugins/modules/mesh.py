@@ -25,41 +25,7 @@ description:
     every part of its state before it applies any.
 extends_documentation_fragment:
   - kilo.mesh.topology
-options:
-  backend:
-    description: How WireGuard runs on the host, see M(kilo.mesh.converge).
-    type: str
-    choices: [auto, kernel, userspace]
-    default: auto
-  userspace_command:
-    description: Userspace WireGuard implementation to start.
-    type: str
-    default: wireguard-go
-  key_path:
-    description: Path of the private key on the host.
-    type: path
-    default: /var/lib/kilo/key
-  mtu:
-    description: Interface MTU; V(0) is Kilo's auto value.
-    type: int
-    default: 0
-  firewall:
-    description: Firewall backend.
-    type: str
-    choices: [nftables, iptables, none]
-    default: nftables
-  route_conflict:
-    description:
-      - What to do when a foreign route (another routing protocol) already holds a destination of the plan.
-      - V(fail) stops with a message naming the route; V(replace) takes the route over, as Kilo does.
-    type: str
-    choices: [fail, replace]
-    default: fail
-  state:
-    description: V(absent) removes exactly what this collection owns on the host.
-    type: str
-    choices: [present, absent]
-    default: present
+  - kilo.mesh.converge
 attributes:
   check_mode:
     support: full
