@@ -271,6 +271,23 @@ def parse_peer(item, index):
     return peer
 
 
+def _parse_all(items, kind, parse, subject, keys):
+    """Parse nodes or peers; names unique within the kind, public keys across both (``keys``)."""
+    parsed, names = [], set()
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise TopologyError("%s #%d" % (kind, index + 1), kind, "expected a mapping")
+        obj = parse(item, index)
+        if obj.name in names:
+            raise TopologyError(subject(obj.name), "name", "duplicate %s name" % kind)
+        names.add(obj.name)
+        if obj.key in keys:
+            raise TopologyError(subject(obj.name), "public_key", "same key as %s" % keys[obj.key])
+        keys[obj.key] = subject(obj.name)
+        parsed.append(obj)
+    return parsed
+
+
 def parse_inputs(nodes, peers, options):
     """Validate everything; returns (options, [Node] sorted by name, [Peer] sorted by name)."""
     opts = parse_options(options)
@@ -280,33 +297,10 @@ def parse_inputs(nodes, peers, options):
         peers = []
     if not isinstance(peers, (list, tuple)):
         raise TopologyError("peers", "peers", "expected a list of peers")
-    parsed_nodes = []
-    names = set()
     keys = {}
-    for index, item in enumerate(nodes):
-        if not isinstance(item, dict):
-            raise TopologyError("node #%d" % (index + 1), "node", "expected a mapping")
-        node = parse_node(item, index, opts["port"])
-        if node.name in names:
-            raise TopologyError(node_subject(node.name), "name", "duplicate node name")
-        names.add(node.name)
-        if node.key in keys:
-            raise TopologyError(node_subject(node.name), "public_key", "same key as %s" % keys[node.key])
-        keys[node.key] = node_subject(node.name)
-        parsed_nodes.append(node)
-    parsed_peers = []
-    peer_names = set()
-    for index, item in enumerate(peers):
-        if not isinstance(item, dict):
-            raise TopologyError("peer #%d" % (index + 1), "peer", "expected a mapping")
-        peer = parse_peer(item, index)
-        if peer.name in peer_names:
-            raise TopologyError(peer_subject(peer.name), "name", "duplicate peer name")
-        peer_names.add(peer.name)
-        if peer.key in keys:
-            raise TopologyError(peer_subject(peer.name), "public_key", "same key as %s" % keys[peer.key])
-        keys[peer.key] = peer_subject(peer.name)
-        parsed_peers.append(peer)
+    parsed_nodes = _parse_all(nodes, "node", lambda item, index: parse_node(item, index, opts["port"]),
+                              node_subject, keys)
+    parsed_peers = _parse_all(peers, "peer", parse_peer, peer_subject, keys)
     parsed_nodes.sort(key=lambda n: n.name)
     parsed_peers.sort(key=lambda p: p.name)
     return opts, parsed_nodes, parsed_peers

@@ -9,6 +9,8 @@ values (1, 2, 4) from here works on both.
 import base64
 import socket
 
+from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_uapi import format_endpoint
+
 # Kernel values (include/uapi/linux/wireguard.h), not pyroute2's constants.
 WG_CMD_GET_DEVICE = 0
 WG_CMD_SET_DEVICE = 1
@@ -138,7 +140,7 @@ def parse_device(msgs):
             if ep is not None and ep.get("addr") and ep.get("port"):
                 addr = ep["addr"]
                 if addr not in ("0.0.0.0", "::"):
-                    peer["endpoint"] = ("[%s]:%d" if ":" in addr else "%s:%d") % (addr, ep["port"])
+                    peer["endpoint"] = format_endpoint(addr, ep["port"])
             ka = p.get_attr("WGPEER_A_PERSISTENT_KEEPALIVE_INTERVAL")
             if ka is not None:
                 peer["persistent_keepalive"] = ka

@@ -11,10 +11,13 @@ JSON file beside the inventory holding public data only (public keys, endpoints,
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import os
 import tempfile
 import time
+
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import format_endpoint
 
 # Host variables that mirror Kilo's node annotations.
 NODE_VARS = (
@@ -87,12 +90,6 @@ def _int(value, host, field):
         raise InputError("host %r: %s: %r is not an integer" % (host, field, value))
 
 
-def _format_endpoint(ip, port):
-    if ip is None:
-        return None
-    return "[%s]:%d" % (ip, port) if ":" in ip else "%s:%d" % (ip, port)
-
-
 def node_from_host(name, hvars, facts, location, port):
     """One topology node from a host's variables and what it reported (``facts``).
 
@@ -119,7 +116,7 @@ def node_from_host(name, hvars, facts, location, port):
         ip = facts.get("external_ip")
         if not ip and node["internal_ip"]:
             ip = node["internal_ip"].split("/")[0]
-        node["endpoint"] = _format_endpoint(ip, port)
+        node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
     node["pod_cidr"] = hvars.get("kilo_pod_cidr") or None
     node["leader"] = _bool(hvars["kilo_leader"], name, "kilo_leader") if "kilo_leader" in hvars else False
