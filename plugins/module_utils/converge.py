@@ -3,96 +3,110 @@
 # Apache License 2.0 (see LICENSE)
 """Converge one host to its plan: WireGuard, then addresses/routes/rules, then firewall.
 
-Each backend reads only what we own, compares it with what the plan asks for, and applies
-the difference. The glue is a loop so that check mode, diff and ``state: absent`` behave the
-same for every backend. No Ansible imports: the module is a thin shell around ``converge``.
+Every backend has the same shape (``Backend``), and data flows through arguments and return
+values only: ``current`` reads what we own, ``desired`` resolves the plan against the host,
+``changes`` compares (and raises ``KiloError`` when the plan cannot be carried out, so check
+mode fails exactly where the real run would), ``apply`` and ``remove`` act, ``diff`` renders
+both sides without keys. No Ansible imports: the module is a thin shell around ``converge``.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-DEFAULT_SETTINGS = {
-    "interface": "kilo0",
-    "backend": "auto",
-    "userspace_command": "wireguard-go",
-    "key_path": "/var/lib/kilo/key",
-    "mtu": 0,
-    "firewall": "nftables",
-    "route_conflict": "fail",
-    "state": "present",
-}
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
 
-class ConvergeError(Exception):
-    """A host-side failure worth a plain message (no traceback)."""
+class Backend(object):
+    """One part of a host's state that we own. Subclasses override every method."""
+
+    name = ""
+
+    def __init__(self, settings, preshared_keys=None):
+        # settings: every "host" option (options.defaults("host") filled in);
+        # preshared_keys: {peer public key: key}, only WireGuard reads them.
+        self.settings = settings
+        self.interface = settings["interface"]
+
+    def current(self, plan):
+        """What we own on the host now; ``plan`` (None when removing) says what to look at."""
+        raise NotImplementedError
+
+    def desired(self, plan, current):
+        """The state the checked ``plan`` asks for on this host; reads the host, changes nothing."""
+        raise NotImplementedError
+
+    def changes(self, current, desired):
+        """Readable list of what ``apply`` would do; raises KiloError when it cannot be done."""
+        raise NotImplementedError
+
+    def apply(self, current, desired):
+        """Bring the host from ``current`` to ``desired`` by difference."""
+        raise NotImplementedError
+
+    def diff(self, current, desired):
+        """(before, after) for Ansible's diff; ``desired`` is None when removing; no keys."""
+        raise NotImplementedError
+
+    def owns(self, current):
+        """Whether ``current`` holds anything ``remove`` would delete."""
+        raise NotImplementedError
+
+    def remove(self, current):
+        """Delete what we own, and nothing else."""
+        raise NotImplementedError
 
 
-def check_interface(name):
-    """Interface names end up in paths (/run/kilo/NAME.pid, /proc/sys/...): Linux's rules only."""
-    if not name or len(name) > 15 or name in (".", "..") or any(c in name for c in "/ \t\n:%"):
-        raise ConvergeError("interface: %r is not a valid Linux interface name" % (name,))
-    return name
-
-
-# Errors the backends raise on purpose: each message already names what failed.
-KNOWN_ERRORS = ("ConvergeError", "WireGuardError", "KernelWGError", "UAPIError", "NetStateError",
-                "FirewallError", "KeyError_")
-
-
-def is_known_error(exc):
-    return type(exc).__name__ in KNOWN_ERRORS
-
-
-def _backends(settings):
+def backends_for(settings, preshared_keys=None):
     # Imported here so that a host missing one backend's dependency still gets a clear
     # message from the backend that needs it.
     from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.netstate import NetStateBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.firewall import FirewallBackend
 
-    return [WireGuardBackend(settings), NetStateBackend(settings), FirewallBackend(settings)]
+    return [WireGuardBackend(settings, preshared_keys), NetStateBackend(settings), FirewallBackend(settings)]
 
 
-def with_preshared_keys(plan, preshared_keys):
-    """The plan with its peers' preshared keys put back (they travel apart, marked no_log)."""
-    if not plan or not preshared_keys:
-        return plan
-    plan = dict(plan)
-    plan["peers"] = [dict(p, preshared_key=preshared_keys[p["public_key"]]) if p.get("public_key") in preshared_keys
-                     else p for p in plan.get("peers", [])]
-    return plan
+def host_settings(given):
+    """Every host option, the given (non-None) values over the table's defaults."""
+    settings = defaults("host")
+    settings.update((k, v) for k, v in (given or {}).items() if v is not None and k in settings)
+    check_interface_name(settings["interface"])
+    return settings
 
 
 def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
-    Every backend reads and compares first, so a plan this host cannot carry out (no
-    private interface, no IPIP, a foreign route in the way) fails before anything changes.
+    The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
+    before any applies, so a plan this host cannot carry out (no private interface, no IPIP,
+    a foreign route in the way) fails before anything changes, in check mode too.
     Returns ``{"changed", "changes": {backend: [str]}, "diff": {"before", "after"}}``;
-    nothing in it carries a private or preshared key (backends' ``render`` strip them).
+    nothing in it carries a private or preshared key.
     """
-    opts = dict(DEFAULT_SETTINGS)
-    opts.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
-    plan = with_preshared_keys(plan, preshared_keys)
+    settings = host_settings(settings)
+    absent = settings["state"] == "absent"
+    if not absent:
+        if plan is None:
+            raise KiloError("required when state is present", "plan")
+        plan = check_plan(plan, settings["interface"])
     if backends is None:
-        backends = _backends(opts)
+        backends = backends_for(settings, preshared_keys or {})
 
     result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
-    absent = opts["state"] == "absent"
     steps = []
     # Removal runs in reverse: firewall and routes go before the interface they point at.
     for backend in (reversed(backends) if absent else backends):
-        current = backend.current()
-        desired = None if absent else backend.desired(plan)
+        current = backend.current(None if absent else plan)
         if absent:
-            changes = ["remove %s" % backend.name] if _owns_anything(backend, current) else []
+            desired = None
+            changes = ["remove %s" % backend.name] if backend.owns(current) else []
         else:
+            desired = backend.desired(plan, current)
             changes = backend.changes(current, desired)
-        if not absent and hasattr(backend, "render_pair"):
-            before, after = backend.render_pair(current, desired)
-        else:
-            before, after = backend.render(current), (None if absent else backend.render(desired))
+        before, after = backend.diff(current, desired)
         result["diff"]["before"][backend.name] = before
         result["diff"]["after"][backend.name] = after
         if changes:
@@ -105,16 +119,12 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     applied = False
     for backend, current, desired in steps:
         if absent:
-            backend.remove()
+            backend.remove(current)
             continue
         if applied:
             # An earlier backend changed the host (made the interface, say): compare again.
-            current, desired = backend.current(), backend.desired(plan)
+            current = backend.current(plan)
+            desired = backend.desired(plan, current)
         backend.apply(current, desired)
         applied = True
     return result
-
-
-def _owns_anything(backend, current):
-    """Whether the live state holds anything of ours (so state=absent has work to do)."""
-    return current is not None and backend.owns(current)

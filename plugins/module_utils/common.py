@@ -1,0 +1,163 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""The helpers both sides share: the error base class, booleans, integers, interface names,
+endpoints, keys, public addresses and kernel module probes.
+
+This is the lowest layer: the controller (engine, inputs, actions) and the host (converge
+backends, key, prepare) import it, and it imports nothing of ours and nothing of Ansible.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import binascii
+import ipaddress
+import os
+import subprocess
+
+
+class KiloError(Exception):
+    """An expected failure: bad input or a host that cannot do what is asked.
+
+    ``subject`` says where (``host 'a'``, ``node 'b'``, ``options``) and ``field`` what
+    (``kilo_leader``, ``plan.routes[3].dst``); the message reads ``subject: field: message``.
+    Caught in one place per entry point (action plugin, module) and shown without a traceback.
+    """
+
+    def __init__(self, message, subject=None, field=None):
+        self.subject = subject
+        self.field = field
+        self.message = message
+        super(KiloError, self).__init__(": ".join(str(p) for p in (subject, field, message) if p))
+
+    def about(self, subject):
+        """The same error, said of ``subject`` when it names no subject yet."""
+        if self.subject:
+            return self
+        return type(self)(self.message, subject, self.field) if type(self) is KiloError \
+            else KiloError(self.message, subject, self.field)
+
+
+def host_subject(name):
+    return "host %r" % (name,)
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def to_bool(value, subject=None, field=None, default=False):
+    """Ansible's spellings of a boolean; None and "" give ``default``."""
+    if isinstance(value, bool):
+        return value
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return default
+    if isinstance(value, int):
+        return value != 0
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise KiloError("%r is not a boolean" % (value,), subject, field)
+
+
+def to_int(value, subject=None, field=None, low=None, high=None, default=0):
+    """An integer (a whole float or a digit string is fine); None and "" give ``default``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return default
+    if isinstance(value, bool):
+        raise KiloError("%r is not an integer" % (value,), subject, field)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise KiloError("%r is not an integer" % (value,), subject, field)
+    if isinstance(value, float) and number != value:
+        raise KiloError("%r is not an integer" % (value,), subject, field)
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise KiloError("%d out of range %s-%s" % (number, low, high), subject, field)
+    return number
+
+
+def check_interface_name(name, subject=None, field="interface"):
+    """Linux's rules for a link name; names also end up in paths (/run/kilo/NAME.pid)."""
+    if not isinstance(name, str) or not name or len(name) > 15 or name in (".", "..") \
+            or any(c in name for c in "/:% \t\n\r"):
+        raise KiloError("%r is not a valid Linux interface name" % (name,), subject, field)
+    return name
+
+
+def format_endpoint(ip, port):
+    """``ip:port``, IPv6 in brackets; ``ip`` is an address object or a string."""
+    if not isinstance(ip, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        try:
+            ip = ipaddress.ip_address(str(ip).strip("[]"))
+        except ValueError:
+            return "%s:%d" % (ip, port)  # a DNS name
+    return "[%s]:%d" % (ip, port) if ip.version == 6 else "%s:%d" % (ip, port)
+
+
+def split_endpoint(value, subject=None, field="endpoint"):
+    """``host:port`` or ``[IPv6]:port`` -> (host text, port); the host is not resolved."""
+    if not isinstance(value, str) or not value.strip():
+        raise KiloError("%r is not host:port" % (value,), subject, field)
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise KiloError("%r is not [IPv6]:port" % (value,), subject, field)
+        port = rest[1:]
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or ":" in host:
+            raise KiloError("%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise KiloError("%r: port %r is not a number in 1-65535" % (value, port), subject, field)
+    return host, int(port)
+
+
+def parse_key(value, subject=None, field="public_key", required=True):
+    """A base64 WireGuard key in canonical spelling (as Kilo prints keys), or None."""
+    if value is None or value == "":
+        if required:
+            raise KiloError("missing", subject, field)
+        return None
+    if not isinstance(value, str):
+        raise KiloError("not a base64 WireGuard key", subject, field)
+    try:
+        raw = base64.b64decode(value.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise KiloError("not valid base64", subject, field)
+    if len(raw) != 32:
+        raise KiloError("decodes to %d bytes, a WireGuard key has 32" % len(raw), subject, field)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def is_public(ip):
+    """Kilo's test, exactly: IPv4 outside 10/8, 172.16/12 and 192.168/16; IPv6 outside fd00::/16.
+
+    ``ip`` is an address object or text; None (a DNS endpoint, no IP known) is not public.
+    """
+    if ip is None:
+        return False
+    if not isinstance(ip, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        ip = ipaddress.ip_address(str(ip).split("/")[0])
+    packed = ip.packed
+    if ip.version == 4:
+        return not (packed[0] == 10 or (packed[0] == 172 and packed[1] & 0xF0 == 0x10)
+                    or (packed[0] == 192 and packed[1] == 168))
+    return not (packed[0] == 0xFD and packed[1] == 0x00)
+
+
+def kernel_module_available(name):
+    """Whether kernel module ``name`` is loaded or loadable; ``modprobe -n`` loads nothing."""
+    if os.path.isdir(os.path.join("/sys/module", name)):
+        return True
+    try:
+        return subprocess.call(["modprobe", "-n", "-q", name],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+    except OSError:
+        return False

@@ -1,0 +1,202 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Every option of the collection, defined once: name, type, default, choices, doc, variable.
+
+Everything else is derived from ``OPTIONS``: the modules' and action plugins' argument
+specs (``argument_spec``), the engine's defaults (``defaults``), the doc fragments and the
+roles' ``meta/argument_specs.yml`` (written by ``scripts/specs.py``, checked by a unit test).
+An option's inventory variable is ``kilo_<name>`` unless ``var`` says otherwise; an action
+takes a task argument first, then that variable, then the default.
+
+Scopes say who reads an option:
+
+* ``mesh``: the topology engine (Kilo's flags); every host of a mesh must agree on them.
+* ``inputs``: where the controller finds the mesh (group, registry, nodes, peers).
+* ``host``: the converge backends on each host.
+* ``key``: kilo.mesh.key (the key file and IP discovery).
+* ``prepare``: kilo.mesh.prepare (packages, sysctls, the firewall port).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+
+DEFAULT_INTERFACE = "kilo0"
+DEFAULT_PORT = 51820
+DEFAULT_KEY_PATH = "/var/lib/kilo/key"
+DEFAULT_SUBNET = "10.4.0.0/16"
+
+
+def _option(name, scopes, type, description, default=None, var="", **extra):
+    spec = dict(type=type, description=description, scopes=scopes,
+                var=("kilo_" + name) if var == "" else var)
+    if default is not None:
+        spec["default"] = default
+    spec.update(extra)
+    return name, spec
+
+
+OPTIONS = dict([
+    # --- mesh: Kilo's flags -------------------------------------------------------------
+    _option("granularity", ("mesh",), "str", [
+        "V(location) - one segment per location, its leader links to the other leaders (Kilo's default).",
+        "V(full) - every node is its own segment.",
+        "V(cross) - every node links over WireGuard to every node in other locations; no WireGuard inside"
+        " a location, whose members reach each other over their private network."],
+        default="location", choices=["location", "full", "cross"]),
+    _option("subnet", ("mesh",), "str", ["Subnet the WireGuard IPs of the segments come from."],
+            default=DEFAULT_SUBNET),
+    _option("port", ("mesh",), "int", [
+        "WireGuard UDP port, used for endpoints made from discovered addresses.",
+        "A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port."],
+        default=DEFAULT_PORT),
+    _option("interface", ("mesh", "host", "key"), "str", ["Name of the WireGuard interface."],
+            default=DEFAULT_INTERFACE),
+    _option("encapsulate", ("mesh",), "str", [
+        "When traffic inside a location goes through the IPIP tunnel C(tunl0) (Kilo's C(--encapsulate))."],
+        default="always", choices=["always", "crosssubnet", "never"]),
+    _option("local", ("mesh",), "bool", ["Manage routes between nodes of the same location (Kilo's C(--local))."],
+            default=True),
+    _option("service_cidrs", ("mesh",), "list", ["Service CIDRs that are never masqueraded (Kilo's C(--service-cidr))."],
+            default=[], elements="str"),
+    _option("cni", ("mesh",), "bool", ["Kilo's C(--cni) flag: masquerade traffic from the node's pod CIDR."],
+            default=True),
+    _option("forward_rules", ("mesh",), "bool", [
+        "Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules))."],
+        default=False),
+    # --- inputs: where the mesh comes from ------------------------------------------------
+    _option("group", ("inputs",), "str", ["Inventory group whose hosts form the mesh; its child groups are the locations."],
+            default="kilo"),
+    _option("registry", ("inputs",), "path", [
+        "JSON file on the controller holding the public data (keys, endpoints, IPs) of every host seen,"
+        " so that hosts outside C(--limit) or unreachable keep their place in the mesh.",
+        "Defaults to C(kilo-registry.json) in the inventory directory."]),
+    _option("peers", ("inputs",), "list", [
+        "Outside WireGuard clients (Kilo's Peer resources), each with C(name), C(public_key), C(allowed_ips),"
+        " and optionally C(endpoint), C(persistent_keepalive), C(preshared_key)."],
+        elements="dict"),
+    _option("nodes", ("inputs",), "list", [
+        "The nodes, instead of the inventory. Each has C(name), C(location), C(endpoint) (V(host:port)),"
+        " C(internal_ip) (CIDR or null), C(pod_cidr) (CIDR or null), C(public_key), C(leader),"
+        " C(persistent_keepalive), C(allowed_location_ips) and C(discovered_endpoints) (public key to V(ip:port))."],
+        elements="dict", var=None),
+    _option("facts_var", ("inputs",), "str", ["Name of the registered result of M(kilo.mesh.key) on each host."],
+            default="kilo_host", var=None),
+    # --- host: the converge backends --------------------------------------------------------
+    _option("backend", ("host", "prepare"), "str", [
+        "How WireGuard runs. V(kernel) uses the kernel module over netlink; V(userspace) runs"
+        " O(userspace_command) and configures it through its UAPI socket; V(auto) picks kernel when"
+        " the module loads."],
+        default="auto", choices=["auto", "kernel", "userspace"]),
+    _option("userspace_command", ("host",), "str", ["Userspace WireGuard implementation to start (wireguard-go or boringtun)."],
+            default="wireguard-go"),
+    _option("key_path", ("host", "key"), "path", ["Path of the private key file made by M(kilo.mesh.key); it never leaves the host."],
+            default=DEFAULT_KEY_PATH, no_log=False),
+    _option("mtu", ("host",), "int", ["MTU of the interface; V(0) means Kilo's auto value (default-route MTU - 80, else 1420)."],
+            default=0),
+    _option("firewall", ("host",), "str", ["Firewall backend for the NAT, forward and IPIP rules of the plan."],
+            default="nftables", choices=["nftables", "iptables", "none"]),
+    _option("route_conflict", ("host",), "str", [
+        "What to do when a foreign route (another routing protocol) already holds a destination of the plan.",
+        "V(fail) stops with a message naming the route, in check mode too, before anything changes;"
+        " V(replace) takes the route over, as Kilo does."],
+        default="fail", choices=["fail", "replace"]),
+    _option("state", ("host",), "str", ["V(absent) removes exactly what this collection owns on the host."],
+            default="present", choices=["present", "absent"]),
+    # --- key: kilo.mesh.key -------------------------------------------------------------------
+    _option("ignore_interfaces", ("key",), "list", [
+        "Interfaces whose addresses must not be chosen as internal or external IP, for example"
+        " a management NIC whose address Kilo's rules would count as public.",
+        "C(tunl0) and the WireGuard interface are always ignored."],
+        default=[], elements="str", var="kilo_discovery_ignore_interfaces"),
+    # --- prepare: kilo.mesh.prepare --------------------------------------------------------------
+    _option("install_packages", ("prepare",), "bool", [
+        "Install WireGuard tools, a userspace WireGuard where the kernel lacks the module, and the"
+        " Python libraries the host-side modules import."],
+        default=True, var="wireguard_install_packages"),
+    _option("open_port", ("prepare",), "bool", [
+        "Open the host's WireGuard UDP port in an active firewalld, ufw or nftables C(inet filter) input chain."],
+        default=True, var="wireguard_open_port"),
+    _option("sysctls", ("prepare",), "dict", ["Sysctls to set now and at boot (forwarding: a leader routes between locations)."],
+            default={"net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1}, var="wireguard_sysctls"),
+])
+
+SCOPES = ("mesh", "inputs", "host", "key", "prepare")
+
+# The keys of an option that Ansible's argument spec knows.
+_SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
+
+
+def names(*scopes):
+    """Option names of ``scopes``, in table order."""
+    return [name for name, spec in OPTIONS.items() if any(s in spec["scopes"] for s in scopes)]
+
+
+def argument_spec(*scopes):
+    """An Ansible argument spec for the options of ``scopes`` (fresh copies: callers may add)."""
+    return dict((name, dict((k, copy.deepcopy(OPTIONS[name][k])) for k in _SPEC_KEYS if k in OPTIONS[name]))
+                for name in names(*scopes))
+
+
+def defaults(*scopes):
+    """{name: default} of ``scopes`` (None where an option has no default)."""
+    return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in names(*scopes))
+
+
+def variable(name):
+    """The inventory variable of option ``name`` (None: task argument only)."""
+    return OPTIONS[name]["var"]
+
+
+def doc(*scopes, **overrides):
+    """The ``options:`` documentation of ``scopes``, as ansible-doc reads it."""
+    out = {}
+    for name in names(*scopes):
+        spec = OPTIONS[name]
+        entry = {"description": list(spec["description"])}
+        if spec["var"]:
+            entry["description"].append("Defaults to the inventory variable C(%s), then to the default below." % spec["var"])
+        for key in ("type", "elements", "choices", "default"):
+            if key in spec:
+                entry[key] = copy.deepcopy(spec[key])
+        entry.update(overrides.get(name, {}))
+        out[name] = entry
+    return out
+
+
+# Roles and the scopes of their variables (``meta/argument_specs.yml`` come from here).
+ROLES = {
+    "node": {
+        "short": "Join this host to the Kilo mesh: the key step, then one converge call",
+        "description": [
+            "Runs M(kilo.mesh.key) and then M(kilo.mesh.join) on each host. Every option is read from the"
+            " inventory variable named here (Kilo's default otherwise); the roles have no defaults of their own.",
+            "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
+        "scopes": ("mesh", "inputs", "host", "key"),
+    },
+    "wireguard": {
+        "short": "Prepare a host for kilo.mesh - WireGuard, Python libraries, forwarding, UDP port",
+        "description": [
+            "Runs M(kilo.mesh.prepare) (probe, sysctls, firewall port) and installs what is missing.",
+            "Supports Debian/Ubuntu (apt), EL 9 (dnf; pyroute2 comes from EPEL) and Arch (pacman)."],
+        "scopes": ("prepare",),
+    },
+}
+
+
+def role_argument_specs(role):
+    """``argument_specs`` of ``role``: the inventory variables of its options."""
+    meta = ROLES[role]
+    options = {}
+    for name, entry in doc(*meta["scopes"]).items():
+        var = variable(name)
+        if not var:
+            continue
+        entry = dict(entry, description=[d for d in entry["description"] if not d.startswith("Defaults to the inventory")],
+                     required=False)
+        options[var] = entry
+    return {"argument_specs": {"main": {"short_description": meta["short"], "description": list(meta["description"]),
+                                        "options": options}}}

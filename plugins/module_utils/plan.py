@@ -1,0 +1,195 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""The plan: what the controller computes for one host and the host converges to.
+
+``SCHEMA`` is the contract between the topology engine (which writes plans) and the converge
+backends (which read them). ``check_plan`` checks and normalises a plan once, at the module
+boundary, so the backends can trust every field. The same schema documents the ``plan``
+option of kilo.mesh.converge (``doc()``).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError, check_interface_name, host_subject, parse_key, split_endpoint, to_bool, to_int)
+
+MAIN_TABLE = 254
+KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
+TUNNEL = "tunl0"
+PRIVATE = "private"  # a route's device: the interface holding the host's internal IP
+
+FIREWALL_LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", "forward_accept",
+                  "ipip_accept_sources")
+
+# field -> (kind, required, description). Kinds: str, bool, int, port, key, endpoint, ifname,
+# network (CIDR, host bits cleared), address (host address with prefix), ip, table, networks
+# (list of networks), or a nested schema ({...} for a dict, [{...}] for a list of dicts).
+PEER = {
+    "name": ("str", True, "Segment (C(location:NAME), C(node:NAME)) or outside peer name."),
+    "public_key": ("key", True, "WireGuard public key (base64)."),
+    "endpoint": ("endpoint", False, "V(host:port) or V([IPv6]:port); null when the peer has none."),
+    "allowed_ips": ("networks", True, "CIDRs routed to this peer."),
+    "persistent_keepalive": ("int", False, "Seconds; 0 is off."),
+    "roaming": ("bool", False, "Keep an endpoint WireGuard learned while handshakes are fresh (NAT)."),
+}
+ROUTE = {
+    "dst": ("network", True, "Destination CIDR."),
+    "gateway": ("ip", False, "Next hop; null for a device route."),
+    "device": ("ifname", True, "The WireGuard interface, C(tunl0), or V(private) (the interface holding O(plan.internal_ip))."),
+    "source": ("ip", False, "Preferred source address."),
+    "table": ("table", False, "Routing table (254 is main)."),
+    "onlink": ("bool", False, "Gateway is on-link (no route to it needed)."),
+}
+RULE = {
+    "src": ("network", False, "Source CIDR."),
+    "dst": ("network", False, "Destination CIDR."),
+    "iif": ("ifname", False, "Input interface."),
+    "table": ("table", False, "Table the rule points at; only %d is managed." % KILO_TABLE),
+}
+FIREWALL = dict((name, ("networks", False, "CIDRs.")) for name in FIREWALL_LISTS)
+FIREWALL["ipip_filter"] = ("bool", False, "Install the IPIP chain (accept C(ipip_accept_sources), drop other IPIP).")
+SCHEMA = {
+    "name": ("str", True, "Inventory name of the host."),
+    "leader": ("bool", True, "Whether the host leads its segment (only leaders carry WireGuard peers)."),
+    "segment": ("str", True, "Segment key, C(location:NAME) or C(node:NAME)."),
+    "interface": ("ifname", False, "WireGuard interface name."),
+    "address": ("address", False, "WireGuard address with prefix (leaders); null otherwise."),
+    "internal_ip": ("address", False, "The host's private address with prefix; null when it has none."),
+    "listen_port": ("port", True, "WireGuard UDP port."),
+    "tunnel_address": ("address", False, "Address of C(tunl0) when encapsulating; null otherwise."),
+    "peers": ([PEER], False, "WireGuard peers."),
+    "routes": ([ROUTE], False, "Routes, marked as ours on the host."),
+    "rules": ([RULE], False, "ip rules into table %d." % KILO_TABLE),
+    "firewall": (FIREWALL, False, "NAT, forward and IPIP lists."),
+}
+# Fields a checked plan always has, as empty values.
+_EMPTY = {"peers": [], "routes": [], "rules": [], "firewall": {}}
+
+
+def _network(value, subject, field):
+    try:
+        return str(ipaddress.ip_network(str(value).strip(), strict=False))
+    except ValueError:
+        raise KiloError("%r is not a CIDR" % (value,), subject, field)
+
+
+def _value(kind, value, subject, field):
+    if isinstance(kind, list):
+        if not isinstance(value, (list, tuple)):
+            raise KiloError("expected a list, got %r" % (value,), subject, field)
+        return [_fields(kind[0], item, subject, "%s[%d]" % (field, i)) for i, item in enumerate(value)]
+    if isinstance(kind, dict):
+        return _fields(kind, value, subject, field)
+    if kind == "str":
+        if not isinstance(value, str) or not value:
+            raise KiloError("expected a non-empty string, got %r" % (value,), subject, field)
+        return value
+    if kind == "bool":
+        return to_bool(value, subject, field)
+    if kind == "int":
+        return to_int(value, subject, field, low=0)
+    if kind == "port":
+        return to_int(value, subject, field, low=1, high=65535)
+    if kind == "table":
+        return to_int(value, subject, field, low=1, high=2 ** 32 - 1)
+    if kind == "key":
+        return parse_key(value, subject, field)
+    if kind == "endpoint":
+        split_endpoint(value, subject, field)
+        return value.strip()
+    if kind == "ifname":
+        return check_interface_name(value, subject, field)
+    if kind == "network":
+        return _network(value, subject, field)
+    if kind == "networks":
+        if not isinstance(value, (list, tuple)):
+            raise KiloError("expected a list of CIDRs, got %r" % (value,), subject, field)
+        return [_network(v, subject, "%s[%d]" % (field, i)) for i, v in enumerate(value)]
+    if kind in ("address", "ip"):
+        try:
+            parsed = ipaddress.ip_interface(str(value).strip())
+        except ValueError:
+            raise KiloError("%r is not an IP address" % (value,), subject, field)
+        return str(parsed) if kind == "address" else str(parsed.ip)
+    raise AssertionError("unknown kind %r" % (kind,))
+
+
+def _fields(schema, data, subject, where):
+    if not isinstance(data, dict):
+        raise KiloError("expected a mapping, got %r" % (data,), subject, where)
+    unknown = sorted(set(data) - set(schema))
+    if unknown:
+        raise KiloError("unknown field (known: %s)" % ", ".join(sorted(schema)), subject, "%s.%s" % (where, unknown[0]))
+    out = {}
+    for name, (kind, required, dummy) in schema.items():
+        field = "%s.%s" % (where, name)
+        value = data.get(name)
+        if value is None:
+            if required:
+                raise KiloError("missing", subject, field)
+            out[name] = _EMPTY.get(name) if where == "plan" and name in _EMPTY else None
+            continue
+        out[name] = _value(kind, value, subject, field)
+    return out
+
+
+def check_plan(plan, interface):
+    """The plan checked and normalised; KiloError names the host and the field.
+
+    ``interface`` is the host's WireGuard interface setting: the plan must name the same one
+    (or none), so routes and rules on the plan's interface land on the host's.
+    """
+    name = plan.get("name") if isinstance(plan, dict) else None
+    subject = host_subject(name) if isinstance(name, str) and name else "plan"
+    out = _fields(SCHEMA, plan, subject, "plan")
+    out["firewall"] = dict((k, out["firewall"].get(k) or ([] if k != "ipip_filter" else False))
+                           for k in FIREWALL)
+    if out["interface"] is not None and out["interface"] != interface:
+        raise KiloError("%r, but this host's interface setting is %r" % (out["interface"], interface),
+                        subject, "plan.interface")
+    out["interface"] = interface
+    for i, route in enumerate(out["routes"]):
+        if route["gateway"] and ipaddress.ip_address(route["gateway"]).version != \
+                ipaddress.ip_network(route["dst"]).version:
+            raise KiloError("gateway %s and dst %s differ in IP version" % (route["gateway"], route["dst"]),
+                            subject, "plan.routes[%d]" % i)
+        route["table"] = route["table"] or MAIN_TABLE
+        route["onlink"] = bool(route["onlink"])
+    for i, rule in enumerate(out["rules"]):
+        if not rule["src"] and not rule["dst"]:
+            raise KiloError("a rule needs src or dst", subject, "plan.rules[%d]" % i)
+        if rule["src"] and rule["dst"] and \
+                ipaddress.ip_network(rule["src"]).version != ipaddress.ip_network(rule["dst"]).version:
+            raise KiloError("src and dst differ in IP version", subject, "plan.rules[%d]" % i)
+        rule["table"] = rule["table"] or KILO_TABLE
+        if rule["table"] != KILO_TABLE:
+            raise KiloError("only table %d is managed, got %s" % (KILO_TABLE, rule["table"]),
+                            subject, "plan.rules[%d].table" % i)
+    for i, peer in enumerate(out["peers"]):
+        peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0
+        peer["roaming"] = bool(peer["roaming"])
+    return out
+
+
+def _kind_doc(kind):
+    if isinstance(kind, list):
+        return "list of dicts with " + ", ".join("C(%s)" % k for k in kind[0])
+    if isinstance(kind, dict):
+        return "dict with " + ", ".join("C(%s)" % k for k in kind)
+    return kind
+
+
+def doc():
+    """Lines describing the plan's fields, for the module documentation."""
+    lines = []
+    for name, (kind, required, text) in SCHEMA.items():
+        lines.append("C(%s) (%s%s): %s" % (name, _kind_doc(kind), ", required" if required else "", text))
+        nested = kind[0] if isinstance(kind, list) else kind if isinstance(kind, dict) else None
+        for sub, (subkind, subreq, subtext) in (nested or {}).items():
+            lines.append("C(%s.%s) (%s%s): %s" % (name, sub, _kind_doc(subkind), ", required" if subreq else "", subtext))
+    return lines
