@@ -7,10 +7,14 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 LAB_LOCATIONS ?= 3
 LAB_HOSTS ?= 3
 
-.PHONY: setup test unit sanity lint integration molecule vm bench demo demo-down plans lab-up lab-down clean
+.PHONY: setup specs test unit sanity lint integration molecule vm bench demo demo-down plans lab-up lab-down clean
 
 setup:
 	bash scripts/setup.sh
+
+# Doc fragments and role argument specs, written from plugins/module_utils/options.py.
+specs: setup
+	$(PY) scripts/specs.py
 
 # Every stage runs even when an earlier one fails; the last line counts stages.
 test: setup

@@ -5,13 +5,11 @@
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans, peer_config, to_dot
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs, missing_warning
-from ansible_collections.kilo.mesh.plugins.plugin_utils.options import TOPOLOGY_SPEC, engine_options
-
-SPEC = dict(TOPOLOGY_SPEC, peer=dict(type="str"))
+from ansible_collections.kilo.mesh.plugins.module_utils.options import names
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans, peer_config
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
+from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning
 
 
 def wireguard_sections(entries):
@@ -30,21 +28,21 @@ def wireguard_sections(entries):
     return "\n".join(lines)
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+def engine_options(args):
+    """The options the topology engine reads (Kilo's flags)."""
+    return dict((k, args[k]) for k in names("mesh"))
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        args = self.validate_argument_spec(argument_spec=SPEC)[1]
-        try:
-            nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args)
-            computed = build_plans(nodes, peers, engine_options(args))
-            sections = peer_config(nodes, peers, args["peer"], engine_options(args)) if args["peer"] else None
-        except (TopologyError, InputError) as e:
-            result.update(failed=True, msg=str(e))
-            return result
-        result.update(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed))
+
+class ActionModule(KiloAction):
+    _requires_connection = False
+    SCOPES = ("mesh", "inputs")
+    EXTRA_SPEC = dict(peer=dict(type="str"))
+
+    def run_kilo(self, args, task_vars):
+        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
+        computed = build_plans(nodes, peers, engine_options(args))
+        sections = peer_config(nodes, peers, args["peer"], engine_options(args)) if args["peer"] else None
+        result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed))
         if sections is not None:
             # Like `kgctl showconf peer NAME`: what the peer itself needs, keys masked.
             for entry in sections:
@@ -53,8 +51,8 @@ class ActionModule(ActionBase):
             result.update(peer_config=sections, peer_conf=wireguard_sections(sections))
         if missing:
             result["missing"] = missing
-            result.setdefault("warnings", []).append(missing_warning(missing))
-        # Preshared keys stay off the output; kilo.mesh.mesh passes them to the host itself.
+            result["warnings"] = [missing_warning(missing)]
+        # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
         for plan in computed["plans"].values():
             for peer in plan.get("peers", []):
                 peer.pop("preshared_key", None)

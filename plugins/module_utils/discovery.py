@@ -14,23 +14,20 @@ management NIC) are dropped from every source. The internal IP is the first priv
 "Public" uses Kilo's test: IPv4 outside 10/8, 172.16/12, 192.168/16 (so 100.64/10 and
 198.18/15 are public); IPv6 not starting with fd00.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import ipaddress
 import socket
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
 
 DEFAULT_MTU = 1420
 WIREGUARD_OVERHEAD = 80
 # Interfaces Kilo itself never takes an address from (its own tunnel devices).
 ALWAYS_IGNORED = ("tunl0",)
-
-
-def is_public(ip):
-    ip = ipaddress.ip_address(ip)
-    if ip.version == 4:
-        o = ip.packed
-        if o[0] == 10 or (o[0] == 172 and o[1] & 0xF0 == 0x10) or (o[0] == 192 and o[1] == 168):
-            return False
-        return True
-    return not (ip.packed[0] == 0xFD and ip.packed[1] == 0x00)
 
 
 def is_local(ip):
@@ -166,13 +163,6 @@ def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=()):
         "external_ip": str(ipaddress.ip_interface(chosen_external).ip) if chosen_external else None,
         "candidates": {"internal": internal, "external": external},
     }
-
-
-def discover_ips(hostname=None, ignore_interfaces=(), allowed_cidrs=()):
-    """Read this host and choose its internal/external IP (hostname defaults to the host's)."""
-    if hostname is None:
-        hostname = socket.gethostname()
-    return choose_ips(read_host(), hostname, ignore_interfaces, allowed_cidrs)
 
 
 def default_route_mtu(host=None):

@@ -193,3 +193,11 @@ def doc():
         for sub, (subkind, subreq, subtext) in (nested or {}).items():
             lines.append("C(%s.%s) (%s%s): %s" % (name, sub, _kind_doc(subkind), ", required" if subreq else "", subtext))
     return lines
+
+
+# The options of kilo.mesh.converge beside the host settings: the plan and its peers'
+# preshared keys, which travel apart because module arguments are logged on the host.
+CONVERGE_SPEC = dict(
+    plan=dict(type="dict"),
+    preshared_keys=dict(type="dict", no_log=True),
+)

@@ -54,34 +54,9 @@ from __future__ import absolute_import, division, print_function
 import gc
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (  # noqa: F401 pylint: disable=unused-import
-    DEFAULT_OPTIONS,
-    TopologyError,
-    node_subject,
-    parse_inputs,
-)
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot  # noqa: F401 pylint: disable=unused-import
-
-MAIN_TABLE = 254
-KILO_TABLE = 1107
-TUNNEL = "tunl0"
-PRIVATE = "private"
-
-
-def is_public(ip):
-    """Kilo's test: IPv4 outside 10/8, 172.16/12, 192.168/16; IPv6 not starting fd00.
-
-    None is a DNS name: Kilo's topology sees no IP for it (Endpoint.IP() is nil) and nil is
-    not public, so a DNS endpoint can lead only as a hinted or as the first node.
-    """
-    if ip is None:
-        return False
-    if ip.version == 4:
-        packed = ip.packed
-        return not (packed[0] == 10 or (packed[0] == 172 and packed[1] & 0xF0 == 0x10)
-                    or (packed[0] == 192 and packed[1] == 168))
-    packed = ip.packed
-    return not (packed[0] == 0xFD and packed[1] == 0x00)
+from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import TopologyError, node_subject, parse_inputs
 
 
 def find_leader(members):

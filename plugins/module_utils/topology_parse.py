@@ -12,39 +12,26 @@ are kept in canonical base64 (the spelling Kilo prints).
 
 from __future__ import absolute_import, division, print_function
 
-import base64
-import binascii
 import ipaddress
 import re
 
-GRANULARITIES = ("location", "full", "cross")
-ENCAPSULATIONS = ("always", "crosssubnet", "never")
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError, check_interface_name, format_endpoint, parse_key, to_bool, to_int)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
 
-DEFAULT_OPTIONS = {
-    "granularity": "location",
-    "subnet": "10.4.0.0/16",
-    "port": 51820,
-    "interface": "kilo0",
-    "encapsulate": "always",
-    "local": True,
-    "service_cidrs": [],
-    "cni": True,
-    "forward_rules": False,
-}
+GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
+ENCAPSULATIONS = tuple(OPTIONS["encapsulate"]["choices"])
+DEFAULT_OPTIONS = defaults("mesh")
 
 # RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
-_IFNAME = re.compile(r"^[^\s/:]{1,15}$")
 
 
-class TopologyError(ValueError):
+class TopologyError(KiloError):
     """Bad input: ``subject`` (e.g. "node 'b'") and ``field`` name where it is."""
 
     def __init__(self, subject, field, message):
-        self.subject = subject
-        self.field = field
-        self.message = message
-        super(TopologyError, self).__init__("%s: %s: %s" % (subject, field, message))
+        super(TopologyError, self).__init__(message, subject, field)
 
 
 def node_subject(name):
@@ -53,34 +40,6 @@ def node_subject(name):
 
 def peer_subject(name):
     return "peer %r" % (name,)
-
-
-def _bool(value, subject, field):
-    if isinstance(value, bool):
-        return value
-    if value is None:
-        return False
-    if isinstance(value, int):
-        return value != 0
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0", ""):
-        return value.strip().lower() in ("true", "yes", "on", "1")
-    raise TopologyError(subject, field, "%r is not a boolean" % (value,))
-
-
-def _int(value, subject, field, low, high, default=0):
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        raise TopologyError(subject, field, "%r is not an integer" % (value,))
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise TopologyError(subject, field, "%r is not an integer" % (value,))
-    if isinstance(value, float) and number != value:
-        raise TopologyError(subject, field, "%r is not an integer" % (value,))
-    if number < low or number > high:
-        raise TopologyError(subject, field, "%d out of range %d-%d" % (number, low, high))
-    return number
 
 
 def parse_network(value, subject, field):
@@ -111,27 +70,6 @@ def parse_network_list(values, subject, field):
     if not isinstance(values, (list, tuple)):
         raise TopologyError(subject, field, "expected a list of CIDRs, got %r" % (values,))
     return [parse_network(v, subject, field) for v in values]
-
-
-def parse_key(value, subject, field, required=True):
-    if value is None or value == "":
-        if required:
-            raise TopologyError(subject, field, "missing")
-        return None
-    if not isinstance(value, str):
-        raise TopologyError(subject, field, "not a base64 WireGuard key")
-    try:
-        raw = base64.b64decode(value.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        raise TopologyError(subject, field, "not valid base64")
-    if len(raw) != 32:
-        raise TopologyError(subject, field, "decodes to %d bytes, a WireGuard key has 32" % len(raw))
-    # canonical spelling, as Kilo prints keys (one key, one string: also for discovered endpoints)
-    return base64.b64encode(raw).decode("ascii")
-
-
-def format_endpoint(ip, port):
-    return "[%s]:%d" % (ip, port) if ip.version == 6 else "%s:%d" % (ip, port)
 
 
 def parse_endpoint(value, subject, field, allow_dns=True):
@@ -195,11 +133,10 @@ def parse_options(options):
     if opts["encapsulate"] not in ENCAPSULATIONS:
         raise TopologyError(subject, "encapsulate", "%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)))
     opts["subnet"] = parse_network(opts["subnet"], subject, "subnet")
-    opts["port"] = _int(opts["port"], subject, "port", 1, 65535, 51820)
-    if not isinstance(opts["interface"], str) or not _IFNAME.match(opts["interface"]):
-        raise TopologyError(subject, "interface", "%r is not a valid interface name" % (opts["interface"],))
+    opts["port"] = to_int(opts["port"], subject, "port", 1, 65535, OPTIONS["port"]["default"])
+    check_interface_name(opts["interface"], subject, "interface")
     for key in ("local", "cni", "forward_rules"):
-        opts[key] = _bool(opts[key], subject, key)
+        opts[key] = to_bool(opts[key], subject, key)
     opts["service_cidrs"] = parse_network_list(opts["service_cidrs"], subject, "service_cidrs")
     return opts
 
@@ -238,8 +175,8 @@ def parse_node(item, index, default_port):
         node.pod = parse_network(item["pod_cidr"], subject, "pod_cidr")
         node.pod_str = str(node.pod)
     node.key = parse_key(item.get("public_key"), subject, "public_key")
-    node.leader_hint = _bool(item.get("leader"), subject, "leader")
-    node.keepalive = _int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
+    node.leader_hint = to_bool(item.get("leader"), subject, "leader")
+    node.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
     node.alips = parse_network_list(item.get("allowed_location_ips"), subject, "allowed_location_ips")
     discovered = item.get("discovered_endpoints") or {}
     if not isinstance(discovered, dict):
@@ -266,7 +203,7 @@ def parse_peer(item, index):
     if item.get("endpoint") not in (None, ""):
         peer.endpoint = parse_endpoint(item["endpoint"], subject, "endpoint")
     # Kilo tells "unset" (nil) from 0; both mean: never replace the endpoint by a discovered one.
-    peer.keepalive = _int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
+    peer.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
     peer.psk = parse_key(item.get("preshared_key"), subject, "preshared_key", required=False)
     return peer
 

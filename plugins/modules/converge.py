@@ -20,24 +20,17 @@ description:
   - Only state this collection owns is read and changed. Routes carry routing protocol 107,
     ip rules use table 1107, the firewall lives in the nftables table C(inet kilo_mesh) or the
     iptables chains C(KILO-NAT), C(KILO-FORWARD) and C(KILO-IPIP).
-  - Usually called by the action M(kilo.mesh.mesh), which computes the plan on the controller.
+  - Usually called by M(kilo.mesh.join), which computes the plan on the controller.
+  - Options not given in the task are read from the host's C(kilo_*) inventory variables.
 options:
-  plan:
-    description:
-      - This host's plan, one value of the C(plans) returned by M(kilo.mesh.topology).
-      - Required when O(state=present).
-    type: dict
-  interface:
-    description: Name of the WireGuard interface.
-    type: str
-    default: kilo0
   preshared_keys:
     description:
       - Preshared keys of the plan's WireGuard peers, by public key. They travel apart from O(plan)
         because module arguments are logged on the host, and this option is never logged.
     type: dict
 extends_documentation_fragment:
-  - kilo.mesh.converge
+  - kilo.mesh.options.plan
+  - kilo.mesh.options.host
 attributes:
   check_mode:
     support: full
@@ -48,7 +41,7 @@ attributes:
 notes:
   - Private and preshared keys never appear in results or diffs.
 seealso:
-  - module: kilo.mesh.mesh
+  - module: kilo.mesh.join
   - module: kilo.mesh.topology
 """
 
@@ -80,39 +73,29 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import check_interface, converge, is_known_error
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import converge
+from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import CONVERGE_SPEC
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            plan=dict(type="dict", no_log=False),
-            preshared_keys=dict(type="dict", no_log=True),
-            interface=dict(type="str", default="kilo0"),
-            backend=dict(type="str", default="auto", choices=["auto", "kernel", "userspace"]),
-            userspace_command=dict(type="str", default="wireguard-go"),
-            key_path=dict(type="path", default="/var/lib/kilo/key", no_log=False),
-            mtu=dict(type="int", default=0),
-            firewall=dict(type="str", default="nftables", choices=["nftables", "iptables", "none"]),
-            route_conflict=dict(type="str", default="fail", choices=["fail", "replace"]),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-        ),
+        argument_spec=dict(argument_spec("host"), **CONVERGE_SPEC),
         required_if=[("state", "present", ["plan"])],
         supports_check_mode=True,
     )
     plan = module.params.pop("plan")
     preshared_keys = module.params.pop("preshared_keys") or {}
-    if any(p.get("preshared_key") for p in (plan or {}).get("peers", [])):
+    if any(isinstance(p, dict) and p.get("preshared_key") for p in (plan or {}).get("peers") or []):
         # The plan is logged on the host as it arrives: a key inside it would be in syslog.
         module.fail_json(msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead")
     try:
-        check_interface(module.params["interface"])
         result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys)
+    except KiloError as e:
+        module.fail_json(msg=str(e))
     except Exception as e:  # pylint: disable=broad-exception-caught
-        if is_known_error(e):
-            module.fail_json(msg="%s: %s" % (module.params["interface"], e))
-        module.fail_json(msg="%s: %s: %s" % (module.params["interface"], type(e).__name__, e),
-                         exception=traceback.format_exc())
+        module.fail_json(msg="%s: %s" % (type(e).__name__, e), exception=traceback.format_exc())
     if plan is not None:
         result["leader"] = bool(plan.get("leader"))
     if not module._diff:

@@ -25,7 +25,8 @@ description:
     hosts that did not report in this run come from the O(registry).
   - The whole input is validated first; a bad value fails with a message naming the node or peer and the field.
 extends_documentation_fragment:
-  - kilo.mesh.topology
+  - kilo.mesh.options.mesh
+  - kilo.mesh.options.inputs
 options:
   peer:
     description:
@@ -41,7 +42,7 @@ attributes:
     support: none
     description: Returns plans, not differences.
 seealso:
-  - module: kilo.mesh.mesh
+  - module: kilo.mesh.join
   - name: Kilo
     description: The Kubernetes multi-cloud network overlay this collection follows.
     link: https://kilo.squat.ai/
@@ -77,7 +78,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plans:
-  description: Every node's plan, keyed by node name. Preshared keys are left out (M(kilo.mesh.mesh) passes them to hosts itself).
+  description: Every node's plan, keyed by node name. Preshared keys are left out (M(kilo.mesh.join) passes them to hosts itself).
   returned: success
   type: dict
   contains:

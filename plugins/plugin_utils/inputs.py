@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import format_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, format_endpoint, host_subject, to_bool, to_int
 
 # Host variables that mirror Kilo's node annotations.
 NODE_VARS = (
@@ -35,40 +35,8 @@ NODE_VARS = (
 REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")
 
 
-class InputError(ValueError):
-    """Bad inventory input; the message names the host and the variable."""
-
-
-def location_groups(hostvars, group):
-    """Map host -> location group name, from the child groups of ``group``.
-
-    Ansible gives action plugins flat group lists only; the inventory object behind
-    ``hostvars`` knows the parent/child links, so read them there when it is reachable.
-    """
-    inventory = getattr(hostvars, "_inventory", None)
-    if inventory is None:
-        return None  # unknown: hosts must then say kilo_location themselves
-    result = {}
-    if group not in inventory.groups:
-        return result
-    for child in sorted(inventory.groups[group].child_groups, key=lambda g: g.name):
-        for host in child.get_hosts():
-            result.setdefault(host.name, child.name)
-    return result
-
-
-def _bool(value, host, field):
-    if isinstance(value, bool):
-        return value
-    if value is None:
-        return False
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on", ""):
-        # Kilo: the presence of the leader annotation alone counts.
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise InputError("host %r: %s: %r is not a boolean" % (host, field, value))
+class InputError(KiloError):
+    """Bad inventory input; names the host and the variable."""
 
 
 def _list(value, host, field):
@@ -78,16 +46,7 @@ def _list(value, host, field):
         return [v.strip() for v in value.split(",") if v.strip()]
     if isinstance(value, (list, tuple)):
         return [str(v) for v in value]
-    raise InputError("host %r: %s: expected a list of CIDRs, got %r" % (host, field, value))
-
-
-def _int(value, host, field):
-    if value in (None, ""):
-        return 0
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InputError("host %r: %s: %r is not an integer" % (host, field, value))
+    raise InputError("expected a list of CIDRs, got %r" % (value,), host_subject(host), field)
 
 
 def node_from_host(name, hvars, facts, location, port):
@@ -108,6 +67,12 @@ def node_from_host(name, hvars, facts, location, port):
         node["internal_ip"] = None if str(forced_ip).strip() in ("", "-") else str(forced_ip)
     else:
         node["internal_ip"] = facts.get("internal_ip")
+    if node["internal_ip"]:
+        try:
+            ipaddress.ip_interface(node["internal_ip"])
+        except ValueError:
+            field = "kilo_force_internal_ip" if forced_ip is not None else "internal_ip (reported by kilo.mesh.key)"
+            raise InputError("%r is not an IP address in CIDR form" % (node["internal_ip"],), host_subject(name), field)
 
     if hvars.get("kilo_force_endpoint"):
         node["endpoint"] = str(hvars["kilo_force_endpoint"])
@@ -119,8 +84,11 @@ def node_from_host(name, hvars, facts, location, port):
         node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
     node["pod_cidr"] = hvars.get("kilo_pod_cidr") or None
-    node["leader"] = _bool(hvars["kilo_leader"], name, "kilo_leader") if "kilo_leader" in hvars else False
-    node["persistent_keepalive"] = _int(hvars.get("kilo_persistent_keepalive"), name, "kilo_persistent_keepalive")
+    # Kilo: the presence of the leader annotation alone counts, so "" and null mean leader.
+    node["leader"] = to_bool(hvars["kilo_leader"], host_subject(name), "kilo_leader", default=True) \
+        if "kilo_leader" in hvars else False
+    node["persistent_keepalive"] = to_int(hvars.get("kilo_persistent_keepalive"), host_subject(name),
+                                          "kilo_persistent_keepalive", low=0)
     node["allowed_location_ips"] = _list(hvars.get("kilo_allowed_location_ips"), name, "kilo_allowed_location_ips")
     node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
     return node
@@ -133,21 +101,21 @@ def facts_from_result(result):
     return dict((k, result.get(k)) for k in REGISTRY_FIELDS)
 
 
-def gather_nodes(task_vars, group, port, facts_var, registry):
+def gather_nodes(task_vars, group, port, facts_var, registry, locations):
     """Nodes of every host in ``group``, with the facts of this run, else the registry.
 
+    ``locations`` maps host -> location group (None: the inventory could not tell).
     Returns (nodes, missing, fresh): hosts with no data at all are listed in ``missing``;
     ``fresh`` maps host -> facts reported in this run (to be written to the registry).
     """
     hostvars = task_vars["hostvars"]
     hosts = task_vars["groups"].get(group, [])
-    locations = location_groups(hostvars, group)
     if locations is None:
         unplaced = [h for h in hosts if "kilo_location" not in hostvars[h]]
         if unplaced:
             # Never collapse every location into one segment silently.
-            raise InputError("host %r: kilo_location: not set, and the child groups of %r (the locations)"
-                             " cannot be read from this inventory" % (unplaced[0], group))
+            raise InputError("not set, and the child groups of %r (the locations) cannot be read from this inventory"
+                             % group, host_subject(unplaced[0]), "kilo_location")
         locations = {}
     known = registry.get("hosts", {})
     nodes, missing, fresh = [], [], {}
@@ -187,9 +155,9 @@ def read_registry(path):
     except FileNotFoundError:
         return {"hosts": {}}
     except ValueError as e:
-        raise InputError("registry %s: not valid JSON: %s" % (path, e))
+        raise InputError("not valid JSON: %s" % e, "registry %s" % path)
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
-        raise InputError("registry %s: expected an object with a 'hosts' mapping" % path)
+        raise InputError("expected an object with a 'hosts' mapping", "registry %s" % path)
     data.setdefault("hosts", {})
     return data
 
@@ -226,19 +194,17 @@ def missing_warning(missing):
     return "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing)
 
 
-def mesh_inputs(task_vars, args):
+def mesh_inputs(task_vars, args, locations):
     """(nodes, peers, fresh, missing, registry_file) for the whole mesh.
 
-    Explicit ``nodes`` win over the inventory. Peers come from the option, else from the
-    ``kilo_peers`` variable of the calling host (usually set for the whole group).
+    ``args`` are the options of the "mesh" and "inputs" scopes (the action filled them from
+    the task and the inventory); explicit ``nodes`` win over the inventory.
     """
     path = registry_path(task_vars, args.get("registry"), args.get("group"))
     if args.get("nodes") is not None:
         nodes, missing, fresh = [dict(n) for n in args["nodes"]], [], {}
     else:
         registry = read_registry(path)
-        nodes, missing, fresh = gather_nodes(task_vars, args["group"], args["port"], args["facts_var"], registry)
-    peers = args.get("peers")
-    if peers is None:
-        peers = task_vars.get("kilo_peers") or []
-    return nodes, [dict(p) for p in peers], fresh, missing, path
+        nodes, missing, fresh = gather_nodes(task_vars, args["group"], args["port"], args["facts_var"], registry,
+                                             locations)
+    return nodes, [dict(p) for p in args.get("peers") or []], fresh, missing, path

@@ -18,6 +18,7 @@ COLLECTIONS = os.path.join(ROOT, ".collections")
 sys.path.insert(0, COLLECTIONS)
 
 from ansible_collections.kilo.mesh.plugins.module_utils import discovery  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -114,8 +115,8 @@ def test_pure_rules():
     assert discovery.wireguard_mtu(0, host) == 8920
     assert discovery.wireguard_mtu(1300, host) == 1300
     assert discovery.wireguard_mtu(0, dict(host, default_index=None)) == 1420
-    assert not discovery.is_public("172.31.0.1") and discovery.is_public("172.32.0.1")
-    assert not discovery.is_public("fd00::1") and discovery.is_public("fd01::1")
+    assert not is_public("172.31.0.1") and is_public("172.32.0.1")
+    assert not is_public("fd00::1") and is_public("fd01::1")
 
 
 def _ansible(ns, args, check=False):

@@ -1,55 +1,64 @@
 """The converge glue, with backends that record calls (the real ones are tested on real
-hosts in tests/host and the VM): compare everything first, then apply; keys travel apart."""
+hosts in tests/host and the VM): the plan is checked first, every backend compares before
+any applies, an impossible plan fails in check mode too; keys travel apart."""
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.action.mesh import split_preshared_keys
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import converge, with_preshared_keys
+from ansible_collections.kilo.mesh.plugins.action.join import split_preshared_keys
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend, converge, host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
 PSK = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
+KEY = "GhR8Qy3nKTtDRHWXGBSPXtlqw9zNW4Uo0W0aKdIuV2c="
+PLAN = {"name": "a", "leader": True, "segment": "location:x", "listen_port": 51820}
 
 
-class Recorder(object):
-    def __init__(self, name, log, fail_in_desired=False, changes=("x",)):
-        self.name, self.log, self.fail, self._changes = name, log, fail_in_desired, list(changes)
+class Recorder(Backend):
+    def __init__(self, name, log, fail_in_changes=False, changes=("x",)):
+        super(Recorder, self).__init__(host_settings({}))
+        self.name, self.log, self.fail, self._changes = name, log, fail_in_changes, list(changes)
 
-    def current(self):
+    def current(self, plan):
         self.log.append((self.name, "current"))
         return {"live": True}
 
-    def desired(self, plan):
+    def desired(self, plan, current):
         self.log.append((self.name, "desired"))
-        if self.fail:
-            raise ValueError("%s cannot carry out this plan" % self.name)
         return {"plan": plan["name"]}
 
     def changes(self, current, desired):
+        if self.fail:
+            raise KiloError("a foreign route holds 10.0.0.0/8", "host 'a'", "plan.routes[0]")
         return self._changes
 
     def apply(self, current, desired):
         self.log.append((self.name, "apply"))
 
-    def render(self, state):
-        return state
+    def diff(self, current, desired):
+        return current, desired
 
-    def owns(self, state):
+    def owns(self, current):
         return True
 
-    def remove(self):
+    def remove(self, current):
         self.log.append((self.name, "remove"))
 
 
-def test_a_plan_one_backend_cannot_carry_out_changes_nothing():
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_plan_one_backend_cannot_carry_out_changes_nothing(check_mode):
     log = []
-    backends = [Recorder("wireguard", log), Recorder("netstate", log, fail_in_desired=True)]
-    with pytest.raises(ValueError):
-        converge({"name": "a"}, {}, backends=backends)
+    backends = [Recorder("wireguard", log), Recorder("netstate", log, fail_in_changes=True)]
+    with pytest.raises(KiloError) as info:
+        converge(PLAN, {}, check_mode=check_mode, backends=backends)
+    assert str(info.value) == "host 'a': plan.routes[0]: a foreign route holds 10.0.0.0/8"
     assert ("wireguard", "apply") not in log
 
 
 def test_later_backends_compare_again_after_an_earlier_one_applied():
     log = []
     backends = [Recorder("wireguard", log), Recorder("netstate", log), Recorder("firewall", log, changes=())]
-    result = converge({"name": "a"}, {}, backends=backends)
+    result = converge(PLAN, {}, backends=backends)
     assert result["changes"] == {"wireguard": ["x"], "netstate": ["x"]}
     assert log == [("wireguard", "current"), ("wireguard", "desired"), ("netstate", "current"), ("netstate", "desired"),
                    ("firewall", "current"), ("firewall", "desired"), ("wireguard", "apply"),
@@ -58,7 +67,7 @@ def test_later_backends_compare_again_after_an_earlier_one_applied():
 
 def test_check_mode_and_absent():
     log = []
-    converge({"name": "a"}, {}, check_mode=True, backends=[Recorder("wireguard", log)])
+    converge(PLAN, {}, check_mode=True, backends=[Recorder("wireguard", log)])
     assert ("wireguard", "apply") not in log
     log = []
     result = converge(None, {"state": "absent"}, backends=[Recorder("wireguard", log), Recorder("netstate", log)])
@@ -66,10 +75,54 @@ def test_check_mode_and_absent():
     assert result["changes"] == {"netstate": ["remove netstate"], "wireguard": ["remove wireguard"]}
 
 
-def test_preshared_keys_leave_the_plan_and_come_back_on_the_host():
+def test_a_bad_plan_fails_before_any_backend_runs():
+    log = []
+    bad = dict(PLAN, routes=[{"dst": "10.1.0.0/16", "device": "kilo%0"}])
+    with pytest.raises(KiloError) as info:
+        converge(bad, {}, backends=[Recorder("wireguard", log)])
+    assert str(info.value).startswith("host 'a': plan.routes[0].device: ")
+    assert log == []
+    with pytest.raises(KiloError, match="plan: required when state is present"):
+        converge(None, {}, backends=[Recorder("wireguard", log)])
+
+
+def test_bad_interface_setting_is_refused():
+    with pytest.raises(KiloError, match="interface: 'a/b' is not a valid Linux interface name"):
+        host_settings({"interface": "a/b"})
+    assert host_settings({"mtu": None}) == defaults("host")
+
+
+@pytest.mark.parametrize("field, value, where", [
+    ("listen_port", 0, "plan.listen_port"),
+    ("peers", [{"name": "p", "public_key": "short", "allowed_ips": []}], "plan.peers[0].public_key"),
+    ("peers", [{"name": "p", "public_key": KEY, "allowed_ips": ["10.0.0.0/33"]}], "plan.peers[0].allowed_ips[0]"),
+    ("peers", [{"name": "p", "public_key": KEY, "allowed_ips": [], "endpoint": "1.2.3.4"}], "plan.peers[0].endpoint"),
+    ("routes", [{"dst": "10.0.0.0/8", "device": "eth0", "gateway": "fd00::1"}], "plan.routes[0]"),
+    ("rules", [{"table": 1107}], "plan.rules[0]"),
+    ("rules", [{"src": "10.0.0.0/8", "table": 254}], "plan.rules[0].table"),
+    ("firewall", {"nat_sources": ["bogus"]}, "plan.firewall.nat_sources[0]"),
+    ("interface", "wg1", "plan.interface"),
+    ("colour", "red", "plan.colour"),
+])
+def test_plan_errors_name_the_host_and_the_field(field, value, where):
+    with pytest.raises(KiloError) as info:
+        check_plan(dict(PLAN, **{field: value}), "kilo0")
+    assert (info.value.subject, info.value.field) == ("host 'a'", where)
+
+
+def test_check_plan_normalises_once():
+    plan = check_plan(dict(PLAN, peers=[{"name": "p", "public_key": KEY, "allowed_ips": ["10.1.2.3/16"]}],
+                           routes=[{"dst": "10.1.2.3/16", "device": "private", "onlink": "yes"}],
+                           firewall={"ipip_filter": "true"}), "wg0")
+    assert plan["interface"] == "wg0" and plan["address"] is None and plan["rules"] == []
+    assert plan["peers"][0]["allowed_ips"] == ["10.1.0.0/16"] and plan["peers"][0]["persistent_keepalive"] == 0
+    assert plan["routes"][0] == {"dst": "10.1.0.0/16", "gateway": None, "device": "private", "source": None,
+                                 "table": 254, "onlink": True}
+    assert plan["firewall"]["ipip_filter"] is True and plan["firewall"]["nat_sources"] == []
+
+
+def test_preshared_keys_leave_the_plan():
     plan = {"name": "a", "peers": [{"public_key": "k1", "preshared_key": PSK}, {"public_key": "k2"}]}
     keys = split_preshared_keys(plan)
     assert keys == {"k1": PSK}
     assert PSK not in repr(plan)  # what is logged on the host as module arguments
-    restored = with_preshared_keys(plan, keys)
-    assert restored["peers"][0]["preshared_key"] == PSK and "preshared_key" not in restored["peers"][1]

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs
 
 KEY = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
@@ -47,11 +48,13 @@ def test_annotation_variables():
 
 
 @pytest.mark.parametrize("field,value", [("kilo_leader", "maybe"), ("kilo_persistent_keepalive", "soon"),
-                                         ("kilo_allowed_location_ips", 7)])
+                                         ("kilo_allowed_location_ips", 7), ("kilo_force_internal_ip", "bogus"),
+                                         ("kilo_persistent_keepalive", -1)])
 def test_bad_variables_name_the_host_and_the_variable(field, value):
-    with pytest.raises(inputs.InputError) as e:
-        inputs.node_from_host("db-1", {field: value}, FACTS, "", 51820)
-    assert "db-1" in str(e.value) and field in str(e.value)
+    # bug 5: a bad kilo_force_internal_ip was a bare ValueError the actions did not catch
+    with pytest.raises(KiloError) as e:
+        inputs.node_from_host("db-1", {field: value}, dict(FACTS, external_ip=None), "", 51820)
+    assert (e.value.subject, e.value.field) == ("host 'db-1'", field)
 
 
 def test_facts_from_result_ignores_failed_and_skipped_hosts():
@@ -73,7 +76,7 @@ def test_gather_nodes_takes_this_run_then_the_registry_and_lists_the_unknown():
     })
     registry = {"hosts": {"b": dict(FACTS, public_key="b" * 43 + "=")}}
     nodes, missing, fresh = inputs.gather_nodes({"hostvars": hostvars, "groups": {"kilo": ["a", "b", "c"]}},
-                                                "kilo", 51820, "kilo_host", registry)
+                                                "kilo", 51820, "kilo_host", registry, None)
     assert [n["name"] for n in nodes] == ["a", "b"]
     assert nodes[1]["public_key"] == "b" * 43 + "="
     assert missing == ["c"]
@@ -111,5 +114,5 @@ def test_locations_never_collapse_silently_without_the_inventory():
     hostvars = FakeHostvars({"a": {"kilo_host": dict(FACTS)}, "b": {"kilo_location": "y", "kilo_host": dict(FACTS)}})
     with pytest.raises(inputs.InputError) as e:
         inputs.gather_nodes({"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}, "kilo", 51820, "kilo_host",
-                            {"hosts": {}})
+                            {"hosts": {}}, None)
     assert "'a'" in str(e.value) and "kilo_location" in str(e.value)

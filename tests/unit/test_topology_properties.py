@@ -7,7 +7,8 @@ import json
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -82,7 +83,7 @@ def build(mesh):
     nodes, peers, options = mesh
     try:
         return build_plans(nodes, peers, options)
-    except TopologyError as e:
+    except KiloError as e:
         # the only legitimate refusal of a generated mesh: a segment nobody can reach
         assert e.field == "endpoint", str(e)
         assume(False)

@@ -1,11 +1,12 @@
 # -*- coding: utf-8 -*-
-"""Every bad input raises one TopologyError naming the subject and the field, before any plan."""
+"""Every bad input raises one KiloError naming the subject and the field, before any plan."""
 
 import base64
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
 
 
 def key(i):
@@ -26,7 +27,7 @@ def good_peers():
 
 
 def fails(nodes=None, peers=None, options=None, only=None):
-    with pytest.raises(TopologyError) as info:
+    with pytest.raises(KiloError) as info:
         build_plans(good_nodes() if nodes is None else nodes, good_peers() if peers is None else peers,
                     options, only)
     return info.value
@@ -83,7 +84,7 @@ def test_bad_node_field(field, value, fragment):
 def test_message_format():
     error = fails(nodes=with_node(1, endpoint="203.0.113.2:0"))
     assert str(error) == "node 'b': endpoint: port 0 out of range 1-65535"
-    assert isinstance(error, ValueError)
+    assert isinstance(error, KiloError)
 
 
 def test_missing_node_name():

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""Action kilo.mesh.mesh: compute this host's plan on the controller, converge it in one call.
+"""Action kilo.mesh.join: compute this host's plan on the controller, converge it in one call.
 
 Every host of the mesh group counts, not only the hosts of the play: hosts outside
 ``--limit`` or unreachable in this run come from the registry, so their peers survive.
@@ -9,13 +9,11 @@ Every host of the mesh group counts, not only the hosts of the play: hosts outsi
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-
+from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import InputError, mesh_inputs, missing_warning, update_registry
-from ansible_collections.kilo.mesh.plugins.plugin_utils.options import CONVERGE_SPEC, TOPOLOGY_SPEC, engine_options
-
-SPEC = dict(TOPOLOGY_SPEC, **CONVERGE_SPEC)
+from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning, update_registry
 
 
 def split_preshared_keys(plan):
@@ -40,38 +38,32 @@ def mark_roaming(plan, computed):
             peer["roaming"] = True
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(KiloAction):
+    SCOPES = ("mesh", "inputs", "host")
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        args = self.validate_argument_spec(argument_spec=SPEC)[1]
+    def run_kilo(self, args, task_vars):
         host = task_vars["inventory_hostname"]
-        settings = dict((k, args[k]) for k in CONVERGE_SPEC)
-        settings["interface"] = args["interface"]
-
+        result = {}
         plan = None
         if args["state"] == "present":
+            nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
             try:
-                nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args)
-                if host not in [n["name"] for n in nodes]:
-                    result.update(failed=True, msg="host %r: not a node of the mesh: it is not in group %r or reported"
-                                  " no key (run kilo.mesh.key first, or set kilo_public_key and kilo_force_endpoint)"
-                                  % (host, args["group"]))
-                    return result
+                # validates every node and peer first: a bad one is named before this host is
                 computed = build_plans(nodes, peers, engine_options(args), only=[host])
-            except (TopologyError, InputError) as e:
-                result.update(failed=True, msg=str(e))
-                return result
+            except TopologyError as e:
+                if e.field != "only":
+                    raise
+                raise KiloError("not a node of the mesh: it is not in group %r or reported no key (run kilo.mesh.key"
+                                " first, or set kilo_public_key and kilo_force_endpoint)" % args["group"])
             plan = computed["plans"][host]
             mark_roaming(plan, computed)
             if missing:
-                result.setdefault("warnings", []).append(missing_warning(missing))
+                result["warnings"] = [missing_warning(missing)]
             # Only this host's fresh facts: parallel workers each write their own entry.
             if not self._task.check_mode and host in fresh:
                 update_registry(registry, {host: fresh[host]})
 
-        module_args = dict(settings, plan=plan, preshared_keys=split_preshared_keys(plan))
+        module_args = dict(self.module_args(args, ("host",)), plan=plan, preshared_keys=split_preshared_keys(plan))
         converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
                                          task_vars=task_vars)
         result.update(converged)

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: mesh
+module: join
 short_description: Compute this host's Kilo plan and converge the host to it in one call
 version_added: 0.1.0
 author: kilo.mesh developers (@kilo-mesh)
@@ -23,9 +23,13 @@ description:
     peers of hosts outside the limit, and a host that is unreachable in this run keeps its entry everywhere.
   - The whole mesh is validated on the controller before this host is changed, and the host compares
     every part of its state before it applies any.
+  - Every option not given in the task is read from the host's inventory variable named in its
+    description (C(kilo_*)), else Kilo's default; the role C(kilo.mesh.node) calls this with no options.
+  - Formerly C(kilo.mesh.mesh); that name still works and is deprecated.
 extends_documentation_fragment:
-  - kilo.mesh.topology
-  - kilo.mesh.converge
+  - kilo.mesh.options.mesh
+  - kilo.mesh.options.inputs
+  - kilo.mesh.options.host
 attributes:
   check_mode:
     support: full
@@ -47,7 +51,7 @@ EXAMPLES = r"""
   register: kilo_host
 
 - name: Converge the mesh
-  kilo.mesh.mesh:
+  kilo.mesh.join:
     encapsulate: never
     backend: userspace
 """

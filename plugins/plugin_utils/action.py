@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""The base of every action plugin of the collection.
+
+One rule for every option (``module_utils/options.py``): the task argument, else the host's
+inventory variable (``kilo_<name>``), else the table's default. A variable that does not
+validate fails the task with a message naming the host and the variable. Expected failures
+(``KiloError``) are caught here, once, and shown without a traceback.
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec
+
+
+def _first_error(validation):
+    errors = validation.errors
+    return None if not errors else "; ".join(str(e) for e in errors)
+
+
+class KiloAction(ActionBase):
+    """Subclasses set SCOPES (option scopes), EXTRA_SPEC (their own options) and run_kilo."""
+
+    TRANSFERS_FILES = False
+    SCOPES = ()
+    EXTRA_SPEC = {}
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        try:
+            args = self.options_of(task_vars)
+            result.update(self.run_kilo(args, task_vars))
+        except KiloError as e:
+            result.update(failed=True, msg=str(e.about(host_subject(task_vars.get("inventory_hostname")))))
+        return result
+
+    def run_kilo(self, args, task_vars):
+        raise NotImplementedError
+
+    # --- options ---------------------------------------------------------------------------
+
+    def spec(self):
+        spec = argument_spec(*self.SCOPES)
+        spec.update(self.EXTRA_SPEC)
+        return spec
+
+    def options_of(self, task_vars):
+        """The validated options: task argument > inventory variable > default."""
+        spec = self.spec()
+        given = dict(self._task.args)
+        unknown = sorted(set(given) - set(spec))
+        if unknown:
+            raise KiloError("unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0])
+        source = self.vars_source(task_vars, given)
+        merged = {}
+        for name, value in given.items():
+            merged[name] = value
+        for name in spec:
+            if name in merged or name not in OPTIONS or not OPTIONS[name]["var"]:
+                continue
+            found, value = self.variable(task_vars, source, OPTIONS[name]["var"])
+            if not found:
+                continue
+            # checked alone, so the message names the variable and the host it came from
+            error = _first_error(ArgumentSpecValidator({name: spec[name]}).validate({name: value}))
+            if error:
+                raise KiloError(error, host_subject(source), OPTIONS[name]["var"])
+            merged[name] = value
+        validation = ArgumentSpecValidator(spec).validate(merged)
+        error = _first_error(validation)
+        if error:
+            raise KiloError(error, "task")
+        return validation.validated_parameters
+
+    def variable(self, task_vars, host, name):
+        """(found, value) of inventory variable ``name`` of ``host``, templated."""
+        if host == task_vars.get("inventory_hostname"):
+            if name not in task_vars:
+                return False, None
+            return True, self._templar.template(task_vars[name])
+        hostvars = task_vars["hostvars"]
+        if host not in hostvars or name not in hostvars[host]:
+            return False, None
+        return True, hostvars[host][name]
+
+    @staticmethod
+    def mesh_group(task_vars, given=None):
+        return (given or {}).get("group") or task_vars.get("kilo_group") or OPTIONS["group"]["default"]
+
+    def vars_source(self, task_vars, given=None):
+        """Whose variables fill the options: this host, or, for a play on a host outside the
+        mesh (playbooks/plan.yml on localhost), the mesh group's first host."""
+        host = task_vars.get("inventory_hostname")
+        members = task_vars.get("groups", {}).get(self.mesh_group(task_vars, given), [])
+        if host in members or not members:
+            return host
+        return members[0]
+
+    @staticmethod
+    def locations(task_vars, group):
+        """host -> location (the child group of ``group`` holding it), or None when unknown.
+
+        Action plugins see flat group lists only; the parent/child links are on the inventory
+        behind ``hostvars`` (a private attribute: this is the one place that reads it).
+        """
+        inventory = getattr(task_vars["hostvars"], "_inventory", None)
+        if inventory is None:
+            return None
+        result = {}
+        if group not in inventory.groups:
+            return result
+        for child in sorted(inventory.groups[group].child_groups, key=lambda g: g.name):
+            for host in child.get_hosts():
+                result.setdefault(host.name, child.name)
+        return result
+
+    def module_args(self, args, scopes):
+        """The options of ``scopes`` out of ``args``, for a module call."""
+        return dict((k, v) for k, v in args.items() if k in argument_spec(*scopes))
