@@ -39,3 +39,80 @@ def test_unknown_peer_names_the_peer():
     proc = playbook("peer.yml", "-e", "peer=nobody")
     assert proc.returncode != 0
     assert "peer 'nobody'" in proc.stdout.replace("''", "'")
+
+
+def copied_inventory(tmp_path, **extra_vars):
+    """The example inventory in a fresh directory (as on a clone: no demo/ beside it)."""
+    import yaml
+    with open(EXAMPLE) as f:
+        data = yaml.safe_load(f)
+    data["kilo"]["vars"].update(extra_vars)
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run(inventory, name, *extra):
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
+            os.path.join(REPO, "playbooks", name)] + list(extra)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    return subprocess.run(argv, cwd=str(inventory.parent), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, check=False)
+
+
+def test_plan_playbook_writes_the_picture_beside_the_inventory(tmp_path):
+    # bug 2: plan.yml wrote to playbook_dir/../demo/, absent on a fresh clone
+    inventory = copied_inventory(tmp_path)
+    proc = run(inventory, "plan.yml")
+    assert proc.returncode == 0, proc.stdout
+    assert "digraph" in (tmp_path / "kilo-topology.dot").read_text()
+
+
+def test_plan_and_peer_playbooks_read_the_registry_variable(tmp_path):
+    # bug 3: plan.yml and peer.yml ignored kilo_registry; a host known only from the registry
+    # (no pinned key or endpoint in the inventory) must appear.
+    import json
+    import yaml
+    registry = tmp_path / "elsewhere" / "reg.json"
+    registry.parent.mkdir()
+    registry.write_text(json.dumps({"hosts": {"aws-3": {
+        "public_key": "B3dm3+3Afj5Ze4IIcyzxlaxlxLrALlC0Y/zZUgFRSCU=", "internal_ip": "10.1.0.13/16",
+        "external_ip": None, "discovered_endpoints": {}, "mtu": 1500}}}))
+    inventory = copied_inventory(tmp_path, kilo_registry=str(registry))
+    data = yaml.safe_load(inventory.read_text())
+    for var in ("kilo_public_key", "kilo_force_endpoint"):
+        del data["kilo"]["children"]["aws"]["hosts"]["aws-3"][var]
+    inventory.write_text(yaml.safe_dump(data))
+    proc = run(inventory, "plan.yml", "-e", "plan_write_graph=false")
+    assert proc.returncode == 0, proc.stdout
+    assert re.search(r"^\s+aws-3\s", proc.stdout, re.M), proc.stdout
+    assert "left out of the mesh" not in proc.stdout
+    registry.unlink()
+    proc = run(inventory, "plan.yml", "-e", "plan_write_graph=false")
+    assert "left out of the mesh: aws-3" in proc.stdout, proc.stdout
+
+
+def test_a_nameless_node_is_named_not_a_traceback(tmp_path):
+    # bug 4: the join action read n["name"] before validation
+    book = tmp_path / "join.yml"
+    book.write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - kilo.mesh.join:
+        nodes: [{location: x, public_key: "B3dm3+3Afj5Ze4IIcyzxlaxlxLrALlC0Y/zZUgFRSCU=", endpoint: "203.0.113.1:51820"}]
+""")
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book)]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    assert proc.returncode != 0
+    assert "node #1: name: missing" in proc.stdout, proc.stdout
+    assert "Traceback" not in proc.stdout and "KeyError" not in proc.stdout
+
+
+def test_a_bad_variable_names_the_host_and_the_variable(tmp_path):
+    # the option table's rule: task argument, else the kilo_* variable, else the default
+    inventory = copied_inventory(tmp_path, kilo_port="many")
+    proc = run(inventory, "plan.yml", "-e", "plan_write_graph=false")
+    assert proc.returncode != 0
+    assert "host 'aws-1': kilo_port:" in proc.stdout.replace("''", "'"), proc.stdout

@@ -140,7 +140,7 @@ def test_drift_is_reported_in_check_mode_and_repaired(lab):
 
 def test_state_absent_removes_exactly_ours(lab):
     host = sorted(lab.hosts)[0]
-    playbook(lab, "--limit", host, "-e", "mesh_state=absent")
+    playbook(lab, "--limit", host, "-e", "kilo_state=absent")
     assert sh(lab, host, "ip link show kilo0").returncode != 0
     assert sh(lab, host, "ip route show proto 107 table all").stdout.strip() == ""
     assert "1107" not in sh(lab, host, "ip rule show").stdout
@@ -171,7 +171,7 @@ def test_install_role_opens_the_port_in_an_active_nftables_firewall(lab):
                          "roles": ["kilo.mesh.wireguard"]}], f)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
     proc = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory, role_only,
-                           "-e", "wireguard_port=51999"], env=env, stdout=subprocess.PIPE, text=True, check=False)
+                           "-e", "kilo_port=51999"], env=env, stdout=subprocess.PIPE, text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
     rules = sh(lab, host, "nft list chain inet filter input").stdout
     assert "udp dport 51999 accept" in rules and "udp dport 51820" not in rules, rules
