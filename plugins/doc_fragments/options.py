@@ -275,7 +275,7 @@ options:
       - 'C(routes.dst) (network, required): Destination CIDR.'
       - 'C(routes.gateway) (ip): Next hop; null for a device route.'
       - 'C(routes.device) (ifname, required): The WireGuard interface, C(tunl0), or V(private) (the interface holding
-        O(plan.internal_ip)).'
+        C(internal_ip)).'
       - 'C(routes.source) (ip): Preferred source address.'
       - 'C(routes.table) (table): Routing table (254 is main).'
       - 'C(routes.onlink) (bool): Gateway is on-link (no route to it needed).'

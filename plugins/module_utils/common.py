@@ -35,10 +35,7 @@ class KiloError(Exception):
 
     def about(self, subject):
         """The same error, said of ``subject`` when it names no subject yet."""
-        if self.subject:
-            return self
-        return type(self)(self.message, subject, self.field) if type(self) is KiloError \
-            else KiloError(self.message, subject, self.field)
+        return self if self.subject else KiloError(self.message, subject, self.field)
 
 
 def host_subject(name):
@@ -144,7 +141,7 @@ def is_public(ip):
     if ip is None:
         return False
     if not isinstance(ip, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
-        ip = ipaddress.ip_address(str(ip).split("/")[0])
+        ip = ipaddress.ip_address(str(ip).partition("/")[0])
     packed = ip.packed
     if ip.version == 4:
         return not (packed[0] == 10 or (packed[0] == 172 and packed[1] & 0xF0 == 0x10)

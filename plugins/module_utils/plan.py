@@ -40,7 +40,7 @@ PEER = {
 ROUTE = {
     "dst": ("network", True, "Destination CIDR."),
     "gateway": ("ip", False, "Next hop; null for a device route."),
-    "device": ("ifname", True, "The WireGuard interface, C(tunl0), or V(private) (the interface holding O(plan.internal_ip))."),
+    "device": ("ifname", True, "The WireGuard interface, C(tunl0), or V(private) (the interface holding C(internal_ip))."),
     "source": ("ip", False, "Preferred source address."),
     "table": ("table", False, "Routing table (254 is main)."),
     "onlink": ("bool", False, "Gateway is on-link (no route to it needed)."),

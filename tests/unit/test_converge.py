@@ -126,3 +126,20 @@ def test_preshared_keys_leave_the_plan():
     keys = split_preshared_keys(plan)
     assert keys == {"k1": PSK}
     assert PSK not in repr(plan)  # what is logged on the host as module arguments
+
+
+@pytest.mark.parametrize("granularity", ["location", "full", "cross"])
+@pytest.mark.parametrize("encapsulate", ["always", "crosssubnet", "never"])
+def test_every_plan_the_engine_writes_passes_the_check_unchanged(granularity, encapsulate):
+    from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+    keys = ["%s=" % (chr(65 + i) * 43) for i in range(6)]
+    nodes = [{"name": "n%d" % i, "location": "l%d" % (i % 3), "public_key": keys[i],
+              "endpoint": "203.0.113.%d:51820" % (i + 1), "internal_ip": "10.%d.0.%d/16" % (i % 3, i + 1),
+              "pod_cidr": "10.244.%d.0/24" % i, "persistent_keepalive": 25 if i == 5 else 0} for i in range(5)]
+    nodes.append({"name": "v6", "location": "l9", "public_key": keys[5], "endpoint": "[2001:db8::1]:51820",
+                  "internal_ip": None})
+    peers = [{"name": "laptop", "public_key": KEY, "allowed_ips": ["10.5.0.1/32"], "preshared_key": PSK}]
+    plans = build_plans(nodes, peers, {"granularity": granularity, "encapsulate": encapsulate})["plans"]
+    for plan in plans.values():
+        split_preshared_keys(plan)
+        assert check_plan(plan, plan["interface"]) == dict(plan, peers=[dict(p, roaming=False) for p in plan["peers"]])

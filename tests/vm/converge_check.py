@@ -162,7 +162,7 @@ class Node(object):
 
     def converge(self, plan=None, check_mode=False, state="present"):
         settings = {"backend": "kernel", "firewall": "nftables", "key_path": self.key_path,
-                    "state": state, "run_dir": os.path.join(os.path.dirname(self.key_path), "run")}
+                    "state": state}
         req = {"plan": plan if plan is not None else self.plan, "settings": settings,
                "check_mode": check_mode}
         r = subprocess.run(["ip", "netns", "exec", ns(self.name), sys.executable, "-c", CHILD, COLLECTIONS],
