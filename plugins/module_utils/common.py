@@ -111,8 +111,10 @@ def split_endpoint(value, subject=None, field="endpoint"):
         host, sep, port = text.rpartition(":")
         if not sep or not host or ":" in host:
             raise KiloError("%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise KiloError("%r: port %r is not a number in 1-65535" % (value, port), subject, field)
+    if not port.isdigit():
+        raise KiloError("%r: port %r is not a number" % (value, port), subject, field)
+    if not 0 < int(port) < 65536:
+        raise KiloError("port %d out of range 1-65535" % int(port), subject, field)
     return host, int(port)
 
 

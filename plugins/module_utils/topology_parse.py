@@ -16,7 +16,7 @@ import ipaddress
 import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, check_interface_name, format_endpoint, parse_key, to_bool, to_int)
+    KiloError, check_interface_name, format_endpoint, parse_key, split_endpoint, to_bool, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
@@ -74,41 +74,25 @@ def parse_network_list(values, subject, field):
 
 def parse_endpoint(value, subject, field, allow_dns=True):
     """"host:port" -> (normalised string, ip object or None for DNS names, port)."""
-    if not isinstance(value, str) or not value.strip():
-        raise TopologyError(subject, field, "%r is not host:port" % (value,))
-    text = value.strip()
-    if text.startswith("["):
-        close = text.find("]")
-        if close < 0 or text[close + 1:close + 2] != ":":
-            raise TopologyError(subject, field, "%r is not [IPv6]:port" % (value,))
-        host, port_text = text[1:close], text[close + 2:]
+    host, port = split_endpoint(value, subject, field)
+    if value.strip().startswith("["):
         try:
             ip = ipaddress.IPv6Address(host)
         except ValueError:
             raise TopologyError(subject, field, "%r: %r is not an IPv6 address" % (value, host))
         if ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep or not host or ":" in host:
-            raise TopologyError(subject, field, "%r is not host:port (write IPv6 as [addr]:port)" % (value,))
-        try:
-            ip = ipaddress.IPv4Address(host)
-        except ValueError:
-            ip = None
-            if not allow_dns:
-                raise TopologyError(subject, field, "%r: %r is not an IP address" % (value, host))
-            labels = host.rstrip(".").split(".")
-            if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
-                raise TopologyError(subject, field, "%r: %r is neither an IP address nor a DNS name" % (value, host))
-            if all(label.isdigit() for label in labels):
-                raise TopologyError(subject, field, "%r: %r is not a valid IPv4 address" % (value, host))
-    if not port_text.isdigit():
-        raise TopologyError(subject, field, "%r: port %r is not a number" % (value, port_text))
-    port = int(port_text)
-    if port < 1 or port > 65535:
-        raise TopologyError(subject, field, "port %d out of range 1-65535" % port)
-    if ip is None:
+        return format_endpoint(ip, port), ip, port
+    try:
+        ip = ipaddress.IPv4Address(host)
+    except ValueError:
+        if not allow_dns:
+            raise TopologyError(subject, field, "%r: %r is not an IP address" % (value, host))
+        labels = host.rstrip(".").split(".")
+        if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+            raise TopologyError(subject, field, "%r: %r is neither an IP address nor a DNS name" % (value, host))
+        if all(label.isdigit() for label in labels):
+            raise TopologyError(subject, field, "%r: %r is not a valid IPv4 address" % (value, host))
         return "%s:%d" % (host.lower(), port), None, port
     return format_endpoint(ip, port), ip, port
 
