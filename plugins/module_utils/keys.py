@@ -1,18 +1,25 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
 """WireGuard key handling on the host.
 
 The private key is made here, on the host, stored 0600 under a 0700 directory and never
 returned: callers get the public key only. Keys are base64 of 32 raw bytes, as `wg genkey`.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import base64
-import binascii
 import os
 
-DEFAULT_KEY_PATH = "/var/lib/kilo/key"
-KEY_LEN = 32
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH
 
 
-class KeyError_(ValueError):
-    """Bad key material or key file (message never contains the key itself)."""
+class KeyFileError(KiloError):
+    """A key file that cannot be read, written or holds no key (the message never holds a key)."""
 
 
 def _x25519():
@@ -21,23 +28,9 @@ def _x25519():
     return X25519PrivateKey
 
 
-def validate_key(b64, what="key"):
-    """Return the 32 raw bytes of a base64 WireGuard key or raise KeyError_ naming `what`."""
-    if not isinstance(b64, (str, bytes)):
-        raise KeyError_("%s: expected a base64 string, got %s" % (what, type(b64).__name__))
-    if isinstance(b64, bytes):
-        b64 = b64.decode("ascii", "replace")
-    text = b64.strip()
-    if len(text) != 44 or not text.endswith("="):
-        raise KeyError_("%s: a WireGuard key is 44 base64 characters ending in '=' (got %d characters)"
-                        % (what, len(text)))
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise KeyError_("%s: not valid base64" % what)
-    if len(raw) != KEY_LEN:
-        raise KeyError_("%s: decodes to %d bytes, expected %d" % (what, len(raw), KEY_LEN))
-    return raw
+def validate_key(value, subject=None, field="key"):
+    """The 32 raw bytes of a base64 WireGuard key; KiloError (from common.parse_key) otherwise."""
+    return base64.b64decode(parse_key(value, subject, field))
 
 
 def generate_private_key():
@@ -54,11 +47,15 @@ def _raw_private(key):
 
 def public_key(private_b64):
     """Public key (base64) of a base64 private key."""
-    raw = validate_key(private_b64, "private key")
+    raw = validate_key(private_b64, field="private key")
     from cryptography.hazmat.primitives import serialization
     pub = _x25519().from_private_bytes(raw).public_key()
     return base64.b64encode(pub.public_bytes(serialization.Encoding.Raw,
                                              serialization.PublicFormat.Raw)).decode("ascii")
+
+
+def _subject(path):
+    return "private key file %s" % path
 
 
 def read_private_key(path=DEFAULT_KEY_PATH):
@@ -67,9 +64,11 @@ def read_private_key(path=DEFAULT_KEY_PATH):
         with open(path, "r") as f:
             text = f.read().strip()
     except (IOError, OSError) as e:
-        raise KeyError_("private key file %s: %s" % (path, e.strerror or e))
-    validate_key(text, "private key file %s" % path)
-    return text
+        raise KeyFileError(e.strerror or str(e), _subject(path))
+    try:
+        return parse_key(text, field="content")
+    except KiloError as e:
+        raise KeyFileError(e.message, _subject(path), e.field)
 
 
 def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False):
@@ -78,8 +77,15 @@ def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False):
     An existing valid key is kept (its file mode is tightened to 0600 if looser). An existing
     invalid file is an error rather than silently replaced: it may be someone's real key.
     In check mode nothing is written; a key that would be created is stood in for by an
-    unsaved one (``pending``), so plans can still be computed.
+    unsaved one (``pending``), so plans can still be computed. Failures are KeyFileError.
     """
+    try:
+        return _ensure_key(path, check_mode)
+    except (IOError, OSError) as e:
+        raise KeyFileError(e.strerror or str(e), _subject(path))
+
+
+def _ensure_key(path, check_mode):
     if os.path.exists(path):
         priv = read_private_key(path)
         changed = False

@@ -1,94 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
 """The WireGuard backend of host converge: one Backend, two implementations.
 
-* userspace: `wireguard-go` supervised by us (systemd transient unit when systemd runs, else
-  its own session), configured over its UAPI unix socket;
-* kernel: `ip link add ... type wireguard` and generic netlink via pyroute2.
+* userspace: a daemon such as `wireguard-go` (supervised by ``wireguard_daemon``), configured
+  over its UAPI unix socket (``wireguard_uapi``);
+* kernel: `ip link add ... type wireguard` and generic netlink via pyroute2 (``wireguard_kernel``).
 
-Changes are applied by difference, peer by peer: a peer that is not changed is not named in the
-request, so its session, handshake and counters survive. Never `replace_peers`; a running
-daemon is never restarted. The private key is read from settings['key_path'] and only its
-public key appears in states, changes and renders; preshared keys appear as "(set)".
+This module chooses the implementation, configures the device and renders diffs. Changes are
+applied by difference, peer by peer: a peer that is not changed is not named in the request,
+so its session, handshake and counters survive. Never `replace_peers`; a running daemon is
+never restarted. The private key is read from settings['key_path'] when apply() needs it and
+is represented in states by its public key; preshared keys come in the constructor and are
+represented by a digest (shown as "(set)").
 
 The interface address is not managed here (netstate owns addresses); link state and MTU are:
 like Kilo, a leader's interface is up and a non-leader's is down.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
 import hashlib
 import ipaddress
 import os
-import shlex
-import signal
 import socket
-import subprocess
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils import keys as keymod
 from ansible_collections.kilo.mesh.plugins.module_utils import discovery
+from ansible_collections.kilo.mesh.plugins.module_utils import keys as keymod
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError, format_endpoint, host_subject, kernel_module_available, parse_key, split_endpoint)
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
+from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_daemon import RUN_DIR, START_TIMEOUT, Daemon
+from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_kernel import KernelWG
 from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_uapi import (
-    SOCKET_DIR, UAPIClient, UAPIError, build_set, format_endpoint, hex_to_b64, socket_path)
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_kernel import KernelWG, KernelWGError
+    SOCKET_DIR, UAPIClient, UAPIError, build_set, hex_to_b64, socket_path)
 
-DEFAULTS = {
-    "interface": "kilo0",
-    "backend": "auto",
-    "userspace_command": "wireguard-go",
-    "key_path": keymod.DEFAULT_KEY_PATH,
-    "mtu": 0,
-    "listen_port": 51820,
-    # not module options; overridable for tests and unusual hosts
-    "run_dir": "/run/kilo",
-    "socket_dir": SOCKET_DIR,
-    "start_timeout": 15.0,
-}
-USERSPACE_ENV = "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD"
+# RUN_DIR, START_TIMEOUT (wireguard_daemon) and SOCKET_DIR (wireguard_uapi) are imported as
+# attributes of this module and read at call time, so a test moves them here (backendtools'
+# ``patch``) without touching the modules that define them.
+
 STAT_FIELDS = ("latest_handshake", "rx_bytes", "tx_bytes")
+KEY_TO_BE_CREATED = "(key to be created)"
+# A handshake younger than this proves the live endpoint works (WireGuard rekeys every 2 min).
+LIVE_HANDSHAKE = 180
 
 
-class WireGuardError(Exception):
-    pass
+class WireGuardError(KiloError):
+    """The WireGuard interface cannot be read or brought to the plan."""
 
 
 # ---------------------------------------------------------------- helpers (pure)
 
 def psk_digest(b64):
-    """One-way tag of a preshared key, so states can be compared without holding the key."""
+    """One-way tag of a (canonical base64) preshared key: states compare it, never the key."""
     if not b64:
         return None
-    return hashlib.sha256(b"kilo.mesh preshared key\0" + keymod.validate_key(b64)).hexdigest()[:16]
+    return hashlib.sha256(b"kilo.mesh preshared key\0" + base64.b64decode(b64)).hexdigest()[:16]
 
 
-def split_endpoint(endpoint, where="endpoint"):
-    """'host:port' or '[v6]:port' -> (host, port); raises WireGuardError naming `where`."""
-    text = str(endpoint).strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise WireGuardError("%s: %r is not [IPv6]:port" % (where, endpoint))
-        port = rest[1:]
-    else:
-        host, sep, port = text.rpartition(":")
-        if not sep or not host or ":" in host:
-            raise WireGuardError("%s: %r is not host:port" % (where, endpoint))
-    try:
-        port = int(port)
-    except ValueError:
-        port = -1
-    if not 0 < port < 65536:
-        raise WireGuardError("%s: %r has no valid port" % (where, endpoint))
-    return host, port
-
-
-def normalize_cidrs(cidrs, where="allowed_ips"):
-    """Canonical network strings, sorted (IPv4 first); host bits are masked like WireGuard does."""
+def sort_cidrs(cidrs):
+    """Canonical network strings, deduplicated and sorted (IPv4 first), host bits masked."""
     nets = []
     for c in cidrs or ():
-        try:
-            net = ipaddress.ip_network(str(c).strip(), strict=False)
-        except ValueError:
-            raise WireGuardError("%s: %r is not a CIDR" % (where, c))
+        net = ipaddress.ip_network(str(c).strip(), strict=False)
         if net not in nets:
             nets.append(net)
     nets.sort(key=lambda n: (n.version, n.network_address, n.prefixlen))
     return [str(n) for n in nets]
+
+
+def resolve_endpoint(endpoint):
+    """Every 'ip:port' a (checked) endpoint stands for, IPv4 first; WireGuardError when none."""
+    host, port = split_endpoint(endpoint)
+    try:
+        return [format_endpoint(ipaddress.ip_address(host), port)]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, 0, socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise WireGuardError("cannot resolve %r: %s" % (host, e))
+    infos.sort(key=lambda i: 0 if i[0] == socket.AF_INET else 1)
+    out = []
+    for info in infos:
+        ep = format_endpoint(info[4][0].split("%")[0], port)
+        if ep not in out:
+            out.append(ep)
+    if not out:
+        raise WireGuardError("%r resolves to no address" % (host,))
+    return out
 
 
 def _absent_state(interface, backend):
@@ -96,19 +100,10 @@ def _absent_state(interface, backend):
             "mtu": None, "listen_port": None, "fwmark": None, "public_key": None, "peers": []}
 
 
-def _peer_state(public_key, endpoint, allowed_ips, keepalive, psk_b64=None, name=None, stats=None):
-    p = {"public_key": public_key, "endpoint": endpoint, "allowed_ips": allowed_ips,
-         "persistent_keepalive": int(keepalive or 0), "preshared_key": bool(psk_b64),
-         "preshared_key_digest": psk_digest(psk_b64)}
-    if name is not None:
-        p["name"] = name
-    if stats:
-        p.update(stats)
-    return p
-
-
-# A handshake younger than this proves the live endpoint works (WireGuard rekeys every 2 min).
-LIVE_HANDSHAKE = 180
+def _peer_state(public_key, endpoint, allowed_ips, keepalive, psk_b64=None):
+    return {"public_key": public_key, "endpoint": endpoint, "allowed_ips": allowed_ips,
+            "persistent_keepalive": int(keepalive or 0), "preshared_key": bool(psk_b64),
+            "preshared_key_digest": psk_digest(psk_b64)}
 
 
 def _roamed(desired, current):
@@ -119,25 +114,54 @@ def _roamed(desired, current):
     return bool(desired.get("roaming")) and bool(current.get("endpoint")) and time.time() - handshake < LIVE_HANDSHAKE
 
 
+def _keeps_live_endpoint(desired, current):
+    """Whether apply() leaves the endpoint WireGuard holds for this peer as it is."""
+    if not current.get("endpoint"):
+        return False
+    return not desired.get("endpoint") or current["endpoint"] in desired.get("resolved", ()) or _roamed(desired, current)
+
+
+def render(state):
+    """JSON-able view for diffs: no keys but public ones, no live counters, nothing unmanaged."""
+    if state is None:
+        return None
+    # fwmark is reported by current() but not managed: left out so diffs show no noise
+    out = dict((k, v) for k, v in state.items() if k != "fwmark")
+    peers = []
+    for p in state.get("peers", []):
+        q = dict((k, v) for k, v in p.items()
+                 if k not in STAT_FIELDS and k not in ("preshared_key_digest", "resolved", "roaming"))
+        q["preshared_key"] = "(set)" if p.get("preshared_key") else None
+        peers.append(q)
+    out["peers"] = peers
+    return out
+
+
 # ---------------------------------------------------------------- backend
 
-class WireGuardBackend(object):
+class WireGuardBackend(Backend):
+    """The WireGuard interface of a host; the state shape is ``_absent_state``'s.
+
+    ``preshared_keys``: {peer public key: preshared key}, base64; kept for apply(), never put
+    in a state (states carry ``preshared_key_digest``).
+    """
+
     name = "wireguard"
 
-    def __init__(self, settings=None):
-        s = dict(DEFAULTS)
-        for k, v in (settings or {}).items():
-            if v is not None:
-                s[k] = v
-        if s["backend"] not in ("auto", "kernel", "userspace"):
-            raise WireGuardError("backend: %r is not one of auto, kernel, userspace" % s["backend"])
-        self.settings = s
-        self.interface = s["interface"]
-        self._private_key = None  # held only in memory between desired() and apply()
-        self._resolved = {}
-        self._psks = {}
+    def __init__(self, settings, preshared_keys=None):
+        super(WireGuardBackend, self).__init__(settings, preshared_keys)
+        self.preshared_keys = {}
+        for pub, psk in (preshared_keys or {}).items():
+            field = "preshared_keys[%s]" % (pub,)
+            psk = parse_key(psk, None, field, required=False)
+            if psk:
+                self.preshared_keys[parse_key(pub, None, field)] = psk
 
     # ---- live facts
+
+    @property
+    def subject(self):
+        return "interface %s" % self.interface
 
     def _link(self):
         """{'index', 'kind', 'up', 'mtu'} of our interface, or None."""
@@ -155,44 +179,36 @@ class WireGuardBackend(object):
                     "mtu": link.get_attr("IFLA_MTU")}
 
     def _socket(self):
-        return socket_path(self.interface, self.settings["socket_dir"])
+        return socket_path(self.interface, SOCKET_DIR)
 
-    def _pidfile(self):
-        return os.path.join(self.settings["run_dir"], self.interface + ".pid")
+    def _daemon(self):
+        return Daemon(self.interface, self.settings["userspace_command"], self._socket(),
+                      run_dir=RUN_DIR, start_timeout=START_TIMEOUT)
 
-    @staticmethod
-    def kernel_available():
-        """Kernel WireGuard is there or loadable (modprobe -n only checks, loads nothing)."""
-        if os.path.isdir("/sys/module/wireguard"):
-            return True
-        try:
-            return subprocess.call(["modprobe", "-n", "-q", "wireguard"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
-        except OSError:
-            return False
+    def implementation(self, link, strict=True):
+        """'kernel' or 'userspace' for this interface, given its live link (or None).
 
-    def implementation(self, link="unknown"):
-        """'kernel' or 'userspace' for this interface, given its live link (if any)."""
-        if link == "unknown":
-            link = self._link()
+        A live interface decides; when it contradicts the ``backend`` setting that is an error,
+        unless ``strict`` is false (removal takes away whatever we find).
+        """
         want = self.settings["backend"]
         if link is not None and link["kind"] == "wireguard":
-            if want == "userspace":
-                raise WireGuardError("interface %s is a kernel WireGuard interface but backend=userspace"
-                                     % self.interface)
+            if want == "userspace" and strict:
+                raise WireGuardError("a kernel WireGuard interface, but the backend setting is userspace",
+                                     self.subject, "backend")
             return "kernel"
         if link is not None or os.path.exists(self._socket()):
-            if want == "kernel":
-                raise WireGuardError("interface %s exists and is not a kernel WireGuard interface "
-                                     "(kind %s) but backend=kernel" % (self.interface, (link or {}).get("kind")))
+            if want == "kernel" and strict:
+                raise WireGuardError("exists and is not a kernel WireGuard interface (kind %s), but the backend"
+                                     " setting is kernel" % (link or {}).get("kind"), self.subject, "backend")
             return "userspace"
         if want != "auto":
             return want
-        return "kernel" if self.kernel_available() else "userspace"
+        return "kernel" if kernel_module_available("wireguard") else "userspace"
 
-    def current(self):
+    def current(self, plan=None):
         link = self._link()
-        impl = self.implementation(link)
+        impl = self.implementation(link, strict=plan is not None)
         state = _absent_state(self.interface, impl)
         if impl == "userspace":
             if not os.path.exists(self._socket()):
@@ -221,11 +237,10 @@ class WireGuardBackend(object):
         del priv
         peers = []
         for p in dev["peers"]:
-            peers.append(_peer_state(
-                p["public_key"], p["endpoint"], normalize_cidrs(p["allowed_ips"]),
-                p["persistent_keepalive"], p["preshared_key_b64"],
-                stats={"latest_handshake": p["last_handshake"], "rx_bytes": p["rx_bytes"],
-                       "tx_bytes": p["tx_bytes"]}))
+            peer = _peer_state(p["public_key"], p["endpoint"], sort_cidrs(p["allowed_ips"]),
+                               p["persistent_keepalive"], p["preshared_key_b64"])
+            peer.update(latest_handshake=p["last_handshake"], rx_bytes=p["rx_bytes"], tx_bytes=p["tx_bytes"])
+            peers.append(peer)
         state["peers"] = sorted(peers, key=lambda p: p["public_key"])
         return state
 
@@ -239,98 +254,48 @@ class WireGuardBackend(object):
 
     # ---- desired
 
-    def desired(self, plan):
-        """What the plan asks for, in current()'s shape; plan None means state=absent."""
-        if plan is None:
-            return _absent_state(self.interface, self.implementation())
-        host = plan.get("name") or "?"
-        where = "host %s" % host
+    def desired(self, plan, current):
+        """What the checked plan asks for, in current()'s shape (peers also carry ``name``,
+        ``roaming`` and ``resolved``, the addresses of their endpoint)."""
+        subject = host_subject(plan["name"])
         if os.path.exists(self.settings["key_path"]):
-            try:
-                priv = keymod.read_private_key(self.settings["key_path"])
-            except keymod.KeyError_ as e:
-                raise WireGuardError("%s: %s" % (where, e))
-            own_pub = keymod.public_key(priv)
+            own_pub = keymod.public_key(keymod.read_private_key(self.settings["key_path"]))
         else:
             # Only in check mode on a host whose key step has not run for real: the
             # changes can still be listed; apply() reads the key and fails without it.
-            priv, own_pub = None, "(key to be created)"
-        self._private_key = priv
-        port = plan.get("listen_port", self.settings["listen_port"])
-        try:
-            port = int(port)
-        except (TypeError, ValueError):
-            port = -1
-        if not 0 < port < 65536:
-            raise WireGuardError("%s: listen_port %r is not a port" % (where, plan.get("listen_port")))
+            own_pub = KEY_TO_BE_CREATED
         peers, seen = [], {}
-        for i, p in enumerate(plan.get("peers") or []):
-            pname = p.get("name") or "#%d" % i
-            pw = "%s, peer %s" % (where, pname)
-            try:
-                keymod.validate_key(p.get("public_key") or "", "%s: public_key" % pw)
-                if p.get("preshared_key"):
-                    keymod.validate_key(p["preshared_key"], "%s: preshared_key" % pw)
-            except keymod.KeyError_ as e:
-                raise WireGuardError(str(e))
-            pub = p["public_key"].strip()
+        for i, p in enumerate(plan["peers"]):
+            field = "plan.peers[%d]" % i
+            pub = p["public_key"]
             if pub in seen:
-                raise WireGuardError("%s: public_key is also used by peer %s" % (pw, seen[pub]))
+                raise WireGuardError("peer %s: public_key is also used by peer %s" % (p["name"], seen[pub]),
+                                     subject, field + ".public_key")
             if pub == own_pub:
-                raise WireGuardError("%s: public_key is this host's own key" % pw)
-            seen[pub] = pname
-            allowed = normalize_cidrs(p.get("allowed_ips"), "%s: allowed_ips" % pw)
-            endpoint = p.get("endpoint") or None
-            if endpoint:
-                split_endpoint(endpoint, "%s: endpoint" % pw)
-            ka = p.get("persistent_keepalive") or 0
-            if not isinstance(ka, int) or not 0 <= ka < 65536:
-                raise WireGuardError("%s: persistent_keepalive %r is not 0..65535" % (pw, ka))
-            peers.append(_peer_state(pub, endpoint, allowed, ka, p.get("preshared_key"), name=pname))
-            if p.get("roaming"):
-                peers[-1]["roaming"] = True
-            if p.get("preshared_key"):
-                # kept in memory for apply(), never in a state
-                self._psks[pub] = p["preshared_key"].strip()
-        return {"interface": self.interface, "backend": self.implementation(), "present": True,
-                "up": bool(plan.get("leader", True)),
-                "mtu": discovery.wireguard_mtu(self.settings["mtu"]),
-                "listen_port": port, "fwmark": None, "public_key": own_pub,
+                raise WireGuardError("peer %s: public_key is this host's own key" % p["name"],
+                                     subject, field + ".public_key")
+            seen[pub] = p["name"]
+            peer = _peer_state(pub, p["endpoint"], sort_cidrs(p["allowed_ips"]), p["persistent_keepalive"],
+                               self.preshared_keys.get(pub))
+            peer.update(name=p["name"], roaming=p["roaming"], resolved=[])
+            if p["endpoint"]:
+                try:
+                    peer["resolved"] = resolve_endpoint(p["endpoint"])
+                except WireGuardError as e:
+                    raise WireGuardError("peer %s: %s" % (p["name"], e.message), subject, field + ".endpoint")
+            peers.append(peer)
+        return {"interface": self.interface, "backend": current["backend"], "present": True,
+                "up": plan["leader"], "mtu": discovery.wireguard_mtu(self.settings["mtu"]),
+                "listen_port": plan["listen_port"], "fwmark": None, "public_key": own_pub,
                 "peers": sorted(peers, key=lambda p: p["public_key"])}
 
     # ---- difference
 
-    def _endpoints_for(self, endpoint, where):
-        """Every 'ip:port' a configured endpoint stands for (DNS names resolved once per run)."""
-        if endpoint in self._resolved:
-            return self._resolved[endpoint]
-        host, port = split_endpoint(endpoint, where)
-        try:
-            out = [format_endpoint(str(ipaddress.ip_address(host)), port)]
-        except ValueError:
-            try:
-                infos = socket.getaddrinfo(host, port, 0, socket.SOCK_DGRAM)
-            except (socket.gaierror, UnicodeError) as e:
-                raise WireGuardError("%s: cannot resolve %r: %s" % (where, host, e))
-            infos.sort(key=lambda i: 0 if i[0] == socket.AF_INET else 1)
-            out = []
-            for i in infos:
-                ep = format_endpoint(i[4][0].split("%")[0], port)
-                if ep not in out:
-                    out.append(ep)
-            if not out:
-                raise WireGuardError("%s: %r resolves to no address" % (where, host))
-        self._resolved[endpoint] = out
-        return out
-
     def _ops(self, current, desired):
-        """[(message, op)]: op is ('create'|'remove'|'device'|'peer'|'link', data)."""
+        """[(message, op)]: op is ('create'|'device'|'peer'|'link', data); peer data may hold a
+        preshared key, so ops never leave this backend (changes() returns the messages)."""
         ops = []
         iface = self.interface
-        if not desired["present"]:
-            if current["present"]:
-                ops.append(("remove WireGuard interface %s (%s)" % (iface, current["backend"]), ("remove", None)))
-            return ops
         if not current["present"]:
             ops.append(("create WireGuard interface %s (%s)" % (iface, desired["backend"]), ("create", None)))
             current = _absent_state(iface, desired["backend"])
@@ -347,16 +312,15 @@ class WireGuardBackend(object):
                             ("peer", {"public_key": p["public_key"], "remove": True})))
         for d in desired["peers"]:
             pub = d["public_key"]
-            label = "%s (%s)" % (d.get("name"), pub[:8]) if d.get("name") else pub
-            where = "peer %s: endpoint" % (d.get("name") or pub)
+            label = "%s (%s)" % (d["name"], pub[:8]) if d.get("name") else pub
             c = cur.get(pub)
             if c is None:
                 op = {"public_key": pub, "allowed_ips": d["allowed_ips"],
                       "persistent_keepalive": d["persistent_keepalive"]}
                 if d["endpoint"]:
-                    op["endpoint"] = self._endpoints_for(d["endpoint"], where)[0]
+                    op["endpoint"] = d["resolved"][0]
                 if d["preshared_key"]:
-                    op["preshared_key"] = self._psk(pub)
+                    op["preshared_key"] = self._psk(d)
                 msg = "add peer %s allowed_ips %s" % (label, ",".join(d["allowed_ips"]))
                 if d["endpoint"]:
                     msg += " endpoint %s" % d["endpoint"]
@@ -365,16 +329,14 @@ class WireGuardBackend(object):
             op = {"public_key": pub, "update_only": True}
             what = []
             # No configured endpoint: keep whatever WireGuard learned (roaming / NAT), as Kilo.
-            if d["endpoint"]:
-                candidates = self._endpoints_for(d["endpoint"], where)
-                if c["endpoint"] not in candidates and not _roamed(d, c):
-                    op["endpoint"] = candidates[0]
-                    what.append("endpoint %s -> %s" % (c["endpoint"], d["endpoint"]))
+            if d["endpoint"] and not _keeps_live_endpoint(d, c):
+                op["endpoint"] = d["resolved"][0]
+                what.append("endpoint %s -> %s" % (c["endpoint"], d["endpoint"]))
             if c["persistent_keepalive"] != d["persistent_keepalive"]:
                 op["persistent_keepalive"] = d["persistent_keepalive"]
                 what.append("persistent_keepalive %s -> %s" % (c["persistent_keepalive"], d["persistent_keepalive"]))
             if c["preshared_key_digest"] != d["preshared_key_digest"]:
-                op["preshared_key"] = self._psk(pub) if d["preshared_key"] else ""
+                op["preshared_key"] = self._psk(d) if d["preshared_key"] else ""
                 what.append("preshared_key %s" % ("(set)" if d["preshared_key"] else "(removed)"))
             if c["allowed_ips"] != d["allowed_ips"]:
                 op["replace_allowed_ips"] = True
@@ -392,52 +354,59 @@ class WireGuardBackend(object):
                         ("link", "up")))
         return ops
 
-    def _psk(self, pub):
-        if pub not in self._psks:
-            raise WireGuardError("preshared key of peer %s is not known to this backend "
-                                 "(desired() was computed elsewhere)" % pub)
-        return self._psks[pub]
+    def _psk(self, desired_peer):
+        """The preshared key behind a desired peer's digest (given to this backend's constructor)."""
+        psk = self.preshared_keys.get(desired_peer["public_key"])
+        if psk_digest(psk) != desired_peer["preshared_key_digest"]:
+            raise WireGuardError("preshared key of peer %s is not the one the desired state was computed with"
+                                 % desired_peer["public_key"], self.subject, "preshared_keys")
+        return psk
 
     def changes(self, current, desired):
         return [msg for msg, dummy in self._ops(current, desired)]
 
     # ---- apply
 
+    def _private_key(self, desired):
+        """The private key behind desired['public_key'], read from the key file."""
+        path = self.settings["key_path"]
+        if not os.path.exists(path):
+            # Checked before anything is created: no half-made interface without a key.
+            raise WireGuardError("no private key at %s: run kilo.mesh.key first" % path, self.subject, "key_path")
+        priv = keymod.read_private_key(path)
+        if keymod.public_key(priv) != desired["public_key"]:
+            raise WireGuardError("the key at %s changed since the comparison" % path, self.subject, "key_path")
+        return priv
+
     def apply(self, current, desired):
-        """Make it so by difference; returns the change messages (empty when converged)."""
+        """Bring the interface from ``current`` to ``desired`` by difference."""
         ops = self._ops(current, desired)
         if not ops:
-            return []
-        msgs = [m for m, dummy in ops]
-        if ops[0][1][0] == "remove":
-            self.remove()
-            return msgs
-        if self._private_key is None:
-            # Checked before anything is created: no half-made interface without a key.
-            raise WireGuardError("no private key at %s: run kilo.mesh.key first" % self.settings["key_path"])
+            return
+        priv = None
+        if any(op == ("device", "private_key") for dummy, op in ops):
+            priv = self._private_key(desired)
         impl = desired["backend"]
         if ops[0][1][0] == "create":
             self._create(impl)
-            ops = self._ops(self.current(), desired)
+            ops = self._ops(self.current(None), desired)
         device = dict((op[1], True) for dummy, op in ops if op[0] == "device")
         peer_ops = [op[1] for dummy, op in ops if op[0] == "peer"]
         # removals first, so a re-keyed peer never overlaps its allowed IPs with the old one
         peer_ops.sort(key=lambda p: 0 if p.get("remove") else 1)
         if device or peer_ops:
-            priv = None
-            if device.get("private_key"):
-                priv = self._private_key or keymod.read_private_key(self.settings["key_path"])
+            if not device.get("private_key"):
+                priv = None
             listen_port = desired["listen_port"] if device.get("listen_port") else None
             if impl == "userspace":
                 try:
                     UAPIClient(self._socket()).set(build_set(priv, listen_port, None, peer_ops))
-                except (OSError, socket.error, UAPIError) as e:
-                    raise WireGuardError("configuring %s over %s: %s" % (self.interface, self._socket(), e))
+                except (OSError, socket.error) as e:
+                    raise WireGuardError("configuring over %s: %s" % (self._socket(), e), self.subject)
+                except UAPIError as e:
+                    raise WireGuardError("configuring over %s: %s" % (self._socket(), e.message), self.subject)
             else:
-                try:
-                    KernelWG(self.interface).set(private_key=priv, listen_port=listen_port, peers=peer_ops)
-                except KernelWGError as e:
-                    raise WireGuardError(str(e))
+                KernelWG(self.interface).set(private_key=priv, listen_port=listen_port, peers=peer_ops)
             del priv
         link_ops = set(op[1] for dummy, op in ops if op[0] == "link")
         if link_ops:
@@ -445,195 +414,57 @@ class WireGuardBackend(object):
             with IPRoute() as ipr:
                 idx = ipr.link_lookup(ifname=self.interface)
                 if not idx:
-                    raise WireGuardError("interface %s vanished while configuring it" % self.interface)
+                    raise WireGuardError("vanished while configuring it", self.subject)
                 if "mtu" in link_ops:
                     ipr.link("set", index=idx[0], mtu=int(desired["mtu"]))
                 if "up" in link_ops:
                     ipr.link("set", index=idx[0], state="up" if desired["up"] else "down")
-        return msgs
 
     # ---- create / remove
 
     def _create(self, impl):
         if impl == "kernel":
-            try:
-                KernelWG(self.interface).create()
-            except KernelWGError as e:
-                raise WireGuardError(str(e))
-            return
-        self._start_userspace()
-
-    def _systemd(self):
-        return os.path.isdir("/run/systemd/system")
-
-    def _unit(self):
-        return "kilo-wireguard-%s" % self.interface
-
-    def _start_userspace(self):
-        run_dir = self.settings["run_dir"]
-        if not os.path.isdir(run_dir):
-            os.makedirs(run_dir, 0o700)
-        sock = self._socket()
-        if os.path.exists(sock):
-            # The daemon that owned it is gone (current() could not talk to it).
-            os.unlink(sock)
-        argv = shlex.split(self.settings["userspace_command"] or "")
-        if not argv:
-            raise WireGuardError("userspace_command: empty; name a userspace WireGuard such as wireguard-go")
-        # wireguard-go daemonizes unless -f; we want the PID of the process that stays.
-        if os.path.basename(argv[0]).startswith("wireguard-go"):
-            argv.append("-f")
-        argv.append(self.interface)
-        env = dict(os.environ)
-        env[USERSPACE_ENV] = "1"
-        proc = None
-        if self._systemd():
-            unit = self._unit()
-            subprocess.call(["systemctl", "reset-failed", unit], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-            rc = subprocess.call(["systemd-run", "--unit", unit, "--description",
-                                  "kilo.mesh WireGuard userspace daemon for %s" % self.interface,
-                                  "--property", "Restart=on-failure", "--setenv", USERSPACE_ENV + "=1",
-                                  "--"] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if rc != 0:
-                raise WireGuardError("systemd-run of %s failed (rc %d)" % (unit, rc))
-            pid = subprocess.check_output(["systemctl", "show", "-p", "MainPID", "--value", unit]).strip()
-            pid = int(pid or 0)
+            KernelWG(self.interface).create()
         else:
-            log = open(os.path.join(run_dir, self.interface + ".log"), "wb")
-            try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        env=env, close_fds=True, start_new_session=True)
-            except OSError as e:
-                raise WireGuardError("cannot start %s: %s" % (argv[0], e))
-            finally:
-                log.close()
-            pid = proc.pid
-        with open(self._pidfile(), "w") as f:
-            f.write("%d\n%s\n" % (pid, self._unit() if self._systemd() else ""))
-        deadline = time.time() + float(self.settings["start_timeout"])
-        client = UAPIClient(sock, timeout=2.0)
-        while time.time() < deadline:
-            if os.path.exists(sock) and client.alive():
-                return
-            if proc is not None and proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise WireGuardError("%s did not open %s%s" % (
-            " ".join(argv), sock, self._log_tail()))
+            self._daemon().start()
 
-    def _log_tail(self):
-        path = os.path.join(self.settings["run_dir"], self.interface + ".log")
-        try:
-            with open(path, "rb") as f:
-                tail = f.read()[-400:].decode("utf-8", "replace").strip()
-        except (IOError, OSError):
-            return ""
-        return ": " + tail if tail else ""
+    def owns(self, current):
+        """Whether the interface of ours exists (state=absent then has something to remove)."""
+        return bool(current and current.get("present"))
 
-    def _our_pid(self):
-        """PID recorded at start, if that process still runs our daemon for this interface."""
-        try:
-            with open(self._pidfile()) as f:
-                pid = int(f.readline().strip() or 0)
-        except (IOError, OSError, ValueError):
-            return None
-        if pid <= 1:
-            return None
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                args = f.read().split(b"\0")
-        except (IOError, OSError):
-            return None
-        # Guard against a recycled PID: it must still be our userspace daemon (the configured
-        # command) serving our interface, not any process that merely names the interface.
-        command = os.path.basename(shlex.split(self.settings.get("userspace_command") or "wireguard-go")[0])
-        if self.interface.encode() not in args or os.path.basename(args[0].decode(errors="replace")) != command:
-            return None
-        return pid
-
-    def remove(self):
-        """Remove the interface; stop our daemon by its recorded PID. Returns messages."""
-        msgs = []
+    def remove(self, current):
+        """Remove the interface; stop our daemon (recorded PID or unit), nothing else."""
+        if current["backend"] == "userspace":
+            self._daemon().stop()
         link = self._link()
-        impl = self.implementation(link)
-        if impl == "userspace":
-            if self._systemd() and os.path.exists(self._pidfile()):
-                if subprocess.call(["systemctl", "stop", self._unit()], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL) == 0:
-                    msgs.append("stopped unit %s" % self._unit())
-            pid = self._our_pid()
-            if pid:
-                os.kill(pid, signal.SIGTERM)
-                deadline = time.time() + 5
-                while time.time() < deadline and self._alive(pid):
-                    time.sleep(0.05)
-                if self._alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                msgs.append("stopped %s daemon (pid %d)" % (self.settings["userspace_command"], pid))
-            for path in (self._pidfile(), os.path.join(self.settings["run_dir"], self.interface + ".log")):
-                if os.path.exists(path):
-                    os.unlink(path)
-            sock = self._socket()
-            if os.path.exists(sock) and not UAPIClient(sock, timeout=1.0).alive():
-                os.unlink(sock)
-            link = self._link()
         if link is not None:
             # kernel interface, or a tun left by a daemon we did not start: deleting the link
             # makes wireguard-go exit by itself.
             from pyroute2 import IPRoute
             with IPRoute() as ipr:
                 ipr.link("del", index=link["index"])
-            msgs.append("deleted interface %s" % self.interface)
-        return msgs
 
-    @staticmethod
-    def _alive(pid):
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            return state != "Z"
-        except (IOError, OSError, IndexError):
-            return False
+    # ---- diff
 
-    # ---- render
+    def diff(self, current, desired):
+        """(before, after) showing only what apply() would change; no private or preshared keys.
 
-    def render(self, state):
-        """JSON-able view for diffs: no keys but public ones, no live counters."""
-        if state is None:
-            return None
-        # fwmark is reported by current() but not managed: left out so diffs show no noise
-        out = dict((k, v) for k, v in state.items() if k != "fwmark")
-        peers = []
-        for p in state.get("peers", []):
-            q = dict((k, v) for k, v in p.items() if k not in STAT_FIELDS and k != "preshared_key_digest")
-            q["preshared_key"] = "(set)" if p.get("preshared_key") else None
-            peers.append(q)
-        out["peers"] = peers
-        return out
-
-    def owns(self, state):
-        """Whether the interface of ours exists (state=absent then has something to remove)."""
-        return bool(state and state.get("present"))
-
-    def render_pair(self, current, desired):
-        """(before, after) for a diff that shows only what apply() would change.
-
-        The plan names peers and may leave an endpoint to WireGuard (none configured, or a
-        roaming peer with a fresh handshake); carry those over so they are not shown as
-        differences that apply() would never make.
+        The plan names peers and may leave an endpoint to WireGuard (none configured, a DNS
+        name, or a roaming peer with a fresh handshake); the live endpoint is carried over
+        then, so the diff shows no difference apply() would never make. Removing (desired
+        None) shows the interface absent.
         """
-        before, after = self.render(current), self.render(desired)
-        if not before or not after or not before.get("present") or not after.get("present"):
-            return before, after
-        live = dict((p["public_key"], p) for p in (current or {}).get("peers", []))
+        before = render(current)
+        if desired is None:
+            return before, render(_absent_state(self.interface, current["backend"]))
+        after = render(desired)
+        live = dict((p["public_key"], p) for p in current["peers"])
         names = {}
-        for p in after["peers"]:
-            c = live.get(p["public_key"])
-            names[p["public_key"]] = p.pop("name", None)
-            roaming = p.pop("roaming", False)
-            if c is not None and c.get("endpoint") and (not p.get("endpoint") or _roamed(dict(p, roaming=roaming), c)):
-                p["endpoint"] = c["endpoint"]
+        for want, shown in zip(desired["peers"], after["peers"]):
+            names[want["public_key"]] = shown.pop("name", None)
+            c = live.get(want["public_key"])
+            if c is not None and _keeps_live_endpoint(want, c):
+                shown["endpoint"] = c["endpoint"]
         for side in (before, after):
             for p in side["peers"]:
                 if names.get(p["public_key"]):

@@ -1,3 +1,6 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
 """Kernel WireGuard over generic netlink with pyroute2.
 
 We build WG_CMD_SET_DEVICE messages ourselves with pyroute2's `wgmsg` attribute map instead of
@@ -6,10 +9,15 @@ numbers (REMOVE_ME=0, REPLACE_ALLOWEDIPS=1, UPDATE_ONLY=2) and always sends UPDA
 number 2, which the kernel reads as REPLACE_ALLOWEDIPS; 0.9.x is correct. Sending the kernel's
 values (1, 2, 4) from here works on both.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import base64
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_uapi import format_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, format_endpoint, split_endpoint
 
 # Kernel values (include/uapi/linux/wireguard.h), not pyroute2's constants.
 WG_CMD_GET_DEVICE = 0
@@ -21,19 +29,14 @@ WGPEER_F_UPDATE_ONLY = 1 << 2
 ZERO_KEY_B64 = base64.b64encode(b"\0" * 32).decode("ascii")
 
 
-class KernelWGError(Exception):
-    pass
+class KernelWGError(KiloError):
+    """A netlink request to kernel WireGuard failed."""
 
 
 def _b64(value):
     if isinstance(value, bytes):
         value = value.decode("ascii")
     return value
-
-
-def _split_endpoint(endpoint):
-    host, port = endpoint.rsplit(":", 1)
-    return host.strip("[]"), int(port)
 
 
 def build_set_messages(interface, private_key=None, listen_port=None, fwmark=None, peers=()):
@@ -71,7 +74,7 @@ def build_set_messages(interface, private_key=None, listen_port=None, fwmark=Non
             if "preshared_key" in p:
                 attrs.append(["WGPEER_A_PRESHARED_KEY", p["preshared_key"] or ZERO_KEY_B64])
             if p.get("endpoint"):
-                host, port = _split_endpoint(p["endpoint"])
+                host, port = split_endpoint(p["endpoint"])
                 attrs.append(["WGPEER_A_ENDPOINT", {"addr": host, "port": port}])
             if "persistent_keepalive" in p:
                 attrs.append(["WGPEER_A_PERSISTENT_KEEPALIVE_INTERVAL",

@@ -1,3 +1,6 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
 """WireGuard's cross-platform userspace API (UAPI), spoken over the daemon's unix socket.
 
 Protocol: the client writes `get=1\\n\\n` or `set=1\\n` + `key=value` lines + `\\n`; the daemon
@@ -7,17 +10,24 @@ everywhere else in this collection). A `public_key=` line starts a peer section.
 Only peer-by-peer operations are built here: no `replace_peers`, so peers that are not named
 in a `set` keep their sessions.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import base64
 import binascii
 import os
 import socket
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+
 SOCKET_DIR = "/var/run/wireguard"
 ZERO_KEY_HEX = "0" * 64
 
 
-class UAPIError(Exception):
-    pass
+class UAPIError(KiloError):
+    """A UAPI exchange failed or a daemon answered something we cannot read."""
 
 
 def socket_path(interface, directory=SOCKET_DIR):
@@ -25,24 +35,23 @@ def socket_path(interface, directory=SOCKET_DIR):
 
 
 def b64_to_hex(b64):
-    raw = base64.b64decode(b64)
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise UAPIError("key is not base64")
     if len(raw) != 32:
         raise UAPIError("key must be 32 bytes")
     return binascii.hexlify(raw).decode("ascii")
 
 
 def hex_to_b64(hx):
-    raw = binascii.unhexlify(hx)
+    try:
+        raw = binascii.unhexlify(hx)
+    except (binascii.Error, ValueError, TypeError):
+        raise UAPIError("key is not hex")
     if len(raw) != 32:
         raise UAPIError("key must be 32 bytes")
     return base64.b64encode(raw).decode("ascii")
-
-
-def format_endpoint(host, port):
-    """`ip:port`, IPv6 in brackets (the form UAPI both accepts and reports)."""
-    if ":" in host:
-        return "[%s]:%d" % (host, int(port))
-    return "%s:%d" % (host, int(port))
 
 
 def build_set(private_key=None, listen_port=None, fwmark=None, peers=()):
@@ -99,38 +108,10 @@ def parse_get(text):
         if "=" not in line:
             raise UAPIError("malformed UAPI line (no '=')")
         key, value = line.split("=", 1)
-        if key == "errno":
-            errno = int(value)
-            continue
-        if key == "public_key":
-            peer = {"public_key": hex_to_b64(value), "preshared_key_hex": None, "endpoint": None,
-                    "persistent_keepalive": 0, "last_handshake": 0, "rx_bytes": 0, "tx_bytes": 0,
-                    "allowed_ips": []}
-            dev["peers"].append(peer)
-            continue
-        if peer is None:
-            if key == "private_key":
-                dev["private_key_hex"] = value
-            elif key == "listen_port":
-                dev["listen_port"] = int(value)
-            elif key == "fwmark":
-                dev["fwmark"] = int(value)
-            continue
-        if key == "preshared_key":
-            peer["preshared_key_hex"] = None if value == ZERO_KEY_HEX else value
-        elif key == "endpoint":
-            peer["endpoint"] = value or None
-        elif key == "persistent_keepalive_interval":
-            peer["persistent_keepalive"] = int(value)
-        elif key == "last_handshake_time_sec":
-            peer["last_handshake"] = int(value)
-        elif key == "rx_bytes":
-            peer["rx_bytes"] = int(value)
-        elif key == "tx_bytes":
-            peer["tx_bytes"] = int(value)
-        elif key == "allowed_ip":
-            peer["allowed_ips"].append(value)
-        # protocol_version, last_handshake_time_nsec: not needed
+        try:
+            peer, errno = _parse_line(dev, peer, errno, key, value)
+        except ValueError:
+            raise UAPIError("malformed UAPI value of %s" % key)
     if errno is None:
         raise UAPIError("UAPI answer without errno (truncated?)")
     if errno != 0:
@@ -138,10 +119,47 @@ def parse_get(text):
     return dev
 
 
+def _parse_line(dev, peer, errno, key, value):
+    """One `key=value` line of a `get` answer into ``dev``; returns (peer section, errno)."""
+    if key == "errno":
+        return peer, int(value)
+    if key == "public_key":
+        peer = {"public_key": hex_to_b64(value), "preshared_key_hex": None, "endpoint": None,
+                "persistent_keepalive": 0, "last_handshake": 0, "rx_bytes": 0, "tx_bytes": 0,
+                "allowed_ips": []}
+        dev["peers"].append(peer)
+    elif peer is None:
+        if key == "private_key":
+            dev["private_key_hex"] = value
+        elif key == "listen_port":
+            dev["listen_port"] = int(value)
+        elif key == "fwmark":
+            dev["fwmark"] = int(value)
+    elif key == "preshared_key":
+        peer["preshared_key_hex"] = None if value == ZERO_KEY_HEX else value
+    elif key == "endpoint":
+        peer["endpoint"] = value or None
+    elif key == "persistent_keepalive_interval":
+        peer["persistent_keepalive"] = int(value)
+    elif key == "last_handshake_time_sec":
+        peer["last_handshake"] = int(value)
+    elif key == "rx_bytes":
+        peer["rx_bytes"] = int(value)
+    elif key == "tx_bytes":
+        peer["tx_bytes"] = int(value)
+    elif key == "allowed_ip":
+        peer["allowed_ips"].append(value)
+    # protocol_version, last_handshake_time_nsec: not needed
+    return peer, errno
+
+
 def parse_errno(text):
     for line in text.split("\n"):
         if line.startswith("errno="):
-            return int(line[6:])
+            try:
+                return int(line[6:])
+            except ValueError:
+                break
     raise UAPIError("UAPI answer without errno")
 
 

@@ -152,15 +152,16 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import ConvergeError, check_interface
-from ansible_collections.kilo.mesh.plugins.module_utils.keys import KeyError_, ensure_key
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.keys import ensure_key
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_INTERFACE, DEFAULT_KEY_PATH
 
 
 def run_module():
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", default="/var/lib/kilo/key"),
-            interface=dict(type="str", default="kilo0"),
+            path=dict(type="path", default=DEFAULT_KEY_PATH),
+            interface=dict(type="str", default=DEFAULT_INTERFACE),
             ignore_interfaces=dict(type="list", elements="str", default=[]),
             state=dict(type="str", default="present", choices=["present"]),
         ),
@@ -168,15 +169,10 @@ def run_module():
     )
     p = module.params
     try:
-        check_interface(p["interface"])
-    except ConvergeError as e:
-        module.fail_json(msg=str(e))
-    try:
+        check_interface_name(p["interface"], field="interface")
         key = ensure_key(p["path"], check_mode=module.check_mode)
-    except KeyError_ as e:
+    except KiloError as e:
         module.fail_json(msg=str(e))
-    except OSError as e:
-        module.fail_json(msg="key %s: %s" % (p["path"], e))
 
     try:
         from ansible_collections.kilo.mesh.plugins.module_utils import discovery
@@ -191,8 +187,9 @@ def run_module():
 
     discovered = {}
     try:
+        from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
         from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
-        discovered = WireGuardBackend({"interface": p["interface"]}).discovered_endpoints()
+        discovered = WireGuardBackend(host_settings({"interface": p["interface"]})).discovered_endpoints()
     except Exception as e:  # reading is best effort: a broken interface must not block keys
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
 

@@ -19,8 +19,9 @@ PYTHONS = [p for p in ("/usr/bin/python3", sys.executable) if os.path.exists(p)]
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
+
 def run_backend(ns, plan, ops, python=PYTHONS[0], settings=None):
-    return backendtools.run_backend(ns, "netstate", "NetStateBackend", "NetStateError", plan, ops,
+    return backendtools.run_backend(ns, "netstate", "NetStateBackend", plan, ops,
                                     settings or {"interface": "kilo0"}, python)
 
 
@@ -71,7 +72,7 @@ def netns(request):
 
 def leader_plan(**over):
     plan = {
-        "name": "a", "leader": True, "interface": "kilo0",
+        "name": "a", "leader": True, "segment": "location:one", "listen_port": 51820, "interface": "kilo0",
         "address": "10.4.0.1/16", "internal_ip": "10.1.0.1/16",
         "routes": [
             {"dst": "10.2.1.0/24", "gateway": "10.4.0.2", "device": "kilo0",
@@ -267,13 +268,36 @@ def test_bad_input_and_unresolvable_private(netns):
     assert out["error"] == "node a: routes[1].gateway: 'not-an-ip' is not an IP address"
 
 
-def test_foreign_route_at_our_destination(netns):
+def global_addresses(ns, dev="kilo0"):
+    return [a["local"] + "/" + str(a["prefixlen"]) for a in ipj(ns, "addr", "show", "dev", dev)[0]["addr_info"]
+            if a["scope"] == "global"]
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_foreign_route_at_plan_destination_fails_in_check_and_before_any_change(netns, python):
+    """Bug 1: check mode reported nothing wrong and the real run failed half-way (after the
+    addresses were set). Now both fail, naming the host, the plan field and the foreign route."""
     ns = netns()
     sh("ip", "-n", ns, "route", "add", "10.1.2.0/24", "dev", "knpriv", "proto", "static")
-    out = run_backend(ns, leader_plan(), ["apply"])
-    assert "a foreign route (proto 4) already holds 10.1.2.0/24 in table main" in out["error"]
-    assert ipj(ns, "route", "show", "10.1.2.0/24")[0]["protocol"] == "static"
-    out = run_backend(ns, leader_plan(), ["apply"], settings={"interface": "kilo0",
-                                                              "route_conflict": "replace"})
+    for ops in (["check"], ["apply"]):
+        out = run_backend(ns, leader_plan(), ops, python)
+        assert out.get("error") == (
+            "host 'a': plan.routes[3]: a foreign route (10.1.2.0/24 dev knpriv proto 4) already holds "
+            "10.1.2.0/24 in table main; remove it or set route_conflict: replace"), out
+        assert "planned" not in out
+        # nothing changed: no address, no route or rule of ours, the foreign route as it was
+        assert global_addresses(ns) == [] and routes(ns) == [] and rules(ns) == []
+        assert routes(ns, "-6") == [] and rules(ns, "-6") == []
+        assert ipj(ns, "route", "show", "10.1.2.0/24")[0]["protocol"] == "static"
+
+    # route_conflict: replace takes it over, and says so beforehand
+    replace = {"interface": "kilo0", "route_conflict": "replace"}
+    out = run_backend(ns, leader_plan(), ["check"], python, settings=replace)
     assert "error" not in out, out
-    assert ipj(ns, "route", "show", "10.1.2.0/24")[0]["protocol"] == "107"
+    assert ("add route 10.1.2.0/24 via 10.1.0.2 dev knpriv onlink table main (taking over foreign route "
+            "10.1.2.0/24 dev knpriv proto 4)") in out["check"], out["check"]
+    out = run_backend(ns, leader_plan(), ["apply", "check"], python, settings=replace)
+    assert "error" not in out, out
+    assert out["check"] == []
+    assert [r["protocol"] for r in ipj(ns, "route", "show", "10.1.2.0/24")] == ["107"]
+    assert global_addresses(ns) == ["10.4.0.1/16"]

@@ -31,27 +31,43 @@ pytestmark = [
     pytest.mark.skipif(not shutil.which("wireguard-go"), reason="needs wireguard-go"),
 ]
 
-# Runs inside a lab host: one backend operation, JSON in on stdin, JSON out on stdout.
+# Runs inside a lab host: one backend operation, JSON in on stdin, JSON out on stdout. The plan
+# goes through the module boundary's check and the settings through host_settings, as
+# kilo.mesh.converge does; a KiloError comes back as "error" (a traceback fails the test).
 HELPER = r'''
 import json, sys
 sys.path.insert(0, %r)
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
 req = json.load(sys.stdin)
-be = WireGuardBackend(req["settings"])
 op = req["op"]
-if op == "converge":
-    cur = be.current()
-    des = be.desired(req["plan"])
-    ch = be.changes(cur, des)
-    if ch and not req.get("check"):
-        be.apply(cur, des)
-    out = {"changes": ch, "before": be.render(cur), "after": be.render(be.current())}
-elif op == "current":
-    out = be.current()
-elif op == "remove":
-    out = {"changes": be.remove()}
-elif op == "discovered":
-    out = be.discovered_endpoints()
+try:
+    be = WireGuardBackend(host_settings(req["settings"]), req.get("preshared_keys"))
+    if op == "converge":
+        plan = check_plan(req["plan"], be.interface)
+        cur = be.current(plan)
+        des = be.desired(plan, cur)
+        ch = be.changes(cur, des)
+        diff = be.diff(cur, des)
+        if ch and not req.get("check"):
+            assert be.apply(cur, des) is None
+        now = be.current(plan)
+        # after apply a new comparison finds nothing left to do
+        recheck = be.changes(now, be.desired(plan, now)) if not req.get("check") else None
+        out = {"changes": ch, "diff": diff, "after": be.diff(now, None)[0], "recheck": recheck}
+    elif op == "current":
+        out = be.current(None)
+    elif op == "remove":
+        cur = be.current(None)
+        out = {"removed": be.owns(cur), "diff": be.diff(cur, None)}
+        if out["removed"]:
+            assert be.remove(cur) is None
+    elif op == "discovered":
+        out = be.discovered_endpoints()
+except KiloError as e:
+    out = {"error": str(e)}
 print(json.dumps(out))
 ''' % COLLECTIONS
 
@@ -62,9 +78,8 @@ PORT = 51820
 
 
 def sh(*args, **kw):
-    kw.setdefault("check", True)
     return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, **kw)
+                          universal_newlines=True, check=kw.pop("check", True), **kw)
 
 
 class Host(object):
@@ -96,23 +111,28 @@ class Host(object):
     def ip(self, *args, **kw):
         return sh("ip", "netns", "exec", self.ns, *args, **kw)
 
-    def backend(self, op, plan=None, check=False, python=HOST_PYTHON, **settings):
+    def backend(self, op, plan=None, check=False, python=HOST_PYTHON, psks=None, **settings):
         s = {"interface": "kilo0", "key_path": self.key_path, "backend": "userspace"}
         s.update(settings)
-        req = {"op": op, "settings": s, "plan": plan, "check": check}
+        req = {"op": op, "settings": s, "plan": plan, "check": check, "preshared_keys": psks or {}}
         r = subprocess.run(["nsenter", "-t", str(self.holder.pid), "-m", "-n", python, "-c", HELPER],
                            input=json.dumps(req), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True)
+                           universal_newlines=True, check=False)
         # the private key must never leave the backend, not even in an error
         with open(self.key_path) as f:
             secret = f.read().strip()
         assert secret not in r.stdout and secret not in r.stderr
+        for psk in (psks or {}).values():
+            assert psk not in r.stdout and psk not in r.stderr
         if r.returncode != 0:
             raise AssertionError("backend %s on %s failed: %s" % (op, self.name, r.stderr[-2000:]))
         return json.loads(r.stdout)
 
     def converge(self, plan, **kw):
         out = self.backend("converge", plan, **kw)
+        assert "error" not in out, out["error"]
+        if not kw.get("check"):
+            assert out["recheck"] == [], out["recheck"]
         if not kw.get("check") and out["after"]["present"]:
             # the tunnel address is netstate's job; the test plays netstate here
             self.ip("ip", "addr", "replace", TUNNEL[self.name] + "/24", "dev", "kilo0")
@@ -225,8 +245,8 @@ def peer(h, allowed=None, endpoint=True, keepalive=0, **extra):
 
 
 def plan(h, peers, leader=True):
-    return {"name": h.name, "leader": leader, "interface": "kilo0", "listen_port": PORT,
-            "peers": peers}
+    return {"name": h.name, "leader": leader, "segment": "node:" + h.name, "interface": "kilo0",
+            "listen_port": PORT, "peers": peers}
 
 
 def peer_by_key(state, key):
@@ -394,12 +414,17 @@ def test_non_leader_interface_is_down(hosts):
 def test_preshared_key_is_applied_but_never_shown(hosts):
     a, b = hosts["a"], hosts["b"]
     psk = keys.generate_private_key()
-    out = a.converge(plan(a, [peer(b, preshared_key=psk)]))
-    b.converge(plan(b, [peer(a, preshared_key=psk)]))
-    assert psk not in json.dumps(out)
+    out = a.converge(plan(a, [peer(b)]), psks={b.public_key: psk})
+    b.converge(plan(b, [peer(a)]), psks={a.public_key: psk})
+    assert psk not in json.dumps(out)  # Host.backend also checks stdout and stderr
     assert peer_by_key(out["after"], b.public_key)["preshared_key"] == "(set)"
+    assert peer_by_key(out["diff"][1], b.public_key)["preshared_key"] == "(set)"
     assert a.ping(TUNNEL["b"])
-    assert a.converge(plan(a, [peer(b, preshared_key=psk)]))["changes"] == []
+    assert a.converge(plan(a, [peer(b)]), psks={b.public_key: psk})["changes"] == []
+    # another key on one side only: the tunnel is configured with it (handshakes then fail)
+    other = keys.generate_private_key()
+    out = a.converge(plan(a, [peer(b)]), psks={b.public_key: other})
+    assert out["changes"] == ["update peer b (%s): preshared_key (set)" % b.public_key[:8]]
     out = a.converge(plan(a, [peer(b)]))
     assert out["changes"] == ["update peer b (%s): preshared_key (removed)" % b.public_key[:8]]
 
@@ -410,12 +435,31 @@ def test_remove_leaves_no_interface_process_or_socket(hosts):
     pids = a.daemon_pids()
     assert len(pids) == 1
     out = a.backend("remove")
-    assert out["changes"]
+    assert out["removed"] is True and out["diff"][1]["present"] is False
     assert a.daemon_pids() == []
     assert "kilo0" not in a.ip("ip", "-o", "link").stdout
     r = subprocess.run(["nsenter", "-t", str(a.holder.pid), "-m", "ls", "-A", "/run/wireguard", "/run/kilo"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     assert ".sock" not in r.stdout and ".pid" not in r.stdout and ".log" not in r.stdout, r.stdout
-    assert a.backend("remove")["changes"] == []
-    # state=absent through the converge path: nothing to do now
+    assert a.backend("remove")["removed"] is False
     assert a.backend("current")["present"] is False
+
+
+def test_userspace_command_that_cannot_start_is_a_clear_error(hosts):
+    a, b = hosts["a"], hosts["b"]
+    out = a.backend("converge", plan(a, [peer(b)]), userspace_command="/nonexistent/wireguard-go")
+    assert out["error"].startswith("cannot start /nonexistent/wireguard-go"), out
+    assert a.daemon_pids() == []
+    assert "kilo0" not in a.ip("ip", "-o", "link").stdout
+
+
+def test_check_mode_diff_shows_only_what_apply_changes(hosts):
+    a, b, c = hosts["a"], hosts["b"], hosts["c"]
+    a.converge(plan(a, [peer(b)]))
+    out = a.converge(plan(a, [peer(b), peer(c)]), check=True)
+    before, after = out["diff"]
+    assert sorted(p["name"] for p in after["peers"]) == ["b", "c"]
+    assert peer_by_key(before, b.public_key) == peer_by_key(after, b.public_key)
+    assert peer_by_key(before, c.public_key) is None and peer_by_key(after, c.public_key)["name"] == "c"
+    assert out["changes"] == ["add peer c (%s) allowed_ips 10.98.0.3/32 endpoint 10.97.0.3:%d"
+                              % (c.public_key[:8], PORT)]

@@ -6,6 +6,7 @@ import stat
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import keys
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 
 def test_creates_key_0600_in_new_0700_dir(tmp_path):
@@ -63,22 +64,48 @@ def test_public_key_matches_known_vector():
 
 
 @pytest.mark.parametrize("bad, needle", [
-    ("", "44 base64 characters"),
-    ("abc", "44 base64 characters"),
+    ("", "missing"),
+    ("abc", "not valid base64"),
     ("!" * 43 + "=", "not valid base64"),
     (base64.b64encode(b"x" * 31).decode(), "decodes to 31 bytes"),
-    (12, "expected a base64 string"),
+    (12, "not a base64 WireGuard key"),
 ])
 def test_validate_key_errors_name_the_field(bad, needle):
-    with pytest.raises(keys.KeyError_) as e:
-        keys.validate_key(bad, "peer p1: public_key")
-    assert "peer p1: public_key" in str(e.value) and needle in str(e.value)
+    with pytest.raises(KiloError) as e:
+        keys.validate_key(bad, "peer 'p1'", "public_key")
+    assert str(e.value).startswith("peer 'p1': public_key: ") and needle in str(e.value)
+
+
+def test_validate_key_returns_raw_bytes():
+    assert keys.validate_key(base64.b64encode(b"\x05" * 32).decode()) == b"\x05" * 32
 
 
 def test_invalid_key_file_is_an_error_not_replaced(tmp_path):
     path = tmp_path / "key"
     path.write_text("not a key\n")
-    with pytest.raises(keys.KeyError_) as e:
+    with pytest.raises(keys.KeyFileError) as e:
         keys.ensure_key(str(path))
-    assert str(path) in str(e.value)
+    assert isinstance(e.value, KiloError)
+    assert str(path) in str(e.value) and "not a key" not in str(e.value)
     assert path.read_text() == "not a key\n"
+
+
+def test_unreadable_or_unwritable_key_path_is_a_key_file_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    # the key's directory cannot be made: a file is in the way
+    with pytest.raises(keys.KeyFileError) as e:
+        keys.ensure_key(str(blocker / "sub" / "key"))
+    assert str(blocker / "sub" / "key") in str(e.value)
+    with pytest.raises(keys.KeyFileError) as e:
+        keys.read_private_key(str(tmp_path / "missing"))
+    assert "private key file %s" % (tmp_path / "missing") in str(e.value)
+
+
+def test_key_file_error_never_shows_the_key(tmp_path):
+    path = tmp_path / "key"
+    short = base64.b64encode(b"s" * 31).decode()
+    path.write_text(short + "\n")
+    with pytest.raises(keys.KeyFileError) as e:
+        keys.read_private_key(str(path))
+    assert short not in str(e.value) and "decodes to 31 bytes" in str(e.value)

@@ -1,16 +1,24 @@
-"""UAPI message building/parsing, kernel genl message encoding (both pyroute2 versions), and
-the backend's difference logic on hand-made states (no netlink, no daemon)."""
+"""UAPI message building/parsing, kernel genl message encoding (both pyroute2 versions), the
+backend's difference logic on hand-made states and daemon supervision (no netlink needed)."""
 import base64
 import json
 import os
 import subprocess
+import sys
+import time
 
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import keys
+from ansible_collections.kilo.mesh.plugins.module_utils import wireguard
+from ansible_collections.kilo.mesh.plugins.module_utils import wireguard_daemon
+from ansible_collections.kilo.mesh.plugins.module_utils import wireguard_kernel
 from ansible_collections.kilo.mesh.plugins.module_utils import wireguard_uapi as uapi
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import (
-    WireGuardBackend, WireGuardError, normalize_cidrs, split_endpoint)
+    WireGuardBackend, WireGuardError, resolve_endpoint, sort_cidrs)
 
 K1 = base64.b64encode(b"\x01" * 32).decode()
 K2 = base64.b64encode(b"\x02" * 32).decode()
@@ -65,10 +73,12 @@ def test_parse_get():
     ("listen_port=1\n\n", "without errno"),
     ("errno=2\n\n", "errno=2"),
     ("garbage\nerrno=0\n\n", "malformed"),
-    ("public_key=zz\nerrno=0\n\n", ""),
+    ("public_key=zz\nerrno=0\n\n", "not hex"),
+    ("listen_port=x\nerrno=0\n\n", "malformed UAPI value of listen_port"),
+    ("errno=x\n\n", "malformed UAPI value of errno"),
 ])
 def test_parse_get_errors(text, needle):
-    with pytest.raises(Exception) as e:
+    with pytest.raises(uapi.UAPIError) as e:
         uapi.parse_get(text)
     assert needle in str(e.value)
 
@@ -77,11 +87,19 @@ def test_hex_b64_roundtrip_and_length():
     assert uapi.hex_to_b64(uapi.b64_to_hex(K2)) == K2
     with pytest.raises(uapi.UAPIError):
         uapi.b64_to_hex(base64.b64encode(b"x" * 31).decode())
+    with pytest.raises(uapi.UAPIError):
+        uapi.b64_to_hex("not base64!")
+    with pytest.raises(uapi.UAPIError):
+        uapi.hex_to_b64("ab" * 31)
 
 
-def test_format_endpoint():
-    assert uapi.format_endpoint("203.0.113.1", 51820) == "203.0.113.1:51820"
-    assert uapi.format_endpoint("2001:db8::1", 1) == "[2001:db8::1]:1"
+def test_errors_are_kilo_errors():
+    for cls in (uapi.UAPIError, wireguard_kernel.KernelWGError, WireGuardError, wireguard_daemon.DaemonError,
+                keys.KeyFileError):
+        assert issubclass(cls, KiloError), cls
+    # one endpoint formatter and splitter: common's, not copies
+    assert not hasattr(uapi, "format_endpoint") and not hasattr(wireguard_kernel, "_split_endpoint")
+    assert not hasattr(wireguard, "split_endpoint") or wireguard.split_endpoint.__module__.endswith(".common")
 
 
 # ---------------------------------------------------------------- kernel genl messages
@@ -143,13 +161,23 @@ def test_kernel_messages_carry_kernel_flag_values(python):
 # ---------------------------------------------------------------- difference logic
 
 @pytest.fixture
-def backend(tmp_path, monkeypatch):
+def key_path(tmp_path):
     path = str(tmp_path / "key")
     keys.ensure_key(path)
-    be = WireGuardBackend({"key_path": path, "backend": "userspace", "mtu": 1400})
+    return path
+
+
+def make_backend(key_path, monkeypatch, preshared_keys=None, **settings):
+    settings = dict({"key_path": key_path, "backend": "userspace", "mtu": 1400}, **settings)
+    be = WireGuardBackend(host_settings(settings), preshared_keys)
     monkeypatch.setattr(be, "_link", lambda: None)
-    be.own = keys.public_key(open(path).read().strip())
+    be.own = keys.public_key(keys.read_private_key(key_path)) if os.path.exists(key_path) else None
     return be
+
+
+@pytest.fixture
+def backend(key_path, monkeypatch):
+    return make_backend(key_path, monkeypatch)
 
 
 def live(be, peers, up=True, mtu=1400, port=51820):
@@ -157,121 +185,269 @@ def live(be, peers, up=True, mtu=1400, port=51820):
             "listen_port": port, "fwmark": 0, "public_key": be.own, "peers": peers}
 
 
-def live_peer(key, allowed, endpoint=None, ka=0, hs=0):
+def absent():
+    return {"interface": "kilo0", "backend": "userspace", "present": False, "up": False, "mtu": None,
+            "listen_port": None, "fwmark": None, "public_key": None, "peers": []}
+
+
+def live_peer(key, allowed, endpoint=None, ka=0, hs=0, psk=None):
     return {"public_key": key, "endpoint": endpoint, "allowed_ips": allowed, "persistent_keepalive": ka,
-            "preshared_key": False, "preshared_key_digest": None, "latest_handshake": hs,
+            "preshared_key": bool(psk), "preshared_key_digest": wireguard.psk_digest(psk), "latest_handshake": hs,
             "rx_bytes": 0, "tx_bytes": 0}
 
 
 def plan(peers, leader=True):
-    return {"name": "a", "leader": leader, "listen_port": 51820, "peers": peers}
+    return check_plan({"name": "a", "leader": leader, "segment": "location:a", "listen_port": 51820,
+                       "peers": peers}, "kilo0")
+
+
+def desired(be, peers, current, leader=True):
+    return be.desired(plan(peers, leader), current)
 
 
 def test_converged_state_has_no_changes(backend):
-    des = backend.desired(plan([{"name": "b", "public_key": K2, "endpoint": "203.0.113.2:51820",
-                                 "allowed_ips": ["10.2.0.0/24", "10.4.0.2/32"]}]))
     cur = live(backend, [live_peer(K2, ["10.2.0.0/24", "10.4.0.2/32"], "203.0.113.2:51820")])
+    des = desired(backend, [{"name": "b", "public_key": K2, "endpoint": "203.0.113.2:51820",
+                             "allowed_ips": ["10.4.0.2/32", "10.2.0.9/24"]}], cur)
     assert backend.changes(cur, des) == []
+    before, after = backend.diff(cur, des)
+    assert before == after
+    json.dumps([cur, des])
 
 
 def test_only_the_changed_peer_is_touched(backend):
-    des = backend.desired(plan([
-        {"name": "b", "public_key": K2, "endpoint": "203.0.113.2:51820", "allowed_ips": ["10.2.0.0/24", "10.5.0.0/24"]},
-        {"name": "c", "public_key": K3, "endpoint": "203.0.113.3:51820", "allowed_ips": ["10.3.0.0/24"]}]))
     cur = live(backend, [live_peer(K2, ["10.2.0.0/24"], "203.0.113.2:51820"),
                          live_peer(K3, ["10.3.0.0/24"], "203.0.113.3:51820")])
+    des = desired(backend, [
+        {"name": "b", "public_key": K2, "endpoint": "203.0.113.2:51820", "allowed_ips": ["10.2.0.0/24", "10.5.0.0/24"]},
+        {"name": "c", "public_key": K3, "endpoint": "203.0.113.3:51820", "allowed_ips": ["10.3.0.0/24"]}], cur)
     ops = backend._ops(cur, des)
     assert [pair[0] for pair in ops] == ["update peer b (%s): allowed_ips +10.5.0.0/24" % K2[:8]]
     assert ops[0][1] == ("peer", {"public_key": K2, "update_only": True, "replace_allowed_ips": True,
                                   "allowed_ips": ["10.2.0.0/24", "10.5.0.0/24"]})
+    before, after = backend.diff(cur, des)
+    assert [p["allowed_ips"] for p in before["peers"]] == [["10.2.0.0/24"], ["10.3.0.0/24"]]
+    assert [p["allowed_ips"] for p in after["peers"]] == [["10.2.0.0/24", "10.5.0.0/24"], ["10.3.0.0/24"]]
+    assert [p["name"] for p in before["peers"]] == ["b", "c"] == [p["name"] for p in after["peers"]]
 
 
 def test_learned_endpoint_is_not_flipped_back(backend):
-    des = backend.desired(plan([{"name": "b", "public_key": K2, "endpoint": None, "allowed_ips": ["10.2.0.0/24"]}]))
     cur = live(backend, [live_peer(K2, ["10.2.0.0/24"], "198.51.100.7:40000", hs=1)])
+    des = desired(backend, [{"name": "b", "public_key": K2, "endpoint": None, "allowed_ips": ["10.2.0.0/24"]}], cur)
     assert backend.changes(cur, des) == []
+    assert backend.diff(cur, des)[1]["peers"][0]["endpoint"] == "198.51.100.7:40000"
+
+
+def test_roaming_endpoint_kept_while_handshakes_are_fresh(backend):
+    peer = {"name": "b", "public_key": K2, "endpoint": "203.0.113.2:51820", "allowed_ips": ["10.2.0.0/24"],
+            "roaming": True}
+    fresh = live(backend, [live_peer(K2, ["10.2.0.0/24"], "198.51.100.7:40000", hs=int(wireguard.time.time()))])
+    assert backend.changes(fresh, desired(backend, [peer], fresh)) == []
+    stale = live(backend, [live_peer(K2, ["10.2.0.0/24"], "198.51.100.7:40000", hs=1)])
+    assert backend.changes(stale, desired(backend, [peer], stale)) == [
+        "update peer b (%s): endpoint 198.51.100.7:40000 -> 203.0.113.2:51820" % K2[:8]]
+    # not roaming: the configured endpoint wins even with a fresh handshake
+    assert backend.changes(fresh, desired(backend, [dict(peer, roaming=False)], fresh))
 
 
 def test_dns_endpoint_resolved_before_comparing(backend):
-    des = backend.desired(plan([{"name": "b", "public_key": K2, "endpoint": "localhost:51820",
-                                 "allowed_ips": ["10.2.0.0/24"]}]))
     cur = live(backend, [live_peer(K2, ["10.2.0.0/24"], "127.0.0.1:51820")])
+    peers = [{"name": "b", "public_key": K2, "endpoint": "localhost:51820", "allowed_ips": ["10.2.0.0/24"]}]
+    des = desired(backend, peers, cur)
     assert backend.changes(cur, des) == []
+    before, after = backend.diff(cur, des)
+    assert before == after  # the diff shows the address, not the name apply() would not set
     cur = live(backend, [live_peer(K2, ["10.2.0.0/24"], "203.0.113.9:51820")])
     (msg, (dummy, op)), = backend._ops(cur, des)
     assert op["endpoint"] in ("127.0.0.1:51820", "[::1]:51820") and "localhost" in msg
 
 
-def test_unresolvable_endpoint_names_the_peer(backend):
-    des = backend.desired(plan([{"name": "b", "public_key": K2, "endpoint": "no-such-host.invalid:51820",
-                                 "allowed_ips": ["10.2.0.0/24"]}]))
+def test_unresolvable_endpoint_names_host_peer_and_field(backend):
     with pytest.raises(WireGuardError) as e:
-        backend.changes(live(backend, []), des)
-    assert "peer b" in str(e.value) and "no-such-host.invalid" in str(e.value)
+        desired(backend, [{"name": "b", "public_key": K2, "endpoint": "no-such-host.invalid:51820",
+                           "allowed_ips": ["10.2.0.0/24"]}], absent())
+    assert str(e.value).startswith("host 'a': plan.peers[0].endpoint: peer b: cannot resolve 'no-such-host.invalid'")
 
 
-def test_removal_and_addition_and_link(backend):
-    des = backend.desired(plan([{"name": "c", "public_key": K3, "allowed_ips": ["10.3.0.0/24"],
-                                 "preshared_key": K1}], leader=False))
-    cur = live(backend, [live_peer(K2, ["10.2.0.0/24"])], mtu=1420)
-    msgs = backend.changes(cur, des)
+def test_removal_and_addition_and_link(key_path, monkeypatch):
+    be = make_backend(key_path, monkeypatch, {K3: K1})
+    cur = live(be, [live_peer(K2, ["10.2.0.0/24"])], mtu=1420)
+    des = desired(be, [{"name": "c", "public_key": K3, "allowed_ips": ["10.3.0.0/24"]}], cur, leader=False)
+    msgs = be.changes(cur, des)
     assert msgs == ["remove peer %s" % K2, "add peer c (%s) allowed_ips 10.3.0.0/24" % K3[:8],
                     "set mtu 1400 (was 1420)", "set link down (not the leader)"]
-    assert K1 not in json.dumps(backend.render(des)) and K1 not in json.dumps(des)
-    assert backend.render(des)["peers"][0]["preshared_key"] == "(set)"
-    add = backend._ops(cur, des)[1][1][1]
+    assert K1 not in json.dumps(be.diff(cur, des)) and K1 not in json.dumps(des)
+    assert be.diff(cur, des)[1]["peers"][0]["preshared_key"] == "(set)"
+    add = be._ops(cur, des)[1][1][1]
     assert add["preshared_key"] == K1 and "update_only" not in add
 
 
-def test_absent_plan_means_remove(backend):
-    des = backend.desired(None)
-    assert backend.changes(live(backend, []), des) == ["remove WireGuard interface kilo0 (userspace)"]
-    assert backend.changes(dict(live(backend, []), present=False), des) == []
-
-
-@pytest.mark.parametrize("peer, needle", [
-    ({"name": "b", "public_key": "short", "allowed_ips": ["10.0.0.0/8"]}, "host a, peer b: public_key"),
-    ({"name": "b", "public_key": K2, "allowed_ips": ["10.0.0.300/8"]}, "host a, peer b: allowed_ips"),
-    ({"name": "b", "public_key": K2, "allowed_ips": ["10.0.0.0/8"], "endpoint": "203.0.113.1"},
-     "host a, peer b: endpoint"),
-    ({"name": "b", "public_key": K2, "allowed_ips": ["10.0.0.0/8"], "endpoint": "203.0.113.1:0"},
-     "no valid port"),
-    ({"name": "b", "public_key": K2, "allowed_ips": ["10.0.0.0/8"], "persistent_keepalive": -1},
-     "host a, peer b: persistent_keepalive"),
-    ({"name": "b", "public_key": K2, "allowed_ips": ["10.0.0.0/8"], "preshared_key": "x"},
-     "host a, peer b: preshared_key"),
-])
-def test_bad_plan_input_names_host_peer_and_field(backend, peer, needle):
+def test_preshared_key_change_and_removal(key_path, monkeypatch):
+    peer = {"name": "b", "public_key": K2, "allowed_ips": ["10.2.0.0/24"]}
+    be = make_backend(key_path, monkeypatch, {K2: K1})
+    cur = live(be, [live_peer(K2, ["10.2.0.0/24"], psk=K1)])
+    assert be.changes(cur, desired(be, [peer], cur)) == []
+    other = make_backend(key_path, monkeypatch, {K2: K3})
+    assert other.changes(cur, desired(other, [peer], cur)) == ["update peer b (%s): preshared_key (set)" % K2[:8]]
+    plain = make_backend(key_path, monkeypatch)
+    des = desired(plain, [peer], cur)
+    assert plain.changes(cur, des) == ["update peer b (%s): preshared_key (removed)" % K2[:8]]
+    assert plain._ops(cur, des)[0][1][1]["preshared_key"] == ""
+    # a desired state made with other keys cannot be applied with these: no silent wrong key
     with pytest.raises(WireGuardError) as e:
-        backend.desired(plan([peer]))
-    assert needle in str(e.value)
+        plain._ops(cur, desired(other, [peer], cur))
+    assert "preshared key" in str(e.value) and K3 not in str(e.value)
+
+
+def test_preshared_keys_are_checked_and_canonical(key_path, monkeypatch):
+    sloppy = " " + K2 + "\n"
+    be = make_backend(key_path, monkeypatch, {sloppy: K1, K3: None})
+    assert be.preshared_keys == {K2: K1}
+    with pytest.raises(KiloError) as e:
+        make_backend(key_path, monkeypatch, {K2: "c2hvcnQ="})
+    assert "preshared_keys[%s]" % K2 in str(e.value) and "c2hvcnQ=" not in str(e.value)
+
+
+def test_remove_is_reached_through_owns_and_diff(backend):
+    assert backend.owns(live(backend, [])) and not backend.owns(absent())
+    before, after = backend.diff(live(backend, [live_peer(K2, ["10.2.0.0/24"])]), None)
+    assert before["present"] and after["present"] is False and after["peers"] == []
 
 
 def test_duplicate_and_own_key(backend):
     with pytest.raises(WireGuardError) as e:
-        backend.desired(plan([{"name": "b", "public_key": K2, "allowed_ips": []},
-                              {"name": "c", "public_key": K2, "allowed_ips": []}]))
-    assert "peer c" in str(e.value) and "peer b" in str(e.value)
+        desired(backend, [{"name": "b", "public_key": K2, "allowed_ips": []},
+                          {"name": "c", "public_key": K2, "allowed_ips": []}], absent())
+    assert "plan.peers[1].public_key" in str(e.value) and "peer c" in str(e.value) and "peer b" in str(e.value)
     with pytest.raises(WireGuardError) as e:
-        backend.desired(plan([{"name": "me", "public_key": backend.own, "allowed_ips": []}]))
+        desired(backend, [{"name": "me", "public_key": backend.own, "allowed_ips": []}], absent())
     assert "own key" in str(e.value)
 
 
 def test_missing_key_file_is_listed_in_check_mode_and_refused_on_apply(tmp_path, monkeypatch):
-    be = WireGuardBackend({"key_path": str(tmp_path / "nope"), "backend": "userspace"})
-    monkeypatch.setattr(be, "_link", lambda: None)
-    desired = be.desired(plan([]))
-    assert desired["public_key"] == "(key to be created)"
-    absent = be.desired(None)
-    assert be.changes(absent, desired)  # check mode can still say what would happen
+    path = str(tmp_path / "nope")
+    be = make_backend(path, monkeypatch)
+    des = desired(be, [], absent())
+    assert des["public_key"] == "(key to be created)"
+    assert be.changes(absent(), des)  # check mode can still say what would happen
+    monkeypatch.setattr(be, "_create", lambda impl: pytest.fail("created without a key"))
     with pytest.raises(WireGuardError) as e:
-        be.apply(absent, desired)
+        be.apply(absent(), des)
     assert "nope" in str(e.value) and "kilo.mesh.key" in str(e.value)
     assert not (tmp_path / "nope").exists()
 
 
+def test_apply_reads_the_key_file_and_refuses_a_changed_key(key_path, monkeypatch):
+    be = make_backend(key_path, monkeypatch)
+    des = desired(be, [], absent())
+    assert be.own and des["public_key"] == be.own
+    os.unlink(key_path)
+    keys.ensure_key(key_path)  # another key since the comparison
+    monkeypatch.setattr(be, "_create", lambda impl: pytest.fail("created with the wrong key"))
+    with pytest.raises(WireGuardError) as e:
+        be.apply(absent(), des)
+    assert "changed since" in str(e.value)
+
+
+def test_apply_sends_only_the_difference(key_path, monkeypatch):
+    be = make_backend(key_path, monkeypatch)
+    sent = []
+    monkeypatch.setattr(wireguard.UAPIClient, "set", lambda client, text: sent.append(text))
+    cur = live(be, [live_peer(K2, ["10.2.0.0/24"], "203.0.113.2:51820"), live_peer(K3, ["10.3.0.0/24"])])
+    des = desired(be, [{"name": "b", "public_key": K2, "endpoint": "203.0.113.2:51820", "allowed_ips": ["10.2.0.0/24"],
+                        "persistent_keepalive": 5}], cur)
+    assert be.apply(cur, des) is None
+    assert sent == ["set=1\npublic_key=%s\nremove=true\npublic_key=%s\nupdate_only=true\n"
+                    "persistent_keepalive_interval=5\n\n" % ("03" * 32, "02" * 32)]
+    del sent[:]
+    done = live(be, [live_peer(K2, ["10.2.0.0/24"], "203.0.113.2:51820", ka=5)])
+    be.apply(done, des)
+    assert sent == []
+
+
+def test_implementation_choice(key_path, monkeypatch, tmp_path):
+    monkeypatch.setattr(wireguard, "SOCKET_DIR", str(tmp_path))
+    be = make_backend(key_path, monkeypatch, backend="auto")
+    monkeypatch.setattr(wireguard, "kernel_module_available", lambda name: name == "wireguard")
+    assert be.implementation(None) == "kernel"
+    monkeypatch.setattr(wireguard, "kernel_module_available", lambda name: False)
+    assert be.implementation(None) == "userspace"
+    kernel_link = {"index": 3, "kind": "wireguard", "up": True, "mtu": 1420}
+    assert be.implementation(kernel_link) == "kernel"
+    user = make_backend(key_path, monkeypatch, backend="userspace")
+    with pytest.raises(WireGuardError) as e:
+        user.implementation(kernel_link)
+    assert str(e.value).startswith("interface kilo0: backend: ")
+    assert user.implementation(kernel_link, strict=False) == "kernel"  # removal takes it anyway
+    (tmp_path / "kilo0.sock").write_text("")
+    kern = make_backend(key_path, monkeypatch, backend="kernel")
+    with pytest.raises(WireGuardError):
+        kern.implementation(None)
+
+
 def test_helpers():
-    assert split_endpoint("[2001:db8::1]:51820") == ("2001:db8::1", 51820)
-    assert split_endpoint("kilo.example.com:1") == ("kilo.example.com", 1)
-    assert normalize_cidrs(["10.1.2.3/16", "fd00::1/64", "10.1.0.0/16", "9.0.0.0/8"]) == \
+    assert sort_cidrs(["10.1.2.3/16", "fd00::1/64", "10.1.0.0/16", "9.0.0.0/8"]) == \
         ["9.0.0.0/8", "10.1.0.0/16", "fd00::/64"]
+    assert resolve_endpoint("[2001:db8::1]:51820") == ["[2001:db8::1]:51820"]
+    assert resolve_endpoint("203.0.113.1:1") == ["203.0.113.1:1"]
+
+
+# ---------------------------------------------------------------- daemon supervision
+
+def test_daemon_paths_follow_the_module_constants(key_path, monkeypatch, tmp_path):
+    be = make_backend(key_path, monkeypatch)
+    monkeypatch.setattr(wireguard, "RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(wireguard, "SOCKET_DIR", str(tmp_path / "sock"))
+    monkeypatch.setattr(wireguard, "START_TIMEOUT", 0.5)
+    d = be._daemon()
+    assert d.pidfile == str(tmp_path / "run" / "kilo0.pid") and d.socket == str(tmp_path / "sock" / "kilo0.sock")
+    assert d.start_timeout == 0.5
+    assert d.argv() == ["wireguard-go", "-f", "kilo0"]
+    assert wireguard_daemon.Daemon("wg1", "boringtun --foreground", "/x").argv() == ["boringtun", "--foreground", "wg1"]
+    with pytest.raises(wireguard_daemon.DaemonError) as e:
+        wireguard_daemon.Daemon("wg1", " ", "/x").argv()
+    assert "userspace_command" in str(e.value)
+
+
+def test_daemon_that_dies_is_reported_with_its_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(wireguard_daemon, "systemd_running", lambda: False)
+    script = tmp_path / "fake-wg"
+    script.write_text("#!/bin/sh\necho cannot open tun for $1 >&2\nexit 1\n")
+    script.chmod(0o755)
+    d = wireguard_daemon.Daemon("kwtest0", str(script), str(tmp_path / "kwtest0.sock"),
+                                run_dir=str(tmp_path / "run"), start_timeout=10)
+    with pytest.raises(wireguard_daemon.DaemonError) as e:
+        d.start()
+    assert "did not open" in str(e.value) and "cannot open tun for kwtest0" in str(e.value)
+    # nothing of the failed start stays behind
+    assert not os.path.exists(d.pidfile) and not os.path.exists(d.logfile)
+    missing = wireguard_daemon.Daemon("kwtest0", str(tmp_path / "missing"), str(tmp_path / "kwtest0.sock"),
+                                      run_dir=str(tmp_path / "run"))
+    with pytest.raises(wireguard_daemon.DaemonError) as e:
+        missing.start()
+    assert str(e.value).startswith("cannot start %s" % (tmp_path / "missing"))
+    assert os.listdir(str(tmp_path / "run")) == []
+
+
+def test_daemon_pid_must_be_our_command_for_our_interface(tmp_path):
+    d = wireguard_daemon.Daemon("kwtest0", sys.executable, str(tmp_path / "s"), run_dir=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "kwtest0"])
+    try:
+        deadline = time.time() + 10
+        while b"kwtest0" not in open("/proc/%d/cmdline" % proc.pid, "rb").read() and time.time() < deadline:
+            time.sleep(0.01)  # until the child has exec'd
+        with open(d.pidfile, "w") as f:
+            f.write("%d\n\n" % proc.pid)
+        assert d.pid() == proc.pid
+        other = wireguard_daemon.Daemon("kwtest1", sys.executable, str(tmp_path / "s"), run_dir=str(tmp_path))
+        with open(other.pidfile, "w") as f:
+            f.write("%d\n\n" % proc.pid)
+        assert other.pid() is None  # a recycled PID for another interface is never ours
+        wrong = wireguard_daemon.Daemon("kwtest0", "wireguard-go", str(tmp_path / "s"), run_dir=str(tmp_path))
+        assert wrong.pid() is None  # nor one running another command
+        d.stop()
+        assert proc.wait(timeout=10) is not None and not os.path.exists(d.pidfile)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

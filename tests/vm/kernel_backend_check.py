@@ -39,28 +39,38 @@ UNDERLAY = ("10.97.9.1", "10.97.9.2")
 TUNNEL = ("10.98.9.1", "10.98.9.2")
 PORT = 51820
 
+# The code under test, in a namespace: settings through host_settings and the plan through
+# check_plan, as kilo.mesh.converge does; a KiloError comes back as "error".
 CHILD = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
+from ansible_collections.kilo.mesh.plugins.module_utils import wireguard
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 req = json.load(sys.stdin)
-be = WireGuardBackend(req["settings"])
-if req["op"] == "converge":
-    cur = be.current()
-    des = be.desired(req["plan"])
-    ch = be.changes(cur, des)
-    if ch:
-        be.apply(cur, des)
-    out = {"changes": ch, "after": be.render(be.current())}
-elif req["op"] == "absent":
-    cur = be.current()
-    des = be.desired(None)
-    ch = be.changes(cur, des)
-    if ch:
-        be.apply(cur, des)
-    out = {"changes": ch, "after": be.current()}
-else:
-    out = be.current()
+wireguard.RUN_DIR = req["run_dir"]  # userspace PID and log files; the kernel backend has none
+try:
+    be = wireguard.WireGuardBackend(host_settings(req["settings"]), req.get("preshared_keys"))
+    if req["op"] == "converge":
+        plan = check_plan(req["plan"], be.interface)
+        cur = be.current(plan)
+        des = be.desired(plan, cur)
+        ch = be.changes(cur, des)
+        if ch:
+            be.apply(cur, des)
+        now = be.current(plan)
+        out = {"changes": ch, "after": be.diff(now, None)[0], "recheck": be.changes(now, be.desired(plan, now))}
+    elif req["op"] == "absent":
+        cur = be.current(None)
+        owned = be.owns(cur)
+        if owned:
+            be.remove(cur)
+        out = {"changes": ["remove"] if owned else [], "after": be.current(None)}
+    else:
+        out = be.current(None)
+except KiloError as e:
+    out = {"error": str(e)}
 print(json.dumps(out))
 '''
 
@@ -90,22 +100,29 @@ class Node(object):
         self.backend = args.backend
         self.run_dir = os.path.join(tmp, "run%d" % i)  # userspace pid/log files; unused by kernel
 
-    def call(self, op, plan=None):
-        req = {"op": op, "plan": plan,
-               "settings": {"interface": self.iface, "key_path": self.key_path, "backend": self.backend,
-                            "run_dir": self.run_dir}}
+    def call(self, op, plan=None, psks=None):
+        req = {"op": op, "plan": plan, "run_dir": self.run_dir, "preshared_keys": psks or {},
+               "settings": {"interface": self.iface, "key_path": self.key_path, "backend": self.backend}}
         r = subprocess.run(["ip", "netns", "exec", self.ns, self.python, "-c", CHILD, COLLECTIONS],
                            input=json.dumps(req), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True)
+                           universal_newlines=True, check=False)
         secret = open(self.key_path).read().strip()
         if secret in r.stdout or secret in r.stderr:
             raise RuntimeError("private key leaked in output of %s" % op)
+        for psk in (psks or {}).values():
+            if psk in r.stdout or psk in r.stderr:
+                raise RuntimeError("preshared key leaked in output of %s" % op)
         if r.returncode != 0:
             raise RuntimeError("%s on %s failed: %s" % (op, self.ns, r.stderr[-1500:]))
-        return json.loads(r.stdout)
+        out = json.loads(r.stdout)
+        if "error" in out:
+            raise RuntimeError("%s on %s failed: %s" % (op, self.ns, out["error"]))
+        return out
 
-    def converge(self, plan):
-        out = self.call("converge", plan)
+    def converge(self, plan, psks=None):
+        out = self.call("converge", plan, psks)
+        if out["recheck"]:
+            raise RuntimeError("converge on %s left changes: %s" % (self.ns, out["recheck"]))
         if out["after"]["present"]:
             run("ip", "-n", self.ns, "addr", "replace", TUNNEL[self.i] + "/24", "dev", self.iface)
         return out
@@ -130,7 +147,7 @@ def peer_of(node, allowed=None, **extra):
 
 
 def plan_for(node, peers, leader=True):
-    return {"name": node.ns, "leader": leader, "listen_port": PORT, "peers": peers}
+    return {"name": node.ns, "leader": leader, "segment": "node:" + node.ns, "listen_port": PORT, "peers": peers}
 
 
 def find(state, key):
@@ -209,11 +226,12 @@ def steps(c, a, b):
     c.check("ping after keepalive update", a.ping(TUNNEL[1]))
 
     psk = base64.b64encode(os.urandom(32)).decode()
-    out = a.converge(plan_for(a, [peer_of(b, persistent_keepalive=5, preshared_key=psk)]))
-    b.converge(plan_for(b, [peer_of(a, preshared_key=psk)]))
+    out = a.converge(plan_for(a, [peer_of(b, persistent_keepalive=5)]), {b.public_key: psk})
+    b.converge(plan_for(b, [peer_of(a)]), {a.public_key: psk})
     c.check("psk: never shown", psk not in json.dumps(out) and find(out["after"], b.public_key)["preshared_key"] == "(set)")
     c.check("psk: ping", a.ping(TUNNEL[1]))
-    c.check("psk: idempotent", a.converge(plan_for(a, [peer_of(b, persistent_keepalive=5, preshared_key=psk)]))["changes"] == [])
+    c.check("psk: idempotent", a.converge(plan_for(a, [peer_of(b, persistent_keepalive=5)]),
+                                          {b.public_key: psk})["changes"] == [])
 
     out = b.converge(plan_for(b, [], leader=False))
     c.check("non-leader: link down", not out["after"]["up"] and "set link down (not the leader)" in out["changes"],
@@ -227,7 +245,7 @@ def steps(c, a, b):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--python", default=sys.executable, help="interpreter for the code under test")
     ap.add_argument("--backend", default="kernel", choices=["kernel", "userspace"])
     args = ap.parse_args()

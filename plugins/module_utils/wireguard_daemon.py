@@ -1,0 +1,182 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Supervision of a userspace WireGuard daemon (wireguard-go, boringtun) for one interface.
+
+Started as a systemd transient unit when systemd runs, else in a session of its own; its PID
+is recorded in ``RUN_DIR/IFACE.pid`` and only a process that still runs the configured command
+for this interface counts as ours (a recycled PID is never signalled). Where the daemon opens
+its UAPI socket is the caller's business (``socket``); it is only waited for here.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_uapi import UAPIClient
+
+# Where PID and log files go, and how long a daemon may take to open its socket. Not module
+# options: tests and unusual hosts move them by setting these attributes.
+RUN_DIR = "/run/kilo"
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 5.0
+USERSPACE_ENV = "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD"
+
+
+class DaemonError(KiloError):
+    """The userspace daemon could not be started."""
+
+
+def systemd_running():
+    return os.path.isdir("/run/systemd/system")
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (IOError, OSError, IndexError):
+        return False
+
+
+class Daemon(object):
+    """The daemon serving ``interface``, started from ``command`` (a shell-quoted string)."""
+
+    def __init__(self, interface, command, socket, run_dir=None, start_timeout=None):
+        self.interface = interface
+        self.command = command
+        self.socket = socket
+        self.run_dir = run_dir or RUN_DIR
+        self.start_timeout = float(start_timeout if start_timeout is not None else START_TIMEOUT)
+
+    @property
+    def pidfile(self):
+        return os.path.join(self.run_dir, self.interface + ".pid")
+
+    @property
+    def logfile(self):
+        return os.path.join(self.run_dir, self.interface + ".log")
+
+    @property
+    def unit(self):
+        return "kilo-wireguard-%s" % self.interface
+
+    def argv(self):
+        argv = shlex.split(self.command or "")
+        if not argv:
+            raise DaemonError("empty; name a userspace WireGuard such as wireguard-go", None, "userspace_command")
+        # wireguard-go daemonizes unless -f; we want the PID of the process that stays.
+        if os.path.basename(argv[0]).startswith("wireguard-go"):
+            argv.append("-f")
+        return argv + [self.interface]
+
+    def start(self):
+        """Start the daemon and wait until its socket answers; DaemonError otherwise."""
+        argv = self.argv()
+        if not os.path.isdir(self.run_dir):
+            os.makedirs(self.run_dir, 0o700)
+        if os.path.exists(self.socket):
+            # The daemon that owned it is gone (its socket did not answer).
+            os.unlink(self.socket)
+        proc = None
+        systemd = systemd_running()
+        if systemd:
+            subprocess.call(["systemctl", "reset-failed", self.unit], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+            rc = subprocess.call(["systemd-run", "--unit", self.unit, "--description",
+                                  "kilo.mesh WireGuard userspace daemon for %s" % self.interface,
+                                  "--property", "Restart=on-failure", "--setenv", USERSPACE_ENV + "=1",
+                                  "--"] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if rc != 0:
+                raise DaemonError("systemd-run of %s failed (rc %d)" % (self.unit, rc))
+            pid = subprocess.check_output(["systemctl", "show", "-p", "MainPID", "--value", self.unit]).strip()
+            pid = int(pid or 0)
+        else:
+            env = dict(os.environ)
+            env[USERSPACE_ENV] = "1"
+            log = open(self.logfile, "wb")
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                        env=env, close_fds=True, start_new_session=True)
+            except OSError as e:
+                log.close()
+                os.unlink(self.logfile)
+                raise DaemonError("cannot start %s: %s" % (argv[0], e))
+            log.close()
+            pid = proc.pid
+        with open(self.pidfile, "w") as f:
+            f.write("%d\n%s\n" % (pid, self.unit if systemd else ""))
+        deadline = time.time() + self.start_timeout
+        client = UAPIClient(self.socket, timeout=2.0)
+        while time.time() < deadline:
+            if os.path.exists(self.socket) and client.alive():
+                return
+            if proc is not None and proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        tail = self.log_tail()
+        self.stop()  # nothing of a failed start stays behind (a later run could not tell it is ours)
+        raise DaemonError("%s did not open %s%s" % (" ".join(argv), self.socket, tail))
+
+    def log_tail(self):
+        try:
+            with open(self.logfile, "rb") as f:
+                tail = f.read()[-400:].decode("utf-8", "replace").strip()
+        except (IOError, OSError):
+            return ""
+        return ": " + tail if tail else ""
+
+    def pid(self):
+        """PID recorded at start, if that process still runs our daemon for this interface."""
+        try:
+            with open(self.pidfile) as f:
+                pid = int(f.readline().strip() or 0)
+        except (IOError, OSError, ValueError):
+            return None
+        if pid <= 1:
+            return None
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                args = f.read().split(b"\0")
+        except (IOError, OSError):
+            return None
+        # Guard against a recycled PID: it must still be our userspace daemon (the configured
+        # command) serving our interface, not any process that merely names the interface.
+        try:
+            command = os.path.basename(self.argv()[0])
+        except DaemonError:
+            return None
+        if self.interface.encode() not in args or os.path.basename(args[0].decode(errors="replace")) != command:
+            return None
+        return pid
+
+    def recorded(self):
+        """Whether a PID or log file of ours is there (a daemon started by us, maybe dead)."""
+        return os.path.exists(self.pidfile) or os.path.exists(self.logfile)
+
+    def stop(self):
+        """Stop the daemon we started (unit, then PID) and delete our files; a stale socket too."""
+        if systemd_running() and os.path.exists(self.pidfile):
+            subprocess.call(["systemctl", "stop", self.unit], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+        pid = self.pid()
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.time() + STOP_TIMEOUT
+            while time.time() < deadline and _alive(pid):
+                time.sleep(0.05)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for path in (self.pidfile, self.logfile):
+            if os.path.exists(path):
+                os.unlink(path)
+        if os.path.exists(self.socket) and not UAPIClient(self.socket, timeout=1.0).alive():
+            os.unlink(self.socket)
