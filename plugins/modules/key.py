@@ -22,35 +22,19 @@ description:
   - Reports the MTU of the default-route interface and, when the WireGuard interface already
     exists, the endpoints WireGuard learned for its peers (for NAT traversal).
   - This is the first step of a mesh run; its results feed the topology engine on the
-    controller (see M(kilo.mesh.mesh) and M(kilo.mesh.topology)).
-options:
-  path:
-    description:
-      - Path of the private key file.
-      - An existing valid key is kept; a file that is not a valid key is an error (it is
-        never overwritten). A key file readable by others is tightened to C(0600).
-    type: path
-    default: /var/lib/kilo/key
-  interface:
-    description:
-      - Name of the WireGuard interface. Its addresses are never taken as the host's IP, and
-        when it exists its learned peer endpoints are returned in RV(discovered_endpoints).
-    type: str
-    default: kilo0
-  ignore_interfaces:
-    description:
-      - Interfaces whose addresses must not be chosen as internal or external IP, for example
-        a management NIC whose address Kilo's rules would count as public.
-      - C(tunl0) and O(interface) are always ignored.
-    type: list
-    elements: str
-    default: []
-  state:
-    description:
-      - Only C(present) is supported; removing a key is deliberately left to the operator.
-    type: str
-    choices: [present]
-    default: present
+    controller (see M(kilo.mesh.join) and M(kilo.mesh.topology)).
+extends_documentation_fragment:
+  - kilo.mesh.options.key
+notes:
+  - The key file - an existing valid key is kept; a file that is not a valid key is an error (it is
+    never overwritten). A key file readable by others is tightened to C(0600).
+  - Options not given in the task are read from the host's inventory variables (C(kilo_key_path),
+    C(kilo_interface), C(kilo_discovery_ignore_interfaces)).
+  - Runs on the managed host with the host's Python; needs C(cryptography) and C(pyroute2).
+  - >-
+    An address counts as public the way Kilo counts it - any IPv4 address outside 10.0.0.0/8,
+    172.16.0.0/12 and 192.168.0.0/16 (so also 100.64.0.0/10, 198.18.0.0/15 and the documentation
+    ranges), any IPv6 address not starting with fd00.
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -59,12 +43,6 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
-notes:
-  - Runs on the managed host with the host's Python; needs C(cryptography) and C(pyroute2).
-  - >-
-    An address counts as public the way Kilo counts it - any IPv4 address outside 10.0.0.0/8,
-    172.16.0.0/12 and 192.168.0.0/16 (so also 100.64.0.0/10, 198.18.0.0/15 and the documentation
-    ranges), any IPv6 address not starting with fd00.
 seealso:
   - module: kilo.mesh.converge
   - name: Kilo
@@ -79,7 +57,7 @@ EXAMPLES = r"""
 
 - name: Lab host whose management NIC must not become the endpoint
   kilo.mesh.key:
-    path: /var/lib/kilo/key
+    key_path: /var/lib/kilo/key
     interface: kilo0
     ignore_interfaces:
       - mgmt0
@@ -154,23 +132,18 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.keys import ensure_key
-from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_INTERFACE, DEFAULT_KEY_PATH
+from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 
 
 def run_module():
     module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", default=DEFAULT_KEY_PATH),
-            interface=dict(type="str", default=DEFAULT_INTERFACE),
-            ignore_interfaces=dict(type="list", elements="str", default=[]),
-            state=dict(type="str", default="present", choices=["present"]),
-        ),
+        argument_spec=argument_spec("key"),
         supports_check_mode=True,
     )
     p = module.params
     try:
         check_interface_name(p["interface"], field="interface")
-        key = ensure_key(p["path"], check_mode=module.check_mode)
+        key = ensure_key(p["key_path"], check_mode=module.check_mode)
     except KiloError as e:
         module.fail_json(msg=str(e))
 

@@ -144,9 +144,9 @@ def test_key_module_end_to_end(ns):
     tmp = tempfile.mkdtemp(prefix="kw-key-")
     try:
         path = os.path.join(tmp, "kilo", "key")
-        res = _ansible(ns, "path=%s ignore_interfaces=mgmt0" % path, check=True)
+        res = _ansible(ns, "key_path=%s ignore_interfaces=mgmt0" % path, check=True)
         assert res["changed"] is True and res["pending"] is True and not os.path.exists(path)
-        res = _ansible(ns, "path=%s ignore_interfaces=mgmt0" % path)
+        res = _ansible(ns, "key_path=%s ignore_interfaces=mgmt0" % path)
         assert res["changed"] is True and res["public_key"]
         with open(path) as f:
             priv = f.read().strip()
@@ -154,11 +154,11 @@ def test_key_module_end_to_end(ns):
         assert oct(os.stat(path).st_mode & 0o777) == "0o600"
         assert res["internal_ip"] == "10.1.0.5/24" and res["external_ip"] == "203.0.113.5"
         assert res["mtu"] == 1500 and res["discovered_endpoints"] == {}
-        again = _ansible(ns, "path=%s ignore_interfaces=mgmt0" % path)
+        again = _ansible(ns, "key_path=%s ignore_interfaces=mgmt0" % path)
         assert again["changed"] is False and again["public_key"] == res["public_key"]
         with open(path, "w") as f:
             f.write("garbage\n")
-        bad = _ansible(ns, "path=%s" % path)
+        bad = _ansible(ns, "key_path=%s" % path)
         assert bad["_status"].startswith("FAILED") and path in bad["msg"] and "garbage" not in bad["msg"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
