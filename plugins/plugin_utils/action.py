@@ -49,14 +49,15 @@ class KiloAction(ActionBase):
         spec.update(self.EXTRA_SPEC)
         return spec
 
-    def options_of(self, task_vars):
-        """The validated options: task argument > inventory variable > default."""
+    def options_of(self, task_vars, source=None):
+        """The validated options: task argument > inventory variable (of ``source``, by
+        default this host or the mesh's first host) > default."""
         spec = self.spec()
         given = dict(self._task.args)
         unknown = sorted(set(given) - set(spec))
         if unknown:
             raise KiloError("unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0])
-        source = self.vars_source(task_vars, given)
+        source = source or self.vars_source(task_vars, given)
         merged = {}
         for name, value in given.items():
             merged[name] = value

@@ -116,3 +116,36 @@ def test_a_bad_variable_names_the_host_and_the_variable(tmp_path):
     proc = run(inventory, "plan.yml", "-e", "plan_write_graph=false")
     assert proc.returncode != 0
     assert "host 'aws-1': kilo_port:" in proc.stdout.replace("''", "'"), proc.stdout
+
+
+def host_var(inventory, host, **values):
+    import yaml
+    data = yaml.safe_load(inventory.read_text())
+    for location in data["kilo"]["children"].values():
+        if host in location.get("hosts", {}):
+            location["hosts"][host].update(values)
+    inventory.write_text(yaml.safe_dump(data))
+
+
+def test_site_stops_before_any_host_on_bad_input(tmp_path):
+    # The example's hosts do not exist: reaching any of them would show as UNREACHABLE.
+    inventory = copied_inventory(tmp_path)
+    host_var(inventory, "gcp-2", kilo_force_endpoint="203.0.113.7:99999")
+    proc = run(inventory, "site.yml", "--check")
+    assert proc.returncode != 0
+    assert "host 'gcp-2': kilo_force_endpoint: port 99999 out of range 1-65535" in proc.stdout.replace("''", "'"), \
+        proc.stdout
+    assert "UNREACHABLE" not in proc.stdout and "unreachable=1" not in proc.stdout
+
+
+def test_validate_names_disagreeing_mesh_settings_and_passes_a_good_mesh(tmp_path):
+    inventory = copied_inventory(tmp_path)
+    book = tmp_path / "validate.yml"
+    book.write_text("- hosts: kilo\n  gather_facts: false\n  tasks:\n    - kilo.mesh.validate:\n      run_once: true\n")
+    proc = run(inventory, str(book))
+    assert proc.returncode == 0 and "valid" in proc.stdout, proc.stdout
+    host_var(inventory, "home-1", kilo_subnet="10.9.0.0/16")
+    proc = run(inventory, str(book))
+    assert proc.returncode != 0
+    assert "host 'home-1': kilo_subnet: '10.9.0.0/16' here, '10.4.0.0/16' on host 'aws-1'" in \
+        proc.stdout.replace("''", "'"), proc.stdout

@@ -1,0 +1,30 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Action kilo.mesh.validate: check the whole mesh on the controller, touch no host."""
+
+from __future__ import annotations
+
+from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
+from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, check_topology
+
+
+class ActionModule(KiloAction):
+    _requires_connection = False
+    SCOPES = ("mesh", "inputs", "host", "key")
+
+    def run_kilo(self, args, task_vars):
+        hosts = task_vars["groups"].get(args["group"], [])
+        # each host's variables, checked as that host's actions will read them
+        per_host = dict((host, self.options_of(task_vars, source=host)) for host in hosts)
+        agree(per_host)
+        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
+        check_topology(nodes, peers, engine_options(args), task_vars["hostvars"])
+        result = dict(changed=False, hosts=len(hosts), nodes=len(nodes),
+                      msg="%d hosts, %d known nodes, %d peers: valid" % (len(hosts), len(nodes), len(peers)))
+        if missing:
+            result["missing"] = missing
+            result["warnings"] = [missing_warning(missing)]
+        return result

@@ -1,0 +1,61 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: validate
+short_description: Check the whole Kilo mesh on the controller before any host changes
+version_added: 0.1.0
+author: kilo.mesh developers (@kilo-mesh)
+description:
+  - Reads every host of the mesh group the way M(kilo.mesh.join) and M(kilo.mesh.key) will, and fails
+    with the host and the inventory variable named when one does not validate.
+  - Mesh-wide settings (Kilo's flags, the group, the registry, the peers) must be the same on every host.
+  - Computes the topology of every host known so far (this run's facts, the registry, pinned keys and
+    endpoints), so duplicate keys, a subnet too small for the segments or a location without any
+    endpoint fail here, before any host is touched.
+  - Runs on the controller only (an action plugin); C(playbooks/site.yml) calls it once, first.
+extends_documentation_fragment:
+  - kilo.mesh.options.mesh
+  - kilo.mesh.options.inputs
+  - kilo.mesh.options.host
+  - kilo.mesh.options.key
+attributes:
+  check_mode:
+    support: full
+    description: Checks only; nothing is changed in either mode.
+  diff_mode:
+    support: none
+    description: Returns no differences.
+seealso:
+  - module: kilo.mesh.join
+  - module: kilo.mesh.topology
+"""
+
+EXAMPLES = r"""
+- name: Check the whole mesh before any host changes
+  kilo.mesh.validate:
+  run_once: true
+"""
+
+RETURN = r"""
+hosts:
+  description: Hosts of the mesh group.
+  returned: success
+  type: int
+nodes:
+  description: Hosts known with a key and an endpoint (the rest join once they have run kilo.mesh.key).
+  returned: success
+  type: int
+missing:
+  description: Hosts not known yet.
+  returned: when some are missing
+  type: list
+  elements: str
+"""

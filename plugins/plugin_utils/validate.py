@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""The whole mesh checked on the controller before any host changes (kilo.mesh.validate).
+
+Every host's kilo_* variables, the agreement of mesh-wide settings, and the topology of every
+host known so far (this run's facts, else the registry, else the pinned key and endpoint).
+Errors name the host and the inventory variable, not the engine's field.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, names
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+
+# engine field of a node -> the host variable that feeds it (when the host sets it)
+NODE_VARS = {
+    "location": "kilo_location",
+    "leader": "kilo_leader",
+    "endpoint": "kilo_force_endpoint",
+    "internal_ip": "kilo_force_internal_ip",
+    "persistent_keepalive": "kilo_persistent_keepalive",
+    "allowed_location_ips": "kilo_allowed_location_ips",
+    "pod_cidr": "kilo_pod_cidr",
+    "public_key": "kilo_public_key",
+}
+
+
+def agree(per_host):
+    """Mesh-wide settings must be the same on every host: {host: options} -> None or raise."""
+    hosts = sorted(per_host)
+    if not hosts:
+        return
+    first = hosts[0]
+    for name in names("mesh") + ["group", "registry", "peers"]:
+        for host in hosts[1:]:
+            if per_host[host].get(name) != per_host[first].get(name):
+                raise KiloError("%r here, %r on host %r: every host of one mesh needs the same value"
+                                % (per_host[host].get(name), per_host[first].get(name), first),
+                                host_subject(host), OPTIONS[name]["var"] or name)
+
+
+def check_topology(nodes, peers, options, hostvars):
+    """Build every plan once; a node's error is told as its host's variable."""
+    try:
+        build_plans(nodes, peers, options, only=[])
+    except KiloError as e:
+        subject = e.subject or ""
+        if subject.startswith("node '") and e.field:
+            host = subject[len("node '"):-1]
+            field = e.field.split("[")[0]
+            var = NODE_VARS.get(field)
+            if host in hostvars and var and var in hostvars[host]:
+                raise KiloError(e.message, host_subject(host), var)
+            if host in hostvars:
+                raise KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
+        raise
