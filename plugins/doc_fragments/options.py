@@ -128,7 +128,7 @@ options:
     default: kilo0
   backend:
     description:
-      - How WireGuard runs. V(kernel) uses the kernel module over netlink; V(userspace) runs O(userspace_command)
+      - How WireGuard runs. V(kernel) uses the kernel module over netlink; V(userspace) runs C(userspace_command)
         and configures it through its UAPI socket; V(auto) picks kernel when the module loads.
       - Defaults to the inventory variable C(kilo_backend), then to the default below.
     type: str
@@ -216,7 +216,7 @@ options:
 options:
   backend:
     description:
-      - How WireGuard runs. V(kernel) uses the kernel module over netlink; V(userspace) runs O(userspace_command)
+      - How WireGuard runs. V(kernel) uses the kernel module over netlink; V(userspace) runs C(userspace_command)
         and configures it through its UAPI socket; V(auto) picks kernel when the module loads.
       - Defaults to the inventory variable C(kilo_backend), then to the default below.
     type: str

@@ -88,7 +88,7 @@ OPTIONS = dict([
     # --- host: the converge backends --------------------------------------------------------
     _option("backend", ("host", "prepare"), "str", [
         "How WireGuard runs. V(kernel) uses the kernel module over netlink; V(userspace) runs"
-        " O(userspace_command) and configures it through its UAPI socket; V(auto) picks kernel when"
+        " C(userspace_command) and configures it through its UAPI socket; V(auto) picks kernel when"
         " the module loads."],
         default="auto", choices=["auto", "kernel", "userspace"]),
     _option("userspace_command", ("host",), "str", ["Userspace WireGuard implementation to start (wireguard-go or boringtun)."],

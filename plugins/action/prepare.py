@@ -1,0 +1,34 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Action kilo.mesh.prepare: fill the options from the inventory, choose the port, run the module.
+
+The port to open is the one WireGuard listens on: the port of the host's kilo_force_endpoint
+when that is set (the engine makes the host listen there), else kilo_port, else 51820.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject, split_endpoint, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_PORT, argument_spec
+from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+
+
+class ActionModule(KiloAction):
+    SCOPES = ("prepare",)
+    EXTRA_SPEC = {"port": argument_spec("mesh")["port"]}
+
+    def run_kilo(self, args, task_vars):
+        if "port" not in self._task.args:
+            args["port"] = self.listen_port(task_vars)
+        return self._execute_module(module_name="kilo.mesh.prepare", module_args=args, task_vars=task_vars)
+
+    def listen_port(self, task_vars):
+        host = task_vars.get("inventory_hostname")
+        found, endpoint = self.variable(task_vars, host, "kilo_force_endpoint")
+        if found and endpoint is not None and str(endpoint).strip():
+            return split_endpoint(str(endpoint), host_subject(host), "kilo_force_endpoint")[1]
+        found, port = self.variable(task_vars, host, "kilo_port")
+        if found:
+            return to_int(port, host_subject(host), "kilo_port", low=1, high=65535, default=DEFAULT_PORT)
+        return DEFAULT_PORT

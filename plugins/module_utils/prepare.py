@@ -1,0 +1,361 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Host preparation for kilo.mesh.prepare: probe, packages wanted, sysctls and the firewall port.
+
+Everything is read first (package manager, installed packages, kernel module, sysctls, the
+active firewall and its rules), compared with what is wanted, and only then, outside check
+mode, written. Package installation itself is left to ``ansible.builtin.package`` (the role's
+second task), which gets the ``missing`` list from here.
+
+No Ansible imports: the host tests drive ``prepare()`` directly inside a network namespace.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import shutil
+import subprocess
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, kernel_module_available, to_bool, to_int
+
+# Where sysctls are read and written at runtime, and the file that sets them at boot.
+PROC_SYS = "/proc/sys"
+SYSCTL_FILE = "/etc/sysctl.d/90-kilo-mesh.conf"
+
+# The comment that marks our nftables rule in the "inet filter" input chain.
+NFT_COMMENT = "kilo.mesh"
+NFT_CHAIN = ("inet", "filter", "input")
+
+# Package names by package manager: tools, userspace implementation, Python libraries.
+PACKAGES = {
+    "apt": {
+        "base": ["wireguard-tools", "python3-pyroute2", "python3-cryptography", "nftables", "iproute2"],
+        "userspace": ["wireguard-go"],
+    },
+    "dnf": {
+        "base": ["wireguard-tools", "python3-pyroute2", "python3-cryptography", "nftables", "iproute"],
+        "userspace": ["wireguard-go"],
+    },
+    "pacman": {
+        "base": ["wireguard-tools", "python-pyroute2", "python-cryptography", "nftables", "iproute2"],
+        "userspace": ["wireguard-go"],
+    },
+}
+
+# package manager -> the command whose presence says it is there (first found wins)
+PACKAGE_MANAGERS = (("apt", "apt-get"), ("dnf", "dnf"), ("pacman", "pacman"))
+
+
+class PrepareError(KiloError):
+    """The host cannot be prepared as asked (no package manager, a sysctl or rule not written)."""
+
+
+# --- commands -------------------------------------------------------------------------------
+
+def run(argv, stdin=None):
+    """(returncode, stdout, stderr) of ``argv``; a missing command gives 127."""
+    try:
+        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, check=False)
+    except OSError as e:
+        return 127, "", str(e)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def run_checked(argv, field):
+    rc, out, err = run(argv)
+    if rc != 0:
+        raise PrepareError("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), field=field)
+    return out
+
+
+# --- packages -------------------------------------------------------------------------------
+
+def package_manager(which=shutil.which):
+    """apt, dnf or pacman (the first present), or None."""
+    for name, command in PACKAGE_MANAGERS:
+        if which(command):
+            return name
+    return None
+
+
+def wanted_packages(pkg_mgr, backend, kernel_module):
+    """The packages the host needs: base, plus the userspace implementation when WireGuard
+    runs in userspace (asked for, or auto and the kernel module does not load)."""
+    names = PACKAGES.get(pkg_mgr)
+    if names is None:
+        return []
+    want = list(names["base"])
+    if backend == "userspace" or (backend == "auto" and not kernel_module):
+        want.extend(names["userspace"])
+    return want
+
+
+def package_installed(pkg_mgr, name, runner=run):
+    if pkg_mgr == "apt":
+        rc, out, dummy = runner(["dpkg-query", "-W", "-f=${Status}", name])
+        return rc == 0 and "ok installed" in out
+    if pkg_mgr == "dnf":
+        return runner(["rpm", "-q", name])[0] == 0
+    if pkg_mgr == "pacman":
+        return runner(["pacman", "-Q", name])[0] == 0
+    return False
+
+
+def missing_packages(pkg_mgr, wanted, runner=run):
+    return [name for name in wanted if not package_installed(pkg_mgr, name, runner)]
+
+
+# --- sysctls --------------------------------------------------------------------------------
+
+_SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_\-]+([./][A-Za-z0-9_\-]+)*$")
+
+
+def sysctl_value(key, value):
+    """The text a sysctl is written as: booleans as 1/0, numbers and strings as they are."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float, str)):
+        text = str(value).strip()
+        if "\n" not in text and text:
+            return text
+    raise PrepareError("%s: %r is not a sysctl value" % (key, value), field="sysctls")
+
+
+def sysctl_path(key, proc_sys=None):
+    """/proc/sys path of a dotted (or slashed) sysctl name."""
+    if not isinstance(key, str) or not _SYSCTL_KEY.match(key):
+        raise PrepareError("%r is not a sysctl name" % (key,), field="sysctls")
+    relative = key if "/" in key else key.replace(".", "/")
+    return os.path.join(PROC_SYS if proc_sys is None else proc_sys, relative)
+
+
+def same_value(current, wanted):
+    """Compare as strings, whitespace-insensitive (the kernel prints tabs between numbers)."""
+    return current is not None and current.split() == str(wanted).split()
+
+
+def read_sysctl(key, proc_sys=None):
+    """The current value as text, or None when the sysctl does not exist here."""
+    try:
+        with open(sysctl_path(key, proc_sys)) as f:
+            return f.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def write_sysctl(key, value, proc_sys=None):
+    try:
+        with open(sysctl_path(key, proc_sys), "w") as f:
+            f.write(value + "\n")
+    except (IOError, OSError) as e:
+        raise PrepareError("cannot set %s = %s: %s" % (key, value, e), field="sysctls")
+
+
+def sysctl_file_text(sysctls):
+    """The boot file: one "key = value" line per sysctl, in the order given."""
+    return "".join("%s = %s\n" % (key, value) for key, value in sysctls.items())
+
+
+def read_file(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def write_file(path, text):
+    try:
+        directory = os.path.dirname(path)
+        if directory and not os.path.isdir(directory):
+            os.makedirs(directory)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except (IOError, OSError) as e:
+        raise PrepareError("cannot write %s: %s" % (path, e), field="sysctls")
+
+
+def sysctl_plan(sysctls, proc_sys=None, sysctl_file=None):
+    """What the sysctls are and should be.
+
+    Returns (values, current, unknown, file_before, file_after): ``values`` the wanted text by
+    key, ``current`` the runtime text by key (None when absent), ``unknown`` the keys this
+    kernel does not have (not set at runtime, still written to the boot file).
+    """
+    sysctl_file = SYSCTL_FILE if sysctl_file is None else sysctl_file
+    values = dict((key, sysctl_value(key, value)) for key, value in (sysctls or {}).items())
+    for key in values:
+        sysctl_path(key, proc_sys)  # names are checked before anything is read
+    current = dict((key, read_sysctl(key, proc_sys)) for key in values)
+    unknown = [key for key in values if current[key] is None]
+    file_before = read_file(sysctl_file)
+    file_after = sysctl_file_text(values) if values else None
+    return values, current, unknown, file_before, file_after
+
+
+# --- firewall -------------------------------------------------------------------------------
+
+def detect_firewall(runner=run, which=shutil.which):
+    """firewalld, ufw or nftables (the first active one), or None."""
+    if which("firewall-cmd") and runner(["firewall-cmd", "--state"])[0] == 0:
+        return "firewalld"
+    if which("ufw"):
+        rc, out, dummy = runner(["ufw", "status"])
+        if rc == 0 and "Status: active" in out:
+            return "ufw"
+    if which("nft") and runner(["nft", "list", "chain"] + list(NFT_CHAIN))[0] == 0:
+        return "nftables"
+    return None
+
+
+_NFT_OURS = re.compile(r'\budp dport (\d+) accept comment "%s"' % re.escape(NFT_COMMENT))
+_NFT_HANDLE = re.compile(r"# handle (\d+)\s*$")
+
+
+def nft_our_rules(listing):
+    """[(port or None, handle)] of the rules carrying our comment in ``nft -a list chain`` text;
+    port is None for a rule of ours that is not the plain UDP accept (edited by hand)."""
+    rules = []
+    for line in listing.splitlines():
+        if 'comment "%s"' % NFT_COMMENT not in line:
+            continue
+        handle = _NFT_HANDLE.search(line)
+        if not handle:
+            continue
+        match = _NFT_OURS.search(line)
+        rules.append((int(match.group(1)) if match else None, int(handle.group(1))))
+    return rules
+
+
+def nft_port_plan(listing, port):
+    """(add: bool, delete: [handle]) to leave exactly one rule of ours, for ``port``."""
+    keep = None
+    delete = []
+    for rule_port, handle in nft_our_rules(listing):
+        if rule_port == port and keep is None:
+            keep = handle
+        else:
+            delete.append(handle)
+    return keep is None, delete
+
+
+def ufw_port_open(status, port):
+    return re.search(r"^%d/udp\b" % port, status, re.MULTILINE) is not None
+
+
+def port_plan(firewall, port, runner=run):
+    """(open before, changes, commands) to open ``port``/udp in ``firewall``."""
+    spec = "%d/udp" % port
+    if firewall == "firewalld":
+        if runner(["firewall-cmd", "-q", "--query-port=" + spec])[0] == 0:
+            return True, [], []
+        return False, ["firewalld: open port %s" % spec], [
+            ["firewall-cmd", "-q", "--add-port=" + spec],
+            ["firewall-cmd", "-q", "--permanent", "--add-port=" + spec]]
+    if firewall == "ufw":
+        rc, out, err = runner(["ufw", "status"])
+        if rc != 0:
+            raise PrepareError("ufw status failed: %s" % (err or out).strip(), field="open_port")
+        if ufw_port_open(out, port):
+            return True, [], []
+        return False, ["ufw: open port %s" % spec], [["ufw", "allow", spec]]
+    if firewall == "nftables":
+        rc, out, err = runner(["nft", "-a", "list", "chain"] + list(NFT_CHAIN))
+        if rc != 0:
+            raise PrepareError("nft list chain %s failed: %s" % (" ".join(NFT_CHAIN), err.strip()), field="open_port")
+        add, delete = nft_port_plan(out, port)
+        changes, commands = [], []
+        if add:
+            changes.append("nftables: open port %s" % spec)
+            commands.append(["nft", "insert", "rule"] + list(NFT_CHAIN)
+                            + ["udp", "dport", str(port), "accept", "comment", '"%s"' % NFT_COMMENT])
+        for handle in delete:
+            changes.append("nftables: delete stale rule handle %d" % handle)
+            commands.append(["nft", "delete", "rule"] + list(NFT_CHAIN) + ["handle", str(handle)])
+        return not add, changes, commands
+    return None, [], []
+
+
+# --- all together ---------------------------------------------------------------------------
+
+def prepare(params, check_mode, runner=run, which=shutil.which, proc_sys=None, sysctl_file=None):
+    """Probe and prepare the host; write nothing in check mode.
+
+    ``params``: install_packages, open_port, sysctls, backend, port. Returns pkg_mgr,
+    kernel_module, firewall, port, missing, unknown_sysctls, changes (what changed or would)
+    and diff (before, after).
+    """
+    sysctl_file = SYSCTL_FILE if sysctl_file is None else sysctl_file
+    install = to_bool(params.get("install_packages"), field="install_packages", default=True)
+    open_port = to_bool(params.get("open_port"), field="open_port", default=True)
+    backend = params.get("backend") or "auto"
+    if backend not in ("auto", "kernel", "userspace"):
+        raise PrepareError("%r is not auto, kernel or userspace" % (backend,), field="backend")
+    port = to_int(params.get("port"), field="port", low=1, high=65535, default=51820)
+    sysctls = params.get("sysctls")
+    if sysctls is not None and not isinstance(sysctls, dict):
+        raise PrepareError("must be a dict of sysctl name to value", field="sysctls")
+
+    # --- read everything ---
+    pkg_mgr = package_manager(which)
+    kernel_module = kernel_module_available("wireguard")
+    missing = []
+    if install:
+        if pkg_mgr is None:
+            raise PrepareError("no supported package manager (apt, dnf, pacman) found", field="install_packages")
+        missing = missing_packages(pkg_mgr, wanted_packages(pkg_mgr, backend, kernel_module), runner)
+
+    values, current, unknown, file_before, file_after = sysctl_plan(sysctls, proc_sys, sysctl_file)
+    changes = []
+    file_changed = (file_before or "") != (file_after or "") or (file_after is None and file_before is not None)
+    if file_changed:
+        changes.append(("write %s" if file_after is not None else "remove %s") % sysctl_file)
+    to_set = [key for key in values if current[key] is not None and not same_value(current[key], values[key])]
+    changes.extend("sysctl %s = %s" % (key, values[key]) for key in to_set)
+
+    firewall = detect_firewall(runner, which)
+    port_open, port_changes, port_commands = (None, [], [])
+    if open_port:
+        port_open, port_changes, port_commands = port_plan(firewall, port, runner)
+    changes.extend(port_changes)
+
+    # --- then write ---
+    if not check_mode:
+        if file_changed:
+            if file_after is None:
+                try:
+                    os.unlink(sysctl_file)
+                except OSError as e:
+                    raise PrepareError("cannot remove %s: %s" % (sysctl_file, e), field="sysctls")
+            else:
+                write_file(sysctl_file, file_after)
+        for key in to_set:
+            write_sysctl(key, values[key], proc_sys)
+        for argv in port_commands:
+            run_checked(argv, "open_port")
+
+    before = {"sysctls": dict((key, current[key]) for key in values), "sysctl_file": file_before}
+    after = {"sysctls": dict((key, values[key] if current[key] is not None else None) for key in values),
+             "sysctl_file": file_after}
+    if open_port and firewall:
+        before["port"] = {"firewall": firewall, "port": port, "open": bool(port_open)}
+        after["port"] = {"firewall": firewall, "port": port, "open": True}
+    return {
+        "pkg_mgr": pkg_mgr,
+        "kernel_module": kernel_module,
+        "firewall": firewall,
+        "port": port,
+        "missing": missing,
+        "unknown_sysctls": unknown,
+        "changed": bool(changes),
+        "changes": changes,
+        "diff": {"before": before, "after": after},
+    }

@@ -1,0 +1,132 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: prepare
+short_description: Prepare a host for kilo.mesh - probe packages, set forwarding sysctls, open the WireGuard port
+version_added: 0.1.0
+author: kilo.mesh developers (@kilo-mesh)
+description:
+  - Probes the host in one call - package manager (apt, dnf or pacman), the packages kilo.mesh needs
+    that are not installed, whether the WireGuard kernel module loads, and the active firewall.
+  - Sets the forwarding sysctls now (through C(/proc/sys)) and at boot (the file
+    C(/etc/sysctl.d/90-kilo-mesh.conf), one C(key = value) line each).
+  - Opens the WireGuard UDP port in an active firewalld, ufw or nftables C(inet filter) input chain.
+    The nftables rule carries the comment C(kilo.mesh); a rule of ours for another (old) port is deleted.
+  - Installs nothing itself - it returns the missing packages in RV(missing), for M(ansible.builtin.package);
+    the role C(kilo.mesh.wireguard) does both.
+  - Options not given in the task are read from the host's inventory variables.
+options:
+  port:
+    description:
+      - UDP port WireGuard listens on; the action reads it from kilo_force_endpoint's port, else kilo_port.
+    type: int
+    default: 51820
+extends_documentation_fragment:
+  - kilo.mesh.options.prepare
+attributes:
+  check_mode:
+    support: full
+    description: Probes and reports what would change; writes no sysctl, file or firewall rule.
+  diff_mode:
+    support: full
+    description: Shows the sysctls, the boot file and the port state before and after.
+notes:
+  - A sysctl this kernel does not have (IPv6 disabled, say) is written to the boot file only and
+    listed in RV(unknown_sysctls) with a warning.
+seealso:
+  - module: kilo.mesh.key
+  - module: kilo.mesh.join
+"""
+
+EXAMPLES = r"""
+- name: Probe the host, enable forwarding and open the WireGuard port
+  kilo.mesh.prepare:
+  register: wireguard_probe
+
+- name: Install what is missing
+  ansible.builtin.package:
+    name: "{{ wireguard_probe.missing }}"
+    state: present
+    use: "{{ wireguard_probe.pkg_mgr }}"
+  when: wireguard_probe.missing | length > 0
+
+- name: Only forwarding, no packages, no firewall
+  kilo.mesh.prepare:
+    install_packages: false
+    open_port: false
+    sysctls:
+      net.ipv4.ip_forward: 1
+"""
+
+RETURN = r"""
+pkg_mgr:
+  description: The package manager found (V(apt), V(dnf) or V(pacman)), null when none.
+  returned: always
+  type: str
+  sample: apt
+kernel_module:
+  description: Whether the WireGuard kernel module is loaded or loadable.
+  returned: always
+  type: bool
+firewall:
+  description: The active firewall (V(firewalld), V(ufw) or V(nftables)), null when none.
+  returned: always
+  type: str
+  sample: nftables
+port:
+  description: The UDP port opened (or that would be).
+  returned: always
+  type: int
+  sample: 51820
+missing:
+  description: Packages to install; empty when O(install_packages) is false.
+  returned: always
+  type: list
+  elements: str
+  sample: ["wireguard-tools", "python3-pyroute2"]
+unknown_sysctls:
+  description: Sysctls this kernel does not have; written to the boot file only.
+  returned: always
+  type: list
+  elements: str
+changes:
+  description: What changed (or would change in check mode).
+  returned: always
+  type: list
+  elements: str
+  sample: ["write /etc/sysctl.d/90-kilo-mesh.conf", "sysctl net.ipv4.ip_forward = 1", "nftables: open port 51820/udp"]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.prepare import prepare
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"]),
+        supports_check_mode=True,
+    )
+    try:
+        result = prepare(module.params, check_mode=module.check_mode)
+    except KiloError as e:
+        module.fail_json(msg=str(e))
+    for key in result["unknown_sysctls"]:
+        module.warn("sysctl %s does not exist on this kernel: written to the boot file only" % key)
+    if not module._diff:
+        result.pop("diff")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
