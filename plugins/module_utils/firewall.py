@@ -1,3 +1,6 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
 """Firewall of a kilo.mesh node: NAT for mesh sources, forward accepts, IPIP filtering.
 
 Runs on the host (no Ansible). Backends, chosen by settings['firewall']:
@@ -8,35 +11,48 @@ Runs on the host (no Ansible). Backends, chosen by settings['firewall']:
   ip6tables. Whatever `iptables` is installed is used (Debian 12: iptables-nft).
 - 'none': manage nothing.
 
-Plan input (`plan['firewall']`): nat_sources, nat_exempt_destinations, forward_accept,
-ipip_accept_sources, and optionally nat_destinations (own-segment allowed-location-IPs: Kilo
-also NATs traffic *to* them so replies find their way back) and ipip_filter (Kilo installs its
-IPIP filter whenever it encapsulates: other IPIP is dropped even when no source is accepted).
+Plan input (`plan['firewall']`, checked and normalised by ``plan.check_plan``): nat_sources,
+nat_exempt_destinations, forward_accept, ipip_accept_sources, nat_destinations (own-segment
+allowed-location-IPs: Kilo also NATs traffic *to* them so replies find their way back) and
+ipip_filter (Kilo installs its IPIP filter whenever it encapsulates: other IPIP is dropped even
+when no source is accepted).
+
+The implementation not selected may still hold our rules from an earlier run with another
+`firewall` setting: ``current`` reads them as ``leftovers`` and apply/remove delete them.
 
 Why no accept for the WireGuard UDP port: in nftables an accept in our table cannot overrule a
 drop in another table (every base chain on a hook sees the packet), so it would only suggest an
 openness it cannot give. Opening the port is left to the host's own firewall policy.
 """
 
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import ipaddress
 import json
 import subprocess
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import FIREWALL_LISTS
+
+NFT = "nft"
+IPTABLES = {4: "iptables", 6: "ip6tables"}
 NFT_TABLE = "kilo_mesh"
 NFT_FAMILY = "inet"
 NAT_CHAIN = "KILO-NAT"
 FORWARD_CHAIN = "KILO-FORWARD"
 IPIP_CHAIN = "KILO-IPIP"
 COMMENT = "kilo.mesh"
-LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", "forward_accept",
-         "ipip_accept_sources")
+KINDS = ("nftables", "iptables")
 
 
-class FirewallError(Exception):
+class FirewallError(KiloError):
     """Clear, user-facing failure of the firewall backend."""
 
 
-def _run(argv, stdin=None, ok_codes=(0,)):
+def run(argv, stdin=None, ok_codes=(0,)):
+    """Run a firewall tool; FirewallError when it is missing or exits with another code."""
     try:
         proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, check=False)
@@ -48,18 +64,13 @@ def _run(argv, stdin=None, ok_codes=(0,)):
     return proc
 
 
-def normalize_lists(fw, node="?"):
-    """Validate and collapse each list into sorted v4 and v6 networks (strings)."""
-    fw = fw or {}
+def normalize_lists(fw):
+    """Collapse each list of a checked plan's firewall into sorted v4 and v6 networks (strings)."""
     out = {}
-    for name in LISTS:
+    for name in FIREWALL_LISTS:
         nets = {4: [], 6: []}
-        for i, value in enumerate(fw.get(name) or []):
-            try:
-                net = ipaddress.ip_network(str(value), strict=False)
-            except ValueError:
-                raise FirewallError("node %s: firewall.%s[%d]: %r is not an IP network"
-                                    % (node, name, i, value))
+        for value in fw.get(name) or []:
+            net = ipaddress.ip_network(value, strict=False)
             nets[net.version].append(net)
         for v in (4, 6):
             # overlapping elements are an error in an nft interval set; collapse first
@@ -248,32 +259,38 @@ def _model_lines(model):
 
 
 class _Nftables(object):
-    def __init__(self, settings):
-        self.nft = settings.get("nft_command") or "nft"
+    """Our table ``inet kilo_mesh``; state: its model (``nft_model`` shape) or None when absent."""
 
-    def current(self):
-        proc = _run([self.nft, "-j", "list", "table", NFT_FAMILY, NFT_TABLE], ok_codes=(0, 1))
+    @staticmethod
+    def current():
+        proc = run([NFT, "-j", "list", "table", NFT_FAMILY, NFT_TABLE], ok_codes=(0, 1))
         if proc.returncode != 0:
             if "No such file or directory" in proc.stderr:
                 return None
-            raise FirewallError("nft list table %s %s failed: %s"
-                                % (NFT_FAMILY, NFT_TABLE, proc.stderr.strip()))
+            raise FirewallError("%s list table %s %s failed: %s"
+                                % (NFT, NFT_FAMILY, NFT_TABLE, proc.stderr.strip()))
         return nft_parse(json.loads(proc.stdout))
 
-    def desired(self, lists, ipip_filter=False):
+    @staticmethod
+    def desired(lists, ipip_filter=False):
         return nft_model(lists, ipip_filter)
 
-    def apply(self, desired):
-        _run([self.nft, "-f", "-"], stdin=nft_script(desired))
+    @staticmethod
+    def apply(current, desired):
+        run([NFT, "-f", "-"], stdin=nft_script(desired))
 
-    def render(self, state):
+    @staticmethod
+    def render(state):
         return _model_lines(state)
 
-    def remove(self):
-        if self.current() is None:
-            return []
-        _run([self.nft, "delete", "table", NFT_FAMILY, NFT_TABLE])
-        return ["delete nft table %s %s" % (NFT_FAMILY, NFT_TABLE)]
+    @staticmethod
+    def owns(state):
+        return state is not None
+
+    @staticmethod
+    def remove(state):
+        if state is not None:
+            run([NFT, "delete", "table", NFT_FAMILY, NFT_TABLE])
 
 
 # ------------------------------------------------------------------------- iptables
@@ -381,16 +398,15 @@ def ipt_restore_script(table, have, want):
 
 
 class _Iptables(object):
-    def __init__(self, settings):
-        self.cmds = {4: settings.get("iptables_command") or "iptables",
-                     6: settings.get("ip6tables_command") or "ip6tables"}
+    """Our chains and jumps; state: {"ipv4": {table: model}, "ipv6": {...}} ({} per family when none)."""
 
-    def _save(self, v, table):
-        proc = _run(["%s-save" % self.cmds[v], "-t", table], ok_codes=(0, 1))
+    @staticmethod
+    def _save(v, table):
+        proc = run(["%s-save" % IPTABLES[v], "-t", table], ok_codes=(0, 1))
         if proc.returncode != 0:
             if v == 6:
                 return ""  # IPv6 tables may be unavailable; only an error if we need them
-            raise FirewallError("%s-save -t %s failed: %s" % (self.cmds[v], table, proc.stderr.strip()))
+            raise FirewallError("%s-save -t %s failed: %s" % (IPTABLES[v], table, proc.stderr.strip()))
         return proc.stdout
 
     def current(self):
@@ -402,12 +418,14 @@ class _Iptables(object):
             state["ipv%d" % v] = fam
         return state
 
-    def desired(self, lists, ipip_filter=False):
+    @staticmethod
+    def desired(lists, ipip_filter=False):
         # IPv4 only when forced: IPv6 tables may be missing and IPIP over IPv6 is not used here
         return dict(("ipv%d" % v, ipt_model(lists, v, ipip_filter and v == 4)) for v in (4, 6))
 
-    def apply(self, desired, current=None):
-        current = current if current is not None else self.current()
+    @staticmethod
+    def apply(current, desired):
+        """One ``iptables-restore --noflush`` commit per table that differs."""
         for v in (4, 6):
             fam = "ipv%d" % v
             for table in _IPT_TABLES:
@@ -415,10 +433,10 @@ class _Iptables(object):
                 want = desired[fam].get(table)
                 if have == want:
                     continue
-                _run(["%s-restore" % self.cmds[v], "-w", "--noflush"],
-                     stdin=ipt_restore_script(table, have, want))
+                run(["%s-restore" % IPTABLES[v], "-w", "--noflush"], stdin=ipt_restore_script(table, have, want))
 
-    def render(self, state):
+    @staticmethod
+    def render(state):
         out = []
         for fam in ("ipv4", "ipv6"):
             for table in sorted(state.get(fam, {})):
@@ -429,97 +447,90 @@ class _Iptables(object):
                 out += ["%s %s %s" % (fam, table, j) for j in m["jumps"]]
         return out
 
-    def remove(self):
-        cur = self.current()
-        empty = {"ipv4": {}, "ipv6": {}}
-        if not any(cur.values()):
-            return []
-        self.apply(empty, cur)
-        return ["remove iptables chains %s and their jumps" % ", ".join(_OURS)]
+    @staticmethod
+    def owns(state):
+        return bool(state) and any(bool(v) for v in state.values())
+
+    def remove(self, state):
+        if self.owns(state):
+            self.apply(state, {"ipv4": {}, "ipv6": {}})
+
+
+_IMPLS = {"nftables": _Nftables, "iptables": _Iptables}
 
 
 class FirewallBackend(object):
-    """Backend shape of DESIGN.md; state is a model of our table/chains (None/{} when absent)."""
+    """``converge.Backend`` for the firewall.
+
+    State (``current``): ``{"kind": setting, "rules": model of the selected implementation (None
+    for "none"), "leftovers": {other kind: its model}}`` where leftovers holds only an
+    implementation that still has rules of ours (an earlier run with another ``firewall``).
+    ``desired`` has the same shape with no leftovers.
+    """
 
     name = "firewall"
 
-    def __init__(self, settings=None):
-        settings = dict(settings or {})
+    def __init__(self, settings, preshared_keys=None):
+        self.settings = settings
         self.kind = settings.get("firewall") or "nftables"
-        if self.kind == "nftables":
-            self.impl = _Nftables(settings)
-        elif self.kind == "iptables":
-            self.impl = _Iptables(settings)
-        elif self.kind == "none":
-            self.impl = None
-        else:
-            raise FirewallError("setting firewall: %r is not one of nftables, iptables, none"
-                                % self.kind)
-        # The backend not selected may still hold our rules from an earlier run with another
-        # `firewall` setting: they are ours too, and would keep masquerading if left.
-        self.others = dict((kind, cls(settings)) for kind, cls in (("nftables", _Nftables), ("iptables", _Iptables))
-                           if kind != self.kind)
-        self.leftovers = []
+        if self.kind not in KINDS + ("none",):
+            raise FirewallError("%r is not one of %s" % (self.kind, ", ".join(KINDS + ("none",))),
+                                "options", "firewall")
+        self.impl = _IMPLS[self.kind]() if self.kind in _IMPLS else None
+        self.others = dict((kind, cls()) for kind, cls in sorted(_IMPLS.items()) if kind != self.kind)
 
-    def _read_leftovers(self):
-        found = []
+    def _leftovers(self):
+        found = {}
         for kind, impl in sorted(self.others.items()):
             try:
                 state = impl.current()
             except FirewallError:
                 continue  # that tool is missing or unusable here: nothing of ours can be in it
-            if state and (kind == "nftables" or any(bool(v) for v in state.values())):
-                found.append(kind)
+            if impl.owns(state):
+                found[kind] = state
         return found
 
-    def _remove_leftovers(self):
-        for kind in self.leftovers:
-            self.others[kind].remove()
+    def current(self, plan):
+        """Our table or chains, and what the other implementation still holds of ours."""
+        return {"kind": self.kind, "rules": self.impl.current() if self.impl else None,
+                "leftovers": self._leftovers()}
 
-    def current(self):
-        self.leftovers = self._read_leftovers()
-        return self.impl.current() if self.impl else None
-
-    def desired(self, plan):
-        if not self.impl:
-            return None
-        fw = plan.get("firewall") or {}
-        lists = normalize_lists(fw, plan.get("name", "?"))
-        return self.impl.desired(lists, ipip_filter=bool(fw.get("ipip_filter")))
+    def desired(self, plan, current):
+        rules = None
+        if self.impl:
+            fw = plan["firewall"]
+            rules = self.impl.desired(normalize_lists(fw), ipip_filter=fw["ipip_filter"])
+        return {"kind": self.kind, "rules": rules, "leftovers": {}}
 
     def changes(self, current, desired):
-        gone = ["firewall (%s): remove what an earlier run made with firewall=%s" % (kind, kind) for kind in self.leftovers]
-        if not self.impl or current == desired:
-            return gone
-        before, after = self.impl.render(current), self.impl.render(desired)
-        out = ["firewall (%s): remove %s" % (self.kind, line) for line in before if line not in after]
-        out += ["firewall (%s): add %s" % (self.kind, line) for line in after if line not in before]
-        return gone + (out or ["firewall (%s): reorder rules" % self.kind])
+        out = ["firewall (%s): remove what an earlier run made with firewall=%s" % (kind, kind)
+               for kind in sorted(current["leftovers"])]
+        if not self.impl or current["rules"] == desired["rules"]:
+            return out
+        before, after = self.impl.render(current["rules"]), self.impl.render(desired["rules"])
+        lines = ["firewall (%s): remove %s" % (self.kind, line) for line in before if line not in after]
+        lines += ["firewall (%s): add %s" % (self.kind, line) for line in after if line not in before]
+        return out + (lines or ["firewall (%s): reorder rules" % self.kind])
 
     def apply(self, current, desired):
-        changed = self.changes(current, desired)
-        if self.impl and current != desired:
-            if self.kind == "iptables":
-                self.impl.apply(desired, current)
-            else:
-                self.impl.apply(desired)
-        self._remove_leftovers()
-        return changed
+        if self.impl and current["rules"] != desired["rules"]:
+            self.impl.apply(current["rules"], desired["rules"])
+        self._remove_leftovers(current)
 
-    def render(self, state):
-        return self.impl.render(state) if self.impl else []
+    def _remove_leftovers(self, current):
+        for kind, state in sorted(current["leftovers"].items()):
+            self.others[kind].remove(state)
 
-    def owns(self, state):
-        """Whether `state` (from current()) holds a table or chain of ours."""
-        if self.leftovers:
-            return True
-        if not self.impl or not state:
-            return False
-        if self.kind == "iptables":
-            return any(bool(v) for v in state.values())
-        return True
+    def diff(self, current, desired):
+        """(before, after) of the selected implementation's rules; removing leaves none."""
+        render = self.impl.render if self.impl else (lambda state: [])
+        return render(current["rules"]), (render(desired["rules"]) if desired is not None else [])
 
-    def remove(self):
-        self.leftovers = self._read_leftovers()
-        self._remove_leftovers()
-        return self.impl.remove() if self.impl else []
+    def owns(self, current):
+        """Whether ``current`` holds a table or chain of ours (selected or left over)."""
+        return bool(current["leftovers"]) or bool(self.impl and self.impl.owns(current["rules"]))
+
+    def remove(self, current):
+        self._remove_leftovers(current)
+        if self.impl:
+            self.impl.remove(current["rules"])

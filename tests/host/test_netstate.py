@@ -40,7 +40,7 @@ def rules(ns, family="-4"):
 
 
 def _read_some(proc, wait):
-    ready, _, _ = select.select([proc.stdout], [], [], wait)
+    ready, dummy, dummy = select.select([proc.stdout], [], [], wait)
     return os.read(proc.stdout.fileno(), 65536).decode() if ready else ""
 
 
@@ -127,9 +127,10 @@ def test_converge_check_idempotent_foreign_survives(netns, python):
     assert routes(ns) == [] and rules(ns) == []
     assert out["before"]["addresses"] == []
 
-    out = run_backend(ns, leader_plan(), ["apply", "render"], python)
+    out = run_backend(ns, leader_plan(), ["apply", "check", "render"], python)
     assert "error" not in out, out
-    assert out["applied"] == out["planned"] and out["applied"]
+    assert "add address 10.4.0.1/16 dev kilo0" in out["planned"] and out["check"] == []
+    assert "10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main" in out["render"]["routes"]
     assert routes(ns) == EXPECTED_V4
     assert routes(ns, "-6") == ["fd02::/64 fd04::2 kilo0 main"]
     got_rules = sorted((r.get("src", "all"), r.get("dst"), r.get("iif")) for r in rules(ns))
@@ -138,12 +139,12 @@ def test_converge_check_idempotent_foreign_survives(netns, python):
     addrs = [a["local"] + "/" + str(a["prefixlen"]) for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"]
              if a["scope"] == "global"]
     assert addrs == ["10.4.0.1/16"]
-    onlink = [r for r in ipj(ns, "route", "show", "10.2.1.0/24", "proto", "107")]
+    onlink = ipj(ns, "route", "show", "10.2.1.0/24", "proto", "107")
     assert "onlink" in onlink[0]["flags"] and onlink[0]["prefsrc"] == "10.1.0.1"
 
     # second run: nothing to do, nothing done
     out = run_backend(ns, leader_plan(), ["check", "apply"], python)
-    assert out["check"] == [] and out["applied"] == []
+    assert out["check"] == [] and out["planned"] == []
 
     # foreign state untouched
     assert ipj(ns, "route", "show", "10.77.0.0/24")[0]["protocol"] == "static"
@@ -178,7 +179,7 @@ def test_stale_removed_changed_replaced(netns, python):
     try:
         # a start marker proves the monitor is subscribed before we change anything
         seen = ""
-        for _ in range(200):
+        for dummy in range(200):
             sh("ip", "-n", ns, "route", "add", "10.110.0.0/24", "dev", "knpriv")
             seen += _read_some(mon, 0.1)
             if "10.110.0.0/24" in seen:
@@ -200,10 +201,11 @@ def test_stale_removed_changed_replaced(netns, python):
     deleted = [e for e in events if e.startswith("Deleted")]
     assert not [e for e in deleted if "10.2.1.0/24" in e or "10.2.0.1" in e], events
     assert any(e.startswith("10.2.1.0/24 via 10.4.0.9") for e in events), events
-    applied = out["applied"]
-    assert "replace route 10.2.1.0/24 via 10.4.0.9 dev kilo0 onlink src 10.1.0.1 table main" in applied
-    assert "remove route 10.66.0.0/24 dev knpriv table 1107" in applied
-    assert "remove address 10.4.0.1/16 dev kilo0" in applied
+    planned = out["planned"]
+    assert ("replace route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main -> "
+            "10.2.1.0/24 via 10.4.0.9 dev kilo0 onlink src 10.1.0.1 table main") in planned
+    assert "remove route 10.66.0.0/24 dev knpriv table 1107" in planned
+    assert "remove address 10.4.0.1/16 dev kilo0" in planned
     assert routes(ns) == sorted([
         "10.2.1.0/24 10.4.0.9 kilo0 main", "10.2.0.1 10.4.0.2 kilo0 main",
         "10.1.2.0/24 10.1.0.2 knpriv main", "10.1.0.2 10.1.0.2 knpriv 1107"])
@@ -246,8 +248,8 @@ def test_tunl0_missing_is_a_clear_error(netns):
                            "source": "10.1.0.1", "table": 1107, "onlink": True})
     for ops in (["check"], ["apply"]):
         out = run_backend(ns, plan, ops, PYTHONS[0])
-        assert out["error"] == ("node a: host lacks IPIP (tunl0) support: load the ipip module "
-                                "(modprobe ipip) or set encapsulate: never")
+        assert out["error"] == ("host 'a': plan.routes[6].device: host lacks IPIP (tunl0) support: "
+                                "load the ipip module (modprobe ipip) or set encapsulate: never")
     out = run_backend(ns, plan, ["apply_without_probe"], PYTHONS[-1])
     assert out["error"].startswith("host lacks IPIP (tunl0) support: load the ipip module "
                                    "(modprobe ipip) or set encapsulate: never (creating tunl0 failed:")
@@ -260,12 +262,20 @@ def test_bad_input_and_unresolvable_private(netns):
     ns = netns()
     plan = leader_plan(internal_ip="10.50.0.1/16")
     out = run_backend(ns, plan, ["check"])
-    assert "node a: routes[3].device: 'private' needs the interface holding internal_ip 10.50.0.1/16" \
-        in out["error"]
+    assert out["error"] == ("host 'a': plan.routes[3].device: 'private' needs the interface holding "
+                            "internal_ip 10.50.0.1/16, but no interface of this host has that address")
+    # bad input stops at the module boundary (check_plan), before the backend reads the plan
     plan = leader_plan()
     plan["routes"][1]["gateway"] = "not-an-ip"
     out = run_backend(ns, plan, ["check"])
-    assert out["error"] == "node a: routes[1].gateway: 'not-an-ip' is not an IP address"
+    assert out["error"] == "host 'a': plan.routes[1].gateway: 'not-an-ip' is not an IP address"
+    # two different routes to one destination cannot both be carried out
+    plan = leader_plan()
+    plan["routes"].append(dict(plan["routes"][0], gateway="10.4.0.7"))
+    out = run_backend(ns, plan, ["check"])
+    assert out["error"] == ("host 'a': plan.routes[6]: a second, different route to 10.2.1.0/24 in table main "
+                            "(first: plan.routes[0])")
+    assert routes(ns) == []
 
 
 def global_addresses(ns, dev="kilo0"):

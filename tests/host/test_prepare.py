@@ -1,9 +1,15 @@
-"""kilo.mesh.prepare on real nftables, inside a network namespace this test creates, and the
-action's choice of port through ansible-playbook in check mode (touching no firewall here)."""
+"""kilo.mesh.prepare on real nftables, inside a network namespace this test creates; the
+action's choice of port through ansible-playbook in check mode (touching no firewall here); and
+the role kilo.mesh.wireguard run by ansible-playbook inside a namespace (bug 6: a host with a
+forced endpoint gets that endpoint's port opened, not kilo_port's).
+
+KILO_WIREGUARD_ROLE=DIR runs the role test against another copy of the role, e.g. the shell
+version before kilo.mesh.prepare (it opens 51820 and fails the test)."""
 import json
 import os
 import subprocess
 import sys
+import re
 import textwrap
 
 import pytest
@@ -149,3 +155,62 @@ def test_action_bad_force_endpoint_names_the_variable(tmp_path):
                           cwd=ROOT, check=False)
     assert proc.returncode != 0
     assert "kilo_force_endpoint" in proc.stdout and "host 'localhost'" in proc.stdout, proc.stdout
+
+
+# --- the role, run by ansible-playbook inside the namespace -------------------------------------
+
+ROLE = os.environ.get("KILO_WIREGUARD_ROLE") or os.path.join(ROOT, "roles", "wireguard")
+ROLE_INVENTORY = """\
+all:
+  hosts:
+    localhost:
+      ansible_connection: local
+      ansible_python_interpreter: %s
+      wireguard_install_packages: false
+      wireguard_sysctls: {net.ipv4.ip_forward: 1}
+      kilo_port: 51821
+      kilo_force_endpoint: 203.0.113.5:40000
+"""
+
+
+def run_role(ns, tmp_path, *extra):
+    """ansible-playbook with the role on localhost, inside ``ns`` and a mount namespace where
+    /etc/sysctl.d is a temp dir: nft and /proc/sys/net act on the namespace, the boot file lands
+    in the temp dir. Returns (output, recap counts of localhost)."""
+    sysctl_d = tmp_path / "sysctl.d"
+    sysctl_d.mkdir(exist_ok=True)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(ROLE_INVENTORY % HOST_PY)
+    playbook = tmp_path / "role.yml"
+    playbook.write_text("- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: %s\n" % ROLE)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
+               ANSIBLE_NOCOLOR="1")
+    argv = ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", 'mount --bind "$0" /etc/sysctl.d && exec "$@"', str(sysctl_d),
+            os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), str(playbook)] + list(extra)
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          env=env, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout
+    recap = re.search(r"^localhost\s+:\s+(ok=.*)$", proc.stdout, re.M)
+    assert recap, proc.stdout
+    return proc.stdout, dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1)))
+
+
+def test_role_opens_the_port_of_the_forced_endpoint(netns, tmp_path):
+    # bug 6: the old role opened kilo_port (51820 by default), not the port WireGuard listens on
+    conf = tmp_path / "sysctl.d" / "90-kilo-mesh.conf"
+
+    out, counts = run_role(netns, tmp_path, "--check")
+    assert counts["changed"] == 1 and counts["failed"] == 0, out
+    assert rules(netns) == [] and not conf.exists()
+    assert sh("ip", "netns", "exec", netns, "cat", "/proc/sys/net/ipv4/ip_forward").stdout.strip() == "0"
+
+    out, counts = run_role(netns, tmp_path)
+    assert counts["changed"] == 1 and counts["failed"] == 0, out
+    assert rules(netns) == ['udp dport 40000 accept comment "kilo.mesh"'], out
+    assert conf.read_text() == "net.ipv4.ip_forward = 1\n"
+    assert sh("ip", "netns", "exec", netns, "cat", "/proc/sys/net/ipv4/ip_forward").stdout.strip() == "1"
+
+    out, counts = run_role(netns, tmp_path)
+    assert counts["changed"] == 0 and counts["failed"] == 0, out
+    assert rules(netns) == ['udp dport 40000 accept comment "kilo.mesh"']

@@ -2,10 +2,22 @@
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import firewall as fw
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
 
 def lists(**kw):
-    return fw.normalize_lists(kw, "n1")
+    return fw.normalize_lists(kw)
+
+
+def plan(**firewall):
+    return check_plan({"name": "n", "leader": True, "segment": "location:one", "listen_port": 51820,
+                       "firewall": firewall}, "wgk0")
+
+
+def backend(kind):
+    return fw.FirewallBackend(host_settings({"firewall": kind}))
 
 
 def test_normalize_collapses_and_splits_families():
@@ -16,10 +28,11 @@ def test_normalize_collapses_and_splits_families():
     assert got[("ipip_accept_sources", 4)] == [] and got[("forward_accept", 6)] == []
 
 
-def test_normalize_names_node_and_field():
-    with pytest.raises(fw.FirewallError) as err:
-        fw.normalize_lists({"nat_exempt_destinations": ["10.0.0.0/8", "x"]}, "n1")
-    assert str(err.value) == "node n1: firewall.nat_exempt_destinations[1]: 'x' is not an IP network"
+def test_bad_lists_stop_at_the_plan_check():
+    with pytest.raises(KiloError) as err:
+        plan(nat_exempt_destinations=["10.0.0.0/8", "x"])
+    assert str(err.value) == "host 'n': plan.firewall.nat_exempt_destinations[1]: 'x' is not a CIDR"
+    assert issubclass(fw.FirewallError, KiloError)
 
 
 def test_empty_plan_has_no_table():
@@ -90,13 +103,35 @@ def test_parse_shows_foreign_rule_and_absent_table():
     assert fw.nft_parse({"nftables": [{"metainfo": {}}]}) is None
 
 
+def state(rules=None, leftovers=None, kind="nftables"):
+    return {"kind": kind, "rules": rules, "leftovers": leftovers or {}}
+
+
 def test_changes_list_differences():
-    b = fw.FirewallBackend({"firewall": "nftables"})
-    want = b.desired({"name": "n", "firewall": {"nat_sources": ["10.1.0.0/16"]}})
+    b = backend("nftables")
+    want = b.desired(plan(nat_sources=["10.1.0.0/16"]), state())
+    assert want == state(fw.nft_model(lists(nat_sources=["10.1.0.0/16"])))
     assert b.changes(want, want) == []
-    changed = b.changes(None, want)
+    changed = b.changes(state(), want)
     assert "firewall (nftables): add set nat_src_v4 ipv4_addr { 10.1.0.0/16 }" in changed
     assert "firewall (nftables): add chain nat: masquerade" in changed
+    assert b.diff(state(), want)[0] == [] and "chain nat: masquerade" in b.diff(state(), want)[1]
+    assert b.diff(want, None) == (b.diff(state(), want)[1], [])
+
+
+def test_leftovers_of_the_other_implementation_are_state():
+    ipt = {"ipv4": fw.ipt_model(lists(nat_sources=["10.1.0.0/16"]), 4), "ipv6": {}}
+    b = backend("nftables")
+    want = b.desired(plan(nat_sources=["10.1.0.0/16"]), state())
+    cur = state(want["rules"], {"iptables": ipt})
+    assert b.changes(cur, want) == ["firewall (iptables): remove what an earlier run made with firewall=iptables"]
+    assert b.owns(cur) and b.owns(state(leftovers={"iptables": ipt})) and not b.owns(state())
+    done = []
+    b.others["iptables"].remove = done.append
+    b.apply(cur, want)  # our table is as wanted: only the leftovers go
+    assert done == [ipt]
+    b.remove(state(leftovers={"iptables": ipt}))
+    assert done == [ipt, ipt]
 
 
 def test_iptables_model_parse_round_trip():
@@ -143,9 +178,26 @@ def test_iptables_restore_script():
     assert "-X KILO-NAT" in gone and not any(l.startswith("-A") for l in gone)
 
 
-def test_none_and_bad_kind():
-    b = fw.FirewallBackend({"firewall": "none"})
-    assert b.current() is None and b.desired({"firewall": {"nat_sources": ["10.0.0.0/8"]}}) is None
-    assert b.changes(None, None) == [] and b.remove() == []
-    with pytest.raises(fw.FirewallError):
-        fw.FirewallBackend({"firewall": "pf"})
+def test_none_and_bad_kind(monkeypatch):
+    b = backend("none")
+    monkeypatch.setattr(fw, "run", lambda *a, **kw: pytest.fail("firewall 'none' ran %r" % (a,)))
+    b.others = {}
+    cur = b.current(plan())
+    assert cur == state(kind="none") and b.desired(plan(nat_sources=["10.0.0.0/8"]), cur) == cur
+    assert b.changes(cur, cur) == [] and not b.owns(cur) and b.remove(cur) is None
+    with pytest.raises(KiloError):
+        fw.FirewallBackend(dict(host_settings({}), firewall="pf"))
+
+
+def test_commands_are_module_constants(monkeypatch):
+    seen = []
+
+    class Proc(object):
+        returncode, stdout, stderr = 1, "", "Error: No such file or directory"
+
+    monkeypatch.setattr(fw, "NFT", "/opt/nft")
+    monkeypatch.setattr(fw, "IPTABLES", {4: "/opt/ipt", 6: "/opt/ipt6"})
+    monkeypatch.setattr(fw, "run", lambda argv, stdin=None, ok_codes=(0,): seen.append(argv[0]) or Proc())
+    assert backend("nftables").current(plan())["rules"] is None
+    # a failing iptables-save means no leftovers can be there: reading stops
+    assert seen == ["/opt/nft", "/opt/ipt-save"]

@@ -1,26 +1,55 @@
-"""Unit tests of the netstate helpers that need no kernel."""
+"""Unit tests of the netstate backend that need no kernel (a fake netlink socket stands in)."""
+import socket
+
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
+
+IFACE = "wgk0"
 
 
 def route(**kw):
-    r = {"family": 4, "dst": "10.2.1.0/24", "table": 254, "gateway": "10.4.0.2", "device": "kilo0",
+    r = {"family": 4, "dst": "10.2.1.0/24", "table": 254, "gateway": "10.4.0.2", "device": IFACE,
          "source": "10.1.0.1", "onlink": True, "priority": None}
     r.update(kw)
     return r
 
 
+def backend(**settings):
+    return ns.NetStateBackend(host_settings(dict(settings, interface=IFACE)))
+
+
+def plan(**over):
+    p = {"name": "a", "leader": True, "segment": "location:one", "listen_port": 51820,
+         "address": "10.4.0.1/16", "internal_ip": "10.1.0.1/16",
+         "routes": [{"dst": "10.2.1.0/24", "gateway": "10.4.0.2", "device": IFACE, "source": "10.1.0.1",
+                     "onlink": True},
+                    {"dst": "10.1.2.0/24", "gateway": "10.1.0.2", "device": "private", "onlink": True}],
+         "rules": [{"dst": "10.1.0.2/32", "iif": IFACE}]}
+    p.update(over)
+    return check_plan(p, IFACE)
+
+
+def current(**over):
+    c = {"interface": IFACE, "interface_present": True, "addresses": [], "routes": [], "rules": [],
+         "tunl0": None, "tunnel_address": None, "foreign": [],
+         "private_device": {"name": "eth1", "mtu": 1500}, "ipip": True}
+    c.update(over)
+    return c
+
+
 def test_route_render():
-    assert ns.route_str(route()) == "10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main"
+    assert ns.route_str(route()) == "10.2.1.0/24 via 10.4.0.2 dev wgk0 onlink src 10.1.0.1 table main"
     assert ns.route_str(route(gateway=None, onlink=False, source=None, table=1107,
                               device="tunl0")) == "10.2.1.0/24 dev tunl0 table 1107"
 
 
 def test_rule_render():
-    r = {"family": 4, "src": None, "dst": "10.1.0.2/32", "iif": "kilo0", "table": 1107,
-         "priority": 32000}
-    assert ns.rule_str(r) == "32000: from all to 10.1.0.2/32 iif kilo0 lookup 1107"
+    r = {"family": 4, "src": None, "dst": "10.1.0.2/32", "iif": IFACE, "table": 1107, "priority": 32000}
+    assert ns.rule_str(r) == "32000: from all to 10.1.0.2/32 iif wgk0 lookup 1107"
 
 
 def test_key_and_attrs():
@@ -29,29 +58,128 @@ def test_key_and_attrs():
     assert ns._route_attrs(route()) == ns._route_attrs(route(priority=1024))  # metric is not ours
 
 
-def test_clashing_only_same_metric():
-    foreign = [{"priority": None, "proto": 4}, {"priority": 100, "proto": 4}]
-    assert len(ns._clashing(foreign, route())) == 1
-    assert ns._clashing([{"priority": 1024, "proto": 3}], route(family=6, dst="fd00::/64"))
+def test_clashing_only_same_key_and_metric():
+    foreign = [route(priority=None, proto=4), route(priority=100, proto=4), route(table=1107, proto=4)]
+    assert ns._clashing(foreign, route()) == foreign[:1]
+    assert ns._clashing([route(family=6, dst="fd00::/64", priority=1024, proto=3)], route(family=6, dst="fd00::/64"))
     assert ns._clashing(None, route()) == []
 
 
-def test_settings_validated():
-    with pytest.raises(ns.NetStateError):
-        ns.NetStateBackend({"route_conflict": "sometimes"})
-    b = ns.NetStateBackend({})
-    assert b.interface == "kilo0" and b.rule_priority == ns.DEFAULT_RULE_PRIORITY
+def test_errors_are_kilo_errors():
+    assert issubclass(ns.NetStateError, KiloError)
 
 
-def test_render_changes_no_private_fields():
-    b = ns.NetStateBackend({"interface": "kilo0"})
-    state = {"interface": "kilo0", "interface_present": True, "addresses": ["10.4.0.1/16"],
-             "routes": [route()], "rules": [], "tunl0": None, "_foreign": {}, "_links": {}}
-    assert b.render(state) == {"interface": "kilo0", "addresses": ["10.4.0.1/16"],
-                               "routes": ["10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main"],
-                               "rules": []}
-    empty = dict(state, addresses=[], routes=[])
-    assert b.changes(state, state) == []
-    assert b.changes(state, empty) == [
-        "remove address 10.4.0.1/16 dev kilo0",
-        "remove route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main"]
+def test_desired_resolves_private_and_is_pure():
+    b = backend()
+    b._ipr = None  # desired() must not touch netlink
+    want = b.desired(plan(), current())
+    assert [(r["dst"], r["device"]) for r in want["routes"]] == [("10.1.2.0/24", "eth1"), ("10.2.1.0/24", IFACE)]
+    assert want["addresses"] == ["10.4.0.1/16"] and want["tunl0"] is None
+    assert want["rules"] == [{"family": 4, "src": None, "dst": "10.1.0.2/32", "iif": IFACE, "table": 1107,
+                              "priority": ns.RULE_PRIORITY}]
+
+
+def test_desired_names_host_and_field():
+    with pytest.raises(ns.NetStateError) as err:
+        backend().desired(plan(), current(private_device=None))
+    assert str(err.value).startswith("host 'a': plan.routes[1].device: 'private' needs the interface holding")
+    tunnel = plan(tunnel_address="10.2.0.1/32")
+    with pytest.raises(ns.NetStateError) as err:
+        backend().desired(tunnel, current(ipip=False))
+    assert str(err.value) == ("host 'a': plan.tunnel_address: host lacks IPIP (tunl0) support: load the ipip "
+                              "module (modprobe ipip) or set encapsulate: never")
+    # tunl0 MTU always comes from the private interface
+    assert backend().desired(tunnel, current())["tunl0"] == {"up": True, "mtu": 1480}
+
+
+def test_foreign_route_at_destination_fails_in_changes():
+    """Bug 1: changes() itself refuses, so check mode and the real run fail before any change."""
+    foreign = dict(route(dst="10.1.2.0/24", device="eth1", gateway=None, source=None, onlink=False), proto=4)
+    cur = current(foreign=[foreign])
+    b = backend()
+    want = b.desired(plan(), cur)
+    with pytest.raises(KiloError) as err:
+        b.changes(cur, want)
+    assert str(err.value) == ("host 'a': plan.routes[1]: a foreign route (10.1.2.0/24 dev eth1 proto 4) already "
+                              "holds 10.1.2.0/24 in table main; remove it or set route_conflict: replace")
+    b._ipr = lambda: pytest.fail("apply opened netlink before refusing")
+    with pytest.raises(KiloError):
+        b.apply(cur, want)
+    replace = backend(route_conflict="replace")
+    assert "add route 10.1.2.0/24 via 10.1.0.2 dev eth1 onlink table main (taking over foreign route " \
+        "10.1.2.0/24 dev eth1 proto 4)" in replace.changes(cur, replace.desired(plan(), cur))
+
+
+def test_render_changes_removal():
+    b = backend()
+    state = current(addresses=["10.4.0.1/16"], routes=[route()])
+    assert b.diff(state, None) == (
+        {"interface": IFACE, "addresses": ["10.4.0.1/16"],
+         "routes": ["10.2.1.0/24 via 10.4.0.2 dev wgk0 onlink src 10.1.0.1 table main"], "rules": []},
+        {"interface": IFACE, "addresses": [], "routes": [], "rules": []})
+    assert b.owns(state) and not b.owns(current())
+    assert b.changes(state, b._empty()) == [
+        "remove address 10.4.0.1/16 dev wgk0",
+        "remove route 10.2.1.0/24 via 10.4.0.2 dev wgk0 onlink src 10.1.0.1 table main"]
+
+
+class Msg(dict):
+    def __init__(self, attrs, **fields):
+        dict.__init__(self, fields)
+        self.attrs = attrs
+
+    def get_attr(self, name):
+        return self.attrs.get(name)
+
+
+class FakeIPRoute(object):
+    """Two links, one foreign route at a plan destination among many foreign ones, one of ours."""
+
+    def __init__(self, table_size=1000):
+        self.dumps = []
+        self.built = 0
+        self.table_size = table_size
+
+    def get_links(self):
+        return [Msg({"IFLA_IFNAME": "eth1", "IFLA_MTU": 1500}, index=2, flags=1),
+                Msg({"IFLA_IFNAME": IFACE, "IFLA_MTU": 1420}, index=3, flags=1)]
+
+    def get_addr(self, family=None):
+        return [Msg({"IFA_ADDRESS": "10.1.0.1", "IFA_LOCAL": "10.1.0.1"}, index=2, scope=0,
+                    family=socket.AF_INET, prefixlen=16)]
+
+    def route(self, cmd, family):
+        assert cmd == "dump"
+        self.dumps.append(family)
+        if family != socket.AF_INET:
+            return []
+        bgp = [Msg({"RTA_DST": "172.%d.%d.0" % (i // 256, i % 256), "RTA_TABLE": 254, "RTA_OIF": 2}, type=1, proto=186,
+                   dst_len=24, flags=0) for i in range(self.table_size)]
+        return bgp + [
+            Msg({"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2}, type=1, proto=4, dst_len=24, flags=0),
+            Msg({"RTA_DST": "10.2.1.0", "RTA_TABLE": 1107, "RTA_OIF": 2}, type=1, proto=4, dst_len=24, flags=0),
+            Msg({"RTA_DST": "10.2.1.0", "RTA_TABLE": 254, "RTA_OIF": 3, "RTA_GATEWAY": "10.4.0.2"}, type=1,
+                proto=107, dst_len=24, flags=4)]
+
+    def get_rules(self, family):
+        return []
+
+    def close(self):
+        pass
+
+
+def test_current_reads_foreign_only_at_plan_destinations(monkeypatch):
+    fake = FakeIPRoute()
+    b = backend()
+    b._ipr = lambda: fake
+    monkeypatch.setattr(ns, "kernel_module_available", lambda name: pytest.fail("no tunnel in the plan"))
+    cur = b.current(plan())
+    assert fake.dumps == [socket.AF_INET, socket.AF_INET6]  # one dump per family, no more
+    assert [(r["dst"], r["table"], r["proto"]) for r in cur["foreign"]] == [("10.1.2.0/24", 254, 4)]
+    assert [ns.route_str(r) for r in cur["routes"]] == ["10.2.1.0/24 via 10.4.0.2 dev wgk0 onlink table main"]
+    assert cur["private_device"] == {"name": "eth1", "mtu": 1500} and cur["interface_present"]
+    removing = b.current(None)
+    assert removing["foreign"] == [] and removing["private_device"] is None
+    probed = []
+    monkeypatch.setattr(ns, "kernel_module_available", lambda name: probed.append(name) or False)
+    assert b.current(plan(tunnel_address="10.2.0.1/32"))["ipip"] is False and probed == ["ipip"]
