@@ -26,7 +26,10 @@ description:
 options:
   port:
     description:
-      - UDP port WireGuard listens on; the action reads it from kilo_force_endpoint's port, else kilo_port.
+      - WireGuard UDP port, used for endpoints made from discovered addresses.
+      - A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port.
+      - This is the port opened in the firewall. When the task does not give it, the action takes the port of the
+        host's C(kilo_force_endpoint) when it has one, else C(kilo_port), else the default below.
     type: int
     default: 51820
 extends_documentation_fragment:

@@ -94,9 +94,12 @@ class KiloAction(ActionBase):
         return (given or {}).get("group") or task_vars.get("kilo_group") or OPTIONS["group"]["default"]
 
     def vars_source(self, task_vars, given=None):
-        """Whose variables fill the options: this host, or, for a play on a host outside the
-        mesh (playbooks/plan.yml on localhost), the mesh group's first host."""
+        """Whose variables fill the options: this host; for a controller-only action in a
+        play on a host outside the mesh (playbooks/plan.yml on localhost), the mesh group's
+        first host. An action that runs on its host always reads that host's own."""
         host = task_vars.get("inventory_hostname")
+        if self._requires_connection:
+            return host
         members = task_vars.get("groups", {}).get(self.mesh_group(task_vars, given), [])
         if host in members or not members:
             return host

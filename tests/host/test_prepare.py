@@ -157,6 +157,28 @@ def test_action_bad_force_endpoint_names_the_variable(tmp_path):
     assert "kilo_force_endpoint" in proc.stdout and "host 'localhost'" in proc.stdout, proc.stdout
 
 
+def test_action_reads_the_host_own_variables(tmp_path):
+    # prepare is per host: a host outside the mesh group does not borrow the group's first host's variables
+    inventory = tmp_path / "hosts"
+    inventory.write_text(textwrap.dedent("""\
+        [kilo]
+        other wireguard_sysctls=not-a-dict kilo_port=1
+
+        [local]
+        localhost ansible_connection=local ansible_python_interpreter=%s wireguard_open_port=false \
+wireguard_install_packages=false wireguard_sysctls="{}" kilo_port=40002
+        """ % HOST_PY))
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), "--check", str(playbook)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env,
+                          cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert "PORT=40002" in proc.stdout, proc.stdout
+
+
 # --- the role, run by ansible-playbook inside the namespace -------------------------------------
 
 ROLE = os.environ.get("KILO_WIREGUARD_ROLE") or os.path.join(ROOT, "roles", "wireguard")
