@@ -160,3 +160,13 @@ def kernel_module_available(name):
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
     except OSError:
         return False
+
+
+def run_command(argv, stdin=None):
+    """(returncode, stdout, stderr) of ``argv`` as text; a command that is missing gives 127."""
+    try:
+        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, check=False)
+    except OSError as e:
+        return 127, "", str(e)
+    return proc.returncode, proc.stdout, proc.stderr

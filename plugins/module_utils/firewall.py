@@ -31,9 +31,8 @@ __metaclass__ = type
 
 import ipaddress
 import json
-import subprocess
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_command
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FIREWALL_LISTS
 
 NFT = "nft"
@@ -52,16 +51,13 @@ class FirewallError(KiloError):
 
 
 def run(argv, stdin=None, ok_codes=(0,)):
-    """Run a firewall tool; FirewallError when it is missing or exits with another code."""
-    try:
-        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, check=False)
-    except OSError as exc:
-        raise FirewallError("cannot run %s: %s (is it installed?)" % (argv[0], exc))
-    if proc.returncode not in ok_codes:
-        raise FirewallError("%s failed (exit %d): %s" % (" ".join(argv), proc.returncode,
-                                                         proc.stderr.strip()))
-    return proc
+    """Run a firewall tool: (rc, stdout, stderr); FirewallError when it is missing or exits with another code."""
+    rc, out, err = run_command(argv, stdin)
+    if rc == 127 and not out:
+        raise FirewallError("cannot run %s: %s (is it installed?)" % (argv[0], err.strip()))
+    if rc not in ok_codes:
+        raise FirewallError("%s failed (exit %d): %s" % (" ".join(argv), rc, err.strip()))
+    return rc, out, err
 
 
 def normalize_lists(fw):
@@ -263,13 +259,13 @@ class _Nftables(object):
 
     @staticmethod
     def current():
-        proc = run([NFT, "-j", "list", "table", NFT_FAMILY, NFT_TABLE], ok_codes=(0, 1))
-        if proc.returncode != 0:
-            if "No such file or directory" in proc.stderr:
+        rc, out, err = run([NFT, "-j", "list", "table", NFT_FAMILY, NFT_TABLE], ok_codes=(0, 1))
+        if rc != 0:
+            if "No such file or directory" in err:
                 return None
             raise FirewallError("%s list table %s %s failed: %s"
-                                % (NFT, NFT_FAMILY, NFT_TABLE, proc.stderr.strip()))
-        return nft_parse(json.loads(proc.stdout))
+                                % (NFT, NFT_FAMILY, NFT_TABLE, err.strip()))
+        return nft_parse(json.loads(out))
 
     @staticmethod
     def desired(lists, ipip_filter=False):
@@ -402,12 +398,12 @@ class _Iptables(object):
 
     @staticmethod
     def _save(v, table):
-        proc = run(["%s-save" % IPTABLES[v], "-t", table], ok_codes=(0, 1))
-        if proc.returncode != 0:
+        rc, out, err = run(["%s-save" % IPTABLES[v], "-t", table], ok_codes=(0, 1))
+        if rc != 0:
             if v == 6:
                 return ""  # IPv6 tables may be unavailable; only an error if we need them
-            raise FirewallError("%s-save -t %s failed: %s" % (IPTABLES[v], table, proc.stderr.strip()))
-        return proc.stdout
+            raise FirewallError("%s-save -t %s failed: %s" % (IPTABLES[v], table, err.strip()))
+        return out
 
     def current(self):
         state = {}

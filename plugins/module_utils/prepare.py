@@ -18,16 +18,15 @@ __metaclass__ = type
 import os
 import re
 import shutil
-import subprocess
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, kernel_module_available, to_bool, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, kernel_module_available, run_command, to_bool, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.firewall import COMMENT as NFT_COMMENT
 
 # Where sysctls are read and written at runtime, and the file that sets them at boot.
 PROC_SYS = "/proc/sys"
 SYSCTL_FILE = "/etc/sysctl.d/90-kilo-mesh.conf"
 
 # The comment that marks our nftables rule in the "inet filter" input chain.
-NFT_COMMENT = "kilo.mesh"
 NFT_CHAIN = ("inet", "filter", "input")
 
 # Package names by package manager: tools, userspace implementation, Python libraries.
@@ -56,18 +55,8 @@ class PrepareError(KiloError):
 
 # --- commands -------------------------------------------------------------------------------
 
-def run(argv, stdin=None):
-    """(returncode, stdout, stderr) of ``argv``; a missing command gives 127."""
-    try:
-        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, check=False)
-    except OSError as e:
-        return 127, "", str(e)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def run_checked(argv, field):
-    rc, out, err = run(argv)
+    rc, out, err = run_command(argv)
     if rc != 0:
         raise PrepareError("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), field=field)
     return out
@@ -95,7 +84,7 @@ def wanted_packages(pkg_mgr, backend, kernel_module):
     return want
 
 
-def package_installed(pkg_mgr, name, runner=run):
+def package_installed(pkg_mgr, name, runner=run_command):
     if pkg_mgr == "apt":
         rc, out, dummy = runner(["dpkg-query", "-W", "-f=${Status}", name])
         return rc == 0 and "ok installed" in out
@@ -106,7 +95,7 @@ def package_installed(pkg_mgr, name, runner=run):
     return False
 
 
-def missing_packages(pkg_mgr, wanted, runner=run):
+def missing_packages(pkg_mgr, wanted, runner=run_command):
     return [name for name in wanted if not package_installed(pkg_mgr, name, runner)]
 
 
@@ -203,7 +192,7 @@ def sysctl_plan(sysctls, proc_sys=None, sysctl_file=None):
 
 # --- firewall -------------------------------------------------------------------------------
 
-def detect_firewall(runner=run, which=shutil.which):
+def detect_firewall(runner=run_command, which=shutil.which):
     """firewalld, ufw or nftables (the first active one), or None."""
     if which("firewall-cmd") and runner(["firewall-cmd", "--state"])[0] == 0:
         return "firewalld"
@@ -251,7 +240,7 @@ def ufw_port_open(status, port):
     return re.search(r"^%d/udp\b" % port, status, re.MULTILINE) is not None
 
 
-def port_plan(firewall, port, runner=run):
+def port_plan(firewall, port, runner=run_command):
     """(open before, changes, commands) to open ``port``/udp in ``firewall``."""
     spec = "%d/udp" % port
     if firewall == "firewalld":
@@ -286,7 +275,7 @@ def port_plan(firewall, port, runner=run):
 
 # --- all together ---------------------------------------------------------------------------
 
-def prepare(params, check_mode, runner=run, which=shutil.which, proc_sys=None, sysctl_file=None):
+def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys=None, sysctl_file=None):
     """Probe and prepare the host; write nothing in check mode.
 
     ``params``: install_packages, open_port, sysctls, backend, port. Returns pkg_mgr,

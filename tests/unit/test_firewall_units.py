@@ -192,12 +192,13 @@ def test_none_and_bad_kind(monkeypatch):
 def test_commands_are_module_constants(monkeypatch):
     seen = []
 
-    class Proc(object):
-        returncode, stdout, stderr = 1, "", "Error: No such file or directory"
+    def run(argv, stdin=None, ok_codes=(0,)):
+        seen.append(argv[0])
+        return 1, "", "Error: No such file or directory"
 
     monkeypatch.setattr(fw, "NFT", "/opt/nft")
     monkeypatch.setattr(fw, "IPTABLES", {4: "/opt/ipt", 6: "/opt/ipt6"})
-    monkeypatch.setattr(fw, "run", lambda argv, stdin=None, ok_codes=(0,): seen.append(argv[0]) or Proc())
+    monkeypatch.setattr(fw, "run", run)
     assert backend("nftables").current(plan())["rules"] is None
     # a failing iptables-save means no leftovers can be there: reading stops
     assert seen == ["/opt/nft", "/opt/ipt-save"]
