@@ -149,3 +149,19 @@ def test_validate_names_disagreeing_mesh_settings_and_passes_a_good_mesh(tmp_pat
     assert proc.returncode != 0
     assert "host 'home-1': kilo_subnet: '10.9.0.0/16' here, '10.4.0.0/16' on host 'aws-1'" in \
         proc.stdout.replace("''", "'"), proc.stdout
+
+
+def test_the_old_module_name_still_works_and_warns(tmp_path):
+    book = tmp_path / "old.yml"
+    book.write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - kilo.mesh.mesh:
+        nodes: [{location: x}]
+""")
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book)]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    assert "node #1: name: missing" in proc.stdout, proc.stdout  # it ran kilo.mesh.join
+    assert "kilo.mesh.mesh is now kilo.mesh.join" in proc.stdout.replace("\n", " "), proc.stdout
