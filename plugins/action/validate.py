@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, check_topology
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, check_topology, one_location_each
 
 
 class ActionModule(KiloAction):
@@ -20,8 +20,11 @@ class ActionModule(KiloAction):
         # each host's variables, checked as that host's actions will read them
         per_host = dict((host, self.options_of(task_vars, source=host)) for host in hosts)
         agree(per_host)
-        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
-        check_topology(nodes, peers, engine_options(args), task_vars["hostvars"])
+        groups = self.location_groups(task_vars, args["group"])
+        one_location_each(groups, task_vars["hostvars"])
+        locations = None if groups is None else dict((host, names[0]) for host, names in groups.items())
+        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, locations)
+        check_topology(nodes, peers, engine_options(args), task_vars["hostvars"], hosts[0] if hosts else None)
         result = dict(changed=False, hosts=len(hosts), nodes=len(nodes),
                       msg="%d hosts, %d known nodes, %d peers: valid" % (len(hosts), len(nodes), len(peers)))
         if missing:

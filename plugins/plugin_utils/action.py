@@ -106,8 +106,8 @@ class KiloAction(ActionBase):
         return members[0]
 
     @staticmethod
-    def locations(task_vars, group):
-        """host -> location (the child group of ``group`` holding it), or None when unknown.
+    def location_groups(task_vars, group):
+        """host -> the child groups of ``group`` holding it (its location), or None when unknown.
 
         Action plugins see flat group lists only; the parent/child links are on the inventory
         behind ``hostvars`` (a private attribute: this is the one place that reads it).
@@ -120,8 +120,13 @@ class KiloAction(ActionBase):
             return result
         for child in sorted(inventory.groups[group].child_groups, key=lambda g: g.name):
             for host in child.get_hosts():
-                result.setdefault(host.name, child.name)
+                result.setdefault(host.name, []).append(child.name)
         return result
+
+    def locations(self, task_vars, group):
+        """host -> location (the first child group of ``group`` holding it), or None when unknown."""
+        groups = self.location_groups(task_vars, group)
+        return None if groups is None else dict((host, names[0]) for host, names in groups.items())
 
     def module_args(self, args, scopes):
         """The options of ``scopes`` out of ``args``, for a module call."""

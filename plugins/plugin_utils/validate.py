@@ -41,12 +41,23 @@ def agree(per_host):
                                 host_subject(host), OPTIONS[name]["var"] or name)
 
 
-def check_topology(nodes, peers, options, hostvars):
-    """Build every plan once; a node's error is told as its host's variable."""
+def one_location_each(location_groups, hostvars):
+    """A host in two location groups would sit in whichever sorts first: say so instead."""
+    for host, groups in sorted((location_groups or {}).items()):
+        if len(groups) > 1 and "kilo_location" not in hostvars[host]:
+            raise KiloError("in location groups %s; a host has one location (or set kilo_location)"
+                            % ", ".join(groups), host_subject(host), "location")
+
+
+def check_topology(nodes, peers, options, hostvars, first):
+    """Build every plan once; a node's error is told as its host's variable, a mesh-wide
+    option's as the variable of ``first`` (every host agrees on those)."""
     try:
         build_plans(nodes, peers, options, only=[])
     except KiloError as e:
         subject = e.subject or ""
+        if subject == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"]:
+            raise KiloError(e.message, host_subject(first), OPTIONS[e.field]["var"])
         if subject.startswith("node '") and e.field:
             host = subject[len("node '"):-1]
             field = e.field.split("[")[0]
