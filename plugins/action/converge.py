@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import CONVERGE_SPEC
+from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
 
 class ActionModule(KiloAction):
@@ -14,4 +15,8 @@ class ActionModule(KiloAction):
     EXTRA_SPEC = CONVERGE_SPEC
 
     def run_kilo(self, args, task_vars):
+        peers = (args.get("plan") or {}).get("peers") or []
+        if any(isinstance(p, dict) and p.get("preshared_key") for p in peers):
+            # checked here, before the module's arguments are logged on the host
+            raise KiloError("peers carry preshared keys; pass them in preshared_keys (no_log) instead", "plan")
         return self._execute_module(module_name="kilo.mesh.converge", module_args=args, task_vars=task_vars)

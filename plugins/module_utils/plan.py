@@ -132,7 +132,7 @@ def _fields(schema, data, subject, where):
         if value is None:
             if required:
                 raise KiloError("missing", subject, field)
-            out[name] = _EMPTY.get(name) if where == "plan" and name in _EMPTY else None
+            out[name] = type(_EMPTY[name])() if where == "plan" and name in _EMPTY else None
             continue
         out[name] = _value(kind, value, subject, field)
     return out

@@ -36,8 +36,12 @@ def agree(per_host):
     for name in names("mesh") + ["group", "registry", "peers"]:
         for host in hosts[1:]:
             if per_host[host].get(name) != per_host[first].get(name):
-                raise KiloError("%r here, %r on host %r: every host of one mesh needs the same value"
-                                % (per_host[host].get(name), per_host[first].get(name), first),
+                if name == "peers":
+                    # peers may carry preshared keys: say where they differ, never what they hold
+                    shown = "differs from the value"
+                else:
+                    shown = "%r here, %r" % (per_host[host].get(name), per_host[first].get(name))
+                raise KiloError("%s on host %r: every host of one mesh needs the same value" % (shown, first),
                                 host_subject(host), OPTIONS[name]["var"] or name)
 
 

@@ -116,3 +116,15 @@ def test_locations_never_collapse_silently_without_the_inventory():
         inputs.gather_nodes({"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}, "kilo", 51820, "kilo_host",
                             {"hosts": {}}, None)
     assert "'a'" in str(e.value) and "kilo_location" in str(e.value)
+
+
+def test_disagreeing_peers_never_show_their_keys():
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree
+    secret = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
+    peers = [{"name": "p", "public_key": KEY, "allowed_ips": ["10.5.0.1/32"], "preshared_key": secret}]
+    with pytest.raises(KiloError) as e:
+        agree({"h1": {"peers": peers}, "h2": {"peers": []}})
+    assert (e.value.subject, e.value.field) == ("host 'h2'", "kilo_peers")
+    assert secret not in str(e.value)
+    with pytest.raises(KiloError, match="'10.9.0.0/16' here, '10.4.0.0/16' on host 'h1'"):
+        agree({"h1": {"subnet": "10.4.0.0/16"}, "h2": {"subnet": "10.9.0.0/16"}})
