@@ -33,6 +33,7 @@ import ipaddress
 import json
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_command
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FIREWALL_LISTS
 
 NFT = "nft"
@@ -455,7 +456,7 @@ class _Iptables(object):
 _IMPLS = {"nftables": _Nftables, "iptables": _Iptables}
 
 
-class FirewallBackend(object):
+class FirewallBackend(Backend):
     """``converge.Backend`` for the firewall.
 
     State (``current``): ``{"kind": setting, "rules": model of the selected implementation (None
@@ -467,8 +468,8 @@ class FirewallBackend(object):
     name = "firewall"
 
     def __init__(self, settings, preshared_keys=None):
-        self.settings = settings
-        self.kind = settings.get("firewall") or "nftables"
+        super(FirewallBackend, self).__init__(settings)
+        self.kind = settings["firewall"]
         if self.kind not in KINDS + ("none",):
             raise FirewallError("%r is not one of %s" % (self.kind, ", ".join(KINDS + ("none",))),
                                 "options", "firewall")

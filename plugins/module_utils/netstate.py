@@ -31,6 +31,7 @@ import socket
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import kernel_module_available
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 
 ROUTE_PROTO = 107
@@ -137,17 +138,16 @@ def _family(version):
     return socket.AF_INET if version == 4 else socket.AF_INET6
 
 
-class NetStateBackend(object):
-    """Addresses, routes, rules and tunl0 of one host, converged by difference (``converge.Backend``)."""
+class NetStateBackend(Backend):
+    """Addresses, routes, rules and tunl0 of one host, converged by difference."""
 
     name = "netstate"
 
     def __init__(self, settings, preshared_keys=None):
-        self.settings = settings
-        self.interface = settings["interface"]
-        # 'fail' (default): a foreign route at one of our destinations is an error;
+        super(NetStateBackend, self).__init__(settings)
+        # 'fail': a foreign route at one of our destinations is an error;
         # 'replace': take it over (Kilo's behaviour: it always replaces).
-        self.route_conflict = settings.get("route_conflict") or "fail"
+        self.route_conflict = settings["route_conflict"]
         self._ipr_class = None
 
     # ---------------------------------------------------------------- netlink helpers

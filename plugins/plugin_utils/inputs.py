@@ -19,17 +19,17 @@ import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, format_endpoint, host_subject, to_bool, to_int
 
-# Host variables that mirror Kilo's node annotations.
-NODE_VARS = (
-    "kilo_location",
-    "kilo_leader",
-    "kilo_force_endpoint",
-    "kilo_force_internal_ip",
-    "kilo_persistent_keepalive",
-    "kilo_allowed_location_ips",
-    "kilo_pod_cidr",
-    "kilo_public_key",
-)
+# A node's fields -> the host variables that set them (Kilo's node annotations).
+NODE_VARS = {
+    "location": "kilo_location",
+    "leader": "kilo_leader",
+    "endpoint": "kilo_force_endpoint",
+    "internal_ip": "kilo_force_internal_ip",
+    "persistent_keepalive": "kilo_persistent_keepalive",
+    "allowed_location_ips": "kilo_allowed_location_ips",
+    "pod_cidr": "kilo_pod_cidr",
+    "public_key": "kilo_public_key",
+}
 
 # Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
 REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")

@@ -13,18 +13,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, names
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
-
-# engine field of a node -> the host variable that feeds it (when the host sets it)
-NODE_VARS = {
-    "location": "kilo_location",
-    "leader": "kilo_leader",
-    "endpoint": "kilo_force_endpoint",
-    "internal_ip": "kilo_force_internal_ip",
-    "persistent_keepalive": "kilo_persistent_keepalive",
-    "allowed_location_ips": "kilo_allowed_location_ips",
-    "pod_cidr": "kilo_pod_cidr",
-    "public_key": "kilo_public_key",
-}
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import NODE_VARS
 
 
 def agree(per_host):
