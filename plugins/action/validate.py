@@ -22,8 +22,7 @@ class ActionModule(KiloAction):
         agree(per_host)
         groups = self.location_groups(task_vars, args["group"])
         one_location_each(groups, task_vars["hostvars"])
-        locations = None if groups is None else dict((host, names[0]) for host, names in groups.items())
-        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, locations)
+        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"], groups))
         check_topology(nodes, peers, engine_options(args), task_vars["hostvars"], hosts[0] if hosts else None)
         result = dict(changed=False, hosts=len(hosts), nodes=len(nodes),
                       msg="%d hosts, %d known nodes, %d peers: valid" % (len(hosts), len(nodes), len(peers)))

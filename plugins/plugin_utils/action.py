@@ -58,9 +58,7 @@ class KiloAction(ActionBase):
         if unknown:
             raise KiloError("unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0])
         source = source or self.vars_source(task_vars, given)
-        merged = {}
-        for name, value in given.items():
-            merged[name] = value
+        merged = dict(given)
         for name in spec:
             if name in merged or name not in OPTIONS or not OPTIONS[name]["var"]:
                 continue
@@ -123,9 +121,11 @@ class KiloAction(ActionBase):
                 result.setdefault(host.name, []).append(child.name)
         return result
 
-    def locations(self, task_vars, group):
-        """host -> location (the first child group of ``group`` holding it), or None when unknown."""
-        groups = self.location_groups(task_vars, group)
+    def locations(self, task_vars, group, groups=None):
+        """host -> location (the first child group of ``group`` holding it), or None when unknown;
+        ``groups`` is ``location_groups()``'s answer when the caller already has it."""
+        if groups is None:
+            groups = self.location_groups(task_vars, group)
         return None if groups is None else dict((host, names[0]) for host, names in groups.items())
 
     def module_args(self, args, scopes):
