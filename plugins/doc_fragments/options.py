@@ -272,7 +272,8 @@ options:
       - 'C(peers.roaming) (bool): Keep an endpoint WireGuard learned while handshakes are fresh (NAT).'
       - 'C(routes) (list of dicts with C(dst), C(gateway), C(device), C(source), C(table), C(onlink)): Routes, marked
         as ours on the host.'
-      - 'C(routes.dst) (network, required): Destination CIDR.'
+      - 'C(routes.dst) (destinations, required): Destination CIDR, or a list of CIDRs that share every other field
+        of the entry (the engine writes consecutive routes of equal gateway, device and source as one entry).'
       - 'C(routes.gateway) (ip): Next hop; null for a device route.'
       - 'C(routes.device) (ifname, required): The WireGuard interface, C(tunl0), or V(private) (the interface holding
         C(internal_ip)).'

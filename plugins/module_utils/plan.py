@@ -38,7 +38,8 @@ PEER = {
     "roaming": ("bool", False, "Keep an endpoint WireGuard learned while handshakes are fresh (NAT)."),
 }
 ROUTE = {
-    "dst": ("network", True, "Destination CIDR."),
+    "dst": ("destinations", True, "Destination CIDR, or a list of CIDRs that share every other field of the entry"
+            " (the engine writes consecutive routes of equal gateway, device and source as one entry)."),
     "gateway": ("ip", False, "Next hop; null for a device route."),
     "device": ("ifname", True, "The WireGuard interface, C(tunl0), or V(private) (the interface holding C(internal_ip))."),
     "source": ("ip", False, "Preferred source address."),
@@ -106,6 +107,8 @@ def _value(kind, value, subject, field):
         return check_interface_name(value, subject, field)
     if kind == "network":
         return _network(value, subject, field)
+    if kind == "destinations":
+        return _value("networks", value if isinstance(value, (list, tuple)) else [value], subject, field)
     if kind == "networks":
         if not isinstance(value, (list, tuple)):
             raise KiloError("expected a list of CIDRs, got %r" % (value,), subject, field)
@@ -153,13 +156,18 @@ def check_plan(plan, interface):
         raise KiloError("%r, but this host's interface setting is %r" % (out["interface"], interface),
                         subject, "plan.interface")
     out["interface"] = interface
-    for i, route in enumerate(out["routes"]):
-        if route["gateway"] and ipaddress.ip_address(route["gateway"]).version != \
-                ipaddress.ip_network(route["dst"]).version:
-            raise KiloError("gateway %s and dst %s differ in IP version" % (route["gateway"], route["dst"]),
-                            subject, "plan.routes[%d]" % i)
-        route["table"] = route["table"] or MAIN_TABLE
-        route["onlink"] = bool(route["onlink"])
+    routes = []
+    for i, entry in enumerate(out["routes"]):
+        entry["table"] = entry["table"] or MAIN_TABLE
+        entry["onlink"] = bool(entry["onlink"])
+        version = ipaddress.ip_address(entry["gateway"]).version if entry["gateway"] else None
+        for dst in entry["dst"]:
+            if version and version != ipaddress.ip_network(dst).version:
+                raise KiloError("gateway %s and dst %s differ in IP version" % (entry["gateway"], dst),
+                                subject, "plan.routes[%d]" % i)
+            routes.append(dict(entry, dst=dst))
+    # the backends see one route per destination
+    out["routes"] = routes
     for i, rule in enumerate(out["rules"]):
         if not rule["src"] and not rule["dst"]:
             raise KiloError("a rule needs src or dst", subject, "plan.rules[%d]" % i)
@@ -173,6 +181,18 @@ def check_plan(plan, interface):
     for i, peer in enumerate(out["peers"]):
         peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0
         peer["roaming"] = bool(peer["roaming"])
+    return out
+
+
+def flat_routes(routes):
+    """One route per destination out of a plan's (possibly grouped) route entries, in order."""
+    out = []
+    for entry in routes or ():
+        dsts = entry["dst"]
+        if isinstance(dsts, str):
+            out.append(entry)
+        else:
+            out.extend(dict(entry, dst=dst) for dst in dsts)
     return out
 
 

@@ -39,6 +39,11 @@ Outputs are JSON-able dicts; CIDRs are normalised strings (network address for n
 /128 for single addresses, compressed IPv6). Lists keep Kilo's order (segments by key, members by
 name, peers by name), so the output is deterministic and independent of input order.
 
+Plans share what segment members share: a route entry's ``dst`` may be a list of destinations
+(``plan.flat_routes`` gives one route each, in Kilo's order), and those lists, the peers' allowed
+IPs and the firewall's exempt list are the same objects in every plan that has them. Memory and
+time therefore follow the distinct data, not nodes x nodes. Never mutate a plan in place.
+
 Beyond the plan shape of docs/DESIGN.md a plan carries ``tunnel_address`` (Kilo gives tunl0 the
 first address of the pod CIDR as /32 when encapsulating with local routes; None otherwise) and
 its ``firewall`` carries ``nat_destinations`` (own-segment allowed-location IPs that Kilo sends
@@ -363,7 +368,7 @@ class Topology(object):
                 "name": seg.key,
                 "public_key": seg.leader.key,
                 "endpoint": self.segment_endpoint(seg, node)[0],
-                "allowed_ips": list(seg.wg_allowed),
+                "allowed_ips": seg.wg_allowed,
                 "persistent_keepalive": keepalive,
             })
         for peer in self.peers:
@@ -371,7 +376,7 @@ class Topology(object):
                 "name": peer.name,
                 "public_key": peer.key,
                 "endpoint": self.peer_endpoint(peer, node),
-                "allowed_ips": list(peer.allowed_strs),
+                "allowed_ips": peer.allowed_strs,
                 "persistent_keepalive": keepalive,
             }
             if peer.psk:
@@ -430,12 +435,8 @@ class Topology(object):
                         if member.internal_ip != node.internal_ip:
                             self._local_routes(node, member, routes, rules, True, cross)
                 continue
-            gateway = seg.wg_str
-            routes.extend([{"dst": dst, "gateway": gateway, "device": iface, "source": source,
-                            "table": MAIN_TABLE, "onlink": True}
-                           for dst in seg.leader_dsts(self.segment_endpoint(seg, node)[1])])
-        routes.extend([{"dst": dst, "gateway": None, "device": iface, "source": source,
-                        "table": MAIN_TABLE, "onlink": False} for dst in self.peer_allowed])
+            _group(routes, seg.leader_dsts(self.segment_endpoint(seg, node)[1]), seg.wg_str, iface, source, True)
+        _group(routes, self.peer_allowed, None, iface, source, False)
         return routes
 
     def _nonleader_dsts(self, seg):
@@ -463,14 +464,13 @@ class Topology(object):
         device = TUNNEL if encap else PRIVATE
         source = node.internal_ip_str if encap else None
         before, after = self._nonleader_dsts(seg)
-        routes = [{"dst": dst, "gateway": gateway, "device": device, "source": source,
-                   "table": MAIN_TABLE, "onlink": True} for dst in before]
+        routes = []
+        _group(routes, before, gateway, device, source, True)
         if self.opts["local"]:
             for member in seg.members:
                 if member.internal_ip != node.internal_ip:
                     self._local_routes(node, member, routes, rules, False, False)
-        routes.extend([{"dst": dst, "gateway": gateway, "device": device, "source": source,
-                        "table": MAIN_TABLE, "onlink": True} for dst in after])
+        _group(routes, after, gateway, device, source, True)
         return routes
 
     def _firewall(self, node, leader):
@@ -493,8 +493,8 @@ class Topology(object):
             "nat_sources": nat_sources,
             # beyond the brief's shape: Kilo also sends traffic *to* own allowed-location IPs
             # through the NAT chain, so replies from those hosts find their way back.
-            "nat_destinations": list(seg.alip_strs),
-            "nat_exempt_destinations": list(self.nat_exempt),
+            "nat_destinations": seg.alip_strs,
+            "nat_exempt_destinations": self.nat_exempt,
             "forward_accept": forward,
             "ipip_filter": ipip,
             "ipip_accept_sources": list(self.location_privates.get(node.location, ())) if ipip else [],
@@ -548,6 +548,14 @@ class Topology(object):
                 out.append({"name": peer.name, "public_key": peer.key, "endpoint": self.peer_endpoint(peer),
                             "allowed_ips": list(peer.allowed_strs), "persistent_keepalive": me.keepalive})
         return out
+
+
+def _group(routes, dsts, gateway, device, source, onlink):
+    """One main-table route entry for every destination in ``dsts`` (shared, never copied:
+    the members of a segment route the same destinations, so their plans share one list)."""
+    if dsts:
+        routes.append({"dst": dsts, "gateway": gateway, "device": device, "source": source,
+                       "table": MAIN_TABLE, "onlink": onlink})
 
 
 def _host_net(ip):

@@ -7,7 +7,7 @@ from ansible_collections.kilo.mesh.plugins.action.join import split_preshared_ke
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend, converge, host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan, flat_routes
 
 PSK = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
 KEY = "GhR8Qy3nKTtDRHWXGBSPXtlqw9zNW4Uo0W0aKdIuV2c="
@@ -142,4 +142,5 @@ def test_every_plan_the_engine_writes_passes_the_check_unchanged(granularity, en
     plans = build_plans(nodes, peers, {"granularity": granularity, "encapsulate": encapsulate})["plans"]
     for plan in plans.values():
         split_preshared_keys(plan)
-        assert check_plan(plan, plan["interface"]) == dict(plan, peers=[dict(p, roaming=False) for p in plan["peers"]])
+        assert check_plan(plan, plan["interface"]) == dict(plan, peers=[dict(p, roaming=False) for p in plan["peers"]],
+                                                           routes=flat_routes(plan["routes"]))

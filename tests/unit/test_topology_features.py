@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans, peer_config
+from ansible_collections.kilo.mesh.plugins.module_utils.topology import peer_config
+from flat_plans import build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import parse_endpoint
 

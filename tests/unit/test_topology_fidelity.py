@@ -6,7 +6,7 @@ Each test names the Go function whose behaviour it pins down.
 
 import base64
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+from flat_plans import build_plans
 
 
 def key(i):

@@ -14,7 +14,7 @@ import base64
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+from flat_plans import build_plans
 
 
 def key(i):

@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+from flat_plans import build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import parse_inputs
 
 
