@@ -1,7 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""Action kilo.mesh.topology: compute every node's plan on the controller."""
+"""Action kilo.mesh.topology: compute every node's plan on the controller.
+
+With ``save_plans`` (run once per play, as the role kilo.mesh.node does) it is the one place a
+run computes the mesh: it writes the registry once and keeps each play host's plan for that
+host's kilo.mesh.join (plugin_utils/plan_store.py), returning only where they are.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import names
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans, peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning
+from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning, update_registry
 
 
 def wireguard_sections(entries):
@@ -36,10 +42,12 @@ def engine_options(args):
 class ActionModule(KiloAction):
     _requires_connection = False
     SCOPES = ("mesh", "inputs")
-    EXTRA_SPEC = dict(peer=dict(type="str"))
+    EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False))
 
     def run_kilo(self, args, task_vars):
-        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
+        nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
+        if args["save_plans"]:
+            return self.save_plans(args, task_vars, nodes, peers, fresh, missing, registry)
         computed = build_plans(nodes, peers, engine_options(args))
         sections = peer_config(nodes, peers, args["peer"], engine_options(args)) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed))
@@ -54,6 +62,21 @@ class ActionModule(KiloAction):
             result["warnings"] = [missing_warning(missing)]
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
         for plan in computed["plans"].values():
-            for peer in plan.get("peers", []):
-                peer.pop("preshared_key", None)
+            plan_store.split_preshared_keys(plan)
+        return result
+
+    def save_plans(self, args, task_vars, nodes, peers, fresh, missing, registry):
+        """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
+        names = set(n["name"] for n in nodes)
+        play = [h for h in task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]] if h in names]
+        computed = build_plans(nodes, peers, engine_options(args), only=play)
+        plan_store.mark_roaming(computed["plans"].values(), computed)
+        if not self._task.check_mode:
+            update_registry(registry, fresh)
+        result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(nodes),
+                      segments=len(computed["segments"]), plans=len(play),
+                      leaders=sorted(s["leader"] for s in computed["segments"]))
+        if missing:
+            result["missing"] = missing
+            result["warnings"] = [missing_warning(missing)]
         return result

@@ -36,6 +36,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
+
 
 def plan_table(result):
     """Plans as a text table: who leads, their WireGuard IPs, each host's peers and routes."""
@@ -51,7 +53,7 @@ def plan_table(result):
         plan = result["plans"][name]
         peers = ", ".join(p["name"] for p in plan.get("peers", [])) or "-"
         rows.append((name, location_of.get(name, ""), plan["segment"], "yes" if plan["leader"] else "",
-                     plan.get("address") or "-", peers, str(len(plan.get("routes", []))), str(len(plan.get("rules", [])))))
+                     plan.get("address") or "-", peers, str(len(flat_routes(plan.get("routes")))), str(len(plan.get("rules", [])))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -18,14 +18,18 @@ Ownership (only this is ever changed or removed):
   (e.g. another CNI's) are left alone. IPv6 tunnel addresses are not managed: IPIP carries IPv4
   only, and an IPv6 address has no label to mark it as ours.
 
-Foreign routes (another protocol's) are read only where the plan puts a route of ours, so a
-host carrying a full BGP table costs one route dump and no per-route objects.
+Routes are read with netlink strict checking where the kernel (4.20+) and pyroute2 allow it:
+the kernel then returns only our protocol's routes, and foreign routes (another protocol's) only
+from the tables where the plan puts a route of ours that is not there yet; an idempotent re-run
+reads no foreign route at all, so a host carrying a full BGP table stays cheap. Without strict
+checking, one whole dump per family, filtered here.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import ipaddress
 import socket
 
@@ -42,6 +46,10 @@ RT_SCOPE_LINK = 253
 RT_SCOPE_NOWHERE = 255
 RTN_UNICAST = 1
 IPIP_HEADER = 20
+RTM_GETROUTE = 26
+NLM_F_REQUEST = 1
+NLM_F_DUMP = 0x300
+FAMILIES = (socket.AF_INET, socket.AF_INET6)
 # The label marks the tunl0 address as ours, so removal needs no plan; "<dev>:" keeps `ip` happy.
 TUNL_LABEL = TUNNEL + ":kilo"
 _TABLE_NAMES = {MAIN_TABLE: "main", 255: "local", 253: "default"}
@@ -156,6 +164,16 @@ class NetStateBackend(Backend):
             self._ipr_class = _pyroute2()
         return self._ipr_class()
 
+    def _reader(self):
+        """(IPRoute, strict) for reading: under strict checking the kernel filters route dumps
+        by protocol and table; an older kernel or pyroute2 refuses the option."""
+        if self._ipr_class is None:
+            self._ipr_class = _pyroute2()
+        try:
+            return self._ipr_class(strict_check=True), True
+        except Exception:  # TypeError (old pyroute2), OSError (kernel < 4.20)
+            return self._ipr_class(), False
+
     @staticmethod
     def _links(ipr):
         """ifindex -> {name, up, mtu}."""
@@ -215,30 +233,73 @@ class NetStateBackend(Backend):
             "priority": msg.get_attr("RTA_PRIORITY"),
         }
 
-    def _routes(self, ipr, links, watch):
-        """(our routes, foreign routes at the (dst, table) keys in ``watch``); one dump per family.
+    @staticmethod
+    def _dump(ipr, family, table=0, proto=0, rtype=0):
+        """RTM_GETROUTE dump of ``family`` on a strict socket: the kernel returns only routes of
+        ``table``, ``proto`` and ``rtype`` (0: any)."""
+        from pyroute2.netlink.rtnl.rtmsg import rtmsg  # noqa: deferred like IPRoute
+        msg = rtmsg()
+        for field in ("dst_len", "src_len", "tos", "table", "scope", "flags"):
+            msg[field] = 0  # strict checking refuses a dump request with any of them set
+        msg["family"], msg["proto"], msg["type"] = family, proto, rtype
+        msg["attrs"] = [["RTA_TABLE", table]] if table else []  # u32: also tables above 255
+        status = getattr(ipr, "status", None)
+        if status is not None and "nlm_generator" not in status:
+            status["nlm_generator"] = False  # pyroute2 0.9's sync nlm_request reads it unset
+        try:
+            return ipr.nlm_request(msg, msg_type=RTM_GETROUTE, msg_flags=NLM_F_REQUEST | NLM_F_DUMP)
+        except Exception as exc:  # NetlinkError; keep pyroute2 version differences out
+            if table and getattr(exc, "code", None) == errno.ENOENT:
+                return []  # the table does not exist yet, so nothing is in it
+            raise
 
-        A foreign route costs a look at its prefix length and table unless it may sit at a
-        watched key, so a full BGP table stays cheap."""
-        lengths = set((ipaddress.ip_network(dst).version, ipaddress.ip_network(dst).prefixlen, table)
-                      for dst, table in watch)
+    def _scan(self, msgs, links, family, watch, ours, foreign):
+        """Sort route messages into ``ours`` and ``foreign`` (those at a (dst, table) key in
+        ``watch``). A foreign route costs a look at its header unless its prefix length and
+        table fit a watched key: no Python objects for a full BGP table."""
+        version = 4 if family == socket.AF_INET else 6
+        lengths = set()
+        for dst, table in watch:
+            net = ipaddress.ip_network(dst)
+            if net.version == version:
+                lengths.add((net.prefixlen, table))
+        dst_lens = set(length for length, table in lengths)
+        for msg in msgs:
+            if msg["type"] != RTN_UNICAST:  # ours are all unicast
+                continue
+            mine = msg["proto"] == ROUTE_PROTO
+            if not mine and msg["dst_len"] not in dst_lens:
+                continue
+            table = msg.get_attr("RTA_TABLE") or msg["table"]
+            if not mine and (msg["dst_len"], table) not in lengths:
+                continue
+            dst = msg.get_attr("RTA_DST") or ("0.0.0.0" if version == 4 else "::")
+            dst = str(ipaddress.ip_network("%s/%d" % (dst, msg["dst_len"])))
+            if mine:
+                ours.append(self._route_entry(msg, links, family, dst, table))
+            elif (dst, table) in watch:
+                foreign.append(dict(self._route_entry(msg, links, family, dst, table), proto=msg["proto"]))
+
+    def _routes(self, ipr, strict, links, watch):
+        """(our routes, foreign routes at the (dst, table) keys in ``watch`` not ours yet: only
+        those can be in the way of a 'route replace' of ours).
+
+        ``strict``: the kernel returns our routes, then, only for watched keys not ours yet,
+        the unicast routes of their tables. Otherwise one whole dump per family."""
         ours, foreign = [], []
-        for family in (socket.AF_INET, socket.AF_INET6):
-            version = 4 if family == socket.AF_INET else 6
-            for msg in ipr.route("dump", family=family):
-                if msg["type"] != RTN_UNICAST:  # ours are all unicast
-                    continue
-                table = msg.get_attr("RTA_TABLE") or msg["table"]
-                mine = msg["proto"] == ROUTE_PROTO
-                if not mine and (version, msg["dst_len"], table) not in lengths:
-                    continue
-                dst = msg.get_attr("RTA_DST") or ("0.0.0.0" if version == 4 else "::")
-                dst = str(ipaddress.ip_network("%s/%d" % (dst, msg["dst_len"])))
-                if mine:
-                    ours.append(self._route_entry(msg, links, family, dst, table))
-                elif (dst, table) in watch:
-                    foreign.append(dict(self._route_entry(msg, links, family, dst, table), proto=msg["proto"]))
-        return ours, foreign
+        if not strict:
+            for family in FAMILIES:
+                self._scan(ipr.route("dump", family=family), links, family, watch, ours, foreign)
+        else:
+            for family in FAMILIES:
+                self._scan(self._dump(ipr, family, proto=ROUTE_PROTO), links, family, set(), ours, [])
+            missing = set(watch) - set(route_key(r) for r in ours)
+            tables = set((_family(ipaddress.ip_network(dst).version), table) for dst, table in missing)
+            for family, table in sorted(tables):
+                self._scan(self._dump(ipr, family, table=table, rtype=RTN_UNICAST), links, family, missing,
+                           [], foreign)
+        have = set(route_key(r) for r in ours)
+        return ours, [f for f in foreign if route_key(f) not in have]
 
     @staticmethod
     def _rules(ipr):
@@ -260,13 +321,13 @@ class NetStateBackend(Backend):
                 })
         return rules
 
-    def _read(self, ipr, plan):
+    def _read(self, ipr, strict, plan):
         links = self._links(ipr)
         wg_index = self._by_name(links, self.interface)
         host_addrs = self._addresses(ipr)
         addresses = sorted(str(a) for idx, a in host_addrs if idx == wg_index)
         watch = set((r["dst"], r["table"]) for r in (plan or {}).get("routes") or [])
-        routes, foreign = self._routes(ipr, links, watch)
+        routes, foreign = self._routes(ipr, strict, links, watch)
         tunl_index = self._by_name(links, TUNNEL)
         tunl = None
         tunnel_address = None
@@ -294,7 +355,8 @@ class NetStateBackend(Backend):
             "rules": _sorted_rules(self._rules(ipr)),
             "tunl0": tunl,
             "tunnel_address": tunnel_address,
-            # what desired() and changes() need to know of the host beyond what we own
+            # what desired() and changes() need to know of the host beyond what we own: foreign
+            # routes at plan destinations not ours yet
             "foreign": sorted(foreign, key=lambda r: (r["table"], r["family"], r["dst"], r["proto"])),
             "private_device": private,
             "ipip": ipip,
@@ -304,9 +366,9 @@ class NetStateBackend(Backend):
     def current(self, plan):
         """Our addresses, routes, rules and tunl0; with a plan also the foreign routes at its
         destinations, the interface holding its internal_ip and whether IPIP is available."""
-        ipr = self._ipr()
+        ipr, strict = self._reader()
         try:
-            return self._read(ipr, plan)
+            return self._read(ipr, strict, plan)
         finally:
             ipr.close()
 
@@ -504,7 +566,11 @@ class NetStateBackend(Backend):
             # diff routes against the live state: address or tunl0 changes can make the kernel
             # drop routes, and ``current`` may be older than this call
             links = self._links(ipr)
-            routes, dummy = self._routes(ipr, links, set())
+            reader, strict = self._reader()
+            try:
+                routes, dummy = self._routes(reader, strict, links, set())
+            finally:
+                reader.close()
             self._apply_routes(ipr, links, routes, desired["routes"])
             self._apply_rules(ipr, self._rules(ipr), desired["rules"])
         finally:

@@ -30,6 +30,14 @@ extends_documentation_fragment:
   - kilo.mesh.options.mesh
   - kilo.mesh.options.inputs
   - kilo.mesh.options.host
+options:
+  topology_var:
+    description:
+      - Name of the variable holding the registered result of a run-once M(kilo.mesh.topology) with
+        O(kilo.mesh.topology#module:save_plans=true). This host's plan is then read from there, so the
+        mesh is computed once per run instead of once per host (the role C(kilo.mesh.node) does this).
+      - Without it, or when the variable holds no plan store, this action computes the mesh itself.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -54,6 +62,17 @@ EXAMPLES = r"""
   kilo.mesh.join:
     encapsulate: never
     backend: userspace
+
+- name: Compute the mesh once for the play
+  kilo.mesh.topology:
+    facts_var: kilo_host
+    save_plans: true
+  run_once: true
+  register: kilo_mesh
+
+- name: Converge each host with its own plan
+  kilo.mesh.join:
+    topology_var: kilo_mesh
 """
 
 RETURN = r"""

@@ -34,6 +34,16 @@ options:
         one C([Peer]) section per segment (its leader) and one per other peer.
       - Preshared keys are not printed; the output says where one belongs.
     type: str
+  save_plans:
+    description:
+      - Compute the mesh once for the whole play (use with C(run_once)) - write the registry and keep each
+        play host's plan on the controller for its M(kilo.mesh.join) (O(kilo.mesh.join#module:topology_var)).
+      - Returns where the plans are (RV(plan_store)) and counts instead of the plans, so no host's task
+        variables hold the whole mesh and each host's work follows the size of its own plan.
+      - The plans live in Ansible's per-run temporary directory on the controller (0700, files 0600,
+        removed when the run ends).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -64,6 +74,13 @@ EXAMPLES = r"""
   run_once: true
   register: mesh_laptop
 
+- name: Compute the mesh once for the play; each host's kilo.mesh.join reads its own plan
+  kilo.mesh.topology:
+    facts_var: node_host
+    save_plans: true
+  run_once: true
+  register: node_mesh
+
 - name: Compute from explicit nodes
   kilo.mesh.topology:
     granularity: full
@@ -77,8 +94,20 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+plan_store:
+  description: With O(save_plans), the controller directory holding each play host's plan.
+  returned: when O(save_plans) is true
+  type: str
+leaders:
+  description: With O(save_plans), the leader of every segment.
+  returned: when O(save_plans) is true
+  type: list
+  elements: str
 plans:
-  description: Every node's plan, keyed by node name. Preshared keys are left out (M(kilo.mesh.join) passes them to hosts itself).
+  description:
+    - Every node's plan, keyed by node name (with O(save_plans), the number of plans kept instead).
+    - Preshared keys are left out (M(kilo.mesh.join) passes them to hosts itself).
+    - Route entries whose other fields are equal share one entry with a list of destinations (C(dst)).
   returned: success
   type: dict
   contains:
@@ -99,7 +128,7 @@ plans:
       type: list
       elements: dict
     routes:
-      description: Routes with C(dst), C(gateway), C(device), C(source), C(table), C(onlink).
+      description: Routes with C(dst) (a CIDR or a list of them), C(gateway), C(device), C(source), C(table), C(onlink).
       type: list
       elements: dict
     rules:
@@ -115,13 +144,13 @@ plans:
       description: Address for C(tunl0) when the node encapsulates (Kilo's first pod address), else null.
       type: str
 segments:
-  description: The segments with their location, leader, nodes, WireGuard IP and allowed IPs.
+  description: The segments with their location, leader, nodes, WireGuard IP and allowed IPs (with O(save_plans), their number).
   returned: success
   type: list
   elements: dict
 graph:
   description: The topology as Graphviz DOT, like C(kgctl graph).
-  returned: success
+  returned: unless O(save_plans) is true
   type: str
 peer_config:
   description: With O(peer), the peer's C([Peer]) sections as data (C(preshared_key) is V(true) where one is set).

@@ -133,12 +133,15 @@ class Msg(dict):
 
 
 class FakeIPRoute(object):
-    """Two links, one foreign route at a plan destination among many foreign ones, one of ours."""
+    """Two links, one foreign route at a plan destination among many foreign ones, ours in
+    main, 1107 and IPv6. ``strict``: nlm_request filters dumps as the kernel does under strict
+    checking (family, protocol, type, RTA_TABLE); route('dump') returns every route."""
 
-    def __init__(self, table_size=1000):
+    def __init__(self, table_size=1000, strict=False, ours_too=False):
         self.dumps = []
-        self.built = 0
         self.table_size = table_size
+        self.strict = strict
+        self.ours_too = ours_too
 
     def get_links(self):
         return [Msg({"IFLA_IFNAME": "eth1", "IFLA_MTU": 1500}, index=2, flags=1),
@@ -148,18 +151,40 @@ class FakeIPRoute(object):
         return [Msg({"IFA_ADDRESS": "10.1.0.1", "IFA_LOCAL": "10.1.0.1"}, index=2, scope=0,
                     family=socket.AF_INET, prefixlen=16)]
 
-    def route(self, cmd, family):
-        assert cmd == "dump"
-        self.dumps.append(family)
-        if family != socket.AF_INET:
-            return []
+    def table(self):
+        v4, v6 = socket.AF_INET, socket.AF_INET6
         bgp = [Msg({"RTA_DST": "172.%d.%d.0" % (i // 256, i % 256), "RTA_TABLE": 254, "RTA_OIF": 2}, type=1, proto=186,
-                   dst_len=24, flags=0) for i in range(self.table_size)]
-        return bgp + [
-            Msg({"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2}, type=1, proto=4, dst_len=24, flags=0),
-            Msg({"RTA_DST": "10.2.1.0", "RTA_TABLE": 1107, "RTA_OIF": 2}, type=1, proto=4, dst_len=24, flags=0),
+                   dst_len=24, flags=0, family=v4) for i in range(self.table_size)]
+        out = bgp + [
+            Msg({"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2}, type=1, proto=4, dst_len=24, flags=0, family=v4),
+            Msg({"RTA_DST": "10.2.1.0", "RTA_TABLE": 1107, "RTA_OIF": 2}, type=1, proto=4, dst_len=24, flags=0,
+                family=v4),
             Msg({"RTA_DST": "10.2.1.0", "RTA_TABLE": 254, "RTA_OIF": 3, "RTA_GATEWAY": "10.4.0.2"}, type=1,
-                proto=107, dst_len=24, flags=4)]
+                proto=107, dst_len=24, flags=4, family=v4)]
+        if self.strict:
+            out += [Msg({"RTA_DST": "10.1.0.2", "RTA_TABLE": 1107, "RTA_OIF": 2, "RTA_GATEWAY": "10.1.0.2"}, type=1,
+                        proto=107, dst_len=32, flags=4, family=v4),
+                    Msg({"RTA_DST": "fd02::", "RTA_TABLE": 254, "RTA_OIF": 3}, type=1, proto=107, dst_len=64, flags=0,
+                        family=v6),
+                    Msg({"RTA_DST": "fd77::", "RTA_TABLE": 254, "RTA_OIF": 2}, type=1, proto=3, dst_len=64, flags=0,
+                        family=v6)]
+        if self.ours_too:
+            out.append(Msg({"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2, "RTA_GATEWAY": "10.1.0.2"}, type=1,
+                           proto=107, dst_len=24, flags=4, family=v4))
+        return out
+
+    def route(self, cmd, family):
+        assert cmd == "dump" and not self.strict
+        self.dumps.append(family)
+        return [m for m in self.table() if m["family"] == family]
+
+    def nlm_request(self, msg, msg_type, msg_flags):
+        assert self.strict and msg_type == ns.RTM_GETROUTE and msg_flags == 0x301
+        assert all(msg[f] == 0 for f in ("dst_len", "src_len", "tos", "table", "scope", "flags"))
+        table = dict(msg["attrs"]).get("RTA_TABLE", 0)
+        self.dumps.append((msg["family"], table, msg["proto"], msg["type"]))
+        return [m for m in self.table() if m["family"] == msg["family"] and msg["proto"] in (0, m["proto"])
+                and msg["type"] in (0, m["type"]) and table in (0, m.get_attr("RTA_TABLE"))]
 
     def get_rules(self, family):
         return []
@@ -169,9 +194,10 @@ class FakeIPRoute(object):
 
 
 def test_current_reads_foreign_only_at_plan_destinations(monkeypatch):
+    """Without strict checking (old kernel or pyroute2): one whole dump per family."""
     fake = FakeIPRoute()
     b = backend()
-    b._ipr = lambda: fake
+    b._reader = lambda: (fake, False)
     monkeypatch.setattr(ns, "kernel_module_available", lambda name: pytest.fail("no tunnel in the plan"))
     cur = b.current(plan())
     assert fake.dumps == [socket.AF_INET, socket.AF_INET6]  # one dump per family, no more
@@ -183,3 +209,68 @@ def test_current_reads_foreign_only_at_plan_destinations(monkeypatch):
     probed = []
     monkeypatch.setattr(ns, "kernel_module_available", lambda name: probed.append(name) or False)
     assert b.current(plan(tunnel_address="10.2.0.1/32"))["ipip"] is False and probed == ["ipip"]
+
+
+OURS = ["10.2.1.0/24 via 10.4.0.2 dev wgk0 onlink table main",
+        "10.1.0.2/32 via 10.1.0.2 dev eth1 onlink table 1107",
+        "fd02::/64 dev wgk0 table main"]
+
+
+def test_strict_reads_ours_by_protocol_and_foreign_only_from_tables_of_missing_routes():
+    """Strict checking: the kernel returns our routes (every table, both families); foreign ones
+    only from the table of the plan route not ours yet, unicast only."""
+    fake = FakeIPRoute(strict=True)
+    b = backend()
+    b._reader = lambda: (fake, True)
+    cur = b.current(plan())
+    v4, v6 = socket.AF_INET, socket.AF_INET6
+    assert fake.dumps == [(v4, 0, 107, 0), (v6, 0, 107, 0), (v4, 254, 0, 1)]
+    assert sorted(ns.route_str(r) for r in cur["routes"]) == sorted(OURS)
+    assert [(r["dst"], r["table"], r["proto"]) for r in cur["foreign"]] == [("10.1.2.0/24", 254, 4)]
+    # and changes() still refuses before any change, as without strict checking
+    with pytest.raises(KiloError, match="a foreign route .10.1.2.0/24 dev eth1 proto 4. already holds"):
+        b.changes(cur, b.desired(plan(), cur))
+    fake.dumps = []
+    assert b.current(None)["foreign"] == [] and fake.dumps == [(v4, 0, 107, 0), (v6, 0, 107, 0)]
+
+
+def test_idempotent_strict_read_dumps_no_foreign_route():
+    """Every plan route already ours: only the two dumps of our protocol, none of a table."""
+    fake = FakeIPRoute(strict=True, ours_too=True)
+    b = backend()
+    b._reader = lambda: (fake, True)
+    cur = b.current(plan())
+    assert fake.dumps == [(socket.AF_INET, 0, 107, 0), (socket.AF_INET6, 0, 107, 0)]
+    assert cur["foreign"] == []
+    assert sorted(ns.route_str(r) for r in cur["routes"]) == sorted(
+        OURS + ["10.1.2.0/24 via 10.1.0.2 dev eth1 onlink table main"])
+    assert not [c for c in b.changes(cur, b.desired(plan(), cur)) if c.startswith("add route")]
+
+
+def test_reader_falls_back_without_strict_checking():
+    made = []
+
+    class OldIPRoute(object):
+        def __init__(self, **kw):
+            if kw:
+                raise TypeError("unexpected keyword argument 'strict_check'")
+            made.append(self)
+
+    b = backend()
+    b._ipr_class = OldIPRoute
+    ipr, strict = b._reader()
+    assert strict is False and made == [ipr]
+
+
+def test_missing_table_reads_as_empty():
+    class NoTable(object):
+        status = {}
+
+        def nlm_request(self, msg, msg_type, msg_flags):
+            err = OSError("No such file or directory")
+            err.code = 2
+            raise err
+
+    assert ns.NetStateBackend._dump(NoTable(), socket.AF_INET, table=1107) == []
+    with pytest.raises(OSError):
+        ns.NetStateBackend._dump(NoTable(), socket.AF_INET, proto=107)

@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Plans computed once per run and handed to each host on the controller.
+
+A run-once ``kilo.mesh.topology`` (``save_plans``) computes the mesh one time and writes each
+play host's plan to its own file; each host's ``kilo.mesh.join`` reads only its file. Only the
+directory's path travels in task variables, so no worker receives the whole mesh and a host's
+controller work follows the size of its own plan (issue 8: no O(N^2) per run).
+
+The directory lives in Ansible's per-run local temporary directory (0700, removed when
+ansible-playbook exits); files are 0600 because plans carry preshared keys until ``join``
+moves them into a no_log module option.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+from ansible import constants as C
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+
+
+def _file(directory, host):
+    # host names may hold any character; a digest makes a safe, fixed-length file name
+    return os.path.join(directory, hashlib.sha256(host.encode("utf-8")).hexdigest() + ".json")
+
+
+def save(plans):
+    """Write ``plans`` (host -> plan) to a new private directory; returns its path."""
+    parent = C.DEFAULT_LOCAL_TMP if os.path.isdir(C.DEFAULT_LOCAL_TMP or "") else None
+    directory = tempfile.mkdtemp(prefix="kilo-plans-", dir=parent)
+    for host, plan in plans.items():
+        fd = os.open(_file(directory, host), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(plan, f, separators=(",", ":"))
+    return directory
+
+
+def load(directory, host):
+    """This host's plan out of ``directory``; KiloError when it has none."""
+    try:
+        with open(_file(directory, host)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise KiloError("no plan for this host in %s: kilo.mesh.topology (save_plans) ran before the host joined"
+                        " the play, or the host is not a node of the mesh" % directory, field="topology_var")
+
+
+def split_preshared_keys(plan):
+    """Take the preshared keys out of the plan: the module gets them in a no_log option."""
+    keys = {}
+    for peer in (plan or {}).get("peers", []):
+        if peer.get("preshared_key"):
+            keys[peer["public_key"]] = peer.pop("preshared_key")
+    return keys
+
+
+def mark_roaming(plans, computed):
+    """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
+
+    For those, the host keeps an endpoint WireGuard learned while handshakes are fresh
+    instead of resetting it to the configured one; the plan itself stays Kilo's. Plans share
+    peer lists' contents with each other (topology engine), so flagged entries are copies.
+    """
+    keepalive = dict((s.get("public_key"), s.get("persistent_keepalive") or 0) for s in computed.get("segments", []))
+    keepalive.update((p.get("public_key"), p.get("persistent_keepalive") or 0) for p in computed.get("peers", []))
+    for plan in plans:
+        plan["peers"] = [dict(peer, roaming=True) if keepalive.get(peer["public_key"], 0) > 0 else peer
+                         for peer in plan.get("peers", [])]
