@@ -165,3 +165,50 @@ def test_the_old_module_name_still_works_and_warns(tmp_path):
     proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     assert "node #1: name: missing" in proc.stdout, proc.stdout  # it ran kilo.mesh.join
     assert "kilo.mesh.mesh is now kilo.mesh.join" in proc.stdout.replace("\n", " "), proc.stdout
+
+
+STORE_PLAY = """
+- hosts: kilo
+  gather_facts: false
+  connection: local
+  tasks:
+    - kilo.mesh.topology:
+        save_plans: true
+      run_once: true
+      register: mesh
+    - name: each host finds its own plan, and only the play's hosts have one
+      vars:
+        own: "{{ mesh.plan_store ~ '/' ~ (inventory_hostname | hash('sha256')) ~ '.json' }}"
+      ansible.builtin.stat:
+        path: "{{ own }}"
+      register: own_plan
+    - ansible.builtin.assert:
+        that:
+          - own_plan.stat.exists and own_plan.stat.mode == '0600'
+          - (lookup('file', own_plan.stat.path) | from_json).name == inventory_hostname
+          - mesh.plans == ansible_play_hosts | length
+          - mesh.plans < mesh.nodes
+          - mesh.leaders | length == mesh.segments
+          - "'graph' not in mesh and mesh.segments is number"
+    - ansible.builtin.stat:
+        path: "{{ mesh.plan_store }}"
+      register: store
+      run_once: true
+    - ansible.builtin.assert:
+        that: store.stat.mode == '0700'
+      run_once: true
+"""
+
+
+def test_mesh_computed_once_for_the_play_and_each_plan_kept_apart(tmp_path):
+    """kilo.mesh.topology save_plans (the role's run-once step): the registered result holds
+    no plans, each play host's plan is its own 0600 file, hosts out of --limit get none."""
+    play = tmp_path / "store.yml"
+    play.write_text(STORE_PLAY)
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", EXAMPLE, str(play), "--limit", "aws"]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert re.search(r"aws-1\s+: ok=\d+ .*failed=0", proc.stdout), proc.stdout
+    assert "gcp-1" not in proc.stdout
