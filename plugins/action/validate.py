@@ -13,7 +13,7 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, c
 
 class ActionModule(KiloAction):
     _requires_connection = False
-    SCOPES = ("mesh", "inputs", "host", "key")
+    SCOPES = ("mesh", "inputs", "host", "key", "prepare")
 
     def run_kilo(self, args, task_vars):
         hosts = task_vars["groups"].get(args["group"], [])

@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - kilo.mesh.options.inputs
   - kilo.mesh.options.host
   - kilo.mesh.options.key
+  - kilo.mesh.options.prepare
 attributes:
   check_mode:
     support: full
