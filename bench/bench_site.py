@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """site.yml on lab meshes: a cold run, an idempotent re-run, and `ansible -m ping` for scale.
 
-Prints `site cold|rerun|ping locations=L hosts=N seconds=S` per lab size. The goal for the
-idempotent re-run is within 3x the ping time. A benchmark: it never fails on time.
+Prints `site cold|rerun|ping locations=L hosts=N seconds=S` per lab size, then
+`site ratio locations=L hosts=N rerun_over_ping=X`. The goal for the idempotent re-run is
+within 3x the ping time. Sizes 3x3 and 5x6; with BENCH_BIG=1 also 10x10. A benchmark: it
+never fails on time.
 """
 import os
 import subprocess
@@ -14,7 +16,7 @@ sys.path.insert(0, REPO)
 from lab.lab import Lab  # noqa: E402
 
 PREFIX = "klb"
-SIZES = [(3, 3), (5, 6)]
+SIZES = [(3, 3), (5, 6)] + ([(10, 10)] if os.environ.get("BENCH_BIG") == "1" else [])
 
 
 def timed(argv, env):
@@ -43,8 +45,12 @@ def main():
             n = locations * hosts
             site = [os.path.join(venv, "ansible-playbook"), "-i", inv, "playbooks/site.yml"]
             ping = [os.path.join(venv, "ansible"), "-i", inv, "kilo", "-m", "ping"]
+            seconds = {}
             for what, argv in (("cold", site), ("rerun", site), ("ping", ping)):
-                print("site %s locations=%d hosts=%d seconds=%.2f" % (what, locations, n, timed(argv, env)), flush=True)
+                seconds[what] = timed(argv, env)
+                print("site %s locations=%d hosts=%d seconds=%.2f" % (what, locations, n, seconds[what]), flush=True)
+            print("site ratio locations=%d hosts=%d rerun_over_ping=%.2f"
+                  % (locations, n, seconds["rerun"] / seconds["ping"]), flush=True)
         finally:
             lab.down()
 

@@ -4,13 +4,17 @@
 # Apache License 2.0 (see LICENSE)
 """Benchmark of the topology engine: the plans of EVERY node of synthetic meshes.
 
-Prints one line per size: ``plans nodes=N locations=L seconds=S``. Not a test: nothing fails on
-time. Nodes spread round-robin over the locations; 1 node in 7 has a public endpoint (100.64/10,
+Prints two lines per size: ``plans nodes=N locations=L seconds=S rss_mb=M`` (every plan; M is the
+peak RSS of the child process the size runs in) and ``plan_one nodes=N seconds=S`` (the plan of one
+node, ``only=[name]``: what a per-host action computes). Each size runs in a fresh forked child, so
+one size's memory never counts in the next one's peak. Not a test: nothing fails on time. Nodes spread round-robin over the locations; 1 node in 7 has a public endpoint (100.64/10,
 public to Kilo), the others use their internal IP as endpoint; every node has a pod CIDR.
 """
 
 import base64
+import multiprocessing
 import os
+import resource
 import struct
 import sys
 import time
@@ -50,16 +54,40 @@ def mesh(count, locations):
     return nodes, peers
 
 
+def measure(count, locations, conn):
+    """In the child: time every plan, then one node's plan; send (seconds, rss_mb, one_seconds)."""
+    nodes, peers = mesh(count, locations)
+    start = time.perf_counter()
+    result = build_plans(nodes, peers)
+    seconds = time.perf_counter() - start
+    assert len(result["plans"]) == count
+    del result
+    one = nodes[0]["name"]
+    start = time.perf_counter()
+    result = build_plans(nodes, peers, only=[one])
+    one_seconds = time.perf_counter() - start
+    assert list(result["plans"]) == [one]
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    conn.send((seconds, rss_mb, one_seconds))
+    conn.close()
+
+
 def main():
+    ctx = multiprocessing.get_context("fork")
     for count, locations in SIZES:
-        nodes, peers = mesh(count, locations)
-        start = time.perf_counter()
-        result = build_plans(nodes, peers)
-        seconds = time.perf_counter() - start
-        assert len(result["plans"]) == count
-        print("plans nodes=%d locations=%d seconds=%.2f" % (count, locations, seconds))
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=measure, args=(count, locations, child))
+        proc.start()
+        child.close()
+        try:
+            seconds, rss_mb, one_seconds = parent.recv()
+        except EOFError:
+            proc.join()
+            raise SystemExit("bench: size nodes=%d failed in the child (exit %s)" % (count, proc.exitcode))
+        proc.join()
+        print("plans nodes=%d locations=%d seconds=%.2f rss_mb=%.0f" % (count, locations, seconds, rss_mb))
+        print("plan_one nodes=%d seconds=%.3f" % (count, one_seconds))
         sys.stdout.flush()
-        del result
 
 
 if __name__ == "__main__":

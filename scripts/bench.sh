@@ -3,9 +3,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$PWD/.collections
-echo "== topology engine (plans of every node)"
+echo "== topology engine (plans of every node, one node's plan; each size in a fresh process)"
 .venv/bin/python bench/bench_topology.py
 echo "== lab"
 .venv/bin/python bench/bench_lab.py
-echo "== site.yml on the lab"
+echo "== site.yml on the lab (BENCH_BIG=1 adds 10x10)"
 .venv/bin/python bench/bench_site.py
+echo "== site.yml on 6 lab hosts, alone and inside a 1,000-host mesh"
+.venv/bin/python bench/bench_mesh.py

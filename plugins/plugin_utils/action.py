@@ -58,34 +58,42 @@ class KiloAction(ActionBase):
         if unknown:
             raise KiloError("unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0])
         source = source or self.vars_source(task_vars, given)
+        found = self.variables(task_vars, source, [OPTIONS[name]["var"] for name in spec
+                                                   if name not in given and name in OPTIONS and OPTIONS[name]["var"]])
         merged = dict(given)
         for name in spec:
-            if name in merged or name not in OPTIONS or not OPTIONS[name]["var"]:
-                continue
-            found, value = self.variable(task_vars, source, OPTIONS[name]["var"])
-            if not found:
-                continue
-            # checked alone, so the message names the variable and the host it came from
-            error = _first_error(ArgumentSpecValidator({name: spec[name]}).validate({name: value}))
-            if error:
-                raise KiloError(error, host_subject(source), OPTIONS[name]["var"])
-            merged[name] = value
+            if name not in merged and name in OPTIONS and OPTIONS[name]["var"] in found:
+                merged[name] = found[OPTIONS[name]["var"]]
         validation = ArgumentSpecValidator(spec).validate(merged)
         error = _first_error(validation)
         if error:
+            # checked alone, so the message names the variable and the host it came from
+            for name in spec:
+                if name in given or name not in merged:
+                    continue
+                alone = _first_error(ArgumentSpecValidator({name: spec[name]}).validate({name: merged[name]}))
+                if alone:
+                    raise KiloError(alone, host_subject(source), OPTIONS[name]["var"])
             raise KiloError(error, "task")
         return validation.validated_parameters
 
+    def variables(self, task_vars, host, names):
+        """{name: templated value} of the inventory variables ``names`` that ``host`` has.
+
+        One look-up of the host's variables for all names: every ``hostvars[host]`` access
+        computes that host's variables anew, which at a thousand hosts is the run's cost."""
+        if host == task_vars.get("inventory_hostname"):
+            return dict((name, self._templar.template(task_vars[name])) for name in names if name in task_vars)
+        hostvars = task_vars["hostvars"]
+        if host not in hostvars:
+            return {}
+        own = hostvars[host]
+        return dict((name, own[name]) for name in names if name in own)
+
     def variable(self, task_vars, host, name):
         """(found, value) of inventory variable ``name`` of ``host``, templated."""
-        if host == task_vars.get("inventory_hostname"):
-            if name not in task_vars:
-                return False, None
-            return True, self._templar.template(task_vars[name])
-        hostvars = task_vars["hostvars"]
-        if host not in hostvars or name not in hostvars[host]:
-            return False, None
-        return True, hostvars[host][name]
+        found = self.variables(task_vars, host, [name])
+        return (True, found[name]) if name in found else (False, None)
 
     @staticmethod
     def mesh_group(task_vars, given=None):
