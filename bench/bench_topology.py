@@ -12,6 +12,7 @@ public to Kilo), the others use their internal IP as endpoint; every node has a 
 """
 
 import base64
+import json
 import multiprocessing
 import os
 import resource
@@ -61,6 +62,12 @@ def measure(count, locations, conn):
     result = build_plans(nodes, peers)
     seconds = time.perf_counter() - start
     assert len(result["plans"]) == count
+    # what each host's kilo.mesh.join does per run since the mesh is computed once: read its
+    # own plan (the largest one: a non-leader routes to every other node)
+    text = max((json.dumps(p, separators=(",", ":")) for p in list(result["plans"].values())[:50]), key=len)
+    start = time.perf_counter()
+    json.loads(text)
+    load_seconds = time.perf_counter() - start
     del result
     one = nodes[0]["name"]
     start = time.perf_counter()
@@ -68,7 +75,7 @@ def measure(count, locations, conn):
     one_seconds = time.perf_counter() - start
     assert list(result["plans"]) == [one]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-    conn.send((seconds, rss_mb, one_seconds))
+    conn.send((seconds, rss_mb, one_seconds, load_seconds, len(text)))
     conn.close()
 
 
@@ -80,13 +87,15 @@ def main():
         proc.start()
         child.close()
         try:
-            seconds, rss_mb, one_seconds = parent.recv()
+            seconds, rss_mb, one_seconds, load_seconds, size = parent.recv()
         except EOFError:
             proc.join()
             raise SystemExit("bench: size nodes=%d failed in the child (exit %s)" % (count, proc.exitcode))
         proc.join()
         print("plans nodes=%d locations=%d seconds=%.2f rss_mb=%.0f" % (count, locations, seconds, rss_mb))
-        print("plan_one nodes=%d seconds=%.3f" % (count, one_seconds))
+        print("plan_one nodes=%d seconds=%.3f (a join computing the mesh itself)" % (count, one_seconds))
+        print("plan_load nodes=%d seconds=%.4f plan_kb=%.0f (a join reading its stored plan)"
+              % (count, load_seconds, size / 1024.0))
         sys.stdout.flush()
 
 
