@@ -20,6 +20,11 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning, update_registry
 
 
+def not_a_node(args):
+    return KiloError("not a node of the mesh: it is not in group %r or reported no key (run kilo.mesh.key"
+                     " first, or set kilo_public_key and kilo_force_endpoint)" % args["group"])
+
+
 class ActionModule(KiloAction):
     SCOPES = ("mesh", "inputs", "host")
     EXTRA_SPEC = dict(topology_var=dict(type="str"))
@@ -31,6 +36,8 @@ class ActionModule(KiloAction):
             stored = (task_vars.get(args["topology_var"]) or {}) if args["topology_var"] else {}
             if stored.get("plan_store"):
                 plan = plan_store.load(stored["plan_store"], task_vars["inventory_hostname"])
+                if plan is None:
+                    raise not_a_node(args)
             else:
                 plan = self.compute(args, task_vars, result)
 
@@ -54,8 +61,7 @@ class ActionModule(KiloAction):
         except TopologyError as e:
             if e.field != "only":
                 raise
-            raise KiloError("not a node of the mesh: it is not in group %r or reported no key (run kilo.mesh.key"
-                            " first, or set kilo_public_key and kilo_force_endpoint)" % args["group"])
+            raise not_a_node(args)
         plan = computed["plans"][host]
         plan_store.mark_roaming([plan], computed)
         if missing:

@@ -68,7 +68,9 @@ class ActionModule(KiloAction):
     def save_plans(self, args, task_vars, nodes, peers, fresh, missing, registry):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in nodes)
-        play = [h for h in task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]] if h in names]
+        # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
+        batch = task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]]
+        play = [h for h in batch if h in names]
         computed = build_plans(nodes, peers, engine_options(args), only=play)
         plan_store.mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:

@@ -22,8 +22,6 @@ import tempfile
 
 from ansible import constants as C
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-
 
 def _file(directory, host):
     # host names may hold any character; a digest makes a safe, fixed-length file name
@@ -42,13 +40,12 @@ def save(plans):
 
 
 def load(directory, host):
-    """This host's plan out of ``directory``; KiloError when it has none."""
+    """This host's plan out of ``directory``, or None when the mesh step made none for it."""
     try:
         with open(_file(directory, host)) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise KiloError("no plan for this host in %s: kilo.mesh.topology (save_plans) ran before the host joined"
-                        " the play, or the host is not a node of the mesh" % directory, field="topology_var")
+        return None
 
 
 def split_preshared_keys(plan):

@@ -4,6 +4,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from sitetools import REPO
 
 EXAMPLE = os.path.join(REPO, "inventory", "example.yml")
@@ -171,6 +173,7 @@ STORE_PLAY = """
 - hosts: kilo
   gather_facts: false
   connection: local
+  serial: "{{ store_serial | default(0) }}"
   tasks:
     - kilo.mesh.topology:
         save_plans: true
@@ -186,7 +189,7 @@ STORE_PLAY = """
         that:
           - own_plan.stat.exists and own_plan.stat.mode == '0600'
           - (lookup('file', own_plan.stat.path) | from_json).name == inventory_hostname
-          - mesh.plans == ansible_play_hosts | length
+          - mesh.plans == ansible_play_batch | length
           - mesh.plans < mesh.nodes
           - mesh.leaders | length == mesh.segments
           - "'graph' not in mesh and mesh.segments is number"
@@ -200,12 +203,15 @@ STORE_PLAY = """
 """
 
 
-def test_mesh_computed_once_for_the_play_and_each_plan_kept_apart(tmp_path):
+@pytest.mark.parametrize("serial", [0, 2])
+def test_mesh_computed_once_for_the_play_and_each_plan_kept_apart(tmp_path, serial):
     """kilo.mesh.topology save_plans (the role's run-once step): the registered result holds
-    no plans, each play host's plan is its own 0600 file, hosts out of --limit get none."""
+    no plans, each host of the batch has its plan in its own 0600 file, hosts out of --limit
+    (or of the serial batch) get none."""
     play = tmp_path / "store.yml"
     play.write_text(STORE_PLAY)
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", EXAMPLE, str(play), "--limit", "aws"]
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", EXAMPLE, str(play), "--limit", "aws",
+            "-e", "store_serial=%d" % serial]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           check=False)
