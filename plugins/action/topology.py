@@ -15,7 +15,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_pl
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result, update_registry
 
 
 def wireguard_sections(entries):
@@ -57,9 +57,7 @@ class ActionModule(KiloAction):
                 if entry.pop("preshared_key", None):
                     entry["preshared_key"] = True
             result.update(peer_config=sections, peer_conf=wireguard_sections(sections))
-        if missing:
-            result["missing"] = missing
-            result["warnings"] = [missing_warning(missing)]
+        result.update(missing_result(missing))
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
         for plan in computed["plans"].values():
             plan_store.split_preshared_keys(plan)
@@ -78,7 +76,5 @@ class ActionModule(KiloAction):
         result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(nodes),
                       segments=len(computed["segments"]), plans=len(play),
                       leaders=sorted(s["leader"] for s in computed["segments"]))
-        if missing:
-            result["missing"] = missing
-            result["warnings"] = [missing_warning(missing)]
+        result.update(missing_result(missing))
         return result

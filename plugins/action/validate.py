@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, check_topology, one_location_each
 
 
@@ -26,7 +26,5 @@ class ActionModule(KiloAction):
         check_topology(nodes, peers, engine_options(args), task_vars["hostvars"], hosts[0] if hosts else None)
         result = dict(changed=False, hosts=len(hosts), nodes=len(nodes),
                       msg="%d hosts, %d known nodes, %d peers: valid" % (len(hosts), len(nodes), len(peers)))
-        if missing:
-            result["missing"] = missing
-            result["warnings"] = [missing_warning(missing)]
+        result.update(missing_result(missing))
         return result

@@ -159,20 +159,18 @@ class NetStateBackend(Backend):
         self._ipr_class = None
 
     # ---------------------------------------------------------------- netlink helpers
-    def _ipr(self):
+    def _ipr(self, **options):
         if self._ipr_class is None:
             self._ipr_class = _pyroute2()
-        return self._ipr_class()
+        return self._ipr_class(**options)
 
     def _reader(self):
         """(IPRoute, strict) for reading: under strict checking the kernel filters route dumps
         by protocol and table; an older kernel or pyroute2 refuses the option."""
-        if self._ipr_class is None:
-            self._ipr_class = _pyroute2()
         try:
-            return self._ipr_class(strict_check=True), True
+            return self._ipr(strict_check=True), True
         except Exception:  # TypeError (old pyroute2), OSError (kernel < 4.20)
-            return self._ipr_class(), False
+            return self._ipr(), False
 
     @staticmethod
     def _links(ipr):
@@ -290,16 +288,16 @@ class NetStateBackend(Backend):
         if not strict:
             for family in FAMILIES:
                 self._scan(ipr.route("dump", family=family), links, family, watch, ours, foreign)
-        else:
-            for family in FAMILIES:
-                self._scan(self._dump(ipr, family, proto=ROUTE_PROTO), links, family, set(), ours, [])
-            missing = set(watch) - set(route_key(r) for r in ours)
-            tables = set((_family(ipaddress.ip_network(dst).version), table) for dst, table in missing)
-            for family, table in sorted(tables):
-                self._scan(self._dump(ipr, family, table=table, rtype=RTN_UNICAST), links, family, missing,
-                           [], foreign)
-        have = set(route_key(r) for r in ours)
-        return ours, [f for f in foreign if route_key(f) not in have]
+            have = set(route_key(r) for r in ours)
+            return ours, [f for f in foreign if route_key(f) not in have]
+        for family in FAMILIES:
+            self._scan(self._dump(ipr, family, proto=ROUTE_PROTO), links, family, set(), ours, [])
+        missing = set(watch) - set(route_key(r) for r in ours)
+        tables = set((_family(ipaddress.ip_network(dst).version), table) for dst, table in missing)
+        for family, table in sorted(tables):
+            self._scan(self._dump(ipr, family, table=table, rtype=RTN_UNICAST), links, family, missing,
+                       [], foreign)
+        return ours, foreign
 
     @staticmethod
     def _rules(ipr):

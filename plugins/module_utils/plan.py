@@ -156,7 +156,6 @@ def check_plan(plan, interface):
         raise KiloError("%r, but this host's interface setting is %r" % (out["interface"], interface),
                         subject, "plan.interface")
     out["interface"] = interface
-    routes = []
     for i, entry in enumerate(out["routes"]):
         entry["table"] = entry["table"] or MAIN_TABLE
         entry["onlink"] = bool(entry["onlink"])
@@ -165,9 +164,8 @@ def check_plan(plan, interface):
             if version and version != ipaddress.ip_network(dst).version:
                 raise KiloError("gateway %s and dst %s differ in IP version" % (entry["gateway"], dst),
                                 subject, "plan.routes[%d]" % i)
-            routes.append(dict(entry, dst=dst))
     # the backends see one route per destination
-    out["routes"] = routes
+    out["routes"] = flat_routes(out["routes"])
     for i, rule in enumerate(out["rules"]):
         if not rule["src"] and not rule["dst"]:
             raise KiloError("a rule needs src or dst", subject, "plan.rules[%d]" % i)

@@ -58,22 +58,19 @@ class KiloAction(ActionBase):
         if unknown:
             raise KiloError("unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0])
         source = source or self.vars_source(task_vars, given)
-        found = self.variables(task_vars, source, [OPTIONS[name]["var"] for name in spec
-                                                   if name not in given and name in OPTIONS and OPTIONS[name]["var"]])
-        merged = dict(given)
-        for name in spec:
-            if name not in merged and name in OPTIONS and OPTIONS[name]["var"] in found:
-                merged[name] = found[OPTIONS[name]["var"]]
-        validation = ArgumentSpecValidator(spec).validate(merged)
+        # option -> its inventory variable, for the options the task leaves to the inventory
+        var_of = dict((name, OPTIONS[name]["var"]) for name in spec
+                      if name not in given and name in OPTIONS and OPTIONS[name]["var"])
+        found = self.variables(task_vars, source, list(var_of.values()))
+        from_vars = dict((name, found[var]) for name, var in var_of.items() if var in found)
+        validation = ArgumentSpecValidator(spec).validate(dict(given, **from_vars))
         error = _first_error(validation)
         if error:
             # checked alone, so the message names the variable and the host it came from
-            for name in spec:
-                if name in given or name not in merged:
-                    continue
-                alone = _first_error(ArgumentSpecValidator({name: spec[name]}).validate({name: merged[name]}))
+            for name, value in from_vars.items():
+                alone = _first_error(ArgumentSpecValidator({name: spec[name]}).validate({name: value}))
                 if alone:
-                    raise KiloError(alone, host_subject(source), OPTIONS[name]["var"])
+                    raise KiloError(alone, host_subject(source), var_of[name])
             raise KiloError(error, "task")
         return validation.validated_parameters
 

@@ -194,6 +194,11 @@ def missing_warning(missing):
     return "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing)
 
 
+def missing_result(missing):
+    """What a controller-side result says of the hosts left out: nothing when none are."""
+    return dict(missing=missing, warnings=[missing_warning(missing)]) if missing else {}
+
+
 def mesh_inputs(task_vars, args, locations):
     """(nodes, peers, fresh, missing, registry_file) for the whole mesh.
 
