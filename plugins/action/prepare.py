@@ -9,7 +9,6 @@ when that is set (the engine makes the host listen there), else kilo_port, else 
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
@@ -19,11 +18,5 @@ class ActionModule(KiloAction):
     EXTRA_SPEC = {"port": argument_spec("mesh")["port"]}
 
     def run_kilo(self, args, task_vars):
-        # args["port"] already holds the task's port, else kilo_port, else the default
-        # (KiloAction fills it from the table); a forced endpoint's port wins over kilo_port.
-        if "port" not in self._task.args:
-            host = task_vars.get("inventory_hostname")
-            found, endpoint = self.variable(task_vars, host, "kilo_force_endpoint")
-            if found and endpoint is not None and str(endpoint).strip():
-                args["port"] = split_endpoint(str(endpoint), host_subject(host), "kilo_force_endpoint")[1]
+        args["port"] = self.listen_port(args, task_vars)
         return self._execute_module(module_name="kilo.mesh.prepare", module_args=args, task_vars=task_vars)

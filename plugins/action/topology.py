@@ -11,27 +11,12 @@ host's kilo.mesh.join (plugin_utils/plan_store.py), returning only where they ar
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.options import names
+from ansible_collections.kilo.mesh.plugins.module_utils.showconf import public_entries, wireguard_conf
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans, peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result, update_registry
-
-
-def wireguard_sections(entries):
-    """[Peer] sections in wg-quick syntax; a preshared key is named, never printed."""
-    lines = []
-    for entry in entries:
-        lines += ["[Peer]", "# %s" % entry["name"], "PublicKey = %s" % entry["public_key"],
-                  "AllowedIPs = %s" % ", ".join(entry["allowed_ips"])]
-        if entry.get("endpoint"):
-            lines.append("Endpoint = %s" % entry["endpoint"])
-        if entry.get("persistent_keepalive"):
-            lines.append("PersistentKeepalive = %d" % entry["persistent_keepalive"])
-        if entry.get("preshared_key"):
-            lines.append("# PresharedKey = (this peer's preshared key from kilo_peers)")
-        lines.append("")
-    return "\n".join(lines)
 
 
 def engine_options(args):
@@ -52,11 +37,9 @@ class ActionModule(KiloAction):
         sections = peer_config(nodes, peers, args["peer"], engine_options(args)) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed))
         if sections is not None:
-            # Like `kgctl showconf peer NAME`: what the peer itself needs, keys masked.
-            for entry in sections:
-                if entry.pop("preshared_key", None):
-                    entry["preshared_key"] = True
-            result.update(peer_config=sections, peer_conf=wireguard_sections(sections))
+            # Like `kgctl showconf peer NAME` (kilo.mesh.showconf): what the peer needs, keys masked.
+            sections = public_entries(sections)
+            result.update(peer_config=sections, peer_conf=wireguard_conf(sections))
         result.update(missing_result(missing))
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
         for plan in computed["plans"].values():

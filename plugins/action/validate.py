@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
+from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, check_topology, one_location_each
@@ -13,12 +15,14 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, c
 
 class ActionModule(KiloAction):
     _requires_connection = False
-    SCOPES = ("mesh", "inputs", "host", "key", "prepare")
+    SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run")
 
     def run_kilo(self, args, task_vars):
         hosts = task_vars["groups"].get(args["group"], [])
         # each host's variables, checked as that host's actions will read them
         per_host = dict((host, self.options_of(task_vars, source=host)) for host in hosts)
+        for host, opts in per_host.items():
+            to_int(opts["task_timeout"], host_subject(host), OPTIONS["task_timeout"]["var"], low=1)
         agree(per_host)
         groups = self.location_groups(task_vars, args["group"])
         one_location_each(groups, task_vars["hostvars"])

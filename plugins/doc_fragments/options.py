@@ -29,6 +29,7 @@ options:
   subnet:
     description:
       - Subnet the WireGuard IPs of the segments come from.
+      - M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way).
       - Defaults to the inventory variable C(kilo_subnet), then to the default below.
     type: str
     default: 10.4.0.0/16
@@ -36,6 +37,7 @@ options:
     description:
       - WireGuard UDP port, used for endpoints made from discovered addresses.
       - A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port.
+      - M(kilo.mesh.key) fails on a host where another process already holds the port.
       - Defaults to the inventory variable C(kilo_port), then to the default below.
     type: int
     default: 51820
@@ -176,6 +178,14 @@ options:
       - fail
       - replace
     default: fail
+  ssh_guard:
+    description:
+      - Fail, before anything changes, when the plan adds or replaces a main-table route that would carry this run's
+        own SSH connection (its client address, from C(SSH_CONNECTION)) into the mesh, and name that route.
+      - A route that is already in place (a controller that manages the hosts over the mesh as a peer) passes.
+      - Defaults to the inventory variable C(kilo_ssh_guard), then to the default below.
+    type: bool
+    default: true
   state:
     description:
       - V(absent) removes exactly what this collection owns on the host.
@@ -189,6 +199,21 @@ options:
 
     KEY = r"""
 options:
+  subnet:
+    description:
+      - Subnet the WireGuard IPs of the segments come from.
+      - M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way).
+      - Defaults to the inventory variable C(kilo_subnet), then to the default below.
+    type: str
+    default: 10.4.0.0/16
+  port:
+    description:
+      - WireGuard UDP port, used for endpoints made from discovered addresses.
+      - A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port.
+      - M(kilo.mesh.key) fails on a host where another process already holds the port.
+      - Defaults to the inventory variable C(kilo_port), then to the default below.
+    type: int
+    default: 51820
   interface:
     description:
       - Name of the WireGuard interface.
@@ -210,6 +235,12 @@ options:
     type: list
     elements: str
     default: []
+  force_internal_ip:
+    description:
+      - The host's internal IP as forced in the inventory (Kilo's C(force-internal-ip) annotation); V("") or V(-)
+        means none. M(kilo.mesh.key) warns when no interface of the host carries it.
+      - Defaults to the inventory variable C(kilo_force_internal_ip), then to the default below.
+    type: str
 """
 
     PREPARE = r"""
@@ -246,6 +277,18 @@ options:
     default:
       net.ipv4.ip_forward: 1
       net.ipv6.conf.all.forwarding: 1
+"""
+
+    RUN = r"""
+options:
+  task_timeout:
+    description:
+      - Seconds each remote task of the roles may take (Ansible's task C(timeout)). A host that stops answering
+        during a run fails after this long, the run goes on with the others, and its peers stay on every host. The
+        default covers a slow first package install.
+      - Defaults to the inventory variable C(kilo_task_timeout), then to the default below.
+    type: int
+    default: 300
 """
 
     PLAN = r"""

@@ -36,6 +36,7 @@ import socket
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import kernel_module_available
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
+from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import ssh_client_address
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 
 ROUTE_PROTO = 107
@@ -156,6 +157,7 @@ class NetStateBackend(Backend):
         # 'fail': a foreign route at one of our destinations is an error;
         # 'replace': take it over (Kilo's behaviour: it always replaces).
         self.route_conflict = settings["route_conflict"]
+        self.ssh_guard = settings.get("ssh_guard", True)
         self._ipr_class = None
 
     # ---------------------------------------------------------------- netlink helpers
@@ -342,6 +344,7 @@ class NetStateBackend(Backend):
                     private = {"name": links[idx]["name"], "mtu": links[idx]["mtu"]}
                     break
         ipip = tunl is not None
+        ssh = self._ssh_path(ipr, plan) if self.ssh_guard and plan else None
         if not ipip and plan and _tunnel_needed(plan):
             # side-effect free (modprobe -n), so check mode sees a host without IPIP too
             ipip = kernel_module_available("ipip")
@@ -358,7 +361,48 @@ class NetStateBackend(Backend):
             "foreign": sorted(foreign, key=lambda r: (r["table"], r["family"], r["dst"], r["proto"])),
             "private_device": private,
             "ipip": ipip,
+            "ssh": ssh,
         }
+
+    def _ssh_path(self, ipr, plan):
+        """Where this run's SSH client is reached now, when a main-table route of the plan covers
+        it: {client, prefixlen (of the best route to it now), ours}; else None. The main table
+        is read only in that case (rare: a peer with 0.0.0.0/0, a controller inside a pod CIDR)."""
+        client = ssh_client_address()
+        if client is None:
+            return None
+        ip = ipaddress.ip_address(client)
+        if not any(r["table"] == MAIN_TABLE and ip in ipaddress.ip_network(r["dst"]) for r in plan.get("routes") or []):
+            return None
+        family = _family(ip.version)
+        best = (-1, None)
+        for msg in self._dump(ipr, family, table=MAIN_TABLE, rtype=RTN_UNICAST):
+            if msg["type"] != RTN_UNICAST or msg["dst_len"] <= best[0] \
+                    or (msg.get_attr("RTA_TABLE") or msg["table"]) != MAIN_TABLE:
+                continue  # (a kernel without strict checking returns every table)
+            dst = msg.get_attr("RTA_DST") or ("0.0.0.0" if ip.version == 4 else "::")
+            if ip in ipaddress.ip_network("%s/%d" % (dst, msg["dst_len"]), strict=False):
+                best = (msg["dst_len"], msg["proto"])
+        return {"client": client, "prefixlen": best[0], "ours": best[1] == ROUTE_PROTO}
+
+    def _ssh_in_the_way(self, current, desired):
+        """Raise when a main-table route we add or replace would take over the path of this
+        run's SSH connection: the host would answer the controller through the mesh."""
+        ssh = current.get("ssh")
+        if not ssh or ssh["ours"]:
+            return  # no plan route covers the client, or its path already is ours
+        ip = ipaddress.ip_address(ssh["client"])
+        have = dict((route_key(r), r) for r in current["routes"])
+        for r in desired["routes"]:
+            net = ipaddress.ip_network(r["dst"])
+            old = have.get(route_key(r))
+            if r["table"] != MAIN_TABLE or ip not in net or (old and _route_attrs(old) == _route_attrs(r)):
+                continue
+            if net.prefixlen >= ssh["prefixlen"]:
+                raise NetStateError(
+                    "route %s would carry this run's SSH connection (from %s) into the mesh; keep the management"
+                    " network out of allowed IPs and pod CIDRs, add a more specific route to it, or set"
+                    " ssh_guard: false" % (route_str(r), ssh["client"]), desired.get("subject"), r.get("field"))
 
     # ---------------------------------------------------------------- Backend API
     def current(self, plan):
@@ -457,6 +501,7 @@ class NetStateBackend(Backend):
     def changes(self, current, desired):
         """What apply() would do; KiloError when a foreign route holds a destination of the plan
         and route_conflict is 'fail', so check mode fails where the real run would."""
+        self._ssh_in_the_way(current, desired)
         taken = {}
         for r, clash in self._foreign_in_the_way(current, desired):
             if self.route_conflict != "replace":

@@ -16,6 +16,7 @@ Scopes say who reads an option:
 * ``host``: the converge backends on each host.
 * ``key``: kilo.mesh.key (the key file and IP discovery).
 * ``prepare``: kilo.mesh.prepare (packages, sysctls, the firewall port).
+* ``run``: the playbooks and roles themselves (no module reads them).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,6 +29,8 @@ DEFAULT_INTERFACE = "kilo0"
 DEFAULT_PORT = 51820
 DEFAULT_KEY_PATH = "/var/lib/kilo/key"
 DEFAULT_SUBNET = "10.4.0.0/16"
+# Seconds a remote task may take: covers a slow first package install, bounds a dark host.
+DEFAULT_TASK_TIMEOUT = 300
 
 
 def _option(name, scopes, type, description, default=None, var="", **extra):
@@ -47,11 +50,14 @@ OPTIONS = dict([
         "V(cross) - every node links over WireGuard to every node in other locations; no WireGuard inside"
         " a location, whose members reach each other over their private network."],
         default="location", choices=["location", "full", "cross"]),
-    _option("subnet", ("mesh",), "str", ["Subnet the WireGuard IPs of the segments come from."],
-            default=DEFAULT_SUBNET),
-    _option("port", ("mesh",), "int", [
+    _option("subnet", ("mesh", "key"), "str", [
+        "Subnet the WireGuard IPs of the segments come from.",
+        "M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way)."],
+        default=DEFAULT_SUBNET),
+    _option("port", ("mesh", "key"), "int", [
         "WireGuard UDP port, used for endpoints made from discovered addresses.",
-        "A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port."],
+        "A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port.",
+        "M(kilo.mesh.key) fails on a host where another process already holds the port."],
         default=DEFAULT_PORT),
     _option("interface", ("mesh", "host", "key"), "str", ["Name of the WireGuard interface."],
             default=DEFAULT_INTERFACE),
@@ -104,6 +110,12 @@ OPTIONS = dict([
         "V(fail) stops with a message naming the route, in check mode too, before anything changes;"
         " V(replace) takes the route over, as Kilo does."],
         default="fail", choices=["fail", "replace"]),
+    _option("ssh_guard", ("host",), "bool", [
+        "Fail, before anything changes, when the plan adds or replaces a main-table route that would carry"
+        " this run's own SSH connection (its client address, from C(SSH_CONNECTION)) into the mesh, and"
+        " name that route.",
+        "A route that is already in place (a controller that manages the hosts over the mesh as a peer) passes."],
+        default=True),
     _option("state", ("host",), "str", ["V(absent) removes exactly what this collection owns on the host."],
             default="present", choices=["present", "absent"]),
     # --- key: kilo.mesh.key -------------------------------------------------------------------
@@ -112,6 +124,9 @@ OPTIONS = dict([
         " a management NIC whose address Kilo's rules would count as public.",
         "C(tunl0) and the WireGuard interface are always ignored."],
         default=[], elements="str", var="kilo_discovery_ignore_interfaces"),
+    _option("force_internal_ip", ("key",), "str", [
+        "The host's internal IP as forced in the inventory (Kilo's C(force-internal-ip) annotation);"
+        " V(\"\") or V(-) means none. M(kilo.mesh.key) warns when no interface of the host carries it."]),
     # --- prepare: kilo.mesh.prepare --------------------------------------------------------------
     _option("install_packages", ("prepare",), "bool", [
         "Install WireGuard tools, a userspace WireGuard where the kernel lacks the module, and the"
@@ -122,9 +137,15 @@ OPTIONS = dict([
         default=True, var="wireguard_open_port"),
     _option("sysctls", ("prepare",), "dict", ["Sysctls to set now and at boot (forwarding: a leader routes between locations)."],
             default={"net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1}, var="wireguard_sysctls"),
+    # --- run: read by the playbooks and roles ------------------------------------------------
+    _option("task_timeout", ("run",), "int", [
+        "Seconds each remote task of the roles may take (Ansible's task C(timeout)). A host that stops"
+        " answering during a run fails after this long, the run goes on with the others, and its peers"
+        " stay on every host. The default covers a slow first package install."],
+        default=DEFAULT_TASK_TIMEOUT),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run")
 
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
@@ -175,14 +196,14 @@ ROLES = {
             "Runs M(kilo.mesh.key) and then M(kilo.mesh.join) on each host. Every option is read from the"
             " inventory variable named here (Kilo's default otherwise); the roles have no defaults of their own.",
             "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
-        "scopes": ("mesh", "inputs", "host", "key"),
+        "scopes": ("mesh", "inputs", "host", "key", "run"),
     },
     "wireguard": {
         "short": "Prepare a host for kilo.mesh - WireGuard, Python libraries, forwarding, UDP port",
         "description": [
             "Runs M(kilo.mesh.prepare) (probe, sysctls, firewall port) and installs what is missing.",
             "Supports Debian/Ubuntu (apt), EL 9 (dnf; pyroute2 comes from EPEL) and Arch (pacman)."],
-        "scopes": ("prepare",),
+        "scopes": ("prepare", "run"),
     },
 }
 

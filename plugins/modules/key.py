@@ -23,6 +23,10 @@ description:
     exists, the endpoints WireGuard learned for its peers (for NAT traversal).
   - This is the first step of a mesh run; its results feed the topology engine on the
     controller (see M(kilo.mesh.join) and M(kilo.mesh.topology)).
+  - Checks what only the host can tell, before any converge call changes it, in check mode too -
+    it fails when an address of another interface overlaps O(subnet) or when another process (or
+    another kernel WireGuard interface) holds O(port); it warns when no interface carries
+    O(force_internal_ip).
 extends_documentation_fragment:
   - kilo.mesh.options.key
 notes:
@@ -131,6 +135,7 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import host_problems
 from ansible_collections.kilo.mesh.plugins.module_utils.keys import ensure_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 
@@ -153,10 +158,17 @@ def run_module():
         ips = discovery.choose_ips(host, hostname=socket.gethostname(),
                                    ignore_interfaces=list(p["ignore_interfaces"]) + [p["interface"]])
         mtu = discovery.default_route_mtu(host)
+        errors, warnings = host_problems(host, p["interface"], p["subnet"], p["port"], p["force_internal_ip"])
     except ImportError as e:
         module.fail_json(msg="IP discovery needs pyroute2 on the host: %s" % e)
     except (OSError, ValueError) as e:  # netlink errors: say what failed, not a traceback
         module.fail_json(msg="IP discovery: %s: %s" % (type(e).__name__, e))
+
+    for warning in warnings:
+        module.warn(warning)
+    if errors:
+        # before the converge call: nothing of the mesh changed on this host yet
+        module.fail_json(msg="; ".join(errors), public_key=key["public_key"])
 
     discovered = {}
     try:

@@ -27,6 +27,7 @@ extends_documentation_fragment:
   - kilo.mesh.options.host
   - kilo.mesh.options.key
   - kilo.mesh.options.prepare
+  - kilo.mesh.options.run
 attributes:
   check_mode:
     support: full

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec
 
 
@@ -91,6 +91,18 @@ class KiloAction(ActionBase):
         """(found, value) of inventory variable ``name`` of ``host``, templated."""
         found = self.variables(task_vars, host, [name])
         return (True, found[name]) if name in found else (False, None)
+
+    def listen_port(self, args, task_vars):
+        """The UDP port this host's WireGuard listens on: the task's port, else the port of the
+        host's kilo_force_endpoint (the engine makes the host listen there), else ``args["port"]``
+        (kilo_port or the default, as the option table filled it)."""
+        if "port" in self._task.args:
+            return args["port"]
+        host = task_vars.get("inventory_hostname")
+        found, endpoint = self.variable(task_vars, host, "kilo_force_endpoint")
+        if found and endpoint is not None and str(endpoint).strip():
+            return split_endpoint(str(endpoint), host_subject(host), "kilo_force_endpoint")[1]
+        return args["port"]
 
     @staticmethod
     def mesh_group(task_vars, given=None):

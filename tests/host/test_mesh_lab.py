@@ -7,6 +7,7 @@ Tests run in file order and share one lab (each builds on the state the previous
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -214,3 +215,58 @@ def test_management_address_is_kept_out_by_ignoring_it_or_by_pinning_endpoints(l
     for h in lab.hosts:
         dump = lab.run(h, ["wg", "show", "kilo0", "endpoints"]).stdout
         assert "198.18." not in dump, (h, dump)
+
+
+def test_host_checks_fail_the_host_before_its_converge_changes_anything(lab):
+    """Port held by another process and a LAN inside the WireGuard subnet: found by the key
+    call, the host fails with both named, and nothing of the mesh is made on it."""
+    host = sorted(lab.hosts)[0]
+    playbook(lab, "--limit", host, "-e", "kilo_state=absent")
+    # the holder's PID is the one inside the host's PID namespace (kill runs there too)
+    holder = sh(lab, host, "python3 -c 'import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
+                           " s.bind((\"0.0.0.0\", 51820)); time.sleep(300)' >/dev/null 2>&1 & echo $!").stdout.strip()
+    sh(lab, host, "ip addr add 10.4.200.1/24 dev lo")
+    try:
+        out = playbook(lab, "--limit", host, expect_rc=2)
+        assert "kilo_subnet: 10.4.0.0/16 overlaps a network this host is on (10.4.200.1/24 on lo)" in out, out[-3000:]
+        assert "kilo_port: UDP port 51820 is already in use by python3 (pid" in out, out[-3000:]
+        assert recap(out)[host]["failed"] == 1
+        assert sh(lab, host, "ip link show kilo0").returncode != 0
+        assert sh(lab, host, "ip route show proto 107 table all").stdout.strip() == ""
+    finally:
+        sh(lab, host, "kill %s; while kill -0 %s 2>/dev/null; do sleep 0.1; done" % (holder, holder))
+        sh(lab, host, "ip addr del 10.4.200.1/24 dev lo")
+    assert recap(playbook(lab, "--limit", host))[host]["changed"] > 0
+    foreign_intact(lab, host)
+
+
+def test_a_host_gone_dark_mid_run_is_bounded_and_keeps_its_peers(lab):
+    """SSH control connection open, then the host drops every SSH packet: without a bound the
+    run hangs for TCP's retransmission time (15 min); kilo_task_timeout ends it."""
+    leaders = [h for h in sorted(lab.hosts) if wg_peers(lab, h)]
+    dark = leaders[-1]
+    before = dict((h, wg_peers(lab, h)) for h in leaders)
+    playbook(lab)  # opens (refreshes) Ansible's SSH control connections
+    sh(lab, dark, "nft add table inet kldark && nft add chain inet kldark c '{ type filter hook input priority -10; }'"
+                  " && nft add rule inet kldark c tcp dport 22 drop")
+    try:
+        started = time.monotonic()
+        # rc 2 (failed: the task timed out) or 4 (unreachable), depending on where it hung
+        argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory,
+                os.path.join(REPO, "playbooks", "site.yml"), "-e", "kilo_task_timeout=20"]
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                   ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+        proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              check=False, timeout=280)  # a hang detector, not a speed goal
+        elapsed = time.monotonic() - started
+        out = proc.stdout
+        print("dark host: run ended after %.1f s (kilo_task_timeout=20), rc %d" % (elapsed, proc.returncode))
+        assert proc.returncode in (2, 4), out[-3000:]
+    finally:
+        sh(lab, dark, "nft delete table inet kldark")
+    counts = recap(out)
+    assert counts[dark]["failed"] + counts[dark]["unreachable"] == 1, counts
+    for h in leaders:
+        if h != dark:
+            assert counts[h]["failed"] == 0 and counts[h]["changed"] == 0, counts[h]
+        assert wg_peers(lab, h) == before[h], h

@@ -367,3 +367,31 @@ def test_kernel_filters_route_reads(netns, python):
     assert again["dumps"] == [[2, 0, 107, 5], [10, 0, 107, 1]]  # no foreign dump at all
     assert len(again["routes"]) == 6 and "10.1.0.2/32 via 10.1.0.2 dev knpriv onlink src 10.1.0.1 table 1107" \
         in again["routes"]
+
+
+def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypatch):
+    """The client of this run's SSH connection (SSH_CONNECTION, read by the backend) sits in a
+    plan route's destination: the run fails before any change, naming the route; a more
+    specific route to the client, ssh_guard: false, or the route already ours let it pass."""
+    ns = netns()
+    monkeypatch.setenv("SSH_CONNECTION", "10.9.0.7 40000 10.1.0.1 22")
+    for ops in (["check"], ["apply"]):
+        out = run_backend(ns, leader_plan(), ops)
+        assert out.get("error") == (
+            "host 'a': plan.routes[2]: route 10.9.0.0/24 dev kilo0 src 10.1.0.1 table main would carry this run's"
+            " SSH connection (from 10.9.0.7) into the mesh; keep the management network out of allowed IPs and"
+            " pod CIDRs, add a more specific route to it, or set ssh_guard: false"), out
+        assert routes(ns) == [] and global_addresses(ns) == []
+    # a client outside every plan route: no check, no main-table read
+    monkeypatch.setenv("SSH_CONNECTION", "198.18.0.1 40000 10.1.0.1 22")
+    assert "error" not in run_backend(ns, leader_plan(), ["check"])
+    # the management path is more specific than the plan's route: it stays where it is
+    monkeypatch.setenv("SSH_CONNECTION", "10.9.0.7 40000 10.1.0.1 22")
+    sh("ip", "-n", ns, "route", "add", "10.9.0.0/28", "dev", "knpriv", "proto", "static")
+    assert "error" not in run_backend(ns, leader_plan(), ["check"])
+    sh("ip", "-n", ns, "route", "del", "10.9.0.0/28", "dev", "knpriv")
+    # switched off, the route goes in; the next run finds the path already ours and passes
+    out = run_backend(ns, leader_plan(), ["apply"], settings={"interface": "kilo0", "ssh_guard": False})
+    assert "error" not in out, out
+    out = run_backend(ns, leader_plan(), ["check"])
+    assert "error" not in out and out["check"] == [], out
