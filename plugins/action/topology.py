@@ -31,6 +31,12 @@ class ActionModule(KiloAction):
 
     def run_kilo(self, args, task_vars):
         nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
+        if args["leader_health"]:
+            # hosts of the play that failed or went unreachable before this step
+            down = set(task_vars.get("ansible_play_hosts_all") or []) - set(task_vars.get("ansible_play_hosts") or [])
+            for node in nodes:
+                if node["name"] in down:
+                    node["healthy"] = False
         if args["save_plans"]:
             return self.save_plans(args, task_vars, nodes, peers, fresh, missing, registry)
         computed = build_plans(nodes, peers, engine_options(args))

@@ -87,8 +87,14 @@ OPTIONS = dict([
     _option("nodes", ("inputs",), "list", [
         "The nodes, instead of the inventory. Each has C(name), C(location), C(endpoint) (V(host:port)),"
         " C(internal_ip) (CIDR or null), C(pod_cidr) (CIDR or null), C(public_key), C(leader),"
-        " C(persistent_keepalive), C(allowed_location_ips) and C(discovered_endpoints) (public key to V(ip:port))."],
+        " C(persistent_keepalive), C(allowed_location_ips), C(discovered_endpoints) (public key to V(ip:port))"
+        " and C(healthy) (false: not chosen as leader while a healthy node of the location can lead)."],
         elements="dict", var=None),
+    _option("leader_health", ("inputs",), "bool", [
+        "Beyond Kilo (its issue 489: a leader that is up but cannot forward blackholes its location):"
+        " a host of the play that failed or became unreachable earlier in this run is not chosen as"
+        " leader when another node of its location can lead. Off by default, as Kilo chooses."],
+        default=False),
     _option("facts_var", ("inputs",), "str", ["Name of the registered result of M(kilo.mesh.key) on each host."],
             default="kilo_host", var=None),
     # --- host: the converge backends --------------------------------------------------------

@@ -67,8 +67,14 @@ from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import To
 def find_leader(members):
     """Index of the leader: hinted+public, else hinted, else public, else first (Kilo's order).
 
-    Beyond Kilo: members without an endpoint are never chosen (Kilo never sees them).
+    Beyond Kilo: members without an endpoint are never chosen (Kilo never sees them), and
+    members marked unhealthy only when no healthy member has an endpoint (every node is
+    healthy unless kilo_leader_health marked it, so Kilo's choice is unchanged by default).
     """
+    healthy = [node.healthy for node in members]
+    if not all(healthy) and any(ok and node.endpoint is not None for ok, node in zip(healthy, members)):
+        index = find_leader([node for node in members if node.healthy])
+        return [i for i, ok in enumerate(healthy) if ok][index]
     hinted = public = None
     for i, node in enumerate(members):
         if node.endpoint is None:

@@ -129,7 +129,7 @@ class Node(object):
     """One parsed node; strings are normalised once here."""
 
     __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
-                 "internal_ip_str", "internal_host_cidr", "pod", "pod_str", "key", "leader_hint",
+                 "internal_ip_str", "internal_host_cidr", "pod", "pod_str", "key", "leader_hint", "healthy",
                  "keepalive", "alips", "discovered", "segment", "index")
 
 
@@ -160,6 +160,8 @@ def parse_node(item, index, default_port):
         node.pod_str = str(node.pod)
     node.key = parse_key(item.get("public_key"), subject, "public_key")
     node.leader_hint = to_bool(item.get("leader"), subject, "leader")
+    # beyond Kilo (opt-in, kilo_leader_health): a node known to be down this run leads no one
+    node.healthy = to_bool(item.get("healthy"), subject, "healthy", default=True)
     node.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
     node.alips = parse_network_list(item.get("allowed_location_ips"), subject, "allowed_location_ips")
     discovered = item.get("discovered_endpoints") or {}

@@ -36,11 +36,23 @@ def leaders(result):
 
 # --- leader choice ------------------------------------------------------------------------------
 
-def leader_mesh(*specs):
+def leader_mesh(*specs, **healthy):
     nodes = []
     for i, (name, endpoint, hint) in enumerate(specs):
         nodes.append(node(name, "x", "10.0.0.%d/24" % (i + 1), "10.2.%d.0/24" % i, endpoint, i + 1, leader=hint))
+        if name in healthy:
+            nodes[-1]["healthy"] = healthy[name]
     return leaders(build_plans(nodes, []))["location:x"]
+
+
+def test_leader_health_passes_over_a_node_down_this_run_while_another_can_lead():
+    specs = (("n1", "10.0.0.1:51820", False), ("n2", "203.0.113.2:51820", True), ("n3", "203.0.113.3:51820", False))
+    assert leader_mesh(*specs) == "n2"
+    assert leader_mesh(*specs, n2=False) == "n3"  # Kilo's order among the healthy ones
+    assert leader_mesh(*specs, n2=False, n3=False) == "n1"
+    # nobody healthy with an endpoint: Kilo's choice, as without the option
+    assert leader_mesh(*specs, n1=False, n2=False, n3=False) == "n2"
+    assert leader_mesh(("n1", None, False), ("n2", "203.0.113.2:51820", False), n2=False) == "n2"
 
 
 def test_leader_hinted_and_public_wins():

@@ -1,0 +1,77 @@
+"""Leader health (kilo_leader_health, beyond Kilo): a location's leader goes dark (no SSH, no
+forwarding); a run with the option moves the lead to the other node of its location and traffic
+across locations flows again; without it the dark leader keeps leading and traffic stays cut.
+
+Own lab (prefix klf): 2 locations x 2 hosts, both hosts of a location public, so either can lead.
+"""
+import os
+import time
+
+import pytest
+
+from lab.lab import Lab
+from sitetools import recap, site
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the lab")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    lab = Lab("klf")
+    lab.down()
+    lab.up(2, 2, 2)
+    registry = os.path.join(lab.state_dir, "kilo-registry.json")
+    if os.path.exists(registry):
+        os.remove(registry)
+    yield lab
+    lab.down()
+    if os.path.exists(registry):
+        os.remove(registry)
+
+
+def leads(lab, host):
+    return bool(lab.run(host, ["wg", "show", "kilo0", "peers"]).stdout.strip())
+
+
+def reaches(lab, src, dst_ip, tries=5):
+    for dummy in range(tries):
+        if lab.run(src, ["ping", "-c", "2", "-i", "0.3", "-W", "2", "-q", dst_ip]).returncode == 0:
+            return True
+        time.sleep(1)
+    return False
+
+
+def test_a_dark_leader_loses_the_lead_to_a_healthy_node_of_its_location(lab):
+    assert all(c["failed"] == 0 for c in recap(site(lab.inventory)).values())
+    by_location = {}
+    for name, h in sorted(lab.hosts.items()):
+        by_location.setdefault(h["location"], []).append(name)
+    here, there = sorted(by_location)
+    leader = [h for h in by_location[here] if leads(lab, h)]
+    assert len(leader) == 1, leader
+    leader = leader[0]
+    mate = [h for h in by_location[here] if h != leader][0]
+    remote = by_location[there][-1]
+    remote_ip = lab.hosts[remote]["lan_ip"]
+    assert reaches(lab, mate, remote_ip)
+
+    # dark: no SSH and no forwarding (its WireGuard interface is gone, wireguard-go with it)
+    lab.run(leader, ["sh", "-c", "ip link set mgmt0 down; ip link del kilo0"], check=True)
+    try:
+        # without the option the registry keeps the dark leader leading: still cut off
+        counts = recap(site(lab.inventory, expect_rc=4))
+        assert counts[leader]["unreachable"] == 1
+        assert not leads(lab, mate) and not reaches(lab, mate, remote_ip, tries=2)
+
+        counts = recap(site(lab.inventory, "-e", "kilo_leader_health=true", expect_rc=4))
+        assert counts[leader]["unreachable"] == 1
+        assert counts[mate]["changed"] > 0 and counts[mate]["failed"] == 0, counts
+        assert leads(lab, mate)
+        assert reaches(lab, mate, remote_ip) and reaches(lab, remote, lab.hosts[mate]["lan_ip"])
+    finally:
+        lab.run(leader, ["ip", "link", "set", "mgmt0", "up"])
+    # back: Kilo's choice again, and every host converges
+    counts = recap(site(lab.inventory))
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
+    assert leads(lab, leader) and not leads(lab, mate)
+    assert reaches(lab, mate, remote_ip)
