@@ -108,6 +108,8 @@ def _value(kind, value, subject, field):
     if kind == "network":
         return _network(value, subject, field)
     if kind == "destinations":
+        if isinstance(value, (list, tuple)) and not value:
+            raise KiloError("an empty list of destinations", subject, field)
         return _value("networks", value if isinstance(value, (list, tuple)) else [value], subject, field)
     if kind == "networks":
         if not isinstance(value, (list, tuple)):

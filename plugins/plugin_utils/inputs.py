@@ -170,6 +170,13 @@ def update_registry(path, fresh):
     """
     if not fresh:
         return False
+    try:
+        return _merge_registry(path, fresh)
+    except OSError as e:
+        raise InputError("cannot write it: %s" % e, "registry %s" % path)
+
+
+def _merge_registry(path, fresh):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     with open(path + ".lock", "a") as lock:

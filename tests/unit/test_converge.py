@@ -99,6 +99,7 @@ def test_bad_interface_setting_is_refused():
     ("peers", [{"name": "p", "public_key": KEY, "allowed_ips": [], "endpoint": "1.2.3.4"}], "plan.peers[0].endpoint"),
     ("routes", [{"dst": "10.0.0.0/8", "device": "eth0", "gateway": "fd00::1"}], "plan.routes[0]"),
     ("rules", [{"table": 1107}], "plan.rules[0]"),
+    ("routes", [{"dst": [], "device": "eth0"}], "plan.routes[0].dst"),
     ("rules", [{"src": "10.0.0.0/8", "table": 254}], "plan.rules[0].table"),
     ("firewall", {"nat_sources": ["bogus"]}, "plan.firewall.nat_sources[0]"),
     ("interface", "wg1", "plan.interface"),

@@ -110,6 +110,15 @@ def test_a_broken_registry_is_a_clear_error(tmp_path):
     assert str(path) in str(e.value)
 
 
+def test_a_registry_that_cannot_be_written_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    path = str(blocker / "kilo-registry.json")  # its directory is a file
+    with pytest.raises(inputs.InputError) as e:
+        inputs.update_registry(path, {"a": {"public_key": "k"}})
+    assert str(e.value).startswith("registry %s: cannot write it:" % path), str(e.value)
+
+
 def test_locations_never_collapse_silently_without_the_inventory():
     hostvars = FakeHostvars({"a": {"kilo_host": dict(FACTS)}, "b": {"kilo_location": "y", "kilo_host": dict(FACTS)}})
     with pytest.raises(inputs.InputError) as e:
