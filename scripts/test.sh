@@ -12,6 +12,7 @@ stages=(
   "sanity|bash scripts/sanity.sh"
   "lint|.venv/bin/ansible-lint --profile production -q"
   "hosts|.venv/bin/python -m pytest -q -p no:cacheprovider tests/lab tests/host"
+  "kubernetes|KILO_REQUIRE_KUBE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kube"
   "kernel-vm|bash tests/vm/run.sh tests/vm/kernel_backend_check.py"
   "kernel-vm-debian-pyroute2|bash tests/vm/run.sh --pyroute2 debian tests/vm/kernel_backend_check.py"
   "converge-vm-ipip|bash tests/vm/run.sh --pyroute2 debian tests/vm/converge_check.py"
