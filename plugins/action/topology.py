@@ -16,7 +16,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_pl
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
+    mesh_inputs, missing_result, stale_leaders, update_registry)
 
 
 def engine_options(args):
@@ -32,11 +33,7 @@ class ActionModule(KiloAction):
     def run_kilo(self, args, task_vars):
         nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
         if args["leader_health"]:
-            # hosts of the play that failed or went unreachable before this step
-            down = set(task_vars.get("ansible_play_hosts_all") or []) - set(task_vars.get("ansible_play_hosts") or [])
-            for node in nodes:
-                if node["name"] in down:
-                    node["healthy"] = False
+            self.mark_down(args, task_vars, nodes)
         if args["save_plans"]:
             return self.save_plans(args, task_vars, nodes, peers, fresh, missing, registry)
         computed = build_plans(nodes, peers, engine_options(args))
@@ -51,6 +48,22 @@ class ActionModule(KiloAction):
         for plan in computed["plans"].values():
             plan_store.split_preshared_keys(plan)
         return result
+
+    def mark_down(self, args, task_vars, nodes):
+        """kilo_leader_health: hosts of the play that failed or went unreachable before this
+        step, and (with a handshake bound) those whose tunnels to every other node are stale."""
+        down = set(task_vars.get("ansible_play_hosts_all") or []) - set(task_vars.get("ansible_play_hosts") or [])
+        if args["leader_handshake_timeout"] > 0:
+            reported = {}
+            for host in task_vars.get("ansible_play_hosts") or []:
+                found, result = self.variable(task_vars, host, args["facts_var"])
+                if found and isinstance(result, dict):
+                    reported[host] = result.get("handshakes")
+            keys = set(node["public_key"] for node in nodes if node.get("public_key"))
+            down |= stale_leaders(reported, keys, args["leader_handshake_timeout"])
+        for node in nodes:
+            if node["name"] in down:
+                node["healthy"] = False
 
     def save_plans(self, args, task_vars, nodes, peers, fresh, missing, registry):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""

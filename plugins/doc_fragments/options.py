@@ -122,6 +122,16 @@ options:
       - Defaults to the inventory variable C(kilo_leader_health), then to the default below.
     type: bool
     default: false
+  leader_handshake_timeout:
+    description:
+      - With C(leader_health) - a host whose latest WireGuard handshakes with every other node it peers with (as
+        reported by M(kilo.mesh.key) in this run) are older than this many seconds, or never happened, counts as
+        down too. V(0) turns this test off.
+      - 'Set persistent keepalive on the nodes (C(kilo_persistent_keepalive)) when using it: without traffic WireGuard
+        does not handshake, and an idle healthy leader would look stale.'
+      - Defaults to the inventory variable C(kilo_leader_handshake_timeout), then to the default below.
+    type: int
+    default: 0
   facts_var:
     description:
       - Name of the registered result of M(kilo.mesh.key) on each host.

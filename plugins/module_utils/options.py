@@ -95,6 +95,13 @@ OPTIONS = dict([
         " a host of the play that failed or became unreachable earlier in this run is not chosen as"
         " leader when another node of its location can lead. Off by default, as Kilo chooses."],
         default=False),
+    _option("leader_handshake_timeout", ("inputs",), "int", [
+        "With C(leader_health) - a host whose latest WireGuard handshakes with every other node it peers"
+        " with (as reported by M(kilo.mesh.key) in this run) are older than this many seconds, or never"
+        " happened, counts as down too. V(0) turns this test off.",
+        "Set persistent keepalive on the nodes (C(kilo_persistent_keepalive)) when using it: without"
+        " traffic WireGuard does not handshake, and an idle healthy leader would look stale."],
+        default=0),
     _option("facts_var", ("inputs",), "str", ["Name of the registered result of M(kilo.mesh.key) on each host."],
             default="kilo_host", var=None),
     # --- host: the converge backends --------------------------------------------------------

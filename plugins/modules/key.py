@@ -123,6 +123,11 @@ discovered_endpoints:
   returned: always
   type: dict
   sample: {"kXp0...=": "198.51.100.7:40112"}
+handshakes:
+  description: Seconds since the latest handshake with each peer of the WireGuard interface (null - never); empty without the interface.
+  returned: always
+  type: dict
+  sample: {"kXp0...=": 42}
 msg:
   description: What happened to the key.
   returned: always
@@ -131,6 +136,7 @@ msg:
 """
 
 import socket
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -170,18 +176,25 @@ def run_module():
         # before the converge call: nothing of the mesh changed on this host yet
         module.fail_json(msg="; ".join(errors), public_key=key["public_key"])
 
-    discovered = {}
+    discovered, handshakes = {}, {}
     try:
         from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
         from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
-        discovered = WireGuardBackend(host_settings({"interface": p["interface"]})).discovered_endpoints()
+        backend = WireGuardBackend(host_settings({"interface": p["interface"]}))
+        current = backend.current()
+        discovered = backend.discovered_endpoints(current)
+        now = time.time()
+        # seconds since each peer's latest handshake (None: never), for kilo_leader_health
+        handshakes = dict((peer["public_key"], int(now - peer["latest_handshake"]) if peer.get("latest_handshake") else None)
+                          for peer in current.get("peers", []))
     except Exception as e:  # reading is best effort: a broken interface must not block keys
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
 
     module.exit_json(changed=key["changed"], msg=key["msg"], public_key=key["public_key"],
                      pending=bool(key.get("pending")),
                      internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
-                     candidates=ips["candidates"], mtu=mtu, discovered_endpoints=discovered)
+                     candidates=ips["candidates"], mtu=mtu, discovered_endpoints=discovered,
+                     handshakes=handshakes)
 
 
 def main():

@@ -197,6 +197,17 @@ def _merge_registry(path, fresh):
         return changed
 
 
+def stale_leaders(handshakes_by_host, node_keys, bound):
+    """Hosts whose handshakes with every node they peer with are older than ``bound`` seconds
+    (or never happened); hosts without node peers (non-leaders) are not judged."""
+    out = set()
+    for host, handshakes in handshakes_by_host.items():
+        ages = [age for key, age in (handshakes or {}).items() if key in node_keys]
+        if ages and all(age is None or age > bound for age in ages):
+            out.add(host)
+    return out
+
+
 def missing_warning(missing):
     return "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing)
 

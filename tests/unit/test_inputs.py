@@ -137,3 +137,16 @@ def test_disagreeing_peers_never_show_their_keys():
     assert secret not in str(e.value)
     with pytest.raises(KiloError, match="'10.9.0.0/16' here, '10.4.0.0/16' on host 'h1'"):
         agree({"h1": {"subnet": "10.4.0.0/16"}, "h2": {"subnet": "10.9.0.0/16"}})
+
+
+def test_stale_leaders_are_those_with_only_old_or_no_handshakes_with_nodes():
+    keys = {"A", "B", "C"}
+    reported = {
+        "fresh": {"A": 30, "B": 900},          # one live tunnel to another node is enough
+        "stale": {"A": 900, "B": None},         # every node tunnel old or never
+        "peer-only": {"laptop": 5},             # outside peers do not count; no node peers: not judged
+        "follower": {},                         # a non-leader has no peers
+        "unreported": None,
+    }
+    assert inputs.stale_leaders(reported, keys, 300) == {"stale"}
+    assert inputs.stale_leaders(reported, keys, 1000) == set()
