@@ -12,6 +12,8 @@ APT_PACKAGES=(
   python3-pyroute2 python3-cryptography python3-yaml python3-apt
   # the kernel-backend test VM
   qemu-system-x86 debootstrap cpio zstd xz-utils kmod
+  # the real CNI plugins (bridge, host-local, loopback) for the CNI test
+  containernetworking-plugins
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
