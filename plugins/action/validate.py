@@ -6,11 +6,16 @@
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
-from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, to_int
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, check_topology, one_location_each
+
+
+# A live tunnel handshakes every 120 s (WireGuard's REKEY_AFTER_TIME); anything shorter than
+# this would call healthy leaders stale between two handshakes.
+MIN_HANDSHAKE_BOUND = 180
 
 
 class ActionModule(KiloAction):
@@ -23,6 +28,11 @@ class ActionModule(KiloAction):
         per_host = dict((host, self.options_of(task_vars, source=host)) for host in hosts)
         for host, opts in per_host.items():
             to_int(opts["task_timeout"], host_subject(host), OPTIONS["task_timeout"]["var"], low=1)
+            bound = opts["leader_handshake_timeout"]
+            if 0 < bound < MIN_HANDSHAKE_BOUND:
+                raise KiloError("%d s is below WireGuard's rekey interval (a live tunnel handshakes every 120 s);"
+                                " use 0 (off) or at least %d" % (bound, MIN_HANDSHAKE_BOUND),
+                                host_subject(host), OPTIONS["leader_handshake_timeout"]["var"])
         agree(per_host)
         groups = self.location_groups(task_vars, args["group"])
         one_location_each(groups, task_vars["hostvars"])

@@ -117,10 +117,14 @@ def _environ(pid, proc="/proc"):
 def ssh_client_address(environ=None, proc="/proc", depth=8):
     """The address this run's SSH connection comes from (SSH_CONNECTION's first field), or None.
 
-    become (sudo) drops SSH_CONNECTION from the module's environment, so the ancestors'
-    environments are read too (root may read them)."""
-    value = (os.environ if environ is None else environ).get("SSH_CONNECTION")
+    become (sudo) drops SSH_CONNECTION from the module's environment, so under sudo (SUDO_USER
+    set) the ancestors' environments are read too (root may read them); without become an
+    ancestor's SSH_CONNECTION would be someone else's session (a local connection, a CI agent)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("SSH_CONNECTION")
     pid = os.getpid()
+    if "SSH_CONNECTION" in environ or not environ.get("SUDO_USER"):
+        depth = 0  # set here (also empty: "none"), or no become in between: ancestors are not ours
     while not value and depth > 0:
         depth -= 1
         try:

@@ -50,6 +50,9 @@ CASES = [
     ("allowed location IP that is not a CIDR", {"home-2": {"kilo_allowed_location_ips": ["nope"]}},
      "host 'home-2': kilo_allowed_location_ips: 'nope' is not a CIDR"),
     ("host in two location groups", {"two-groups": {}}, "host 'gcp-1': location: in location groups aws, gcp"),
+    ("task timeout below one second", {"kilo": {"kilo_task_timeout": 0}}, "host 'aws-1': kilo_task_timeout: 0 out of range"),
+    ("handshake bound shorter than WireGuard's rekey", {"kilo": {"kilo_leader_handshake_timeout": 60}},
+     "host 'aws-1': kilo_leader_handshake_timeout: 60 s is below WireGuard's rekey interval"),
 ]
 
 

@@ -231,7 +231,7 @@ def test_secrets_never_leak(lab, tmp_path):
     places.update(read_tree(local_tmp))
     for host in lab.hosts:  # what the modules logged on the hosts
         places["%s:/var/log" % host] = lab.run(host, ["sh", "-c", "find /var/log -type f -mmin -30 -exec cat {} +;"
-                                                      " journalctl -q 2>/dev/null; true"], errors="replace").stdout
+                                                      " journalctl -q --since -30min 2>/dev/null; true"], errors="replace").stdout
     found = dict((where, leaks(secrets, text)) for where, text in places.items())
     assert not any(found.values()), dict((k, v) for k, v in found.items() if v)
 

@@ -64,7 +64,15 @@ def test_ssh_client_address_of_an_ancestor_when_become_dropped_it():
     """sudo drops SSH_CONNECTION; the shell above it still has it."""
     code = ("import sys; sys.path.insert(0, %r); from ansible_collections.kilo.mesh.plugins.module_utils import "
             "host_checks; print(host_checks.ssh_client_address())" % COLLECTIONS)
-    inner = "env -u SSH_CONNECTION %s -c %s; true" % (sys.executable, shlex.quote(code))
-    out = subprocess.run(["env", "SSH_CONNECTION=198.18.3.4 5000 198.18.0.2 22", "sh", "-c", inner],
-                         check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
-    assert out == "198.18.3.4"
+
+    def run(become):
+        inner = "env -u SSH_CONNECTION %s %s -c %s; true" % ("SUDO_USER=someone" if become else "", sys.executable,
+                                                             shlex.quote(code))
+        env = dict((k, v) for k, v in os.environ.items() if k not in ("SSH_CONNECTION", "SUDO_USER"))
+        env["SSH_CONNECTION"] = "198.18.3.4 5000 198.18.0.2 22"
+        return subprocess.run(["sh", "-c", inner], env=env, check=True, stdout=subprocess.PIPE,
+                              universal_newlines=True).stdout.strip()
+
+    assert run(become=True) == "198.18.3.4"
+    # without become, an ancestor's session is not this run's connection
+    assert run(become=False) == "None"
