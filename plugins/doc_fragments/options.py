@@ -72,7 +72,8 @@ options:
     default: []
   cni:
     description:
-      - 'Kilo''s C(--cni) flag: masquerade traffic from the node''s pod CIDR.'
+      - 'Kilo''s C(--cni) flag: masquerade traffic from the node''s pod CIDR, and keep the node''s CNI configuration
+        (C(cni_path)) pointing at that pod CIDR.'
       - Defaults to the inventory variable C(kilo_cni), then to the default below.
     type: bool
     default: true
@@ -82,6 +83,24 @@ options:
       - Defaults to the inventory variable C(kilo_forward_rules), then to the default below.
     type: bool
     default: false
+  compatibility:
+    description:
+      - 'Kilo''s C(--compatibility) (add-on mode beside another CNI): which encapsulator carries traffic inside
+        a location.'
+      - V(none) - Kilo's IPIP tunnel C(tunl0) towards the member's internal IP.
+      - V(flannel) - Flannel's VXLAN device C(flannel.1) (it must exist on the host) towards the member's pod network
+        address; no IPIP firewall rules and no tunnel address.
+      - V(cilium) - C(tunl0) towards the member's C(cni_compatibility_ip) (C(kilo_cni_compatibility_ip), its C(cilium_host)
+        address), else its pod network address.
+      - With V(flannel) or V(cilium) and C(local) off, a leader still routes the internal IPs of its location's
+        nodes through that device in table 1107 for traffic from the WireGuard interface.
+      - Defaults to the inventory variable C(kilo_compatibility), then to the default below.
+    type: str
+    choices:
+      - none
+      - flannel
+      - cilium
+    default: none
 """
 
     INPUTS = r"""
@@ -205,6 +224,15 @@ options:
       - Defaults to the inventory variable C(kilo_ssh_guard), then to the default below.
     type: bool
     default: true
+  cni_path:
+    description:
+      - Path of the node's CNI configuration list (Kilo's C(--cni-path)), managed when C(cni) is on and the node
+        has a pod CIDR. Absent, Kilo's conflist is written (bridge C(kube-bridge), host-local IPAM with the pod
+        CIDR, portmap); a conflist named V(kilo) only has its IPAM subnet updated, as Kilo does; any other file
+        there is left alone with a warning.
+      - Defaults to the inventory variable C(kilo_cni_path), then to the default below.
+    type: path
+    default: /etc/cni/net.d/10-kilo.conflist
   state:
     description:
       - V(absent) removes exactly what this collection owns on the host.
@@ -260,6 +288,21 @@ options:
         means none. M(kilo.mesh.key) warns when no interface of the host carries it.
       - Defaults to the inventory variable C(kilo_force_internal_ip), then to the default below.
     type: str
+  internal_cidrs:
+    description:
+      - Only private addresses inside one of these CIDRs may become the host's internal IP (Kilo's C(--internal-cidr));
+        empty means any. Public addresses (the endpoint) are not filtered.
+      - Defaults to the inventory variable C(kilo_internal_cidrs), then to the default below.
+    type: list
+    elements: str
+    default: []
+  prioritise_private_addresses:
+    description:
+      - Use the discovered internal (private) IP as the endpoint even when the host has a public address (Kilo's
+        C(--prioritise-private-addresses)). A forced endpoint still wins.
+      - Defaults to the inventory variable C(kilo_prioritise_private_addresses), then to the default below.
+    type: bool
+    default: false
 """
 
     PREPARE = r"""
@@ -324,6 +367,8 @@ options:
       - 'C(internal_ip) (address): The host''s private address with prefix; null when it has none.'
       - 'C(listen_port) (port, required): WireGuard UDP port.'
       - 'C(tunnel_address) (address): Address of C(tunl0) when encapsulating; null otherwise.'
+      - 'C(pod_cidr) (network): The node''s pod CIDR; null when it has none.'
+      - 'C(cni) (bool): Kilo''s C(--cni): keep the node''s CNI configuration on C(pod_cidr).'
       - 'C(peers) (list of dicts with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive),
         C(roaming)): WireGuard peers.'
       - 'C(peers.name) (str, required): Segment (C(location:NAME), C(node:NAME)) or outside peer name.'
@@ -337,8 +382,8 @@ options:
       - 'C(routes.dst) (destinations, required): Destination CIDR, or a list of CIDRs that share every other field
         of the entry (the engine writes consecutive routes of equal gateway, device and source as one entry).'
       - 'C(routes.gateway) (ip): Next hop; null for a device route.'
-      - 'C(routes.device) (ifname, required): The WireGuard interface, C(tunl0), or V(private) (the interface holding
-        C(internal_ip)).'
+      - 'C(routes.device) (ifname, required): The WireGuard interface, C(tunl0), C(flannel.1) (must exist), or V(private)
+        (the interface holding C(internal_ip)).'
       - 'C(routes.source) (ip): Preferred source address.'
       - 'C(routes.table) (table): Routing table (254 is main).'
       - 'C(routes.onlink) (bool): Gateway is on-link (no route to it needed).'

@@ -65,8 +65,10 @@ def backends_for(settings, preshared_keys=None):
     from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.netstate import NetStateBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.firewall import FirewallBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.cni import CNIBackend
 
-    return [WireGuardBackend(settings, preshared_keys), NetStateBackend(settings), FirewallBackend(settings)]
+    return [WireGuardBackend(settings, preshared_keys), NetStateBackend(settings), FirewallBackend(settings),
+            CNIBackend(settings)]
 
 
 def host_settings(given):
@@ -113,6 +115,10 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
             result["changes"][backend.name] = changes
             result["changed"] = True
             steps.append((backend, current, desired))
+    # A backend may leave something alone and say why (CNI: a file that is not ours).
+    warnings = [w for backend in backends for w in getattr(backend, "warnings", ())]
+    if warnings:
+        result["warnings"] = warnings
     if check_mode:
         return result
 

@@ -11,6 +11,10 @@ interface, the IPIP tunnel and the CNI bridge; we add `ignore_interfaces`, e.g. 
 management NIC) are dropped from every source. The internal IP is the first private one
 (or none); the external IP the first public one, else the first private one.
 
+Kilo's flags: ``--internal-cidr`` (``allowed_cidrs``) keeps only private addresses inside one
+of the CIDRs (public ones are never filtered); ``--prioritise-private-addresses``
+(``prioritise_private``) makes the chosen internal IP the external one too, when there is one.
+
 "Public" uses Kilo's test: IPv4 outside 10/8, 172.16/12, 192.168/16 (so 100.64/10 and
 198.18/15 are public); IPv6 not starting with fd00.
 """
@@ -97,7 +101,20 @@ def _hostname_ips(hostname):
     return seen
 
 
-def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=()):
+def parse_cidrs(values, field="internal_cidrs"):
+    """CIDRs (host bits allowed, as Go's ParseCIDR) -> networks; ValueError names the bad one."""
+    out = []
+    for value in values or ():
+        try:
+            if "/" not in str(value):
+                raise ValueError
+            out.append(ipaddress.ip_network(str(value).strip(), strict=False))
+        except ValueError:
+            raise ValueError("%s: %r is not a CIDR" % (field, value))
+    return out
+
+
+def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=(), prioritise_private=False):
     """Pure selection over a read_host() snapshot; see the module docstring.
 
     Returns {'internal_ip': CIDR or None, 'external_ip': IP or None,
@@ -110,7 +127,7 @@ def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=()):
             iface = ipaddress.ip_interface(a["cidr"])
             ignored.add(str(iface))
             ignored.add(str(ipaddress.ip_interface(iface.ip)))
-    allowed = [ipaddress.ip_network(c, strict=False) for c in (allowed_cidrs or ())]
+    allowed = parse_cidrs(allowed_cidrs)
 
     def split(cidrs):
         priv, pub = [], []
@@ -157,6 +174,8 @@ def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=()):
     internal = dedup([str(i) for i in priv if keep(i, True)])
     external = dedup([str(i) for i in pub if keep(i, False)])
     chosen_external = external[0] if external else internal[0] if internal else None
+    if prioritise_private and internal:
+        chosen_external = internal[0]  # Kilo's mesh.New: externalIP = privateIP
     return {
         "internal_ip": internal[0] if internal else None,
         # the endpoint host: an address, not a CIDR

@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import json
 import os
+import time
 import traceback
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, to_bool
@@ -182,3 +183,185 @@ def list_cluster_objects(client, group, version, plural):
     """Every object of a cluster-scoped custom resource; KubeError with status 404 when it is not installed."""
     return _pages(kubernetes.client.CustomObjectsApi(client).list_cluster_custom_object,
                   "/apis/%s/%s/%s" % (group, version, plural), group, version, plural)
+
+
+# -- modules: kilo.mesh.peer and kilo.mesh.manifest ----------------------------------------------
+
+FIELD_MANAGER = "kilo-mesh"
+DRY_RUN = "All"
+# Metadata the server writes; left out when an object is compared with what applying it gives.
+SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "uid", "selfLink")
+
+
+def argument_spec():
+    """The ``AnsibleModule`` argument spec of the doc fragment's options; the token is never logged."""
+    return dict(
+        kubeconfig=dict(type="path"),
+        context=dict(type="str"),
+        host=dict(type="str"),
+        api_key=dict(type="str", no_log=True),
+        validate_certs=dict(type="bool", aliases=["verify_ssl"]),
+        ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
+    )
+
+
+def call_error(e, method, path, subject=None):
+    """A KubeError of a failed call (ApiException or a dynamic client's error), the server's message kept."""
+    status = getattr(e, "status", None)
+    message = getattr(e, "reason", None) or str(e)
+    try:
+        message = json.loads(e.body).get("message") or message
+    except (TypeError, ValueError, AttributeError):
+        pass
+    hint = ""
+    if status == 401:
+        hint = " (the API server did not accept the credentials: check api_key or the kubeconfig's user)"
+    elif status == 403:
+        hint = (" (the credentials lack this permission: bind them to the ClusterRole kilo-mesh of"
+                " manifests/rbac.yaml, which playbooks/kubernetes.yml installs)")
+    return KubeError("%s %s: %s %s%s" % (method, path, status, message, hint), subject, status=status)
+
+
+def not_found_name(e):
+    """The object name a 404 is about, None when the path itself is unknown (a resource type not installed)."""
+    try:
+        return (json.loads(e.body).get("details") or {}).get("name")
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def json_call(call, method, path, *args, **kwargs):
+    """``call(*args, **kwargs)`` of a generated API as plain JSON; errors as KubeError (ApiException kept as cause)."""
+    kwargs["_preload_content"] = False
+    try:
+        response = call(*args, **kwargs)
+    except ApiException as e:
+        error = call_error(e, method, path)
+        error.not_found_name = not_found_name(e) if e.status == 404 else None
+        raise error
+    except Urllib3Error as e:
+        raise KubeError("cannot reach the API server: %s" % e)
+    try:
+        return json.loads(response.data)
+    except ValueError as e:
+        raise KubeError("%s %s: not JSON: %s" % (method, path, e))
+
+
+def manifest_objects(documents, source="definition"):
+    """The objects of parsed YAML documents: ``List`` kinds expanded, empty documents dropped, each checked."""
+    if isinstance(documents, dict):
+        documents = [documents]
+    objects = []
+    for index, doc in enumerate(documents or []):
+        if doc is None:
+            continue
+        field = "%s[%d]" % (source, index)
+        if not isinstance(doc, dict):
+            raise KubeError("expected a Kubernetes object (a mapping)", None, field)
+        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            objects.extend(manifest_objects(doc.get("items") or [], field + ".items"))
+            continue
+        meta = doc.get("metadata")
+        if not doc.get("apiVersion") or not doc.get("kind") or not isinstance(meta, dict) or not meta.get("name"):
+            raise KubeError("needs apiVersion, kind and metadata.name", None, field)
+        objects.append(doc)
+    return objects
+
+
+def object_key(obj):
+    meta = obj.get("metadata") or {}
+    return "%s/%s" % (obj.get("kind"), "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p))
+
+
+def comparable(obj):
+    """``obj`` without its status and the metadata the server writes."""
+    if obj is None:
+        return None
+    obj = dict(obj)
+    obj.pop("status", None)
+    meta = dict(obj.get("metadata") or {})
+    for key in SERVER_METADATA:
+        meta.pop(key, None)
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    obj["metadata"] = meta
+    return obj
+
+
+def apply_object(dyn, obj, state="present", check_mode=False):
+    """Server-side apply (``present``) or delete (``absent``) one object with a DynamicClient.
+
+    The server computes the result first as a dry run: when it equals what is there (status and
+    server-written metadata aside), nothing is sent. Check mode stops after the dry run.
+    Returns ``(action, before, after)``: action is created, updated, deleted or unchanged.
+    """
+    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError  # pylint: disable=import-outside-toplevel
+    key = object_key(obj)
+    meta = obj["metadata"]
+    try:
+        resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    except ResourceNotFoundError:
+        raise KubeError("the cluster serves no kind %s in %s" % (obj["kind"], obj["apiVersion"]), key)
+    namespace = (meta.get("namespace") or "default") if resource.namespaced else None
+    if namespace:
+        obj = dict(obj, metadata=dict(meta, namespace=namespace))
+    path = resource.path(name=meta["name"], namespace=namespace)
+    method = "GET"
+    try:
+        try:
+            before = resource.get(name=meta["name"], namespace=namespace).to_dict()
+        except DynamicApiError as e:
+            if e.status != 404:
+                raise
+            before = None
+        if state == "absent":
+            if before is None:
+                return "unchanged", None, None
+            method = "DELETE"
+            resource.delete(name=meta["name"], namespace=namespace, dry_run=DRY_RUN if check_mode else None)
+            return "deleted", before, None
+        method = "PATCH"
+        after = dyn.server_side_apply(resource, body=obj, name=meta["name"], namespace=namespace,
+                                      field_manager=FIELD_MANAGER, force_conflicts=True, dry_run=DRY_RUN).to_dict()
+        if before is not None and comparable(before) == comparable(after):
+            return "unchanged", before, before
+        if not check_mode:
+            after = dyn.server_side_apply(resource, body=obj, name=meta["name"], namespace=namespace,
+                                          field_manager=FIELD_MANAGER, force_conflicts=True).to_dict()
+        return ("created" if before is None else "updated"), before, after
+    except DynamicApiError as e:
+        raise call_error(e, method, path, key)
+    except Urllib3Error as e:
+        raise KubeError("cannot reach the API server: %s" % e, key)
+
+
+def wait_established(dyn, name, timeout, interval=0.5):
+    """Wait until the CustomResourceDefinition ``name`` is Established and its first served version lists."""
+    from kubernetes.dynamic.exceptions import DynamicApiError  # pylint: disable=import-outside-toplevel
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + name
+    deadline = time.monotonic() + timeout
+    last = "not Established"
+    while True:
+        try:
+            crd = dyn.request("get", path).to_dict()
+            conditions = dict((c.get("type"), c) for c in (crd.get("status") or {}).get("conditions") or [])
+            established = conditions.get("Established") or {}
+            if established.get("status") == "True":
+                spec = crd["spec"]
+                version = next(v["name"] for v in spec["versions"] if v.get("served"))
+                dyn.request("get", "/apis/%s/%s/%s" % (spec["group"], version, spec["names"]["plural"]), limit=1)
+                return crd
+            last = established.get("message") or last
+        except DynamicApiError as e:
+            if e.status not in (404, 503):
+                raise call_error(e, "GET", path, "CustomResourceDefinition/" + name)
+            last = "%s %s" % (e.status, e.reason)
+        except Urllib3Error as e:
+            raise KubeError("cannot reach the API server: %s" % e, "CustomResourceDefinition/" + name)
+        if time.monotonic() >= deadline:
+            raise KubeError("not Established after %d s: %s" % (timeout, last), "CustomResourceDefinition/" + name)
+        time.sleep(interval)

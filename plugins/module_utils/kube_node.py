@@ -46,6 +46,7 @@ WIREGUARD_IP = PREFIX + "wireguard-ip"
 LAST_SEEN = PREFIX + "last-seen"
 GRANULARITY = PREFIX + "granularity"
 DISCOVERED_ENDPOINTS = PREFIX + "discovered-endpoints"
+CNI_COMPATIBILITY_IP = PREFIX + "cni-compatibility-ip"  # written by the agent, read as a node field
 # What Kilo's agent removes when it leaves (its CleanUp), in that order.
 AGENT_ANNOTATIONS = (ENDPOINT, INTERNAL_IP, KEY, LAST_SEEN, WIREGUARD_IP, DISCOVERED_ENDPOINTS, GRANULARITY)
 
@@ -218,6 +219,12 @@ def host_vars(node, topology_label=REGION_LABEL):
         hvars["kilo_allowed_location_ips"] = [
             _cidr(item.strip(), subject, ALLOWED_LOCATION_IPS)
             for item in (annotations[ALLOWED_LOCATION_IPS] or "").split(",") if item.strip()]
+    compat = annotations.get(CNI_COMPATIBILITY_IP)
+    if isinstance(compat, str) and compat.strip():
+        try:  # as Kilo: a value that is not an address in CIDR form is dropped, not an error
+            hvars["kilo_cni_compatibility_ip"] = _cidr(compat.strip(), subject, CNI_COMPATIBILITY_IP, host=True)
+        except KiloError:
+            pass
     pod_cidr = (node.get("spec") or {}).get("podCIDR")
     if pod_cidr:
         hvars["kilo_pod_cidr"] = _cidr(pod_cidr, subject, "spec.podCIDR")
@@ -310,6 +317,7 @@ def write_back(node, plan, granularity, last_seen):
         raise KiloError("%r unknown; one of %s" % (granularity, ", ".join(GRANULARITIES)), subject, "granularity")
     endpoint = node.get("endpoint")
     internal_ip = node.get("internal_ip")
+    compat = node.get("cni_compatibility_ip")
     address = (plan or {}).get("address")
     seen = to_int(last_seen, subject, "last_seen", low=0, default=None)
     if seen is None:
@@ -322,6 +330,7 @@ def write_back(node, plan, granularity, last_seen):
         LAST_SEEN: str(seen),
         GRANULARITY: granularity,
         DISCOVERED_ENDPOINTS: _discovered_json(node.get("discovered_endpoints"), subject),
+        CNI_COMPATIBILITY_IP: str(parse_interface(compat, subject, "cni_compatibility_ip")) if compat else "",
     }
 
 

@@ -37,7 +37,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.common import kernel_module_available
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import ssh_client_address
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 
 ROUTE_PROTO = 107
 RULE_PRIORITY = 32000  # before main (32766); fixed so a re-run compares equal
@@ -157,7 +157,7 @@ class NetStateBackend(Backend):
         # 'fail': a foreign route at one of our destinations is an error;
         # 'replace': take it over (Kilo's behaviour: it always replaces).
         self.route_conflict = settings["route_conflict"]
-        self.ssh_guard = settings.get("ssh_guard", True)
+        self.ssh_guard = settings["ssh_guard"]
         self._ipr_class = None
 
     # ---------------------------------------------------------------- netlink helpers
@@ -344,6 +344,10 @@ class NetStateBackend(Backend):
                     private = {"name": links[idx]["name"], "mtu": links[idx]["mtu"]}
                     break
         ipip = tunl is not None
+        # devices the plan routes through that must exist already (flannel.1): we never make them
+        names = set(link["name"] for link in links.values())
+        absent = sorted(set(r["device"] for r in (plan or {}).get("routes") or [])
+                        - names - set((PRIVATE, TUNNEL, self.interface)))
         ssh = self._ssh_path(ipr, plan) if self.ssh_guard and plan else None
         if not ipip and plan and _tunnel_needed(plan):
             # side-effect free (modprobe -n), so check mode sees a host without IPIP too
@@ -360,6 +364,7 @@ class NetStateBackend(Backend):
             # routes at plan destinations not ours yet
             "foreign": sorted(foreign, key=lambda r: (r["table"], r["family"], r["dst"], r["proto"])),
             "private_device": private,
+            "absent_devices": absent,
             "ipip": ipip,
             "ssh": ssh,
         }
@@ -389,8 +394,10 @@ class NetStateBackend(Backend):
         """Raise when a main-table route we add or replace would take over the path of this
         run's SSH connection: the host would answer the controller through the mesh."""
         ssh = current.get("ssh")
-        if not ssh or ssh["ours"]:
-            return  # no plan route covers the client, or its path already is ours
+        if not ssh or ssh["ours"] or ssh["prefixlen"] < 0:
+            # no plan route covers the client, its path already is ours, or no main-table route
+            # reaches it (the connection runs through a policy-routing table: not ours to judge)
+            return
         ip = ipaddress.ip_address(ssh["client"])
         have = dict((route_key(r), r) for r in current["routes"])
         for r in desired["routes"]:
@@ -428,6 +435,11 @@ class NetStateBackend(Backend):
                         "'%s' needs the interface holding internal_ip %s, but no interface of this host "
                         "has that address" % (PRIVATE, plan["internal_ip"]), subject, field + ".device")
                 device = private["name"]
+            elif device in current.get("absent_devices", ()):
+                hint = (" (compatibility flannel routes through Flannel's VXLAN device: is Flannel running"
+                        " on this host?)" if device == FLANNEL else "")
+                raise NetStateError("device %s does not exist on this host%s" % (device, hint),
+                                    subject, field + ".device")
             route = {
                 "family": ipaddress.ip_network(r["dst"]).version,
                 "dst": r["dst"],

@@ -29,6 +29,7 @@ DEFAULT_INTERFACE = "kilo0"
 DEFAULT_PORT = 51820
 DEFAULT_KEY_PATH = "/var/lib/kilo/key"
 DEFAULT_SUBNET = "10.4.0.0/16"
+DEFAULT_CNI_PATH = "/etc/cni/net.d/10-kilo.conflist"
 # Seconds a remote task may take: covers a slow first package install, bounds a dark host.
 DEFAULT_TASK_TIMEOUT = 300
 
@@ -68,11 +69,24 @@ OPTIONS = dict([
             default=True),
     _option("service_cidrs", ("mesh",), "list", ["Service CIDRs that are never masqueraded (Kilo's C(--service-cidr))."],
             default=[], elements="str"),
-    _option("cni", ("mesh",), "bool", ["Kilo's C(--cni) flag: masquerade traffic from the node's pod CIDR."],
-            default=True),
+    _option("cni", ("mesh",), "bool", [
+        "Kilo's C(--cni) flag: masquerade traffic from the node's pod CIDR, and keep the node's CNI"
+        " configuration (C(cni_path)) pointing at that pod CIDR."],
+        default=True),
     _option("forward_rules", ("mesh",), "bool", [
         "Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules))."],
         default=False),
+    _option("compatibility", ("mesh",), "str", [
+        "Kilo's C(--compatibility) (add-on mode beside another CNI): which encapsulator carries traffic"
+        " inside a location.",
+        "V(none) - Kilo's IPIP tunnel C(tunl0) towards the member's internal IP.",
+        "V(flannel) - Flannel's VXLAN device C(flannel.1) (it must exist on the host) towards the member's"
+        " pod network address; no IPIP firewall rules and no tunnel address.",
+        "V(cilium) - C(tunl0) towards the member's C(cni_compatibility_ip) (C(kilo_cni_compatibility_ip),"
+        " its C(cilium_host) address), else its pod network address.",
+        "With V(flannel) or V(cilium) and C(local) off, a leader still routes the internal IPs of its"
+        " location's nodes through that device in table 1107 for traffic from the WireGuard interface."],
+        default="none", choices=["none", "flannel", "cilium"]),
     # --- inputs: where the mesh comes from ------------------------------------------------
     _option("group", ("inputs",), "str", ["Inventory group whose hosts form the mesh; its child groups are the locations."],
             default="kilo"),
@@ -129,6 +143,12 @@ OPTIONS = dict([
         " name that route.",
         "A route that is already in place (a controller that manages the hosts over the mesh as a peer) passes."],
         default=True),
+    _option("cni_path", ("host",), "path", [
+        "Path of the node's CNI configuration list (Kilo's C(--cni-path)), managed when C(cni) is on and the"
+        " node has a pod CIDR. Absent, Kilo's conflist is written (bridge C(kube-bridge), host-local IPAM"
+        " with the pod CIDR, portmap); a conflist named V(kilo) only has its IPAM subnet updated, as Kilo"
+        " does; any other file there is left alone with a warning."],
+        default=DEFAULT_CNI_PATH),
     _option("state", ("host",), "str", ["V(absent) removes exactly what this collection owns on the host."],
             default="present", choices=["present", "absent"]),
     # --- key: kilo.mesh.key -------------------------------------------------------------------
@@ -140,6 +160,14 @@ OPTIONS = dict([
     _option("force_internal_ip", ("key",), "str", [
         "The host's internal IP as forced in the inventory (Kilo's C(force-internal-ip) annotation);"
         " V(\"\") or V(-) means none. M(kilo.mesh.key) warns when no interface of the host carries it."]),
+    _option("internal_cidrs", ("key",), "list", [
+        "Only private addresses inside one of these CIDRs may become the host's internal IP (Kilo's"
+        " C(--internal-cidr)); empty means any. Public addresses (the endpoint) are not filtered."],
+        default=[], elements="str"),
+    _option("prioritise_private_addresses", ("key",), "bool", [
+        "Use the discovered internal (private) IP as the endpoint even when the host has a public address"
+        " (Kilo's C(--prioritise-private-addresses)). A forced endpoint still wins."],
+        default=False),
     # --- prepare: kilo.mesh.prepare --------------------------------------------------------------
     _option("install_packages", ("prepare",), "bool", [
         "Install WireGuard tools, a userspace WireGuard where the kernel lacks the module, and the"

@@ -22,6 +22,7 @@ MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
 TUNNEL = "tunl0"
 PRIVATE = "private"  # a route's device: the interface holding the host's internal IP
+FLANNEL = "flannel.1"  # Flannel's VXLAN device: compatibility flannel encapsulates through it
 
 FIREWALL_LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", "forward_accept",
                   "ipip_accept_sources")
@@ -41,7 +42,8 @@ ROUTE = {
     "dst": ("destinations", True, "Destination CIDR, or a list of CIDRs that share every other field of the entry"
             " (the engine writes consecutive routes of equal gateway, device and source as one entry)."),
     "gateway": ("ip", False, "Next hop; null for a device route."),
-    "device": ("ifname", True, "The WireGuard interface, C(tunl0), or V(private) (the interface holding C(internal_ip))."),
+    "device": ("ifname", True, "The WireGuard interface, C(tunl0), C(flannel.1) (must exist), or V(private)"
+               " (the interface holding C(internal_ip))."),
     "source": ("ip", False, "Preferred source address."),
     "table": ("table", False, "Routing table (254 is main)."),
     "onlink": ("bool", False, "Gateway is on-link (no route to it needed)."),
@@ -63,6 +65,8 @@ SCHEMA = {
     "internal_ip": ("address", False, "The host's private address with prefix; null when it has none."),
     "listen_port": ("port", True, "WireGuard UDP port."),
     "tunnel_address": ("address", False, "Address of C(tunl0) when encapsulating; null otherwise."),
+    "pod_cidr": ("network", False, "The node's pod CIDR; null when it has none."),
+    "cni": ("bool", False, "Kilo's C(--cni): keep the node's CNI configuration on C(pod_cidr)."),
     "peers": ([PEER], False, "WireGuard peers."),
     "routes": ([ROUTE], False, "Routes, marked as ours on the host."),
     "rules": ([RULE], False, "ip rules into table %d." % KILO_TABLE),
@@ -158,6 +162,7 @@ def check_plan(plan, interface):
         raise KiloError("%r, but this host's interface setting is %r" % (out["interface"], interface),
                         subject, "plan.interface")
     out["interface"] = interface
+    out["cni"] = bool(out["cni"])
     for i, entry in enumerate(out["routes"]):
         entry["table"] = entry["table"] or MAIN_TABLE
         entry["onlink"] = bool(entry["onlink"])

@@ -44,6 +44,20 @@ Plans share what segment members share: a route entry's ``dst`` may be a list of
 IPs and the firewall's exempt list are the same objects in every plan that has them. Memory and
 time therefore follow the distinct data, not nodes x nodes. Never mutate a plan in place.
 
+Add-on mode (option ``compatibility``, Kilo's ``--compatibility``) swaps the encapsulator used
+inside a location, as Kilo's ``pkg/encapsulation``: its ``Gw`` picks the next hop towards a
+same-location node (none: the internal IP; flannel: the node's pod network address; cilium: its
+``cni_compatibility_ip``, else its pod network address), and encapsulated routes leave through
+``flannel.1`` (flannel) or ``tunl0`` (cilium; Kilo reuses ``cilium_tunl`` when Cilium renamed the
+tunnel, not modelled here). Kilo's ``encapsulateRoute`` tests that gateway against the node's
+private subnet, while the table-1107 route and its rules test the member's *internal IP*, so
+under ``crosssubnet`` a member on the same subnet gets an encapsulated pod route but no rules
+(the spec's "crosssubnet behaves like always" holds for the pod routes only). A leader with
+``local`` off and encapsulation on routes each same-location internal IP whose gateway differs
+from it through the device in table 1107, for traffic from the WireGuard interface (Kilo's
+``Routes``, the ``!local`` branch). Flannel's encapsulator has no firewall rules and no tunnel
+address (``Rules``/``Set`` do nothing); cilium's are IPIP's.
+
 Beyond the plan shape of docs/DESIGN.md a plan carries ``tunnel_address`` (Kilo gives tunl0 the
 first address of the pod CIDR as /32 when encapsulating with local routes; None otherwise) and
 its ``firewall`` carries ``nat_destinations`` (own-segment allowed-location IPs that Kilo sends
@@ -60,7 +74,7 @@ import gc
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import TopologyError, node_subject, parse_inputs
 
 
@@ -136,6 +150,9 @@ class Topology(object):
 
     def __init__(self, nodes, peers, options=None):
         self.opts, self.nodes, self.peers = parse_inputs(nodes, peers, options)
+        self.compat = self.opts["compatibility"]
+        # the device Kilo's encapsulator hands to Routes() as tunlIface (enc.Index())
+        self.tunnel_device = FLANNEL if self.compat == "flannel" else TUNNEL
         self.by_name = dict((n.name, n) for n in self.nodes)
         self._segments()
         self._peers()
@@ -355,10 +372,13 @@ class Topology(object):
             plan["routes"] = self._nonleader_routes(node, rules)
         plan["rules"] = rules
         plan["firewall"] = self._firewall(node, leader)
-        encapsulating = opts["encapsulate"] != "never" and opts["local"]
+        # Kilo's enc.Set(): flannel's does nothing
+        encapsulating = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
         plan["tunnel_address"] = (
             "%s/%d" % (node.pod.network_address + 1, node.pod.max_prefixlen)
             if encapsulating and node.pod is not None and node.pod.num_addresses > 1 else None)
+        plan["pod_cidr"] = node.pod_str
+        plan["cni"] = bool(opts["cni"])
         return plan
 
     def _remote_segments(self, node):
@@ -390,6 +410,22 @@ class Topology(object):
             out.append(entry)
         return out
 
+    def _gateway(self, member):
+        """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
+
+        IPIP: the member's internal IP; flannel: its pod network address; cilium: its CNI
+        compatibility IP, else its pod network address.
+        """
+        if self.compat == "none":
+            return member.internal_ip
+        if self.compat == "cilium" and member.cni_ip is not None:
+            return member.cni_ip
+        if member.pod is None:
+            raise TopologyError(node_subject(member.name), "pod_cidr",
+                                "compatibility %s routes to this node through its pod network address;"
+                                " it needs a pod CIDR" % self.compat)
+        return member.pod.network_address
+
     def _encapsulates(self, node, gateway_ip):
         """Kilo's encapsulateRoute test for a route via ``gateway_ip`` on the private network."""
         strategy = self.opts["encapsulate"]
@@ -403,9 +439,10 @@ class Topology(object):
     def _local_routes(self, node, member, routes, rules, leader, cross):
         """Routes (and IPIP rules) to a same-location ``member`` over the private network."""
         own_ip = node.internal_ip_str
-        gateway = member.internal_ip_str
-        encap = self._encapsulates(node, member.internal_ip)
-        device = TUNNEL if encap else PRIVATE
+        gateway_ip = self._gateway(member)
+        gateway = member.internal_ip_str if gateway_ip is member.internal_ip else str(gateway_ip)
+        encap = self._encapsulates(node, gateway_ip)  # Kilo's encapsulateRoute: tests the gateway
+        device = self.tunnel_device if encap else PRIVATE
         source = own_ip if encap else None
         if cross:
             # beyond Kilo: the member's WireGuard IP answers over the private network too
@@ -414,7 +451,8 @@ class Topology(object):
         if member.pod_str is not None:
             routes.append({"dst": member.pod_str, "gateway": gateway, "device": device,
                            "source": source, "table": MAIN_TABLE, "onlink": True})
-        if encap:
+        # Kilo's Routes(): the table-1107 route and rules test the member's internal IP
+        if encap if gateway_ip is member.internal_ip else self._encapsulates(node, member.internal_ip):
             dst = member.internal_host_cidr
             new_rules = []
             if node.pod_str is not None:
@@ -422,9 +460,25 @@ class Topology(object):
             if leader:
                 new_rules.append({"src": None, "dst": dst, "iif": self.opts["interface"], "table": KILO_TABLE})
             if new_rules:
-                routes.append({"dst": dst, "gateway": gateway, "device": TUNNEL, "source": own_ip,
+                routes.append({"dst": dst, "gateway": gateway, "device": self.tunnel_device, "source": own_ip,
                                "table": KILO_TABLE, "onlink": True})
                 rules.extend(new_rules)
+
+    def _unmanaged_local_routes(self, node, seg, routes, rules):
+        """Kilo's Routes(), leader with ``local`` off and encapsulation on: each same-location
+        internal IP whose gateway is not that IP (flannel, cilium) goes through the encapsulation
+        device in table 1107, for traffic coming in from the WireGuard interface."""
+        iface = self.opts["interface"]
+        for member in seg.members:
+            if member.internal_ip == node.internal_ip:
+                continue
+            gateway_ip = self._gateway(member)
+            if gateway_ip == member.internal_ip:
+                continue
+            dst = member.internal_host_cidr
+            routes.append({"dst": dst, "gateway": str(gateway_ip), "device": self.tunnel_device, "source": None,
+                           "table": KILO_TABLE, "onlink": True})
+            rules.append({"src": None, "dst": dst, "iif": iface, "table": KILO_TABLE})
 
     def _leader_routes(self, node, rules):
         opts = self.opts
@@ -440,6 +494,9 @@ class Topology(object):
                     for member in seg.members:
                         if member.internal_ip != node.internal_ip:
                             self._local_routes(node, member, routes, rules, True, cross)
+                elif (self.compat != "none" and not opts["local"] and node.internal is not None
+                      and opts["encapsulate"] != "never"):
+                    self._unmanaged_local_routes(node, seg, routes, rules)
                 continue
             _group(routes, seg.leader_dsts(self.segment_endpoint(seg, node)[1]), seg.wg_str, iface, source, True)
         _group(routes, self.peer_allowed, None, iface, source, False)
@@ -465,9 +522,10 @@ class Topology(object):
     def _nonleader_routes(self, node, rules):
         seg = node.segment
         leader = seg.leader
-        gateway = leader.internal_ip_str
-        encap = self._encapsulates(node, leader.internal_ip)
-        device = TUNNEL if encap else PRIVATE
+        gateway_ip = self._gateway(leader)  # Kilo: enc.Gw of the segment's leader
+        gateway = leader.internal_ip_str if gateway_ip is leader.internal_ip else str(gateway_ip)
+        encap = self._encapsulates(node, gateway_ip)
+        device = self.tunnel_device if encap else PRIVATE
         source = node.internal_ip_str if encap else None
         before, after = self._nonleader_dsts(seg)
         routes = []
@@ -494,7 +552,8 @@ class Topology(object):
                 elif node.pod_str is not None:
                     forward = [node.pod_str]
         nat_sources = _dedup(nat_sources + self.peer_allowed)
-        ipip = opts["encapsulate"] != "never" and opts["local"]
+        # Kilo's enc.Rules(): flannel's is empty, cilium's is IPIP's
+        ipip = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
         return {
             "nat_sources": nat_sources,
             # beyond the brief's shape: Kilo also sends traffic *to* own allowed-location IPs

@@ -1,16 +1,45 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""Graphviz DOT of a computed topology, in the spirit of ``kgctl graph``.
+"""Graphviz DOT of a computed topology, in the spirit of ``kgctl graph``, and its rendering.
 
-One dashed cluster per segment, its leader ranked first and labelled with its WireGuard IP and
-endpoint; every other member linked to its leader; leaders linked to each other where a WireGuard
-link exists (every pair, or under ``cross`` granularity only pairs in different locations); a
-cluster of peers, each linked (dashed) to every leader. Node and peer ids carry a prefix so a
-peer may share a name with a node.
+One dashed cluster per segment; its leader ranked first, drawn with a double bold outline and
+labelled with its WireGuard IP and endpoint; every other member linked to its leader. Leaders
+are linked where a WireGuard link exists (every pair, or under ``cross`` granularity only
+pairs in different locations); a cluster of peers, each linked (dashed) to every leader. Node
+and peer ids carry a prefix so a peer may share a name with a node.
+
+Beyond kgctl, for large meshes: drawing every pair of n leaders takes n(n-1)/2 edges (435 at
+30 locations), which no layout keeps readable. Past ``HUB_AFTER`` leaders (or with
+``mesh_edges="hub"``) the leaders and peers are linked to one "WireGuard mesh" node standing
+for those links instead, and the graph asks for the ``fdp`` layout (clusters kept, drawn
+around the hub rather than in one very wide row).
+
+Controller side only (rendering runs Graphviz's ``dot``).
 """
 
 from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import shutil
+import subprocess
+
+# More leaders than this: one hub node instead of every leader pair (mesh_edges="auto").
+HUB_AFTER = 6
+MESH_EDGES = ("auto", "all", "hub")
+# Graphviz layout engines worth choosing here; "auto" is dot for small meshes, fdp for hubs.
+LAYOUTS = ("auto", "dot", "fdp", "neato", "circo", "twopi", "sfdp")
+FORMATS = ("dot", "svg", "png", "pdf")
+HUB_ID = "wireguard/mesh"
+INSTALL_HINT = ("Graphviz's dot is not installed on the controller: apt install graphviz (Debian, Ubuntu),"
+                " dnf install graphviz (Fedora, EL), pacman -S graphviz (Arch), brew install graphviz (macOS);"
+                " or write the DOT text only (format dot, a .dot file)")
+
+
+class GraphError(Exception):
+    """Rendering failed (no Graphviz, or Graphviz refused the graph)."""
 
 
 def _quote(text):
@@ -21,14 +50,27 @@ def _label(parts):
     return '"%s"' % "\\n".join(str(p).replace("\\", "\\\\").replace('"', '\\"') for p in parts if p)
 
 
-def to_dot(result):
+def uses_hub(result, mesh_edges="auto"):
+    """Whether to_dot draws the leader links as one hub node."""
+    if mesh_edges not in MESH_EDGES:
+        raise ValueError("mesh_edges: %r is not one of %s" % (mesh_edges, ", ".join(MESH_EDGES)))
+    if mesh_edges != "auto":
+        return mesh_edges == "hub"
+    return len(result.get("segments", [])) > HUB_AFTER
+
+
+def to_dot(result, mesh_edges="auto"):
     """DOT text for the result of build_plans (uses its "segments", "peers" and "subnet")."""
     segments = result.get("segments", [])
     peers = result.get("peers", [])
+    hub = uses_hub(result, mesh_edges)
     lines = ["digraph kilo {"]
     if result.get("subnet"):
         lines.append("\tlabel=%s;" % _quote(result["subnet"]))
     lines.extend(["\tlabelloc=t;", "\toutputorder=nodesfirst;", "\toverlap=false;"])
+    if hub:
+        # a hint Graphviz follows when no engine is named (dot -Tsvg FILE); -K overrides it
+        lines.append("\tlayout=fdp;")
     edges = []
     leaders = []
     for seg in segments:
@@ -51,10 +93,20 @@ def to_dot(result):
                 edges.append("\t%s -> %s [dir=both];" % (leader_id, node_id))
         lines.append("\t}")
         leaders.append((leader_id, seg.get("group", seg["key"])))
-    for i, (left, left_group) in enumerate(leaders):
-        for right, right_group in leaders[i + 1:]:
-            if left_group != right_group:
-                edges.append("\t%s -> %s [dir=both];" % (left, right))
+    hub_id = _quote(HUB_ID)
+    if hub:
+        cross = any(group != seg["key"] for seg, (dummy, group) in zip(segments, leaders))
+        what = "between leaders of different locations" if cross else "between all %d leaders" % len(leaders)
+        lines.append('\t%s [label=%s, shape=box, style="rounded,filled", fillcolor="#fff3c4"];'
+                     % (hub_id, _label(["WireGuard mesh", result.get("subnet"), what])))
+        # plain lines: thirty arrowheads would pile up on the hub
+        for leader_id, dummy in leaders:
+            edges.append("\t%s -> %s [dir=none, penwidth=2];" % (leader_id, hub_id))
+    else:
+        for i, (left, left_group) in enumerate(leaders):
+            for right, right_group in leaders[i + 1:]:
+                if left_group != right_group:
+                    edges.append("\t%s -> %s [dir=both];" % (left, right))
     if peers:
         lines.append("\tsubgraph %s {" % _quote("cluster_peers"))
         lines.append('\t\tlabel="peers";')
@@ -62,9 +114,55 @@ def to_dot(result):
         for peer in peers:
             peer_id = _quote("peer/" + peer["name"])
             lines.append("\t\t%s [label=%s, shape=ellipse];" % (peer_id, _label([peer["name"], peer.get("endpoint")])))
-            for leader_id, dummy in leaders:
-                edges.append("\t%s -> %s [dir=both, style=dashed];" % (leader_id, peer_id))
+            if hub:
+                edges.append("\t%s -> %s [dir=none, style=dashed];" % (hub_id, peer_id))
+            else:
+                for leader_id, dummy in leaders:
+                    edges.append("\t%s -> %s [dir=both, style=dashed];" % (leader_id, peer_id))
         lines.append("\t}")
     lines.extend(edges)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def layout_for(dot_text, layout="auto"):
+    """The Graphviz engine to run: the one asked for, else fdp for a hub graph, else dot."""
+    if layout not in LAYOUTS:
+        raise GraphError("layout: %r is not one of %s" % (layout, ", ".join(LAYOUTS)))
+    if layout != "auto":
+        return layout
+    return "fdp" if "\tlayout=fdp;" in dot_text else "dot"
+
+
+def format_of(path, fmt=None):
+    """The output format: ``fmt`` when given, else the file's extension, else dot."""
+    if fmt:
+        if fmt not in FORMATS:
+            raise GraphError("format: %r is not one of %s" % (fmt, ", ".join(FORMATS)))
+        return fmt
+    ext = os.path.splitext(path or "")[1].lstrip(".").lower()
+    if ext == "gv":
+        return "dot"
+    return ext if ext in FORMATS else "dot"
+
+
+def render(dot_text, fmt, layout="auto", timeout=120, dot_command=None):
+    """(bytes, argv): ``dot_text`` rendered by Graphviz's ``dot`` as ``fmt``; format dot is the
+    text itself (no Graphviz needed). GraphError without Graphviz or when it refuses."""
+    if fmt == "dot":
+        return dot_text.encode("utf-8"), None
+    command = dot_command or shutil.which("dot")
+    if not command:
+        raise GraphError(INSTALL_HINT)
+    argv = [command, "-K" + layout_for(dot_text, layout), "-T" + fmt]
+    try:
+        done = subprocess.run(argv, input=dot_text.encode("utf-8"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise GraphError("%s took more than %d s" % (" ".join(argv), timeout))
+    except OSError as e:
+        raise GraphError("%s: %s" % (" ".join(argv), e))
+    if done.returncode != 0 or not done.stdout:
+        stderr = done.stderr.decode("utf-8", "replace").strip()[-2000:]
+        raise GraphError("%s failed (rc %d): %s" % (" ".join(argv), done.returncode, stderr))
+    return done.stdout, argv

@@ -21,6 +21,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, 
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 ENCAPSULATIONS = tuple(OPTIONS["encapsulate"]["choices"])
+COMPATIBILITIES = tuple(OPTIONS["compatibility"]["choices"])
 DEFAULT_OPTIONS = defaults("mesh")
 
 # RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
@@ -116,6 +117,11 @@ def parse_options(options):
         raise TopologyError(subject, "granularity", "%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)))
     if opts["encapsulate"] not in ENCAPSULATIONS:
         raise TopologyError(subject, "encapsulate", "%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)))
+    if opts["compatibility"] == "":
+        opts["compatibility"] = "none"  # Kilo's flag default: the IPIP encapsulator
+    if opts["compatibility"] not in COMPATIBILITIES:
+        raise TopologyError(subject, "compatibility", "%r unknown; one of %s"
+                            % (opts["compatibility"], ", ".join(COMPATIBILITIES)))
     opts["subnet"] = parse_network(opts["subnet"], subject, "subnet")
     opts["port"] = to_int(opts["port"], subject, "port", 1, 65535, OPTIONS["port"]["default"])
     check_interface_name(opts["interface"], subject, "interface")
@@ -129,7 +135,7 @@ class Node(object):
     """One parsed node; strings are normalised once here."""
 
     __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
-                 "internal_ip_str", "internal_host_cidr", "pod", "pod_str", "key", "leader_hint", "healthy",
+                 "internal_ip_str", "internal_host_cidr", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
                  "keepalive", "alips", "discovered", "segment", "index")
 
 
@@ -158,6 +164,10 @@ def parse_node(item, index, default_port):
     if item.get("pod_cidr") not in (None, ""):
         node.pod = parse_network(item["pod_cidr"], subject, "pod_cidr")
         node.pod_str = str(node.pod)
+    # Kilo's cni-compatibility-ip annotation (cilium_host's address): only its address is used
+    node.cni_ip = None
+    if item.get("cni_compatibility_ip") not in (None, ""):
+        node.cni_ip = parse_interface(item["cni_compatibility_ip"], subject, "cni_compatibility_ip").ip
     node.key = parse_key(item.get("public_key"), subject, "public_key")
     node.leader_hint = to_bool(item.get("leader"), subject, "leader")
     # beyond Kilo (opt-in, kilo_leader_health): a node known to be down this run leads no one

@@ -18,7 +18,8 @@ description:
     and returns its B(public) key. The private key never leaves the host.
   - Reports the internal and external IP candidates of the host, chosen the way Kilo chooses
     them (hostname addresses, then the default-route interface, then every interface; private
-    and public addresses kept apart; loopback and link-local ignored).
+    and public addresses kept apart; loopback and link-local ignored; O(internal_cidrs) and
+    O(prioritise_private_addresses) as Kilo's C(--internal-cidr) and C(--prioritise-private-addresses)).
   - Reports the MTU of the default-route interface and, when the WireGuard interface already
     exists, the endpoints WireGuard learned for its peers (for NAT traversal).
   - This is the first step of a mesh run; its results feed the topology engine on the
@@ -93,6 +94,7 @@ external_ip:
   description:
     - The chosen external IP (no prefix length), the host part of the node's endpoint.
     - The first public candidate, else the first private one, else null.
+    - With O(prioritise_private_addresses), the chosen internal IP when there is one.
   returned: always
   type: str
   sample: 203.0.113.5
@@ -154,15 +156,19 @@ def run_module():
     p = module.params
     try:
         check_interface_name(p["interface"], field="interface")
+        from ansible_collections.kilo.mesh.plugins.module_utils.discovery import parse_cidrs
+        parse_cidrs(p["internal_cidrs"])
         key = ensure_key(p["key_path"], check_mode=module.check_mode)
-    except KiloError as e:
+    except (KiloError, ValueError) as e:
         module.fail_json(msg=str(e))
 
     try:
         from ansible_collections.kilo.mesh.plugins.module_utils import discovery
         host = discovery.read_host()
         ips = discovery.choose_ips(host, hostname=socket.gethostname(),
-                                   ignore_interfaces=list(p["ignore_interfaces"]) + [p["interface"]])
+                                   ignore_interfaces=list(p["ignore_interfaces"]) + [p["interface"]],
+                                   allowed_cidrs=p["internal_cidrs"],
+                                   prioritise_private=p["prioritise_private_addresses"])
         mtu = discovery.default_route_mtu(host)
         errors, warnings = host_problems(host, p["interface"], p["subnet"], p["port"], p["force_internal_ip"])
     except ImportError as e:

@@ -374,6 +374,8 @@ def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypat
     plan route's destination: the run fails before any change, naming the route; a more
     specific route to the client, ssh_guard: false, or the route already ours let it pass."""
     ns = netns()
+    # the path the connection came in on: a main-table route less specific than the plan's
+    sh("ip", "-n", ns, "route", "add", "10.8.0.0/14", "dev", "knpriv", "proto", "static")
     monkeypatch.setenv("SSH_CONNECTION", "10.9.0.7 40000 10.1.0.1 22")
     for ops in (["check"], ["apply"]):
         out = run_backend(ns, leader_plan(), ops)

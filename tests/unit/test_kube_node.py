@@ -145,7 +145,11 @@ def test_pod_cidr_from_spec():
 def test_host_vars_names_are_the_inventory_paths():
     hv = kn.host_vars(node({kn.LOCATION: "a", kn.LEADER: "", kn.FORCE_ENDPOINT: "1.2.3.4:5",
                             kn.FORCE_INTERNAL_IP: "-", kn.PERSISTENT_KEEPALIVE: "5",
-                            kn.ALLOWED_LOCATION_IPS: "10.0.0.0/8"}, pod_cidr="10.244.0.0/24"))
+                            kn.ALLOWED_LOCATION_IPS: "10.0.0.0/8", kn.CNI_COMPATIBILITY_IP: "10.244.0.7/32"},
+                           pod_cidr="10.244.0.0/24"))
+    assert hv["kilo_cni_compatibility_ip"] == "10.244.0.7/32"
+    # as Kilo: a value that does not parse is dropped, not an error
+    assert "kilo_cni_compatibility_ip" not in kn.host_vars(node({kn.CNI_COMPATIBILITY_IP: "10.244.0.7"}))
     assert set(hv) - {"kilo_kubernetes_node"} == set(inputs.NODE_VARS.values()) - {"kilo_public_key"}
 
 
@@ -287,7 +291,11 @@ def test_write_back_formats():
         kn.GRANULARITY: "location",
         # Go's encoding of map[string]*net.UDPAddr: sorted keys, no spaces.
         kn.DISCOVERED_ENDPOINTS: '{"%s":{"IP":"198.51.100.7","Port":40112,"Zone":""}}' % KEY2,
+        # as Kilo's Set: "" when the node has none
+        kn.CNI_COMPATIBILITY_IP: "",
     }
+    out = kn.write_back(dict(ENGINE_NODE, cni_compatibility_ip="10.244.0.7/32"), {"address": None}, "location", 1)
+    assert out[kn.CNI_COMPATIBILITY_IP] == "10.244.0.7/32"
 
 
 def test_write_back_none_values_as_kilo_writes_them():

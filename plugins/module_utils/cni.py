@@ -1,0 +1,221 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""The node's CNI configuration list, as Kilo's ``--cni`` keeps it (``--cni-path``).
+
+Kilo ships its conflist in its manifests (an init container writes it to
+``/etc/cni/net.d/10-kilo.conflist``): network ``kilo``, a ``bridge`` plugin on ``kube-bridge``
+that is the pods' default gateway (``isDefaultGateway``, ``forceAddress``, MTU 1420) with
+``host-local`` IPAM, then ``portmap`` (``snat``, the ``portMappings`` capability). No
+``ipMasq`` (Kilo's own NAT rules masquerade the pod CIDR) and no loopback entry (container
+runtimes bring ``lo`` up themselves). The agent then only sets the IPAM ``ranges`` of every
+plugin that has an ``ipam`` section to ``[[{"subnet": <pod CIDR>}]]`` when the first subnet
+found there differs from the node's pod CIDR, keeping everything else in the file.
+
+Here, with ``cni`` on and a pod CIDR in the plan:
+
+* no file at ``cni_path``: Kilo's conflist is written with the pod CIDR (the directory is made);
+* a conflist named ``kilo`` (ours, or the one Kilo's manifests install): only its IPAM subnet is
+  updated, as Kilo does, so local tuning of the rest survives. Beyond Kilo, a legacy ``subnet``
+  directly under ``ipam`` is dropped when the ranges are set: host-local would allocate from it
+  first, and Kilo, which leaves it, rewrites the file on every resync;
+* anything else (another network's file, unparsable JSON, a ``kilo`` conflist without IPAM):
+  left alone, with a warning. Kilo would also leave unparsable or IPAM-less files, but rewrites
+  the subnet of any other conflist at its path; a file named otherwise belongs to someone else.
+
+``cni`` off or no pod CIDR: nothing is read or written (an earlier file stays, as with Kilo).
+``state: absent`` removes the file only when it is ours (named ``kilo``); the bridge belongs to
+the CNI plugin and stays. Writes are atomic (temporary file in the same directory, fsync,
+rename), mode 0644; the temporary name does not end in ``.conflist``, so runtimes never read it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import ipaddress
+import json
+import os
+import tempfile
+
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
+
+NETWORK = "kilo"
+BRIDGE = "kube-bridge"
+CNI_VERSION = "0.4.0"
+MTU = 1420
+MODE = 0o644
+
+
+def kilo_conflist(subnet):
+    """Kilo's conflist (as its manifests install it) with ``subnet`` as the IPAM range."""
+    return {
+        "cniVersion": CNI_VERSION,
+        "name": NETWORK,
+        "plugins": [
+            {
+                "name": "kubernetes",
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isDefaultGateway": True,
+                "forceAddress": True,
+                "mtu": MTU,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]},
+            },
+            {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def _ipams(data):
+    """The ``ipam`` dicts of the conflist's plugins, in order."""
+    plugins = data.get("plugins") if isinstance(data, dict) else None
+    if not isinstance(plugins, list):
+        return []
+    return [p["ipam"] for p in plugins if isinstance(p, dict) and isinstance(p.get("ipam"), dict)]
+
+
+def _norm(value):
+    try:
+        return str(ipaddress.ip_network(str(value), strict=False))
+    except ValueError:
+        return None
+
+
+def first_subnet(data):
+    """The first IPAM subnet of the conflist, the way host-local orders them (legacy
+    ``ipam.subnet`` before ``ranges``); None when there is none."""
+    for ipam in _ipams(data):
+        candidates = [ipam.get("subnet")]
+        ranges = ipam.get("ranges")
+        for rangeset in ranges if isinstance(ranges, list) else ():
+            for entry in rangeset if isinstance(rangeset, list) else ():
+                if isinstance(entry, dict):
+                    candidates.append(entry.get("subnet"))
+        for value in candidates:
+            if value:
+                return _norm(value)
+    return None
+
+
+def with_subnet(data, subnet):
+    """A copy of the conflist whose every IPAM section holds exactly the range ``subnet``."""
+    out = copy.deepcopy(data)
+    for ipam in _ipams(out):
+        ipam.pop("subnet", None)
+        ipam["ranges"] = [[{"subnet": subnet}]]
+    return out
+
+
+def render(data):
+    return json.dumps(data, indent=2) + "\n"
+
+
+def read(path):
+    """What is at ``path``: existence, parsed data, whether it is ours, its subnet."""
+    state = {"path": path, "exists": False, "data": None, "ours": False, "subnet": None, "problem": None}
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except (IOError, OSError) as e:
+        if os.path.lexists(path):
+            state.update(exists=True, problem="cannot be read (%s)" % e.strerror)
+        return state
+    state["exists"] = True
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        state["problem"] = "is not JSON"
+        return state
+    if not isinstance(data, dict) or data.get("name") != NETWORK or not isinstance(data.get("plugins"), list):
+        name = data.get("name") if isinstance(data, dict) else None
+        state["problem"] = "is not a conflist of network %r (name %r)" % (NETWORK, name)
+        return state
+    state.update(data=data, ours=True, subnet=first_subnet(data))
+    if not _ipams(data):
+        state["problem"] = "has no plugin with an ipam section"
+    return state
+
+
+def write_atomic(path, text, mode=MODE):
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class CNIBackend(Backend):
+    """The conflist at ``cni_path`` (see the module docstring for what is ours)."""
+
+    name = "cni"
+
+    def __init__(self, settings, preshared_keys=None):
+        super(CNIBackend, self).__init__(settings, preshared_keys)
+        self.path = settings["cni_path"]
+        self.warnings = []
+
+    def _warn(self, message):
+        message = "cni_path: %s %s; left alone" % (self.path, message)
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def current(self, plan):
+        return read(self.path)
+
+    def desired(self, plan, current):
+        subnet = plan["pod_cidr"] if plan["cni"] else None
+        if not subnet:
+            # cni off or no pod CIDR: not managed, whatever is there stays
+            return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
+        if not current["exists"]:
+            return {"path": self.path, "data": kilo_conflist(subnet), "subnet": subnet, "managed": True}
+        if current["problem"]:
+            self._warn(current["problem"])
+            return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
+        data = current["data"] if current["subnet"] == subnet else with_subnet(current["data"], subnet)
+        return {"path": self.path, "data": data, "subnet": subnet, "managed": True}
+
+    def changes(self, current, desired):
+        if not desired["managed"]:
+            return []
+        if not current["exists"]:
+            return ["write %s (subnet %s)" % (self.path, desired["subnet"])]
+        if current["subnet"] != desired["subnet"]:
+            return ["set subnet %s in %s (was %s)" % (desired["subnet"], self.path, current["subnet"])]
+        return []
+
+    def apply(self, current, desired):
+        if self.changes(current, desired):
+            write_atomic(self.path, render(desired["data"]))
+
+    def diff(self, current, desired):
+        before = {"path": self.path, "conflist": current["data"] if current["ours"] else None}
+        if desired is None:
+            after = {"path": self.path, "conflist": None}
+        else:
+            after = {"path": self.path, "conflist": desired["data"] if desired["managed"] else before["conflist"]}
+        return before, after
+
+    def owns(self, current):
+        return bool(current["ours"])
+
+    def remove(self, current):
+        if current["ours"] and os.path.lexists(self.path):
+            os.unlink(self.path)

@@ -1,0 +1,198 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""kilo.mesh.status: what a host's WireGuard interface says about its place in the mesh.
+
+Pure functions over ``WireGuardBackend.current()`` (host side), the node_exporter textfile
+(Prometheus text format, written atomically), and the mesh-wide table the controller prints
+from every host's result. Nothing here carries a key but public ones.
+
+A tunnel is stale when its latest handshake is older than ``stale_after`` seconds, or never
+happened. WireGuard handshakes again every 2 minutes while traffic flows, so 180 s is the
+default bound; an idle tunnel without persistent keepalive does not handshake and looks stale.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import tempfile
+
+DEFAULT_STALE_AFTER = 180
+
+
+def peer_status(peer, now, stale_after):
+    """One live peer as reported: public data and counters, handshake age, stale or not."""
+    latest = peer.get("latest_handshake") or 0
+    age = int(max(0, now - latest)) if latest else None
+    return {"public_key": peer["public_key"], "endpoint": peer.get("endpoint"),
+            "allowed_ips": list(peer.get("allowed_ips") or []),
+            "persistent_keepalive": int(peer.get("persistent_keepalive") or 0),
+            "latest_handshake": int(latest) if latest else None, "handshake_age": age,
+            "rx_bytes": int(peer.get("rx_bytes") or 0), "tx_bytes": int(peer.get("tx_bytes") or 0),
+            "stale": age is None or age > stale_after}
+
+
+def host_status(state, now, stale_after=DEFAULT_STALE_AFTER, addresses=None):
+    """The status of one host from ``WireGuardBackend.current()``'s state.
+
+    A leader's interface is up (the converge brings it up for leaders only, as Kilo does); a
+    member's is down with no peers; ``in_mesh`` is false when there is no interface at all.
+    """
+    peers = [peer_status(p, now, stale_after) for p in state.get("peers", [])]
+    present = bool(state.get("present"))
+    return {"interface": state.get("interface"), "backend": state.get("backend"), "in_mesh": present,
+            "leader": present and bool(state.get("up")), "up": bool(state.get("up")),
+            "public_key": state.get("public_key"), "listen_port": state.get("listen_port"),
+            "addresses": list(addresses or []), "stale_after": stale_after, "peers": peers,
+            "stale": [p["public_key"] for p in peers if p["stale"]]}
+
+
+# ---------------------------------------------------------------- Prometheus textfile
+
+_LABEL_ESCAPE = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
+
+
+def _label(value):
+    return "".join(_LABEL_ESCAPE.get(c, c) for c in str(value))
+
+
+def _number(value):
+    if value is None:
+        return "+Inf"
+    return str(int(value)) if float(value) == int(value) else repr(float(value))
+
+
+def metrics(status, nodes=None, peers=None):
+    """Prometheus text: Kilo's gauges where they apply (kilo_leader; kilo_nodes and kilo_peers
+    when the mesh size is known), and per WireGuard peer the handshake age (+Inf: never), the
+    byte counters and whether the tunnel is stale."""
+    iface = _label(status["interface"])
+    out = []
+
+    def family(name, kind, text, samples):
+        out.append("# HELP %s %s" % (name, text))
+        out.append("# TYPE %s %s" % (name, kind))
+        for labels, value in samples:
+            inner = ",".join('%s="%s"' % (k, v) for k, v in labels)
+            out.append("%s{%s} %s" % (name, inner, _number(value)) if inner else "%s %s" % (name, _number(value)))
+
+    family("kilo_leader", "gauge", "Leadership status of the node.", [((), 1 if status["leader"] else 0)])
+    if nodes is not None:
+        family("kilo_nodes", "gauge", "Number of nodes in the mesh.", [((), nodes)])
+    if peers is not None:
+        family("kilo_peers", "gauge", "Number of peers in the mesh.", [((), peers)])
+    family("kilo_interface_up", "gauge", "Whether the WireGuard interface exists and is up.",
+           [((("interface", iface),), 1 if status["up"] else 0)])
+    rows = [(("interface", iface), ("peer", _label(p["public_key"]))) for p in status["peers"]]
+    family("kilo_peer_handshake_age_seconds", "gauge", "Seconds since the latest handshake with the peer (+Inf: never).",
+           [(r, p["handshake_age"]) for r, p in zip(rows, status["peers"])])
+    family("kilo_peer_stale", "gauge", "1 when the latest handshake is older than %d s or never happened."
+           % status["stale_after"], [(r, 1 if p["stale"] else 0) for r, p in zip(rows, status["peers"])])
+    family("kilo_peer_receive_bytes_total", "counter", "Bytes received from the peer.",
+           [(r, p["rx_bytes"]) for r, p in zip(rows, status["peers"])])
+    family("kilo_peer_transmit_bytes_total", "counter", "Bytes sent to the peer.",
+           [(r, p["tx_bytes"]) for r, p in zip(rows, status["peers"])])
+    return "\n".join(out) + "\n"
+
+
+# One sample line of the text format (no timestamps written here).
+SAMPLE_RE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? '
+                       r'([-+]?[0-9.eE+-]+|[+-]Inf|NaN)$')
+
+
+def write_atomic(path, data, mode=0o644, check_mode=False):
+    """Write ``data`` (text or bytes) to ``path`` by a temp file in the same directory and a
+    rename, so a reader (node_exporter, a browser) never sees half a file; nothing when the file
+    already holds exactly that. Returns True when the file changes (in check mode: would)."""
+    if not isinstance(data, bytes):
+        data = data.encode("utf-8")
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return False
+    except (IOError, OSError):
+        pass
+    if check_mode:
+        return True
+    fd, tmp = tempfile.mkstemp(prefix=".kilo.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+# ---------------------------------------------------------------- the mesh-wide table (controller)
+
+def _age(seconds):
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return "%ds" % seconds
+    if seconds < 7200:
+        return "%dm%02ds" % (seconds // 60, seconds % 60)
+    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+
+
+def _bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
+        n /= 1024.0
+    return str(n)
+
+
+def _table(header, rows):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    fmt = "  ".join("%%-%ds" % w for w in widths)
+    return [(fmt % tuple(r)).rstrip() for r in [header] + rows]
+
+
+def summary(results, peer_names=None):
+    """The mesh-wide view of every host's status result ({host: result}).
+
+    Peers are named by the hosts' own public keys (and ``peer_names``, {public key: name} of
+    the outside peers); unknown keys are shortened. Returns {"lines", "hosts", "tunnels",
+    "stale", "leaders", "unreported"}.
+    """
+    names = dict(peer_names or {})
+    for host, r in results.items():
+        if r and r.get("public_key"):
+            names[r["public_key"]] = host
+    hosts, tunnels, stale, leaders, unreported = [], [], [], [], []
+    for host in sorted(results):
+        r = results[host]
+        if not r or r.get("failed") or r.get("unreachable") or "in_mesh" not in r:
+            unreported.append(host)
+            hosts.append([host, "-", "-", "no result", "-", "-"])
+            continue
+        role = "leader" if r["leader"] else ("member" if r["in_mesh"] else "not in mesh")
+        if r["leader"]:
+            leaders.append(host)
+        bad = [p for p in r["peers"] if p["stale"]]
+        hosts.append([host, r.get("location") or "-", r.get("segment") or "-", role, len(r["peers"]), len(bad)])
+        for p in r["peers"]:
+            name = names.get(p["public_key"], p["public_key"][:10] + "...")
+            state = "stale" if p["stale"] else "ok"
+            tunnels.append([host, name, p.get("endpoint") or "-", _age(p["handshake_age"]),
+                            _bytes(p["rx_bytes"]), _bytes(p["tx_bytes"]), state])
+            if p["stale"]:
+                stale.append("%s -> %s" % (host, name))
+    lines = _table(["HOST", "LOCATION", "SEGMENT", "ROLE", "PEERS", "STALE"], hosts)
+    if tunnels:
+        lines += [""] + _table(["HOST", "PEER", "ENDPOINT", "HANDSHAKE", "RX", "TX", "STATE"], tunnels)
+    lines += ["", "%d hosts, %d leaders, %d tunnels, %d stale%s" % (
+        len(results), len(leaders), len(tunnels), len(stale),
+        (", no result from: " + ", ".join(unreported)) if unreported else "")]
+    return {"lines": lines, "hosts": hosts, "tunnels": tunnels, "stale": stale, "leaders": leaders,
+            "unreported": unreported}

@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: graph
+short_description: Draw the mesh as a Graphviz graph, like kgctl graph, and render it to SVG, PNG or PDF
+version_added: 0.1.0
+author: kilo.mesh developers (@kilo-mesh)
+description:
+  - Does what C(kgctl graph) does, from the mesh of the inventory (and the registry) instead of the
+    Kubernetes API; runs on the controller only (an action plugin) and touches no host.
+  - The DOT text has one dashed cluster per segment (per location under O(granularity=location)), each
+    node labelled with its location, name, pod CIDR and internal IP; the leader also with its WireGuard IP
+    and endpoint, ranked first and drawn with a double bold outline. Members are linked to their leader,
+    leaders to each other, and the outside peers (one dashed cluster) to every leader.
+  - Beyond kgctl, for large meshes - with more than six segments (or O(mesh_edges=hub)) the links between
+    every pair of leaders (435 at 30 locations) are drawn as one C(WireGuard mesh) node that every leader
+    and peer is linked to, and the graph asks for Graphviz's C(fdp) layout, which keeps the clusters.
+  - With O(dest), the graph is written there; as the DOT text, or rendered by Graphviz's C(dot) command on
+    the controller. Without Graphviz the task fails and says how to install it
+    (C(apt install graphviz), C(dnf install graphviz), C(pacman -S graphviz)).
+extends_documentation_fragment:
+  - kilo.mesh.options.mesh
+  - kilo.mesh.options.inputs
+options:
+  dest:
+    description:
+      - File on the controller to write the graph to (a relative path is taken from where
+        C(ansible-playbook) runs). Replaced atomically, and only when its content changes.
+      - Without it, the DOT text is returned only (RV(graph)).
+    type: path
+  format:
+    description:
+      - V(dot) - the DOT text; V(svg), V(png), V(pdf) - rendered by Graphviz.
+      - Defaults to the extension of O(dest) (C(.gv) is V(dot)), else V(dot).
+    type: str
+    choices: [dot, svg, png, pdf]
+  layout:
+    description:
+      - Graphviz layout engine (C(dot -K)). V(auto) is V(dot) (kgctl's picture) and V(fdp) for a
+        graph drawn with the mesh node (see O(mesh_edges)).
+      - V(circo), V(twopi), V(neato) and V(sfdp) do not draw clusters.
+    type: str
+    choices: [auto, dot, fdp, neato, circo, twopi, sfdp]
+    default: auto
+  mesh_edges:
+    description:
+      - How leaders are linked. V(all) - every pair, as kgctl draws it; V(hub) - one C(WireGuard mesh) node
+        for those links; V(auto) - V(all) up to six segments, else V(hub).
+    type: str
+    choices: [auto, all, hub]
+    default: auto
+attributes:
+  check_mode:
+    support: full
+    description: The graph is computed and rendered; O(dest) is not written; the task reports changed when it would be.
+  diff_mode:
+    support: none
+    description: Returns a picture, not differences.
+seealso:
+  - module: kilo.mesh.topology
+  - module: kilo.mesh.showconf
+  - name: kgctl graph
+    description: The Kilo command this module follows.
+    link: https://kilo.squat.ai/docs/kgctl/
+"""
+
+EXAMPLES = r"""
+- name: The mesh as an SVG picture on the controller
+  kilo.mesh.graph:
+    dest: /tmp/kilo-mesh.svg
+  run_once: true
+
+- name: The DOT text only, as kgctl graph prints it (every leader pair linked)
+  kilo.mesh.graph:
+    mesh_edges: all
+  run_once: true
+  register: kilo_graph
+
+- name: A PNG with another layout engine
+  kilo.mesh.graph:
+    dest: /tmp/kilo-mesh.png
+    layout: neato
+  run_once: true
+"""
+
+RETURN = r"""
+graph:
+  description: The graph in Graphviz's DOT language.
+  returned: success
+  type: str
+  sample: |
+    digraph kilo {
+      label="10.4.0.0/16";
+      ...
+    }
+format:
+  description: The format written to O(dest) (V(dot) without O(dest)).
+  returned: success
+  type: str
+  sample: svg
+layout:
+  description: The Graphviz layout engine used for rendering; null for V(dot) output.
+  returned: success
+  type: str
+  sample: dot
+dest:
+  description: The absolute path written (or, in check mode, that would be).
+  returned: when O(dest) is given
+  type: str
+  sample: /home/me/kilo-topology.svg
+command:
+  description: The Graphviz arguments used (C(-K) engine, C(-T) format), null for V(dot) output.
+  returned: when O(dest) is given
+  type: str
+  sample: -Kdot -Tsvg
+hub:
+  description: Whether the leader links are drawn as one C(WireGuard mesh) node.
+  returned: success
+  type: bool
+segments:
+  description: Number of segments (clusters).
+  returned: success
+  type: int
+nodes:
+  description: Number of nodes drawn.
+  returned: success
+  type: int
+peers:
+  description: Number of outside peers drawn.
+  returned: success
+  type: int
+missing:
+  description: Hosts of the group left out because neither this run nor the registry knows their key or endpoint.
+  returned: when any
+  type: list
+  elements: str
+"""

@@ -1,0 +1,262 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: status
+short_description: Report a host's place in the mesh and the health of its WireGuard tunnels
+version_added: 0.1.0
+author: kilo.mesh developers (@kilo-mesh)
+description:
+  - Reads the host's WireGuard interface (kernel or userspace) and changes nothing - whether the host leads
+    its segment (a leader's interface is up and carries the peers; a member's is down), its location and
+    segment (from the inventory), and for each WireGuard peer the endpoint, allowed IPs, seconds since the
+    latest handshake and bytes received and sent.
+  - A tunnel is B(stale) when its latest handshake is older than O(stale_after) seconds or never happened.
+    WireGuard handshakes again every 2 minutes while traffic flows, so an idle tunnel without persistent
+    keepalive (C(kilo_persistent_keepalive)) does not handshake and looks stale although it would work.
+  - With O(textfile), also writes a node_exporter textfile collector file (Prometheus text format, replaced
+    atomically) with Kilo's metric names where they apply (C(kilo_leader), C(kilo_nodes), C(kilo_peers)) and
+    per peer C(kilo_peer_handshake_age_seconds), C(kilo_peer_stale), C(kilo_peer_receive_bytes_total) and
+    C(kilo_peer_transmit_bytes_total), labelled with the interface and the peer's public key.
+  - With O(summary), runs on the controller only (use C(run_once)) - reads the registered results of every
+    host of the play (O(status_var)) and returns a mesh-wide table, peers named by host (or outside peer) name.
+  - Only public keys are returned.
+options:
+  interface:
+    description:
+      - Name of the WireGuard interface.
+      - Defaults to the inventory variable C(kilo_interface), then to the default below.
+    type: str
+    default: kilo0
+  stale_after:
+    description: Seconds after the latest handshake from which a tunnel counts as stale.
+    type: int
+    default: 180
+  textfile:
+    description:
+      - Path on the host of a node_exporter textfile (for example
+        C(/var/lib/prometheus/node-exporter/kilo.prom)); its directory must exist.
+      - Not written in check mode. Writing it does not count as a change.
+    type: path
+  mesh_nodes:
+    description:
+      - Number of nodes in the mesh, for the C(kilo_nodes) metric. Filled by the action from the hosts of
+        the mesh group (C(kilo_group)); left out of the textfile when unknown.
+    type: int
+  mesh_peers:
+    description:
+      - Number of outside peers in the mesh, for the C(kilo_peers) metric. Filled by the action from
+        C(kilo_peers).
+    type: int
+  summary:
+    description:
+      - Do not read this host - build the mesh-wide table from the results every play host registered
+        as O(status_var). Controller only; use with C(run_once).
+    type: bool
+    default: false
+  status_var:
+    description: Name of the registered result of this module on each host, read with O(summary).
+    type: str
+    default: kilo_status
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; O(textfile) is not written in check mode.
+  diff_mode:
+    support: none
+    description: Reports state, not differences.
+notes:
+  - Runs on the managed host with the host's Python and pyroute2 (O(summary) on the controller).
+seealso:
+  - module: kilo.mesh.key
+  - module: kilo.mesh.graph
+  - name: Kilo's metrics
+    description: The Prometheus metrics of the Kilo agent whose names the textfile reuses.
+    link: https://kilo.squat.ai/docs/monitoring/
+"""
+
+EXAMPLES = r"""
+- name: Status of each host, stale after 5 minutes
+  kilo.mesh.status:
+    stale_after: 300
+  register: kilo_status
+
+- name: The mesh as a table
+  kilo.mesh.status:
+    summary: true
+    status_var: kilo_status
+  run_once: true
+  register: kilo_summary
+
+- name: Print it
+  ansible.builtin.debug:
+    msg: "{{ kilo_summary.lines }}"
+  run_once: true
+
+- name: Metrics for node_exporter's textfile collector
+  kilo.mesh.status:
+    textfile: /var/lib/prometheus/node-exporter/kilo.prom
+"""
+
+RETURN = r"""
+in_mesh:
+  description: Whether the WireGuard interface exists.
+  returned: on a host
+  type: bool
+leader:
+  description: Whether the host leads its segment (its interface is up).
+  returned: on a host
+  type: bool
+location:
+  description: The host's location (its child group of the mesh group).
+  returned: on a host
+  type: str
+  sample: aws
+segment:
+  description: The segment the host belongs to, as the engine names it (C(location:NAME), or C(node:HOST) under granularity full or cross).
+  returned: on a host
+  type: str
+  sample: location:aws
+public_key:
+  description: The interface's public key.
+  returned: on a host
+  type: str
+addresses:
+  description: Addresses on the interface (a leader's WireGuard IP).
+  returned: on a host
+  type: list
+  elements: str
+  sample: [10.4.0.1/16]
+peers:
+  description: One entry per WireGuard peer.
+  returned: on a host
+  type: list
+  elements: dict
+  contains:
+    public_key:
+      description: The peer's public key.
+      type: str
+    endpoint:
+      description: Where WireGuard sends to the peer (V(ip:port)), null when unknown.
+      type: str
+    allowed_ips:
+      description: The peer's allowed IPs.
+      type: list
+      elements: str
+    latest_handshake:
+      description: Unix time of the latest handshake, null when none.
+      type: int
+    handshake_age:
+      description: Seconds since the latest handshake, null when none.
+      type: int
+    rx_bytes:
+      description: Bytes received from the peer.
+      type: int
+    tx_bytes:
+      description: Bytes sent to the peer.
+      type: int
+    stale:
+      description: Whether the handshake is older than O(stale_after) or never happened.
+      type: bool
+stale:
+  description: Public keys of the peers whose tunnel is stale.
+  returned: on a host
+  type: list
+  elements: str
+textfile:
+  description: The textfile path, when written.
+  returned: when O(textfile) is given and not in check mode
+  type: str
+metrics:
+  description: The Prometheus text written to O(textfile).
+  returned: when O(textfile) is given
+  type: str
+lines:
+  description: The mesh-wide table, one line per item (hosts, then tunnels, then a total).
+  returned: with O(summary)
+  type: list
+  elements: str
+leaders:
+  description: Hosts that lead their segment.
+  returned: with O(summary)
+  type: list
+  elements: str
+unreported:
+  description: Hosts of the play without a status result (failed or unreachable).
+  returned: with O(summary)
+  type: list
+  elements: str
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.status import DEFAULT_STALE_AFTER, host_status, metrics, write_atomic
+
+
+def spec():
+    return dict(interface=argument_spec("key")["interface"],
+                stale_after=dict(type="int", default=DEFAULT_STALE_AFTER),
+                textfile=dict(type="path"), mesh_nodes=dict(type="int"), mesh_peers=dict(type="int"),
+                summary=dict(type="bool", default=False), status_var=dict(type="str", default="kilo_status"))
+
+
+def interface_addresses(interface):
+    """CIDRs on the interface (best effort: [] when it is gone or pyroute2 cannot say)."""
+    from pyroute2 import IPRoute
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=interface)
+        if not idx:
+            return []
+        return ["%s/%s" % (a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ipr.get_addr(index=idx[0])]
+
+
+def run_module():
+    module = AnsibleModule(argument_spec=spec(), supports_check_mode=True)
+    p = module.params
+    if p["summary"]:
+        module.fail_json(msg="summary: runs on the controller through the kilo.mesh.status action only")
+    if p["stale_after"] < 0:
+        module.fail_json(msg="stale_after: must be 0 or more seconds")
+    try:
+        check_interface_name(p["interface"], field="interface")
+        from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+        from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
+        state = WireGuardBackend(host_settings({"interface": p["interface"]})).current()
+        now = time.time()
+        addresses = interface_addresses(p["interface"]) if state.get("present") else []
+    except KiloError as e:
+        module.fail_json(msg=str(e))
+    except ImportError as e:
+        module.fail_json(msg="reading WireGuard needs pyroute2 on the host: %s" % e)
+    except (OSError, ValueError) as e:
+        module.fail_json(msg="reading interface %s: %s: %s" % (p["interface"], type(e).__name__, e))
+    result = host_status(state, now, p["stale_after"], addresses)
+    if p["textfile"]:
+        result["metrics"] = metrics(result, p["mesh_nodes"], p["mesh_peers"])
+        if not module.check_mode:
+            try:
+                write_atomic(p["textfile"], result["metrics"])
+            except (IOError, OSError) as e:
+                module.fail_json(msg="textfile: %s: %s" % (p["textfile"], e))
+            result["textfile"] = p["textfile"]
+    # Monitoring output, rewritten every run: reading and the textfile are no change of the host.
+    module.exit_json(changed=False, **result)
+
+
+def main():
+    run_module()
+
+
+if __name__ == "__main__":
+    main()
