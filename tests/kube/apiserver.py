@@ -3,7 +3,7 @@
 The binaries come from `bash scripts/kube.sh` (.cache/kube/bin; KILO_KUBE_BIN overrides).
 `ApiServer` starts both with TLS, token authentication (an admin in system:masters and an
 unprivileged user) and RBAC, in a private temporary directory, and stops exactly the two
-processes it started. With KUBECONFIG set it starts nothing and describes that cluster.
+processes it started. With KILO_TEST_KUBECONFIG set it starts nothing and describes that cluster.
 """
 import base64
 import datetime
@@ -94,11 +94,11 @@ def make_pki(directory):
 
 
 class ApiServer:
-    """etcd + kube-apiserver for one test session (or the cluster of $KUBECONFIG).
+    """etcd + kube-apiserver for one test session (or the cluster of $KILO_TEST_KUBECONFIG).
 
     Attributes: kubeconfig (path, admin), host (https://127.0.0.1:PORT), ca_cert (path),
-    token (admin bearer token), user_token (an unprivileged user's, None for $KUBECONFIG),
-    user_name, external (True when $KUBECONFIG names the cluster).
+    token (admin bearer token), user_token (an unprivileged user's, None for an external cluster),
+    user_name, external (True when $KILO_TEST_KUBECONFIG names the cluster).
     """
 
     def __init__(self, bin_dir=BIN, timeout=90.0):
@@ -106,7 +106,7 @@ class ApiServer:
         self.timeout = timeout
         self.kubeconfig = self.host = self.ca_cert = self.token = self.user_token = None
         self.user_name = USER_NAME
-        self.external = bool(os.environ.get("KUBECONFIG"))
+        self.external = bool(os.environ.get("KILO_TEST_KUBECONFIG"))
         self.tmp = None
         self._procs = []  # (name, Popen, log path), in start order
 
@@ -119,7 +119,7 @@ class ApiServer:
 
     def start(self):
         if self.external:
-            self._from_kubeconfig(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+            self._from_kubeconfig(os.environ["KILO_TEST_KUBECONFIG"].split(os.pathsep)[0])
             return self
         missing = binaries_missing(self.bin_dir)
         if missing:

@@ -15,7 +15,7 @@ from apiserver import BIN, ROOT, ApiServer, binaries_missing  # noqa: E402  pyli
 
 @pytest.fixture(scope="session")
 def kube():
-    if not os.environ.get("KUBECONFIG"):
+    if not os.environ.get("KILO_TEST_KUBECONFIG"):
         missing = binaries_missing()
         if missing:
             where = os.path.relpath(BIN, ROOT) if BIN.startswith(ROOT + os.sep) else BIN

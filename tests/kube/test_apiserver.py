@@ -103,7 +103,7 @@ def peer_crd(kube, admin):
     eventually(established)
     yield name
     if not existed:
-        kube.kubectl("delete", "-f", os.path.join(MANIFESTS, "crds.yaml"), "--wait=false")
+        kube.kubectl("delete", "-f", os.path.join(MANIFESTS, "crds.yaml"), "--wait=true")
 
 
 @pytest.fixture
@@ -231,7 +231,7 @@ def test_bad_token_is_401(kube):
 
 def test_rbac_manifest_grants_what_kilo_mesh_needs(kube, admin, nodes, peers):
     if kube.user_token is None:
-        pytest.skip("an external cluster ($KUBECONFIG) has no unprivileged test user")
+        pytest.skip("an external cluster ($KILO_TEST_KUBECONFIG) has no unprivileged test user")
     name = nodes(unique("kilo-rbac"), "10.244.3.0/24")
     rbac = client.RbacAuthorizationV1Api(admin)
     with kube.client(token=kube.user_token) as user_api:
@@ -270,4 +270,4 @@ def test_rbac_manifest_grants_what_kilo_mesh_needs(kube, admin, nodes, peers):
             assert status_of(core.list_namespaced_secret, "kube-system") == 403
         finally:
             rbac.delete_cluster_role_binding(binding.metadata.name)
-            kube.kubectl("delete", "-f", os.path.join(MANIFESTS, "rbac.yaml"), "--wait=false")
+            kube.kubectl("delete", "-f", os.path.join(MANIFESTS, "rbac.yaml"), "--wait=true")

@@ -158,7 +158,7 @@ def test_bad_input_names_the_field_and_sends_nothing(option, value, message):
 
 def test_unprivileged_token_is_told_what_is_missing(kube, admin, name):
     if kube.user_token is None:
-        pytest.skip("an external cluster ($KUBECONFIG) has no unprivileged test user")
+        pytest.skip("an external cluster ($KILO_TEST_KUBECONFIG) has no unprivileged test user")
     args = {"name": name, "public_key": PUBLIC_KEY, "allowed_ips": ["10.5.0.1/32"],
             "host": kube.host, "api_key": kube.user_token, "ca_cert": kube.ca_cert}
     for flags in ((), ("--check",)):
