@@ -29,6 +29,7 @@ NODE_VARS = {
     "allowed_location_ips": "kilo_allowed_location_ips",
     "pod_cidr": "kilo_pod_cidr",
     "public_key": "kilo_public_key",
+    "cni_compatibility_ip": "kilo_cni_compatibility_ip",
 }
 
 # Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
@@ -76,6 +77,9 @@ def node_from_host(name, hvars, facts, location, port):
 
     if hvars.get("kilo_force_endpoint"):
         node["endpoint"] = str(hvars["kilo_force_endpoint"])
+    elif facts.get("endpoint"):
+        # as written on the host's Kubernetes Node (annotation_facts)
+        node["endpoint"] = str(facts["endpoint"])
     else:
         # Kilo's endpoint is the external IP when the host has one, else its private IP.
         ip = facts.get("external_ip")
@@ -84,6 +88,8 @@ def node_from_host(name, hvars, facts, location, port):
         node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
     node["pod_cidr"] = hvars.get("kilo_pod_cidr") or None
+    # Kilo's cni-compatibility-ip annotation: the next hop towards this node under compatibility cilium
+    node["cni_compatibility_ip"] = hvars.get("kilo_cni_compatibility_ip") or None
     # Kilo: the presence of the leader annotation alone counts, so "" and null mean leader.
     node["leader"] = to_bool(hvars["kilo_leader"], host_subject(name), "kilo_leader", default=True) \
         if "kilo_leader" in hvars else False
@@ -101,8 +107,34 @@ def facts_from_result(result):
     return dict((k, result.get(k)) for k in REGISTRY_FIELDS)
 
 
+def annotation_facts(hvars):
+    """A host's facts as written on its Kubernetes Node (by Kilo's agent or kilo.mesh.annotate):
+    the host variable ``kilo_kubernetes_node`` of the inventory plugin kilo.mesh.kubernetes.
+
+    None unless it holds a public key and an endpoint (Kilo's agent needs both to use a node).
+    Its last-seen time and the Node's Ready condition are not consulted (README, Kubernetes).
+    """
+    written = hvars.get("kilo_kubernetes_node")
+    if not isinstance(written, dict) or not written.get("public_key") or not written.get("endpoint"):
+        return None
+    return dict(public_key=written["public_key"], internal_ip=written.get("internal_ip"),
+                endpoint=written["endpoint"], discovered_endpoints=dict(written.get("discovered_endpoints") or {}))
+
+
+def host_facts(hvars, facts_var, known):
+    """(facts, fresh) of one host: this run's kilo.mesh.key result (fresh True), else its registry
+    entry in ``known``, else what its Kubernetes Node says (annotation_facts), else None."""
+    facts = facts_from_result(hvars.get(facts_var))
+    if facts is not None:
+        return facts, True
+    if known is not None:
+        return known, False
+    return annotation_facts(hvars), False
+
+
 def gather_nodes(task_vars, group, port, facts_var, registry, locations):
-    """Nodes of every host in ``group``, with the facts of this run, else the registry.
+    """Nodes of every host in ``group``, with the facts of this run, else the registry, else the
+    agent annotations of the host's Kubernetes Node.
 
     ``locations`` maps host -> location group (None: the inventory could not tell).
     Returns (nodes, missing, fresh): hosts with no data at all are listed in ``missing``;
@@ -121,11 +153,9 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations):
     nodes, missing, fresh = [], [], {}
     for host in hosts:
         hvars = hostvars[host]
-        facts = facts_from_result(hvars.get(facts_var))
-        if facts is not None:
+        facts, now = host_facts(hvars, facts_var, known.get(host))
+        if now:
             fresh[host] = facts
-        else:
-            facts = known.get(host)
         if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
             missing.append(host)
             continue
@@ -199,13 +229,19 @@ def _merge_registry(path, fresh):
 
 def stale_leaders(handshakes_by_host, node_keys, bound):
     """Hosts whose handshakes with every node they peer with are older than ``bound`` seconds
-    (or never happened); hosts without node peers (non-leaders) are not judged."""
-    out = set()
+    (or never happened); hosts without node peers (non-leaders) are not judged.
+
+    A dead tunnel looks stale from both ends: when every judged host is stale (two locations
+    with one broken leader, or an idle mesh) nobody can tell which end is broken, so nobody is
+    named; with a third leader the healthy ones still handshake with each other."""
+    judged, out = 0, set()
     for host, handshakes in handshakes_by_host.items():
         ages = [age for key, age in (handshakes or {}).items() if key in node_keys]
-        if ages and all(age is None or age > bound for age in ages):
-            out.add(host)
-    return out
+        if ages:
+            judged += 1
+            if all(age is None or age > bound for age in ages):
+                out.add(host)
+    return set() if len(out) == judged else out
 
 
 def missing_warning(missing):

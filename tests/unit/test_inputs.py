@@ -150,3 +150,54 @@ def test_stale_leaders_are_those_with_only_old_or_no_handshakes_with_nodes():
     }
     assert inputs.stale_leaders(reported, keys, 300) == {"stale"}
     assert inputs.stale_leaders(reported, keys, 1000) == set()
+    # both ends of the only tunnel look stale: which one is broken cannot be told
+    assert inputs.stale_leaders({"x": {"B": 900}, "y": {"A": 900}}, keys, 300) == set()
+
+
+# --- Kubernetes: the agent annotations of a host's Node (host variable kilo_kubernetes_node) ---
+
+def _written(key, **extra):
+    """kilo_kubernetes_node as the inventory plugin sets it from annotations Kilo's agent wrote."""
+    out = dict(public_key=key, endpoint="203.0.113.7:51821", internal_ip="172.16.9.7/24", wireguard_ip=None,
+               discovered_endpoints={}, last_seen=None, granularity="location", ready=None)
+    out.update(extra)
+    return out
+
+
+def test_gather_nodes_falls_back_to_the_node_annotations_after_the_registry():
+    k_reg, k_ann = "r" * 43 + "=", "n" * 43 + "="
+    hostvars = FakeHostvars({
+        "now": {"kilo_location": "x", "kilo_host": dict(FACTS), "kilo_kubernetes_node": _written(k_ann)},
+        "reg": {"kilo_location": "x", "kilo_kubernetes_node": _written(k_ann)},
+        "ann": {"kilo_location": "y", "kilo_kubernetes_node": _written(k_ann)},
+        "nokey": {"kilo_location": "y", "kilo_kubernetes_node": _written(None)},
+        "noendpoint": {"kilo_location": "y", "kilo_kubernetes_node": _written(k_ann, endpoint=None)},
+    })
+    registry = {"hosts": {"reg": dict(FACTS, public_key=k_reg)}}
+    nodes, missing, fresh = inputs.gather_nodes(
+        {"hostvars": hostvars, "groups": {"kilo": list(hostvars)}}, "kilo", 51820, "kilo_host", registry, None)
+    by = dict((n["name"], n) for n in nodes)
+    assert by["now"]["public_key"] == KEY and list(fresh) == ["now"]      # this run first
+    assert by["reg"]["public_key"] == k_reg                                # then the registry
+    # then the annotations: the endpoint as written (its port kept), the internal IP
+    assert by["ann"]["public_key"] == k_ann
+    assert by["ann"]["endpoint"] == "203.0.113.7:51821" and by["ann"]["internal_ip"] == "172.16.9.7/24"
+    assert missing == ["nokey", "noendpoint"]
+
+
+def test_annotations_keep_a_node_whatever_its_last_seen_and_ready_condition():
+    # Push mode has no agent checking in every 30 s: Kilo's "last-seen within 60 s" rule would drop
+    # every host outside --limit. A Node's age and Ready condition never take it out of the mesh.
+    ancient = _written("n" * 43 + "=", last_seen=1, ready=False, discovered_endpoints={KEY: "198.51.100.9:4000"})
+    hostvars = FakeHostvars({"old": {"kilo_location": "y", "kilo_kubernetes_node": ancient}})
+    nodes, missing, _fresh = inputs.gather_nodes(
+        {"hostvars": hostvars, "groups": {"kilo": ["old"]}}, "kilo", 51820, "kilo_host", {"hosts": {}}, None)
+    assert [n["name"] for n in nodes] == ["old"] and missing == []
+    assert nodes[0]["discovered_endpoints"] == {KEY: "198.51.100.9:4000"}
+
+
+def test_a_forced_endpoint_beats_the_annotated_one():
+    hvars = {"kilo_force_endpoint": "example.com:51820", "kilo_kubernetes_node": _written("n" * 43 + "=")}
+    facts, fresh = inputs.host_facts(hvars, "kilo_host", None)
+    assert not fresh
+    assert inputs.node_from_host("h", hvars, facts, "x", 51820)["endpoint"] == "example.com:51820"

@@ -17,7 +17,7 @@ BIN = os.path.dirname(sys.executable)
 # module -> the scopes of the table it takes (its own options come on top)
 MODULES = {"topology": ("mesh", "inputs"), "join": ("mesh", "inputs", "host"), "converge": ("host",),
            "key": ("key",), "prepare": ("prepare",), "validate": ("mesh", "inputs", "host", "key", "prepare", "run"),
-           "showconf": ("mesh", "inputs")}
+           "showconf": ("mesh", "inputs"), "annotate": ("mesh", "inputs")}
 
 
 def test_generated_files_match_the_table():

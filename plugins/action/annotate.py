@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Action kilo.mesh.annotate: write on this host's Kubernetes Node what Kilo's agent writes there.
+
+Runs on the controller only. The values are those the engine used for this run (the host's
+kilo.mesh.key result, else the registry, else the Node's own annotations; its stored plan for the
+WireGuard IP), in Kilo's formats (``kube_node.write_back``), sent as one JSON merge patch of the
+Node's annotations when one of them differs. ``last-seen`` alone never makes the task changed:
+it is refreshed by every run that reaches the host (not in check mode) and left out of the diff.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.kilo.mesh.plugins.action.join import ActionModule as JoinAction, not_a_node
+from ansible_collections.kilo.mesh.plugins.module_utils import kube_client, kube_node
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import node_subject
+from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
+    host_facts, node_from_host, read_registry, registry_path)
+
+# A client option the task does not give comes from this host's variable kilo_kube_<option>.
+CLIENT_VAR = "kilo_kube_"
+
+
+def _extra_spec():
+    spec = dict(node=dict(type="str"), topology_var=dict(type="str"), state=argument_spec("host")["state"])
+    for name, option in kube_client.argument_spec().items():
+        option.pop("aliases", None)
+        spec[name] = option
+    return spec
+
+
+class ActionModule(KiloAction):
+    _requires_connection = False
+    SCOPES = ("mesh", "inputs")
+    EXTRA_SPEC = _extra_spec()
+
+    def run_kilo(self, args, task_vars):
+        host = task_vars["inventory_hostname"]
+        name = args["node"] or host
+        result = {}
+        if args["state"] == "present":
+            plan = self.plan(args, task_vars, result)
+            node = self.engine_node(args, task_vars)
+            # As Kilo's agent: only the endpoints learned from peers that send keepalives (NAT), the
+            # peers the plan marks roaming; the key result reports every learned endpoint.
+            roaming = set(p["public_key"] for p in plan.get("peers", []) if p.get("roaming"))
+            node["discovered_endpoints"] = dict((k, v) for k, v in node["discovered_endpoints"].items() if k in roaming)
+            wanted = kube_node.write_back(node, plan, args["granularity"], int(time.time()))
+        else:
+            wanted = kube_node.remove_agent_annotations()
+        client = kube_client.api_client(self.client_options(args, task_vars))
+        path = "/api/v1/nodes/" + name
+        api = kube_client.kubernetes.client.CoreV1Api(client)
+        try:
+            obj = kube_client.json_call(api.read_node, "GET", path, name)
+        except kube_client.KubeError as e:
+            if e.status == 404:
+                raise KiloError("no such Node in the cluster (option node, default the inventory hostname)",
+                                node_subject(name))
+            raise
+        current = (obj.get("metadata") or {}).get("annotations") or {}
+        ours = [k for k in kube_node.AGENT_ANNOTATIONS if k != kube_node.LAST_SEEN]
+        differ = dict((k, wanted[k]) for k in ours if current.get(k) != wanted[k])
+        if args["state"] == "absent" and current.get(kube_node.LAST_SEEN) is not None:
+            differ[kube_node.LAST_SEEN] = None
+        patch = dict(differ)
+        if args["state"] == "present":
+            patch[kube_node.LAST_SEEN] = wanted[kube_node.LAST_SEEN]  # refreshed, not a change
+        if patch and not self._task.check_mode:
+            kube_client.json_call(api.patch_node, "PATCH", path, name, {"metadata": {"annotations": patch}},
+                                  _content_type="application/merge-patch+json")
+        after = dict((k, wanted[k] if k in wanted else current.get(k)) for k in ours)
+        result.update(changed=bool(differ), node=name,
+                      annotations=dict((k, v) for k, v in after.items() if v is not None),
+                      last_seen=int(wanted[kube_node.LAST_SEEN]) if args["state"] == "present" else None)
+        if self._task.diff:
+            result["diff"] = dict(before=self.shown(current, ours), after=self.shown(after, ours),
+                                  before_header="Node %s" % name, after_header="Node %s" % name)
+        return result
+
+    @staticmethod
+    def shown(annotations, keys):
+        return "".join("%s: %s\n" % (k, annotations[k]) for k in keys if annotations.get(k) is not None)
+
+    def client_options(self, args, task_vars):
+        """The client options of the task, each missing one from this host's kilo_kube_<option>."""
+        names = [n for n in kube_client.ENV if args.get(n) in (None, "")]
+        found = self.variables(task_vars, task_vars["inventory_hostname"], [CLIENT_VAR + n for n in names])
+        options = dict((n, args.get(n)) for n in kube_client.ENV)
+        options.update((n, found[CLIENT_VAR + n]) for n in names if found.get(CLIENT_VAR + n) not in (None, ""))
+        return options
+
+    def engine_node(self, args, task_vars):
+        """This host as the engine saw it in this run (inputs.node_from_host)."""
+        host = task_vars["inventory_hostname"]
+        hvars = task_vars["hostvars"][host]
+        facts, fresh = host_facts(hvars, args["facts_var"], None)
+        if not fresh:
+            known = read_registry(registry_path(task_vars, args["registry"], args["group"]))["hosts"].get(host)
+            facts = host_facts(hvars, args["facts_var"], known)[0]
+        node = node_from_host(host, hvars, facts, "", args["port"])
+        if not node.get("public_key"):
+            raise not_a_node(args)
+        return node
+
+    def plan(self, args, task_vars, result):
+        """This host's plan: from the run-once step (topology_var), else computed as join does."""
+        stored = (task_vars.get(args["topology_var"]) or {}) if args["topology_var"] else {}
+        if stored.get("plan_store"):
+            plan = plan_store.load(stored["plan_store"], task_vars["inventory_hostname"])
+            if plan is None:
+                raise not_a_node(args)
+            return plan
+        return JoinAction.compute(self, args, task_vars, result)

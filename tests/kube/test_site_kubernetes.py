@@ -1,0 +1,181 @@
+"""site.yml with the inventory plugin kilo.mesh.kubernetes: a real kube-apiserver and a real lab.
+
+Each lab host (network namespace, sshd, wireguard-go) is a Node of the fixture's API server:
+its pod CIDR in spec.podCIDR, its management address as InternalIP (so Ansible reaches it),
+its location by label on some Nodes and by Kilo's annotation on others, one forced leader, and
+one Peer resource. The inventory is the plugin's config plus group_vars with the lab's SSH
+settings. Tests run in file order and share the lab and the Nodes, removed at the end.
+"""
+import os
+import shutil
+import tempfile
+
+import pytest
+import yaml
+from kubernetes import client
+# tests/kube is on sys.path (conftest.py); tests/host holds the lab's site.yml helpers.
+from test_apiserver import GROUP, PLURAL, VERSION, admin, eventually  # noqa: F401 pylint: disable=import-error,unused-import
+from test_inventory_plugin import CRDS, delete_all  # pylint: disable=import-error
+
+from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PREFIX = "kkb"
+PEER = "kkb-laptop"
+PEER_KEY = "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="
+
+
+def _host_tools():
+    import sys  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
+    sys.path.insert(0, ROOT)
+    from lab.lab import Lab  # pylint: disable=import-error,import-outside-toplevel
+    import sitetools  # pylint: disable=import-error,import-outside-toplevel
+    return Lab, sitetools
+
+
+Lab, sitetools = _host_tools()
+
+
+@pytest.fixture(scope="module")
+def cluster(kube, admin):
+    """(lab, inventory path): the lab up, its hosts registered as Nodes, a Peer; all removed after."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces)")
+    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
+    lab = Lab(PREFIX)
+    lab.down()
+    lab.up(2, 2, 1)
+    tmp = tempfile.mkdtemp(prefix="kilo-kkb-")
+    made = []
+    try:
+        kube.kubectl("apply", "-f", CRDS)
+        eventually(lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL), 60)
+        for name, h in sorted(lab.hosts.items()):
+            i, k = h["location_index"], h["index"]
+            labels, annotations = {}, {}
+            if i == 1:
+                labels[kn.REGION_LABEL] = h["location"]          # location by the topology label
+            else:
+                annotations[kn.LOCATION] = h["location"]         # ... and by Kilo's annotation
+                labels[kn.REGION_LABEL] = "ignored-when-annotated"
+            if i == 2 and k == 1:
+                annotations[kn.LEADER] = "true"
+            core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels,
+                                                                         annotations=annotations),
+                                           spec=client.V1NodeSpec(pod_cidr="10.50.%d.0/24" % (10 * i + k))))
+            made.append(name)
+            core.patch_node_status(name, {"status": {"addresses": [{"type": "InternalIP", "address": h["mgmt_ip"]},
+                                                                   {"type": "Hostname", "address": name}]}})
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, {
+            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "Peer", "metadata": {"name": PEER},
+            "spec": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PEER_KEY, "persistentKeepalive": 0}})
+        inventory = os.path.join(tmp, "cluster.kubernetes.yml")
+        with open(inventory, "w") as f:
+            yaml.safe_dump({"plugin": "kilo.mesh.kubernetes", "kubeconfig": kube.kubeconfig}, f)
+        # What Ansible needs to reach the lab's hosts, as the lab's own inventory says it.
+        with open(lab.inventory) as f:
+            lab_inventory = yaml.safe_load(f)["all"]["children"]["kilo"]
+        some = next(iter(lab_inventory["children"].values()))["hosts"]
+        ssh = dict((k, v) for k, v in next(iter(some.values())).items()
+                   if k in ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter"))
+        group_vars = dict(lab_inventory["vars"], kilo_kube_kubeconfig=kube.kubeconfig, **ssh)
+        os.makedirs(os.path.join(tmp, "group_vars"))
+        with open(os.path.join(tmp, "group_vars", "kilo.yml"), "w") as f:
+            yaml.safe_dump(group_vars, f)
+        yield lab, inventory
+    finally:
+        lab.down()
+        delete_all(core.delete_node, made)
+        delete_all(lambda n: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n), [PEER])
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def wg_peers(lab, host):
+    """public key -> allowed IPs (sorted) of the host's WireGuard interface; {} without one."""
+    out = lab.run(host, ["wg", "show", "kilo0", "dump"]).stdout.splitlines()
+    return dict((f[0], sorted(f[3].split(","))) for f in (line.split("\t") for line in out[1:]))
+
+
+def pings(lab):
+    """Every host pings every host of the other location at its LAN address."""
+    hosts = lab.hosts
+    for src, h in sorted(hosts.items()):
+        targets = [d["lan_ip"] for d in hosts.values() if d["location"] != h["location"]]
+        done = lab.run(src, ["sh", "-c", "ok=0; for ip in %s; do ping -c 2 -i 0.3 -W 2 -q $ip >/dev/null || ok=1; done;"
+                                         " exit $ok" % " ".join(targets)], timeout=60)
+        assert done.returncode == 0, (src, targets, done.stdout, done.stderr)
+
+
+def annotations(admin, name):
+    return client.CoreV1Api(admin).read_node(name).metadata.annotations or {}
+
+
+def test_site_converges_every_node_and_writes_back_kilos_annotations(cluster, admin):
+    lab, inventory = cluster
+    out = sitetools.site(inventory, "-e", "kilo_task_timeout=120")
+    counts = sitetools.recap(out)
+    assert set(counts) == set(lab.hosts) and all(c["failed"] == 0 and c["changed"] > 0 for c in counts.values()), counts
+    pings(lab)
+    leaders = set()
+    for name, h in lab.hosts.items():
+        got = annotations(admin, name)
+        key = lab.run(name, ["wg", "show", "kilo0", "public-key"]).stdout.strip()
+        assert got[kn.KEY] == key
+        assert got[kn.INTERNAL_IP] == h["lan_ip"] + "/24"
+        # the endpoint: the public address where there is one, else the LAN address (Kilo's choice)
+        assert got[kn.ENDPOINT] == "%s:51820" % (h["public_ip"] or h["lan_ip"])
+        assert got[kn.GRANULARITY] == "location"
+        address = lab.run(name, ["sh", "-c", "ip -o -4 addr show dev kilo0 | awk '{print $4}'"]).stdout.strip()
+        assert got[kn.WIREGUARD_IP] == address, (name, got, address)  # "" and no address on non-leaders
+        if address:
+            leaders.add(name)
+    assert leaders == set(n for n, h in lab.hosts.items() if h["index"] == 1)
+    assert "gcp-1" in leaders  # the forced one
+    for leader in leaders:
+        assert PEER_KEY in wg_peers(lab, leader) and wg_peers(lab, leader)[PEER_KEY] == ["10.5.0.1/32"]
+
+
+def test_second_run_is_idempotent_and_only_last_seen_moves(cluster, admin):
+    lab, inventory = cluster
+    before = dict((n, annotations(admin, n)) for n in lab.hosts)
+    out = sitetools.site(inventory, "--diff")
+    counts = sitetools.recap(out)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), out[-8000:]
+    for name in lab.hosts:
+        after = annotations(admin, name)
+        assert int(after.pop(kn.LAST_SEEN)) >= int(before[name].pop(kn.LAST_SEEN))
+        assert after == before[name]
+    pings(lab)
+
+
+def test_a_deleted_peer_resource_leaves_every_leader(cluster, admin):
+    lab, inventory = cluster
+    client.CustomObjectsApi(admin).delete_cluster_custom_object(GROUP, VERSION, PLURAL, PEER)
+    sitetools.site(inventory)
+    for name in lab.hosts:
+        assert PEER_KEY not in wg_peers(lab, name), name
+    pings(lab)
+
+
+def test_the_annotations_alone_keep_the_hosts_outside_the_limit(cluster):
+    """A cluster moving from Kilo: no registry, only what the agent wrote on the Nodes."""
+    lab, inventory = cluster
+    os.remove(os.path.join(os.path.dirname(inventory), "kilo-registry.json"))
+    before = dict((n, wg_peers(lab, n)) for n in lab.hosts)
+    out = sitetools.site(inventory, "--limit", "aws-1")
+    assert set(sitetools.recap(out)) == {"aws-1"} and sitetools.recap(out)["aws-1"]["changed"] == 0, out[-3000:]
+    assert "left out" not in out
+    assert dict((n, wg_peers(lab, n)) for n in lab.hosts) == before
+
+
+def test_a_deleted_node_leaves_the_mesh_whatever_the_registry_says(cluster, admin):
+    """Liveness in push mode: a Node's age never removes it; deleting the Node does (as in Kilo)."""
+    lab, inventory = cluster
+    gone = "gcp-2"
+    pod_cidr = "10.50.22.0/24"
+    assert any(pod_cidr in ips for ips in wg_peers(lab, "aws-1").values())
+    client.CoreV1Api(admin).delete_node(gone)
+    out = sitetools.site(inventory)
+    assert set(sitetools.recap(out)) == set(lab.hosts) - {gone}
+    assert not any(pod_cidr in ips for ips in wg_peers(lab, "aws-1").values()), wg_peers(lab, "aws-1")
