@@ -10,6 +10,7 @@ import binascii
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -259,9 +260,22 @@ def break_host(lab, host):
     assert sh(lab, host, "nft list table inet kilo_mesh").returncode != 0
 
 
+def driver_in_lab(lab):
+    """(driver path, PYTHONPATH) as a lab host sees them: a lab host mounts its own /tmp and
+    /root, where a CI checkout may live, but binds the lab's state dir back, so the driver and
+    the collection's module_utils are copied there."""
+    root = os.path.join(lab.state_dir, "faultdriver")
+    if not os.path.isdir(root):
+        shutil.copytree(os.path.join(REPO, "plugins", "module_utils"),
+                        os.path.join(root, "ansible_collections", "kilo", "mesh", "plugins", "module_utils"))
+        shutil.copy(DRIVER, root)
+    return os.path.join(root, os.path.basename(DRIVER)), root
+
+
 def kill_converge(lab, host, point, plan):
     data = {"plan": plan, "settings": {}, "preshared_keys": lab.secrets["psk"]}
-    argv = ["env", "PYTHONPATH=%s" % os.path.join(REPO, ".collections"), "/usr/bin/python3", DRIVER, point]
+    driver, path = driver_in_lab(lab)
+    argv = ["env", "PYTHONPATH=%s" % path, "/usr/bin/python3", driver, point]
     proc = lab.run(host, argv, input=json.dumps(data), timeout=120)
     assert "KILLPOINT %s" % point in proc.stdout, (proc.returncode, proc.stdout, proc.stderr)
     assert proc.returncode != 0, proc.stdout

@@ -196,6 +196,13 @@ def test_management_address_is_kept_out_by_ignoring_it_or_by_pinning_endpoints(l
     assert key_facts("ignore_interfaces=[]")["external_ip"].startswith("198.18.")
     # Answer one: ignore the management NIC (what the lab inventory does).
     assert key_facts("ignore_interfaces=mgmt0")["external_ip"] == lab.hosts[host]["public_ip"]
+    # Every interface ignored and nothing forced: no usable address; the key call fails naming
+    # the host and the variable that would give one (before any converge call).
+    links = lab.run(host, ["ip", "-o", "link", "show"]).stdout.splitlines()
+    names = sorted(set(line.split(":")[1].strip().split("@")[0] for line in links) - {"lo"})
+    failed = key_facts("ignore_interfaces=%s" % ",".join(names))
+    assert failed.get("failed"), failed
+    assert failed["msg"].startswith("host '%s': kilo_force_endpoint: no usable address found by discovery" % host), failed
 
     # Answer two: pin every endpoint in the inventory and ignore nothing.
     with open(lab.inventory) as f:

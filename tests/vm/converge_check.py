@@ -161,7 +161,9 @@ class Node(object):
         self.plan = None
 
     def converge(self, plan=None, check_mode=False, state="present"):
+        # the nodes are network namespaces sharing one /etc: a CNI conflist each
         settings = {"backend": "kernel", "firewall": "nftables", "key_path": self.key_path,
+                    "cni_path": os.path.join(os.path.dirname(self.key_path), "10-kilo.conflist"),
                     "state": state}
         req = {"plan": plan if plan is not None else self.plan, "settings": settings,
                "check_mode": check_mode}
