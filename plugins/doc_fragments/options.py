@@ -114,14 +114,18 @@ options:
   registry:
     description:
       - JSON file on the controller holding the public data (keys, endpoints, IPs) of every host seen, so that hosts
-        outside C(--limit) or unreachable keep their place in the mesh.
-      - Defaults to C(kilo-registry.json) in the inventory directory.
+        outside C(--limit) or unreachable keep their place in the mesh, and the peers added with M(kilo.mesh.peer)
+        O(kilo.mesh.peer#module:store=registry).
+      - Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host when the play's
+        host has none, as V(localhost)).
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
   peers:
     description:
       - Outside WireGuard clients (Kilo's Peer resources), each with C(name), C(public_key), C(allowed_ips), and
         optionally C(endpoint), C(persistent_keepalive), C(preshared_key).
+      - The peers stored in the registry (M(kilo.mesh.peer) with O(kilo.mesh.peer#module:store=registry)) are added;
+        a peer of this list wins over a registry peer of the same name.
       - Defaults to the inventory variable C(kilo_peers), then to the default below.
     type: list
     elements: dict
@@ -351,6 +355,25 @@ options:
       - Defaults to the inventory variable C(kilo_task_timeout), then to the default below.
     type: int
     default: 300
+"""
+
+    REGISTRY = r"""
+options:
+  group:
+    description:
+      - Inventory group whose hosts form the mesh; its child groups are the locations.
+      - Defaults to the inventory variable C(kilo_group), then to the default below.
+    type: str
+    default: kilo
+  registry:
+    description:
+      - JSON file on the controller holding the public data (keys, endpoints, IPs) of every host seen, so that hosts
+        outside C(--limit) or unreachable keep their place in the mesh, and the peers added with M(kilo.mesh.peer)
+        O(kilo.mesh.peer#module:store=registry).
+      - Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host when the play's
+        host has none, as V(localhost)).
+      - Defaults to the inventory variable C(kilo_registry), then to the default below.
+    type: path
 """
 
     PLAN = r"""

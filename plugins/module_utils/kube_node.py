@@ -23,6 +23,7 @@ __metaclass__ = type
 
 import ipaddress
 import json
+import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, parse_key, split_endpoint, to_int)
@@ -54,6 +55,14 @@ REGION_LABEL = "topology.kubernetes.io/region"
 PEER_GROUP = "kilo.squat.ai"
 PEER_VERSION = "v1alpha1"
 PEER_PLURAL = "peers"
+PEER_API_VERSION = "%s/%s" % (PEER_GROUP, PEER_VERSION)
+# Where kilo.mesh.peer keeps a peer: a Peer resource, or the registry on the controller.
+PEER_STORES = ("kubernetes", "registry")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Fields of a Peer resource -> the kilo.mesh.peer options they come from, so an error names what the user wrote.
+PEER_OPTION_OF = (("spec.publicKey", "public_key"), ("spec.allowedIPs", "allowed_ips"), ("spec.endpoint", "endpoint"),
+                  ("spec.persistentKeepalive", "persistent_keepalive"), ("spec.presharedKey", "preshared_key"),
+                  ("metadata.name", "name"))
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 # Fields of the host variable kilo_kubernetes_node (registry names where there is one).
@@ -265,6 +274,65 @@ def peer_from_resource(obj):
         "persistent_keepalive": to_int(spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", 0, 65535),
         "preshared_key": parse_key(spec.get("presharedKey"), subject, "spec.presharedKey", required=False),
     }
+
+
+def peer_argument_spec():
+    """kilo.mesh.peer's own options, for the module (store kubernetes) and its action (store registry)."""
+    return dict(
+        name=dict(type="str", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        public_key=dict(type="str", no_log=False),
+        allowed_ips=dict(type="list", elements="str"),
+        endpoint=dict(type="str"),
+        persistent_keepalive=dict(type="int", default=0),
+        preshared_key=dict(type="str", no_log=True),
+        store=dict(type="str", choices=list(PEER_STORES), default=PEER_STORES[0]),
+    )
+
+
+def check_peer_name(name):
+    """A peer's name is a Peer resource's name (a DNS-1123 subdomain) in either store."""
+    if len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+        raise KiloError("%r is not a DNS-1123 subdomain (lower case letters, digits, '-' and '.')" % (name,),
+                        peer_subject(name), "name")
+    return name
+
+
+def desired_peer(params):
+    """The peer that kilo.mesh.peer's options describe, checked as a Peer resource (Kilo's webhook
+    rules, ``peer_from_resource``) whichever store it goes to; errors name the option."""
+    name = check_peer_name(params["name"])
+    subject = peer_subject(name)
+    spec = {"publicKey": params["public_key"], "allowedIPs": params["allowed_ips"],
+            "persistentKeepalive": params["persistent_keepalive"], "presharedKey": params["preshared_key"]}
+    if params["endpoint"] is not None:
+        text, ip, port = parse_endpoint(params["endpoint"], subject, "endpoint")
+        spec["endpoint"] = {"dnsOrIP": {"ip": str(ip)} if ip is not None else {"dns": text.rpartition(":")[0]},
+                            "port": port}
+    try:
+        return peer_from_resource({"apiVersion": PEER_API_VERSION, "kind": "Peer", "metadata": {"name": name},
+                                   "spec": spec})
+    except KiloError as e:
+        field = e.field or ""
+        for prefix, option in PEER_OPTION_OF:
+            if field == prefix or field.startswith(prefix + "."):
+                field = option
+                break
+        raise KiloError(e.message, e.subject or subject, field)
+
+
+def spec_of(peer):
+    """The canonical Peer spec of an engine peer: optional fields only when set, the endpoint split as Kilo stores it."""
+    spec = {"publicKey": peer["public_key"], "allowedIPs": list(peer["allowed_ips"])}
+    if peer.get("endpoint"):
+        text, ip, port = parse_endpoint(peer["endpoint"], peer_subject(peer["name"]), "endpoint")
+        target = {"ip": str(ip)} if ip is not None else {"dns": text.rpartition(":")[0]}
+        spec["endpoint"] = {"dnsOrIP": target, "port": port}
+    if peer.get("persistent_keepalive"):
+        spec["persistentKeepalive"] = peer["persistent_keepalive"]
+    if peer.get("preshared_key"):
+        spec["presharedKey"] = peer["preshared_key"]
+    return spec
 
 
 def _peer_endpoint(endpoint, subject):

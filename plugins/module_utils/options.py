@@ -17,6 +17,7 @@ Scopes say who reads an option:
 * ``key``: kilo.mesh.key (the key file and IP discovery).
 * ``prepare``: kilo.mesh.prepare (packages, sysctls, the firewall port).
 * ``run``: the playbooks and roles themselves (no module reads them).
+* ``registry``: where kilo.mesh.peer finds the registry with ``store: registry``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -88,15 +89,19 @@ OPTIONS = dict([
         " location's nodes through that device in table 1107 for traffic from the WireGuard interface."],
         default="none", choices=["none", "flannel", "cilium"]),
     # --- inputs: where the mesh comes from ------------------------------------------------
-    _option("group", ("inputs",), "str", ["Inventory group whose hosts form the mesh; its child groups are the locations."],
+    _option("group", ("inputs", "registry"), "str", ["Inventory group whose hosts form the mesh; its child groups are the locations."],
             default="kilo"),
-    _option("registry", ("inputs",), "path", [
+    _option("registry", ("inputs", "registry"), "path", [
         "JSON file on the controller holding the public data (keys, endpoints, IPs) of every host seen,"
-        " so that hosts outside C(--limit) or unreachable keep their place in the mesh.",
-        "Defaults to C(kilo-registry.json) in the inventory directory."]),
+        " so that hosts outside C(--limit) or unreachable keep their place in the mesh,"
+        " and the peers added with M(kilo.mesh.peer) O(kilo.mesh.peer#module:store=registry).",
+        "Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host"
+        " when the play's host has none, as V(localhost))."]),
     _option("peers", ("inputs",), "list", [
         "Outside WireGuard clients (Kilo's Peer resources), each with C(name), C(public_key), C(allowed_ips),"
-        " and optionally C(endpoint), C(persistent_keepalive), C(preshared_key)."],
+        " and optionally C(endpoint), C(persistent_keepalive), C(preshared_key).",
+        "The peers stored in the registry (M(kilo.mesh.peer) with O(kilo.mesh.peer#module:store=registry)) are"
+        " added; a peer of this list wins over a registry peer of the same name."],
         elements="dict"),
     _option("nodes", ("inputs",), "list", [
         "The nodes, instead of the inventory. Each has C(name), C(location), C(endpoint) (V(host:port)),"
@@ -186,7 +191,7 @@ OPTIONS = dict([
         default=DEFAULT_TASK_TIMEOUT),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry")
 
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")

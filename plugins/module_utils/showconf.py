@@ -33,7 +33,6 @@ PresharedKey, PublicKey. Where this differs from kgctl:
 
 from __future__ import absolute_import, division, print_function
 
-import ipaddress
 import json
 
 try:
@@ -41,14 +40,13 @@ try:
 except ImportError:  # only the controller renders YAML, and Ansible brings PyYAML there
     yaml = None
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.kube_node import PEER_API_VERSION, spec_of
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import Topology, _dedup
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (
     TopologyError, node_subject, parse_network_list, peer_subject)
 
 FORMATS = ("wireguard", "json", "yaml")
-PEER_API_VERSION = "kilo.squat.ai/v1alpha1"
-PEER_KIND = "Peer"
 MASKED_PRESHARED_KEY = "# PresharedKey = (this peer's preshared key from kilo_peers)"
 
 if yaml is not None:
@@ -90,19 +88,10 @@ def wireguard_conf(entries, listen_port=None):
 
 
 def peer_resource(entry):
-    """Kilo's Peer resource (``kilo.squat.ai/v1alpha1``) for one [Peer] entry, for kubectl apply."""
-    spec = {"allowedIPs": list(entry["allowed_ips"])}
-    if entry.get("endpoint"):
-        host, port = split_endpoint(entry["endpoint"])
-        try:
-            address = {"ip": str(ipaddress.ip_address(host))}
-        except ValueError:
-            address = {"dns": host}
-        spec["endpoint"] = {"dnsOrIP": address, "port": port}
-    if entry.get("persistent_keepalive"):
-        spec["persistentKeepalive"] = entry["persistent_keepalive"]
-    spec["publicKey"] = entry["public_key"]
-    return {"apiVersion": PEER_API_VERSION, "kind": PEER_KIND, "metadata": {"name": entry["name"]}, "spec": spec}
+    """Kilo's Peer resource (``kilo.squat.ai/v1alpha1``) for one [Peer] entry, for kubectl apply;
+    never with a preshared key (an entry only flags one)."""
+    return {"apiVersion": PEER_API_VERSION, "kind": "Peer", "metadata": {"name": entry["name"]},
+            "spec": spec_of(dict(entry, preshared_key=None))}
 
 
 def _node_view(topology, name, as_peer, extra):

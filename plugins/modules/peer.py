@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: peer
-short_description: Manage one Kilo Peer resource (an outside WireGuard client) in a Kubernetes cluster
+short_description: Manage one outside peer of the mesh, as a Kilo Peer resource or in the registry
 version_added: 0.2.0
 author: kilo.mesh developers (@kilo-mesh)
 description:
@@ -22,7 +22,17 @@ description:
     removed from the spec); labels and annotations of an existing resource are kept.
   - The C(Peer) CRD must be installed first, with C(playbooks/kubernetes.yml).
   - Runs where the task runs, usually V(localhost); that Python needs the C(kubernetes) library.
+  - With O(store=registry) (a mesh from the inventory, no cluster) the peer is kept in the mesh's registry on the
+    controller instead, checked by the same rules; every run of the mesh then adds it to C(kilo_peers).
 options:
+  store:
+    description:
+      - V(kubernetes) - a C(Peer) resource in the cluster the client options name.
+      - V(registry) - an entry of the registry beside the inventory (O(registry), O(group)); runs on the controller,
+        public data only (no O(preshared_key)); the Kubernetes client options do not apply.
+    type: str
+    choices: [kubernetes, registry]
+    default: kubernetes
   name:
     description:
       - Name of the Peer resource (a DNS-1123 subdomain); the peer's name in the mesh.
@@ -61,6 +71,7 @@ options:
     type: str
 extends_documentation_fragment:
   - kilo.mesh.kubernetes
+  - kilo.mesh.options.registry
 attributes:
   check_mode:
     support: full
@@ -102,6 +113,14 @@ EXAMPLES = r"""
   kilo.mesh.peer:
     name: laptop
     state: absent
+
+- name: A mesh from the inventory - the peer goes to the registry beside it
+  kilo.mesh.peer:
+    name: laptop
+    public_key: zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw=
+    allowed_ips: [10.5.0.1/32]
+    store: registry
+  delegate_to: localhost
 """
 
 RETURN = r"""
@@ -113,11 +132,16 @@ peer:
   type: dict
   sample: {"name": "laptop", "public_key": "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw=",
            "allowed_ips": ["10.5.0.1/32"], "endpoint": null, "persistent_keepalive": 25, "preshared_key": null}
+registry:
+  description: The registry file the peer was written to or removed from.
+  returned: with O(store=registry)
+  type: str
+  sample: /srv/mesh/kilo-registry.json
 resource:
   description:
     - The Peer resource as the server returned it (a dry run's result in check mode), without C(managedFields),
       the preshared key masked; null when there is none (after O(state=absent)).
-  returned: always
+  returned: with O(store=kubernetes)
   type: dict
   sample: {"apiVersion": "kilo.squat.ai/v1alpha1", "kind": "Peer", "metadata": {"name": "laptop"},
            "spec": {"allowedIPs": ["10.5.0.1/32"], "persistentKeepalive": 25,
@@ -125,67 +149,20 @@ resource:
 """
 
 import copy
-import re
+
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.kilo.mesh.plugins.module_utils import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube_node import (
-    PEER_GROUP, PEER_PLURAL, PEER_VERSION, peer_from_resource)
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import parse_endpoint, peer_subject
+    PEER_API_VERSION, PEER_GROUP, PEER_PLURAL, PEER_VERSION, check_peer_name, desired_peer, peer_argument_spec,
+    peer_from_resource, spec_of)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec as options_of_scopes
+from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import peer_subject
 
-API_VERSION = "%s/%s" % (PEER_GROUP, PEER_VERSION)
 PATH = "/apis/%s/%s/%s" % (PEER_GROUP, PEER_VERSION, PEER_PLURAL)
 MASK = "********"
-# Fields of the resource -> the options they come from, so that an error names what the user wrote.
-OPTION_OF = (("spec.publicKey", "public_key"), ("spec.allowedIPs", "allowed_ips"), ("spec.endpoint", "endpoint"),
-             ("spec.persistentKeepalive", "persistent_keepalive"), ("spec.presharedKey", "preshared_key"),
-             ("metadata.name", "name"))
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def spec_of(peer):
-    """The canonical spec of an engine peer: optional fields only when set, endpoint split as Kilo stores it."""
-    spec = {"publicKey": peer["public_key"], "allowedIPs": list(peer["allowed_ips"])}
-    if peer.get("endpoint"):
-        text, ip, port = parse_endpoint(peer["endpoint"], peer_subject(peer["name"]), "endpoint")
-        target = {"ip": str(ip)} if ip is not None else {"dns": text.rpartition(":")[0]}
-        spec["endpoint"] = {"dnsOrIP": target, "port": port}
-    if peer.get("persistent_keepalive"):
-        spec["persistentKeepalive"] = peer["persistent_keepalive"]
-    if peer.get("preshared_key"):
-        spec["presharedKey"] = peer["preshared_key"]
-    return spec
-
-
-def check_name(name):
-    if len(name) > 253 or not DNS_SUBDOMAIN.match(name):
-        raise KiloError("%r is not a DNS-1123 subdomain (lower case letters, digits, '-' and '.')" % (name,),
-                        peer_subject(name), "name")
-    return name
-
-
-def desired_peer(params):
-    """The peer the options describe, checked by kube_node.peer_from_resource (Kilo's webhook rules)."""
-    name = check_name(params["name"])
-    subject = peer_subject(name)
-    spec = {"publicKey": params["public_key"], "allowedIPs": params["allowed_ips"],
-            "persistentKeepalive": params["persistent_keepalive"], "presharedKey": params["preshared_key"]}
-    if params["endpoint"] is not None:
-        text, ip, port = parse_endpoint(params["endpoint"], subject, "endpoint")
-        spec["endpoint"] = {"dnsOrIP": {"ip": str(ip)} if ip is not None else {"dns": text.rpartition(":")[0]},
-                            "port": port}
-    try:
-        return peer_from_resource({"apiVersion": API_VERSION, "kind": "Peer", "metadata": {"name": name},
-                                   "spec": spec})
-    except KiloError as e:
-        field = e.field or ""
-        for prefix, option in OPTION_OF:
-            if field == prefix or field.startswith(prefix + "."):
-                field = option
-                break
-        raise KiloError(e.message, e.subject or subject, field)
 
 
 def current_spec(obj):
@@ -257,7 +234,7 @@ def run(module, api):
 
     after = spec_of(peer)
     if existing is None:
-        body = {"apiVersion": API_VERSION, "kind": "Peer", "metadata": {"name": name}, "spec": after}
+        body = {"apiVersion": PEER_API_VERSION, "kind": "Peer", "metadata": {"name": name}, "spec": after}
         stored = kube_client.json_call(api.create_cluster_custom_object, "POST", PATH,
                                        PEER_GROUP, PEER_VERSION, PEER_PLURAL, body, dry_run=dry_run)
     elif before != after:
@@ -272,26 +249,23 @@ def run(module, api):
 
 
 def main():
-    argument_spec = dict(
-        name=dict(type="str", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        public_key=dict(type="str", no_log=False),
-        allowed_ips=dict(type="list", elements="str"),
-        endpoint=dict(type="str"),
-        persistent_keepalive=dict(type="int", default=0),
-        preshared_key=dict(type="str", no_log=True),
-    )
+    argument_spec = peer_argument_spec()
+    # store=registry is done by the action plugin on the controller, never here
+    argument_spec.update(options_of_scopes("registry"))
     argument_spec.update(kube_client.argument_spec())
     module = AnsibleModule(
         argument_spec=argument_spec,
         required_if=[("state", "present", ["public_key", "allowed_ips"])],
         supports_check_mode=True,
     )
+    if module.params["store"] != "kubernetes":
+        module.fail_json(msg="store=%s is handled on the controller by the action plugin kilo.mesh.peer; it cannot"
+                             " run as a bare module" % module.params["store"])
     if not kube_client.HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube_client.KUBERNETES_IMPORT_ERROR)
     from kubernetes.client import CustomObjectsApi  # pylint: disable=import-outside-toplevel
     try:
-        check_name(module.params["name"])
+        check_peer_name(module.params["name"])
         if module.params["state"] == "present":
             desired_peer(module.params)  # every check before the first request
         with kube_client.api_client(module.params) as client:

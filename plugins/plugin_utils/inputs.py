@@ -183,13 +183,20 @@ def read_registry(path):
         with open(path) as f:
             data = json.load(f)
     except FileNotFoundError:
-        return {"hosts": {}}
+        return {"hosts": {}, "peers": {}}
     except ValueError as e:
         raise InputError("not valid JSON: %s" % e, "registry %s" % path)
-    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
-        raise InputError("expected an object with a 'hosts' mapping", "registry %s" % path)
+    if not isinstance(data, dict) or not all(isinstance(data.get(k, {}), dict) for k in ("hosts", "peers")):
+        raise InputError("expected an object with 'hosts' and 'peers' mappings", "registry %s" % path)
     data.setdefault("hosts", {})
+    data.setdefault("peers", {})
     return data
+
+
+def registry_peers(registry, skip=()):
+    """The peers stored in the registry (kilo.mesh.peer with store=registry), as items of
+    ``kilo_peers``; names in ``skip`` (the inventory's own kilo_peers) win over them."""
+    return [dict(entry, name=name) for name, entry in sorted(registry["peers"].items()) if name not in skip]
 
 
 def update_registry(path, fresh):
@@ -207,17 +214,26 @@ def update_registry(path, fresh):
 
 
 def _merge_registry(path, fresh):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = read_registry(path)
+    def merge(data):
         changed = False
         for host, facts in fresh.items():
             old = data["hosts"].get(host, {})
             if any(old.get(k) != facts.get(k) for k in REGISTRY_FIELDS):
                 data["hosts"][host] = dict(facts, last_seen=int(time.time()))
                 changed = True
+        return changed
+    return _change_registry(path, merge)
+
+
+def _change_registry(path, change):
+    """Run ``change(data)`` on the registry under an exclusive lock (hosts run their action
+    plugins in parallel workers); when it returns true, replace the file atomically."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = read_registry(path)
+        changed = change(data)
         if changed:
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kilo-registry.")
             with os.fdopen(fd, "w") as f:
@@ -225,6 +241,29 @@ def _merge_registry(path, fresh):
                 f.write("\n")
             os.replace(tmp, path)
         return changed
+
+
+def set_registry_peer(path, name, entry, check_mode=False):
+    """Store peer ``name`` as ``entry`` (None: remove it); returns the entry it had (None if none).
+
+    The registry holds public data only: ``entry`` must not carry a preshared key."""
+    assert not (entry or {}).get("preshared_key")
+    before = []
+
+    def change(data):
+        before.append(data["peers"].get(name))
+        if before[0] == entry or check_mode:
+            return False
+        if entry is None:
+            del data["peers"][name]
+        else:
+            data["peers"][name] = entry
+        return True
+    try:
+        _change_registry(path, change)
+    except OSError as e:
+        raise InputError("cannot write it: %s" % e, "registry %s" % path)
+    return before[0]
 
 
 def stale_leaders(handshakes_by_host, node_keys, bound):
@@ -260,10 +299,12 @@ def mesh_inputs(task_vars, args, locations):
     the task and the inventory); explicit ``nodes`` win over the inventory.
     """
     path = registry_path(task_vars, args.get("registry"), args.get("group"))
+    peers = [dict(p) for p in args.get("peers") or []]
     if args.get("nodes") is not None:
         nodes, missing, fresh = [dict(n) for n in args["nodes"]], [], {}
     else:
         registry = read_registry(path)
         nodes, missing, fresh = gather_nodes(task_vars, args["group"], args["port"], args["facts_var"], registry,
                                              locations)
-    return nodes, [dict(p) for p in args.get("peers") or []], fresh, missing, path
+        peers += registry_peers(registry, skip=set(p.get("name") for p in peers))
+    return nodes, peers, fresh, missing, path

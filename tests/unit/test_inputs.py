@@ -201,3 +201,31 @@ def test_a_forced_endpoint_beats_the_annotated_one():
     facts, fresh = inputs.host_facts(hvars, "kilo_host", None)
     assert not fresh
     assert inputs.node_from_host("h", hvars, facts, "x", 51820)["endpoint"] == "example.com:51820"
+
+
+def test_registry_peers_are_stored_checked_out_and_lose_to_kilo_peers(tmp_path):
+    path = str(tmp_path / "kilo-registry.json")
+    inputs.update_registry(path, {"h": dict(FACTS)})
+    laptop = {"public_key": "HrvQbzPuMwVlzdGx6qtlRwjONFThcrY/AMyM4UbNuCc=", "allowed_ips": ["10.5.0.1/32"],
+              "endpoint": None, "persistent_keepalive": 25}
+    assert inputs.set_registry_peer(path, "laptop", laptop, check_mode=True) is None
+    assert inputs.read_registry(path)["peers"] == {}                        # check mode writes nothing
+    assert inputs.set_registry_peer(path, "laptop", laptop) is None
+    assert inputs.set_registry_peer(path, "laptop", laptop) == laptop       # the second time: no change
+    inputs.set_registry_peer(path, "office", dict(laptop, allowed_ips=["10.20.0.0/16"]))
+    data = inputs.read_registry(path)
+    assert sorted(data["peers"]) == ["laptop", "office"] and "h" in data["hosts"]  # hosts kept
+    # the inventory's own kilo_peers win by name
+    got = inputs.registry_peers(data, skip={"office"})
+    assert got == [dict(laptop, name="laptop")]
+    assert inputs.set_registry_peer(path, "laptop", None) == laptop
+    assert list(inputs.read_registry(path)["peers"]) == ["office"]
+    assert inputs.set_registry_peer(path, "nobody", None) is None
+
+
+def test_a_registry_whose_peers_are_not_a_mapping_is_a_clear_error(tmp_path):
+    path = tmp_path / "kilo-registry.json"
+    path.write_text(json.dumps({"hosts": {}, "peers": ["laptop"]}))
+    with pytest.raises(KiloError) as e:
+        inputs.read_registry(str(path))
+    assert "'peers'" in str(e.value) and str(path) in str(e.value)
