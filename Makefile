@@ -33,7 +33,7 @@ integration: setup
 	$(PY) -m pytest -q tests/lab tests/host
 
 molecule: setup
-	bash scripts/molecule.sh test
+	bash scripts/molecule.sh test --all
 
 vm: setup
 	KILO_TEST_STAGES="kernel-vm kernel-vm-debian-pyroute2 converge-vm-ipip" bash scripts/test.sh

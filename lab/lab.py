@@ -91,7 +91,7 @@ def _in_netns(netns, argv, input=None, check=True):
                 what="%s in %s" % (argv[0], netns))
 
 
-def _starttime(pid):
+def process_starttime(pid):
     """Process start time (clock ticks since boot), to tell a PID from a reused one."""
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -102,8 +102,8 @@ def _starttime(pid):
     return int(fields[19])
 
 
-def _alive(pid, starttime=None):
-    st = _starttime(pid)
+def process_alive(pid, starttime=None):
+    st = process_starttime(pid)
     if st is None or (starttime is not None and st != starttime):
         return False
     try:
@@ -115,7 +115,7 @@ def _alive(pid, starttime=None):
 
 
 def _exists(pid, starttime=None):
-    st = _starttime(pid)
+    st = process_starttime(pid)
     return st is not None and (starttime is None or st == starttime)
 
 
@@ -535,7 +535,7 @@ class Lab(object):
             log.close()
             self._procs[h["name"]] = proc
             h["keeper_pid"] = proc.pid
-            h["keeper_start"] = _starttime(proc.pid)
+            h["keeper_start"] = process_starttime(proc.pid)
             h["pid"] = None
         self._save(lab)
         deadline = time.monotonic() + timeout
@@ -555,7 +555,7 @@ class Lab(object):
                         kids = []
                     if kids:
                         h["pid"] = int(kids[0])
-                        h["pid_start"] = _starttime(h["pid"])
+                        h["pid_start"] = process_starttime(h["pid"])
                         self._save(lab)
                 if h["pid"] is not None and os.path.exists(self.path("hosts", name, "ready")) \
                         and self._port_open(h["mgmt_ip"], 22):
@@ -664,7 +664,7 @@ class Lab(object):
         lab = self.load()
         for h in (lab or {}).get("hosts", {}).values():
             for key, start in (("pid", "pid_start"), ("keeper_pid", "keeper_start")):
-                if h.get(key) and _alive(h[key], h.get(start)):
+                if h.get(key) and process_alive(h[key], h.get(start)):
                     found.append("process %d (%s)" % (h[key], h["name"]))
         return found
 
@@ -695,7 +695,7 @@ class Lab(object):
                 except OSError:
                     pass
             # Orphans' zombies are reaped by the machine's PID 1, which may take a moment.
-            check = _alive if zombies_ok else _exists
+            check = process_alive if zombies_ok else _exists
             if not any(check(pid, start) for pid, start in victims) or time.monotonic() > deadline:
                 return
             time.sleep(0.02)
@@ -707,7 +707,7 @@ class Lab(object):
         hosts = list((lab or {}).get("hosts", {}).values())
         victims = []
         for h in hosts:
-            if h.get("pid") and _alive(h["pid"], h.get("pid_start")):
+            if h.get("pid") and process_alive(h["pid"], h.get("pid_start")):
                 os.kill(h["pid"], signal.SIGKILL)
             for key, start in (("pid", "pid_start"), ("keeper_pid", "keeper_start")):
                 if h.get(key) and _exists(h[key], h.get(start)):
@@ -718,7 +718,7 @@ class Lab(object):
         mine = [n for n in list_netns() if n.startswith(self.prefix + "-")]
         for ns in mine:
             for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                start = _starttime(int(pid))
+                start = process_starttime(int(pid))
                 if start is not None:
                     victims.append((int(pid), start))
                     try:
@@ -762,7 +762,7 @@ class Lab(object):
             out["leftovers"] = self._leftovers()
             return out
         for name, h in lab["hosts"].items():
-            out["hosts"][name] = dict(h, alive=bool(h.get("pid")) and _alive(h["pid"], h.get("pid_start")))
+            out["hosts"][name] = dict(h, alive=bool(h.get("pid")) and process_alive(h["pid"], h.get("pid_start")))
         alive = [h["alive"] for h in out["hosts"].values()]
         out["status"] = lab.get("status", "?") if all(alive) else (
             "degraded" if any(alive) else "dead")
@@ -774,7 +774,7 @@ class Lab(object):
         if not h:
             raise LabError("host %r: not in lab %s (hosts: %s)" % (
                 host, self.prefix, ", ".join(sorted(self.hosts)) or "none; is the lab up?"))
-        if not h.get("pid") or not _alive(h["pid"], h.get("pid_start")):
+        if not h.get("pid") or not process_alive(h["pid"], h.get("pid_start")):
             raise LabError("host %s: keeper process is not running" % host)
         return ["nsenter", "-t", str(h["pid"]), "-m", "-u", "-n", "-p", "-w", "--"] + list(argv)
 

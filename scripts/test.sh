@@ -16,7 +16,7 @@ stages=(
   "kernel-vm|bash tests/vm/run.sh tests/vm/kernel_backend_check.py"
   "kernel-vm-debian-pyroute2|bash tests/vm/run.sh --pyroute2 debian tests/vm/kernel_backend_check.py"
   "converge-vm-ipip|bash tests/vm/run.sh --pyroute2 debian tests/vm/converge_check.py"
-  "molecule|bash scripts/molecule.sh test"
+  "molecule|bash scripts/molecule.sh test --all"
 )
 [ -n "${KILO_TEST_STAGES:-}" ] && echo "only stages: $KILO_TEST_STAGES"
 

@@ -26,12 +26,14 @@ __metaclass__ = type
 import ipaddress
 import socket
 
+from ansible_collections.kilo.mesh.plugins.module_utils.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
 
 DEFAULT_MTU = 1420
 WIREGUARD_OVERHEAD = 80
-# Interfaces Kilo itself never takes an address from (its own tunnel devices).
-ALWAYS_IGNORED = ("tunl0",)
+# Interfaces Kilo itself never takes an address from: its IPIP tunnel and its CNI bridge (the
+# pods' gateway address there, once a pod ran, would otherwise become the node's internal IP).
+ALWAYS_IGNORED = ("tunl0", BRIDGE)
 
 
 def is_local(ip):

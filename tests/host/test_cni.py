@@ -18,8 +18,7 @@ from sitetools import recap, site
 PREFIX = "kcn"
 CNI_BIN = "/usr/lib/cni"
 CONFLIST = "/etc/cni/net.d/10-kilo.conflist"
-# containerd's own loopback network: not part of Kilo's conflist, run for every pod
-LOOPBACK = {"cniVersion": "0.3.1", "name": "cni-loopback", "type": "loopback"}
+POD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cni_pod.py")
 
 pytestmark = pytest.mark.skipif(not os.access(os.path.join(CNI_BIN, "bridge"), os.X_OK),
                                 reason="containernetworking-plugins not installed")
@@ -57,41 +56,12 @@ def sh(lab, host, cmd, check=True):
     return out
 
 
-def invoke(lab, host, command, netns, ifname, config):
-    """One plugin call, as a runtime makes it: CNI_* in the environment, config on stdin."""
-    env = ["env", "CNI_COMMAND=%s" % command, "CNI_CONTAINERID=%s" % netns,
-           "CNI_NETNS=/var/run/netns/%s" % netns, "CNI_IFNAME=%s" % ifname, "CNI_PATH=%s" % CNI_BIN]
-    out = lab.run(host, env + [os.path.join(CNI_BIN, config["type"])], input=json.dumps(config), timeout=60)
-    assert out.returncode == 0, (host, command, config["type"], out.stdout, out.stderr)
-    return json.loads(out.stdout) if out.stdout.strip() else None
-
-
-def chain(conflist, prev=None):
-    """Each plugin's config as libcni hands it over: name and cniVersion of the list added,
-    the previous plugin's result as prevResult."""
-    for plugin in conflist["plugins"]:
-        config = dict(plugin, name=conflist["name"], cniVersion=conflist["cniVersion"])
-        if prev is not None:
-            config["prevResult"] = prev
-        yield config
-
-
-def pod_add(lab, host, netns, conflist):
-    sh(lab, host, "ip netns add %s" % netns)
-    invoke(lab, host, "ADD", netns, "lo", LOOPBACK)
-    result = None
-    for config in chain(conflist):
-        if result is not None:
-            config["prevResult"] = result
-        result = invoke(lab, host, "ADD", netns, "eth0", config)
-    return result
-
-
-def pod_del(lab, host, netns, conflist, result):
-    for config in reversed(list(chain(conflist, result))):
-        invoke(lab, host, "DEL", netns, "eth0", config)
-    invoke(lab, host, "DEL", netns, "lo", LOOPBACK)
-    sh(lab, host, "ip netns del %s" % netns)
+def pod(lab, host, command, netns):
+    """cni_pod.py on the host: the conflist's plugins run as a runtime runs them (ADD or DEL)."""
+    with open(POD_SCRIPT) as f:
+        out = lab.run(host, ["python3", "-", command, netns, CONFLIST], input=f.read(), timeout=60)
+    assert out.returncode == 0, (host, command, out.stdout, out.stderr)
+    return json.loads(out.stdout) if command == "add" else None
 
 
 def test_site_writes_conflist_and_pods_talk_across_locations(lab):
@@ -113,7 +83,7 @@ def test_site_writes_conflist_and_pods_talk_across_locations(lab):
     pods = {}
     try:
         for host, netns in ((a, "pod-a"), (b, "pod-b")):
-            result = pod_add(lab, host, netns, conflists[host])
+            result = pod(lab, host, "add", netns)
             pods[host] = (netns, result)
             ip = ipaddress.ip_interface(result["ips"][0]["address"])
             assert ip in ipaddress.ip_network(lab.pods[host]), result
@@ -127,8 +97,8 @@ def test_site_writes_conflist_and_pods_talk_across_locations(lab):
             ping = sh(lab, host, "ip netns exec %s ping -c 3 -i 0.3 -W 2 %s" % (netns, dst), check=False)
             assert ping.returncode == 0, (host, dst, ping.stdout, ping.stderr)
     finally:
-        for host, (netns, result) in pods.items():
-            pod_del(lab, host, netns, conflists[host], result)
+        for host, (netns, _result) in pods.items():
+            pod(lab, host, "del", netns)
     for host in (a, b):
         assert "pod-" not in sh(lab, host, "ip netns list").stdout
         # host-local released the address

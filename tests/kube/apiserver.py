@@ -101,14 +101,20 @@ class ApiServer:
     user_name, external (True when $KILO_TEST_KUBECONFIG names the cluster).
     """
 
-    def __init__(self, bin_dir=BIN, timeout=90.0):
+    def __init__(self, bin_dir=BIN, timeout=90.0, detached=False):
         self.bin_dir = bin_dir
+        self.detached = detached  # in a session of their own: they outlive the process that started them
         self.timeout = timeout
         self.kubeconfig = self.host = self.ca_cert = self.token = self.user_token = None
         self.user_name = USER_NAME
         self.external = bool(os.environ.get("KILO_TEST_KUBECONFIG"))
         self.tmp = None
         self._procs = []  # (name, Popen, log path), in start order
+
+    @property
+    def procs(self):
+        """(name, Popen, log path) of the processes started, in start order."""
+        return list(self._procs)
 
     # -- life cycle -------------------------------------------------------------------------
     def __enter__(self):
@@ -154,7 +160,7 @@ class ApiServer:
         log = os.path.join(self.tmp, f"{name}.log")
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, cwd=self.tmp)
+                                    stderr=subprocess.STDOUT, cwd=self.tmp, start_new_session=self.detached)
         self._procs.append((name, proc, log))
         return proc
 

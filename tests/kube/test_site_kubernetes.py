@@ -11,18 +11,18 @@ import shutil
 import tempfile
 
 import pytest
-import yaml
 from kubernetes import client
 # tests/kube is on sys.path (conftest.py); tests/host holds the lab's site.yml helpers.
 from test_apiserver import GROUP, PLURAL, VERSION, admin, eventually  # noqa: F401 pylint: disable=import-error,unused-import
 from test_inventory_plugin import CRDS, delete_all  # pylint: disable=import-error
+import labcluster  # pylint: disable=import-error
 
 from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "kkb"
 PEER = "kkb-laptop"
-PEER_KEY = "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="
+PEER_KEY = labcluster.PEER_KEY
 
 
 def _host_tools():
@@ -51,39 +51,10 @@ def cluster(kube, admin):
     try:
         kube.kubectl("apply", "-f", CRDS)
         eventually(lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL), 60)
-        for name, h in sorted(lab.hosts.items()):
-            i, k = h["location_index"], h["index"]
-            labels, annotations = {}, {}
-            if i == 1:
-                labels[kn.REGION_LABEL] = h["location"]          # location by the topology label
-            else:
-                annotations[kn.LOCATION] = h["location"]         # ... and by Kilo's annotation
-                labels[kn.REGION_LABEL] = "ignored-when-annotated"
-            if i == 2 and k == 1:
-                annotations[kn.LEADER] = "true"
-            core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels,
-                                                                         annotations=annotations),
-                                           spec=client.V1NodeSpec(pod_cidr="10.50.%d.0/24" % (10 * i + k))))
-            made.append(name)
-            core.patch_node_status(name, {"status": {"addresses": [{"type": "InternalIP", "address": h["mgmt_ip"]},
-                                                                   {"type": "Hostname", "address": name}]}})
-        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, {
-            "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "Peer", "metadata": {"name": PEER},
-            "spec": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PEER_KEY, "persistentKeepalive": 0}})
-        inventory = os.path.join(tmp, "cluster.kubernetes.yml")
-        with open(inventory, "w") as f:
-            yaml.safe_dump({"plugin": "kilo.mesh.kubernetes", "kubeconfig": kube.kubeconfig}, f)
-        # What Ansible needs to reach the lab's hosts, as the lab's own inventory says it.
-        with open(lab.inventory) as f:
-            lab_inventory = yaml.safe_load(f)["all"]["children"]["kilo"]
-        some = next(iter(lab_inventory["children"].values()))["hosts"]
-        ssh = dict((k, v) for k, v in next(iter(some.values())).items()
-                   if k in ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter"))
-        group_vars = dict(lab_inventory["vars"], kilo_kube_kubeconfig=kube.kubeconfig, **ssh)
-        os.makedirs(os.path.join(tmp, "group_vars"))
-        with open(os.path.join(tmp, "group_vars", "kilo.yml"), "w") as f:
-            yaml.safe_dump(group_vars, f)
-        yield lab, inventory
+        made = labcluster.register_nodes(lab, core)
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, labcluster.peer_resource(PEER))
+        yield lab, labcluster.write_inventory(lab, kube.kubeconfig, os.path.join(tmp, "inventory"),
+                                              os.path.join(tmp, "kilo-registry.json"))
     finally:
         lab.down()
         delete_all(core.delete_node, made)
@@ -161,7 +132,7 @@ def test_a_deleted_peer_resource_leaves_every_leader(cluster, admin):
 def test_the_annotations_alone_keep_the_hosts_outside_the_limit(cluster):
     """A cluster moving from Kilo: no registry, only what the agent wrote on the Nodes."""
     lab, inventory = cluster
-    os.remove(os.path.join(os.path.dirname(inventory), "kilo-registry.json"))
+    os.remove(os.path.join(os.path.dirname(os.path.dirname(inventory)), "kilo-registry.json"))
     before = dict((n, wg_peers(lab, n)) for n in lab.hosts)
     out = sitetools.site(inventory, "--limit", "aws-1")
     assert set(sitetools.recap(out)) == {"aws-1"} and sitetools.recap(out)["aws-1"]["changed"] == 0, out[-3000:]

@@ -62,3 +62,14 @@ def test_options_reach_the_key_module():
     assert OPTIONS["internal_cidrs"]["var"] == "kilo_internal_cidrs"
     assert OPTIONS["prioritise_private_addresses"]["var"] == "kilo_prioritise_private_addresses"
     assert OPTIONS["compatibility"]["choices"] == ["none", "flannel", "cilium"]
+
+
+def test_the_cni_bridge_never_gives_the_node_its_ips():
+    """Kilo's mesh.New leaves out kube-bridge (cniDeviceIndex): once a pod ran, the bridge holds
+    the pod CIDR's gateway, a private address that would otherwise win as the internal IP."""
+    h = host()
+    h["links"][5] = {"name": "kube-bridge", "mtu": 1500}
+    h["addrs"].insert(0, {"index": 5, "ifname": "kube-bridge", "cidr": "10.0.0.1/24"})
+    ips = discovery.choose_ips(h)
+    assert "10.0.0.1/24" not in ips["candidates"]["internal"]
+    assert ips == discovery.choose_ips(host())

@@ -1,0 +1,185 @@
+"""A lab whose hosts are Nodes of a real kube-apiserver: for Molecule's `kubernetes` scenario
+and for tests/kube/test_site_kubernetes.py.
+
+    python tests/kube/labcluster.py up --prefix kmk 2 2   # API server, lab, Nodes, a Peer, inventory
+    python tests/kube/labcluster.py down --prefix kmk     # all of it gone (safe to repeat)
+
+`up` starts etcd and kube-apiserver (tests/kube/apiserver.py) detached from this process, and
+records their PIDs and start times in the lab's state dir, so `down` (another process) stops
+exactly those two. The inventory it writes (`<state>/k8s/`) is the inventory plugin's config
+plus the lab's SSH settings as group and host variables.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, ROOT, os.path.join(ROOT, ".collections")]
+
+from apiserver import ApiServer  # noqa: E402  pylint: disable=import-error,wrong-import-position
+from lab.lab import Lab, process_alive, process_starttime  # noqa: E402  pylint: disable=import-error,wrong-import-position
+
+from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn  # noqa: E402
+
+CRDS = os.path.join(ROOT, "manifests", "crds.yaml")
+PEER_KEY = "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="
+PEER_ALLOWED_IPS = ["10.5.0.1/32"]
+# Lab host variables that reach the host (the rest come from the Node).
+SSH_VARS = ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter")
+
+
+def pod_cidr(h):
+    return "10.50.%d.0/24" % (10 * h["location_index"] + h["index"])
+
+
+def register_nodes(lab, core):
+    """Every lab host becomes a Node: location by the topology label in location 1 and by Kilo's
+    annotation elsewhere (a wrong label beside it, which the annotation beats), the first host of
+    location 2 a forced leader, a pod CIDR, the management address as InternalIP (so Ansible
+    reaches it). Returns the Node names."""
+    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    made = []
+    for name, h in sorted(lab.hosts.items()):
+        i, k = h["location_index"], h["index"]
+        labels, annotations = {}, {}
+        if i == 1:
+            labels[kn.REGION_LABEL] = h["location"]
+        else:
+            annotations[kn.LOCATION] = h["location"]
+            labels[kn.REGION_LABEL] = "ignored-when-annotated"
+        if i == 2 and k == 1:
+            annotations[kn.LEADER] = "true"
+        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
+                                       spec=client.V1NodeSpec(pod_cidr=pod_cidr(h))))
+        made.append(name)
+        core.patch_node_status(name, {"status": {"addresses": [{"type": "InternalIP", "address": h["mgmt_ip"]},
+                                                               {"type": "Hostname", "address": name}]}})
+    return made
+
+
+def peer_resource(name):
+    return {"apiVersion": kn.PEER_API_VERSION, "kind": "Peer", "metadata": {"name": name},
+            "spec": {"allowedIPs": PEER_ALLOWED_IPS, "publicKey": PEER_KEY, "persistentKeepalive": 0}}
+
+
+def write_inventory(lab, kubeconfig, directory, registry):
+    """<directory>/cluster.kubernetes.yml with group_vars/kilo.yml and host_vars/<host>.yml beside
+    it; ``registry`` must lie outside ``directory`` (Ansible reads a directory's JSON files as
+    inventory). Returns the plugin config's path."""
+    with open(lab.inventory) as f:
+        kilo = yaml.safe_load(f)["all"]["children"]["kilo"]
+    for sub in ("group_vars", "host_vars"):
+        os.makedirs(os.path.join(directory, sub), exist_ok=True)
+    config = os.path.join(directory, "cluster.kubernetes.yml")
+    _dump(config, {"plugin": "kilo.mesh.kubernetes", "kubeconfig": kubeconfig})
+    _dump(os.path.join(directory, "group_vars", "kilo.yml"),
+          dict(kilo["vars"], kilo_kube_kubeconfig=kubeconfig, kilo_registry=registry))
+    for location in kilo["children"].values():
+        for host, hvars in location["hosts"].items():
+            _dump(os.path.join(directory, "host_vars", host + ".yml"),
+                  dict((k, v) for k, v in hvars.items() if k in SSH_VARS or k.startswith("kilo_lab_")))
+    return config
+
+
+def _dump(path, data):
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f, default_flow_style=False)
+
+
+# -- the control plane outliving this process -------------------------------------------------
+
+def start_detached(state_file):
+    """Start etcd + kube-apiserver for good and record them; returns the ApiServer."""
+    server = ApiServer(detached=True)
+    server.start()
+    record = {"kubeconfig": server.kubeconfig, "tmp": server.tmp, "host": server.host,
+              "processes": [{"name": n, "pid": p.pid, "start": process_starttime(p.pid)} for n, p, _ in server.procs]}
+    with open(state_file, "w") as f:
+        json.dump(record, f, indent=1)
+    return server
+
+
+def stop_recorded(state_file, timeout=15.0):
+    """Stop the processes ``state_file`` names (newest first), each only while its PID still
+    has the recorded start time; remove their directory and the record."""
+    try:
+        with open(state_file) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return
+    for proc in reversed(record["processes"]):
+        if process_alive(proc["pid"], proc["start"]):
+            os.kill(proc["pid"], signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while process_alive(proc["pid"], proc["start"]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if process_alive(proc["pid"], proc["start"]):
+                os.kill(proc["pid"], signal.SIGKILL)
+    if record.get("tmp"):
+        shutil.rmtree(record["tmp"], ignore_errors=True)
+    os.remove(state_file)
+
+
+def up(prefix, locations, hosts):
+    lab = Lab(prefix)
+    down(prefix)
+    lab.up(locations, hosts, 1)
+    state = lab.path("kube.json")
+    server = start_detached(state)
+    try:
+        server.kubectl("apply", "-f", CRDS)
+        with server.client() as api:
+            from kubernetes import client  # pylint: disable=import-outside-toplevel
+            register_nodes(lab, client.CoreV1Api(api))
+            custom = client.CustomObjectsApi(api)
+            deadline = time.monotonic() + 60
+            while True:  # the CRD is served a moment after it is applied
+                try:
+                    custom.create_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL,
+                                                        peer_resource(prefix + "-laptop"))
+                    break
+                except client.ApiException as e:
+                    if e.status != 404 or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+        print(write_inventory(lab, server.kubeconfig, lab.path("k8s"), lab.path("kilo-registry-k8s.json")))
+    except BaseException:
+        down(prefix)
+        raise
+
+
+def down(prefix):
+    lab = Lab(prefix)
+    stop_recorded(lab.path("kube.json"))
+    shutil.rmtree(lab.path("k8s"), ignore_errors=True)
+    for path in (lab.path("kilo-registry-k8s.json"), lab.path("kilo-registry-k8s.json.lock")):
+        if os.path.exists(path):
+            os.remove(path)
+    lab.down()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up")
+    u.add_argument("locations", type=int)
+    u.add_argument("hosts", type=int)
+    d = sub.add_parser("down")
+    for p in (u, d):
+        p.add_argument("--prefix", required=True)
+    args = ap.parse_args(argv)
+    if args.cmd == "up":
+        up(args.prefix, args.locations, args.hosts)
+    else:
+        down(args.prefix)
+
+
+if __name__ == "__main__":
+    main()
