@@ -29,10 +29,9 @@ CLIENT_VAR = "kilo_kube_"
 
 
 def _extra_spec():
+    # the client options keep kubernetes.core's alias names (verify_ssl, ssl_ca_cert)
     spec = dict(node=dict(type="str"), topology_var=dict(type="str"), state=argument_spec("host")["state"])
-    for name, option in kube_client.argument_spec().items():
-        option.pop("aliases", None)
-        spec[name] = option
+    spec.update(kube_client.argument_spec())
     return spec
 
 

@@ -1,4 +1,5 @@
 """Running playbooks/site.yml against a lab from host tests, and reading Ansible's recap."""
+import contextlib
 import os
 import re
 import subprocess
@@ -25,3 +26,28 @@ def recap(output):
     for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
         out[host] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", counts))
     return out
+
+
+# What site.yml leaves beside a lab's inventory.
+RUN_FILES = ("kilo-registry.json", "kilo-registry.json.lock", "kilo-topology.dot")
+
+
+@contextlib.contextmanager
+def fresh_lab(prefix, *shape, **options):
+    """A lab made anew (a leftover of the same prefix torn down first) and always torn down,
+    without the files an earlier run of site.yml left in its state dir (so no host keeps a place
+    in the mesh from another test). ``shape`` and ``options`` are Lab.up's."""
+    from lab.lab import Lab  # pylint: disable=import-outside-toplevel
+    lab = Lab(prefix)
+
+    def clean():
+        for name in RUN_FILES:
+            if os.path.exists(lab.path(name)):
+                os.remove(lab.path(name))
+        lab.down()
+    clean()
+    try:
+        lab.up(*shape, **options)
+        yield lab
+    finally:
+        clean()

@@ -12,8 +12,7 @@ import os
 import pytest
 import yaml
 
-from lab.lab import Lab
-from sitetools import recap, site
+from sitetools import fresh_lab, recap, site
 
 PREFIX = "kcn"
 CNI_BIN = "/usr/lib/cni"
@@ -26,9 +25,11 @@ pytestmark = pytest.mark.skipif(not os.access(os.path.join(CNI_BIN, "bridge"), o
 
 @pytest.fixture(scope="module")
 def lab():
-    lab = Lab(PREFIX)
-    lab.down()
-    lab.up(2, 2, 1)
+    with fresh_lab(PREFIX, 2, 2, 1) as lab:
+        yield from _with_pod_cidrs(lab)
+
+
+def _with_pod_cidrs(lab):
     with open(lab.inventory) as f:
         inv = yaml.safe_load(f)
     pods = {}
@@ -40,14 +41,8 @@ def lab():
     inventory = lab.path("inventory-cni.yml")
     with open(inventory, "w") as f:
         yaml.safe_dump(inv, f, default_flow_style=False)
-    registry = lab.path("kilo-registry.json")
-    if os.path.exists(registry):
-        os.remove(registry)
     lab.cni_inventory, lab.pods = inventory, pods
     yield lab
-    lab.down()
-    if os.path.exists(registry):
-        os.remove(registry)
 
 
 def sh(lab, host, cmd, check=True):

@@ -16,8 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from lab.lab import Lab
-from sitetools import REPO, recap
+from sitetools import REPO, fresh_lab, recap
 
 PREFIX = "kfl"
 KEY_PATH = "/var/lib/kilo/key"  # kilo_key_path's default (module_utils/options.py)
@@ -99,12 +98,11 @@ def connectivity(lab):
 
 @pytest.fixture(scope="module")
 def lab():
-    lab = Lab(PREFIX)
-    lab.down()
-    lab.up(3, 2, 1)
-    registry = os.path.join(lab.state_dir, "kilo-registry.json")
-    if os.path.exists(registry):
-        os.remove(registry)
+    with fresh_lab(PREFIX, 3, 2, 1) as lab:
+        yield from _with_peers_and_foreign_state(lab)
+
+
+def _with_peers_and_foreign_state(lab):
     # Two outside peers, one of them with a preshared key.
     laptop_priv, laptop_pub = wg_keypair()
     dummy, phone_pub = wg_keypair()
@@ -122,10 +120,6 @@ def lab():
         sh(lab, host, "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
                       " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500")
     yield lab
-    lab.down()
-    for name in ("kilo-registry.json", "kilo-registry.json.lock", "kilo-topology.dot"):
-        if os.path.exists(os.path.join(lab.state_dir, name)):
-            os.remove(os.path.join(lab.state_dir, name))
 
 
 # ---- 1. secrets never leak ---------------------------------------------------------------

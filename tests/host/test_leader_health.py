@@ -9,24 +9,15 @@ import time
 
 import pytest
 
-from lab.lab import Lab
-from sitetools import recap, site
+from sitetools import fresh_lab, recap, site
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the lab")
 
 
 @pytest.fixture(scope="module")
 def lab():
-    lab = Lab("klf")
-    lab.down()
-    lab.up(2, 2, 2)
-    registry = os.path.join(lab.state_dir, "kilo-registry.json")
-    if os.path.exists(registry):
-        os.remove(registry)
-    yield lab
-    lab.down()
-    if os.path.exists(registry):
-        os.remove(registry)
+    with fresh_lab("klf", 2, 2, 2) as lab:
+        yield lab
 
 
 def leads(lab, host):

@@ -12,8 +12,7 @@ import time
 import pytest
 import yaml
 
-from lab.lab import Lab
-from sitetools import REPO, recap, site
+from sitetools import REPO, fresh_lab, recap, site
 
 PREFIX = "klh"
 
@@ -40,20 +39,12 @@ def sh(lab, host, cmd):
 
 @pytest.fixture(scope="module")
 def lab():
-    lab = Lab(PREFIX)
-    lab.down()
-    lab.up(3, 2, 1, nat=[3])
-    registry = os.path.join(lab.state_dir, "kilo-registry.json")
-    if os.path.exists(registry):
-        os.remove(registry)
-    # Foreign state on every host: a table, a route and a rule that are not ours.
-    for host in lab.hosts:
-        sh(lab, host, "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
-                      " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500")
-    yield lab
-    lab.down()
-    if os.path.exists(registry):
-        os.remove(registry)
+    with fresh_lab(PREFIX, 3, 2, 1, nat=[3]) as lab:
+        # Foreign state on every host: a table, a route and a rule that are not ours.
+        for host in lab.hosts:
+            sh(lab, host, "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
+                          " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500")
+        yield lab
 
 
 def foreign_intact(lab, host):

@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from lab.lab import Lab
-from sitetools import REPO, site
+from sitetools import REPO, fresh_lab, site
 from ansible_collections.kilo.mesh.plugins.module_utils.status import SAMPLE_RE
 
 PREFIX = "kst"
@@ -53,20 +52,10 @@ def traffic(lab):
 
 @pytest.fixture(scope="module")
 def lab():
-    lab = Lab(PREFIX)
-    lab.down()
-    lab.up(2, 2, 1)
-    registry = os.path.join(lab.state_dir, "kilo-registry.json")
-    if os.path.exists(registry):
-        os.remove(registry)
-    try:
+    with fresh_lab(PREFIX, 2, 2, 1) as lab:
         site(lab.inventory)
         traffic(lab)
         yield lab
-    finally:
-        lab.down()
-        if os.path.exists(registry):
-            os.remove(registry)
 
 
 def private_keys(lab):

@@ -13,24 +13,15 @@ import time
 import pytest
 import yaml
 
-from lab.lab import Lab
-from sitetools import recap, site
+from sitetools import fresh_lab, recap, site
 
 PREFIX = "klz"
 
 
 @pytest.fixture(scope="module")
 def lab():
-    lab = Lab(PREFIX)
-    lab.down()
-    lab.up(3, 2, 1)
-    registry = os.path.join(lab.state_dir, "kilo-registry.json")
-    if os.path.exists(registry):
-        os.remove(registry)
-    yield lab
-    lab.down()
-    if os.path.exists(registry):
-        os.remove(registry)
+    with fresh_lab(PREFIX, 3, 2, 1) as lab:
+        yield lab
 
 
 def test_adding_a_location_drops_no_packet(lab):

@@ -166,3 +166,21 @@ def test_a_missing_node_and_missing_rights_are_named(kube, admin, mesh, tmp_path
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     out, _results = run(tmp_path, rc=2)
     assert "403" in out and "lack" in out and kube.user_token not in out
+
+
+def test_kubernetes_core_alias_names_of_the_client_options_work(kube, admin, mesh, tmp_path):
+    """validate_certs and ca_cert also answer to kubernetes.core's verify_ssl and ssl_ca_cert."""
+    if kube.ca_cert is None:
+        pytest.skip("the cluster's kubeconfig names no CA file")
+    inventory = yaml.safe_load((tmp_path / "inventory.yml").read_text())
+    del inventory["kilo"]["vars"]["kilo_kube_kubeconfig"]
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    play = PLAY.replace("        facts_var: node_host\n        topology_var: node_mesh\n",
+                        "        facts_var: node_host\n        topology_var: node_mesh\n"
+                        "        host: %s\n        api_key: %s\n        ssl_ca_cert: %s\n        verify_ssl: true\n"
+                        % (kube.host, kube.token, kube.ca_cert))
+    assert play != PLAY
+    (tmp_path / "play.yml").write_text(play)
+    _out, results = run(tmp_path)
+    assert len(results) == 3 and all(r["changed"] for r in results), results
+    assert annotations(admin, mesh[0])[kn.KEY] == KEYS[0]
