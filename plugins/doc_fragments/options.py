@@ -376,6 +376,67 @@ options:
     type: path
 """
 
+    CONNECT = r"""
+options:
+  connect_name:
+    description:
+      - Name of this machine as a peer of the mesh (a DNS-1123 subdomain); the inventory name when not set.
+      - Defaults to the inventory variable C(kilo_connect_name), then to the default below.
+    type: str
+  connect_allowed_ip:
+    description:
+      - 'This peer''s address inside the mesh, in CIDR form (kgctl connect''s C(--allowed-ip)): the address of its
+        WireGuard interface and the peer''s allowed IP on every leader.'
+      - Defaults to the inventory variable C(kilo_connect_allowed_ip), then to the default below.
+    type: str
+    default: 10.10.10.10/32
+  connect_allowed_ips:
+    description:
+      - Further networks this peer routes into the mesh through one segment (kgctl connect's C(--allowed-ips)),
+        for example the service CIDR.
+      - 'V(0.0.0.0/0) makes that segment''s leader the peer''s VPN exit: the peer sends everything through it (as
+        two /1 routes, beside its own default route), and the leader masquerades it.'
+      - Defaults to the inventory variable C(kilo_connect_allowed_ips), then to the default below.
+    type: list
+    elements: str
+    default: []
+  connect_via:
+    description:
+      - The node whose segment carries C(connect_allowed_ips) (under location granularity, its location's leader);
+        the first node by name when not set, as kgctl connect chooses.
+      - Defaults to the inventory variable C(kilo_connect_via), then to the default below.
+    type: str
+  connect_persistent_keepalive:
+    description:
+      - Seconds between keepalives this peer sends to the leaders, and the leaders to it; V(0) sends none. The leaders
+        learn the peer's endpoint from its packets, so a peer behind NAT needs it.
+      - Defaults to the inventory variable C(kilo_connect_persistent_keepalive), then to the default below.
+    type: int
+    default: 10
+  connect_store:
+    description:
+      - Where the peer is kept - V(registry), the mesh's registry beside the inventory; V(kubernetes), a Kilo Peer
+        resource in the cluster of the Kubernetes client options (the inventory plugin C(kilo.mesh.kubernetes) reads
+        it back).
+      - When not set - V(kubernetes) when C(playbooks/connect.yml) is given Kubernetes client options (C(-e kubeconfig=...),
+        C(-e context=...)), else V(registry).
+      - Defaults to the inventory variable C(kilo_connect_store), then to the default below.
+    type: str
+    choices:
+      - registry
+      - kubernetes
+  connect_state:
+    description:
+      - V(absent) removes the peer everywhere - from the registry or cluster, from every leader, and this machine's
+        interface and routes (its key file stays, as C(kilo_state=absent) keeps a node's).
+      - Defaults to the inventory variable C(kilo_connect_state), then to the default below.
+    type: str
+    choices:
+      - present
+      - absent
+    default: present
+"""
+
     PLAN = r"""
 options:
   plan:

@@ -18,6 +18,7 @@ Scopes say who reads an option:
 * ``prepare``: kilo.mesh.prepare (packages, sysctls, the firewall port).
 * ``run``: the playbooks and roles themselves (no module reads them).
 * ``registry``: where kilo.mesh.peer finds the registry with ``store: registry``.
+* ``connect``: kilo.mesh.connect and the role connect (a machine outside the mesh as a peer).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -183,6 +184,37 @@ OPTIONS = dict([
         default=True, var="wireguard_open_port"),
     _option("sysctls", ("prepare",), "dict", ["Sysctls to set now and at boot (forwarding: a leader routes between locations)."],
             default={"net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1}, var="wireguard_sysctls"),
+    # --- connect: an outside machine joining as a peer (kilo.mesh.connect, like kgctl connect) ---
+    _option("connect_name", ("connect",), "str", [
+        "Name of this machine as a peer of the mesh (a DNS-1123 subdomain); the inventory name when not set."]),
+    _option("connect_allowed_ip", ("connect",), "str", [
+        "This peer's address inside the mesh, in CIDR form (kgctl connect's C(--allowed-ip)): the address of"
+        " its WireGuard interface and the peer's allowed IP on every leader."],
+        default="10.10.10.10/32"),
+    _option("connect_allowed_ips", ("connect",), "list", [
+        "Further networks this peer routes into the mesh through one segment (kgctl connect's"
+        " C(--allowed-ips)), for example the service CIDR.",
+        "V(0.0.0.0/0) makes that segment's leader the peer's VPN exit: the peer sends everything through"
+        " it (as two /1 routes, beside its own default route), and the leader masquerades it."],
+        default=[], elements="str"),
+    _option("connect_via", ("connect",), "str", [
+        "The node whose segment carries C(connect_allowed_ips) (under location granularity, its location's"
+        " leader); the first node by name when not set, as kgctl connect chooses."]),
+    _option("connect_persistent_keepalive", ("connect",), "int", [
+        "Seconds between keepalives this peer sends to the leaders, and the leaders to it; V(0) sends none."
+        " The leaders learn the peer's endpoint from its packets, so a peer behind NAT needs it."],
+        default=10),
+    _option("connect_store", ("connect",), "str", [
+        "Where the peer is kept - V(registry), the mesh's registry beside the inventory; V(kubernetes), a Kilo"
+        " Peer resource in the cluster of the Kubernetes client options (the inventory plugin"
+        " C(kilo.mesh.kubernetes) reads it back).",
+        "When not set - V(kubernetes) when C(playbooks/connect.yml) is given Kubernetes client options"
+        " (C(-e kubeconfig=...), C(-e context=...)), else V(registry)."],
+        choices=["registry", "kubernetes"]),
+    _option("connect_state", ("connect",), "str", [
+        "V(absent) removes the peer everywhere - from the registry or cluster, from every leader, and this"
+        " machine's interface and routes (its key file stays, as C(kilo_state=absent) keeps a node's)."],
+        default="present", choices=["present", "absent"]),
     # --- run: read by the playbooks and roles ------------------------------------------------
     _option("task_timeout", ("run",), "int", [
         "Seconds each remote task of the roles may take (Ansible's task C(timeout)). A host that stops"
@@ -191,7 +223,7 @@ OPTIONS = dict([
         default=DEFAULT_TASK_TIMEOUT),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect")
 
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
@@ -244,6 +276,17 @@ ROLES = {
             "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
         "scopes": ("mesh", "inputs", "host", "key", "run"),
     },
+    "connect": {
+        "short": "Connect a machine outside the mesh as a peer, like kgctl connect",
+        "description": [
+            "Makes the machine's key on it (M(kilo.mesh.key)), keeps it as a peer (M(kilo.mesh.peer), in the registry"
+            " or the cluster) and converges its WireGuard interface and routes to the mesh (M(kilo.mesh.connect)).",
+            "C(playbooks/connect.yml) runs it, then the mesh's join, so the leaders take the peer in the same run.",
+            "The mesh-wide options (subnet, granularity, port, ...) come from the mesh group's first host."],
+        "scopes": ("connect", "host", "run"),
+        # kilo.mesh.connect converges no CNI and reads kilo_connect_state, never kilo_state
+        "exclude": ("cni_path", "state"),
+    },
     "wireguard": {
         "short": "Prepare a host for kilo.mesh - WireGuard, Python libraries, forwarding, UDP port",
         "description": [
@@ -260,7 +303,7 @@ def role_argument_specs(role):
     options = {}
     for name, entry in doc(*meta["scopes"]).items():
         var = variable(name)
-        if not var:
+        if not var or name in meta.get("exclude", ()):
             continue
         entry = dict(entry, description=[d for d in entry["description"] if not d.startswith("Defaults to the inventory")],
                      required=False)

@@ -49,12 +49,15 @@ class KiloAction(ActionBase):
         spec.update(self.EXTRA_SPEC)
         return spec
 
-    def options_of(self, task_vars, source=None):
+    def options_of(self, task_vars, source=None, scopes=None):
         """The validated options: task argument > inventory variable (of ``source``, by
-        default this host or the mesh's first host) > default."""
-        spec = self.spec()
-        given = dict(self._task.args)
-        unknown = sorted(set(given) - set(spec))
+        default this host or the mesh's first host) > default. With ``scopes``: only the
+        options of those scopes, from ``source``'s variables alone (the task's arguments are
+        this action's own; kilo.mesh.connect reads the mesh's options from a mesh host)."""
+        spec = argument_spec(*scopes) if scopes else self.spec()
+        given = {} if scopes else dict(self._task.args)
+        known = set(spec).union(*(spec[name].get("aliases") or () for name in spec))
+        unknown = sorted(set(given) - known)
         if unknown:
             raise KiloError("unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0])
         source = source or self.vars_source(task_vars, given)

@@ -17,7 +17,7 @@ BIN = os.path.dirname(sys.executable)
 # module -> the scopes of the table it takes (its own options come on top)
 MODULES = {"topology": ("mesh", "inputs"), "join": ("mesh", "inputs", "host"), "converge": ("host",),
            "key": ("key",), "prepare": ("prepare",), "validate": ("mesh", "inputs", "host", "key", "prepare", "run"),
-           "showconf": ("mesh", "inputs"), "annotate": ("mesh", "inputs")}
+           "showconf": ("mesh", "inputs"), "annotate": ("mesh", "inputs"), "connect": ("host", "connect")}
 
 
 def test_generated_files_match_the_table():
@@ -79,7 +79,7 @@ def test_defaults_are_written_once():
 def test_the_roles_task_timeout_default_is_the_table_default():
     """YAML cannot import the table: the roles spell the default out, this keeps them equal."""
     want = "kilo_task_timeout | default(%d)" % options.OPTIONS["task_timeout"]["default"]
-    for role in ("node", "wireguard"):
+    for role in ("node", "wireguard", "connect"):
         with open(os.path.join(ROOT, "roles", role, "tasks", "main.yml")) as f:
             text = f.read()
         found = re.findall(r"kilo_task_timeout \| default\(\d+\)", text)

@@ -1,0 +1,97 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Action kilo.mesh.connect: a machine outside the mesh converged as one of its peers (kgctl connect).
+
+The machine's own options (interface, backend, MTU, ``kilo_connect_*``) come from its variables;
+the mesh's (granularity, subnet, port, group, registry, peers) from the mesh group's first host,
+as every controller-side action reads them. The plan (``module_utils/connect.py``) is converged in
+one ``kilo.mesh.converge`` call, as a node's; ``connect_state: absent`` removes what we own there.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.connect import connect_plan, peer_address
+from ansible_collections.kilo.mesh.plugins.module_utils.kube_node import check_peer_name
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_PORT
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
+from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning
+
+
+class ActionModule(KiloAction):
+    SCOPES = ("host", "connect")
+    EXTRA_SPEC = dict(group=dict(type="str"), step=dict(type="str", choices=["peer", "converge"], default="converge"),
+                      kubernetes=dict(type="bool", default=False), public_key=dict(type="str", no_log=False))
+
+    def run_kilo(self, args, task_vars):
+        host = task_vars["inventory_hostname"]
+        group = self.mesh_group(task_vars, args)
+        if host in task_vars.get("groups", {}).get(group, []):
+            raise KiloError("is a node of the mesh (group %r); kilo.mesh.connect is for machines outside it" % group,
+                            host_subject(host), "group")
+        if args["step"] == "peer":
+            return dict(changed=False, peer=self.peer(args, host))
+        settings = self.module_args(args, ("host",))
+        settings["state"] = args["connect_state"]
+        result = {}
+        plan = None
+        if args["connect_state"] == "present":
+            plan = self.plan(args, task_vars, host, group, result)
+        module_args = dict(settings, plan=plan, preshared_keys=plan_store.split_preshared_keys(plan))
+        result.update(self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
+                                           task_vars=task_vars))
+        if plan is not None and not result.get("failed"):
+            result.update(address=plan["address"], peers=len(plan["peers"]), routes=len(flat_routes(plan["routes"])))
+        return result
+
+    @staticmethod
+    def peer(args, host):
+        """The arguments of kilo.mesh.peer for this machine (the role passes them on)."""
+        name = args["connect_name"] or host
+        check_peer_name(name)
+        peer = dict(name=name, state=args["connect_state"], store=args["connect_store"]
+                    or ("kubernetes" if args["kubernetes"] else "registry"))
+        if args["connect_state"] == "present":
+            peer.update(allowed_ips=[str(peer_address(args["connect_allowed_ip"], host_subject(host)))],
+                        persistent_keepalive=args["connect_persistent_keepalive"])
+        return peer
+
+    def plan(self, args, task_vars, host, group, result):
+        members = task_vars.get("groups", {}).get(group) or []
+        if not members:
+            raise KiloError("no host in group %r: there is no mesh to connect to" % group, host_subject(host), "kilo_group")
+        mesh = self.options_of(task_vars, source=members[0], scopes=("mesh", "inputs"))
+        mesh["group"] = group
+        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, mesh, self.locations(task_vars, group))
+        if missing:
+            result["warnings"] = [missing_warning(missing)]
+        peer = self.peer(args, host)
+        if args["public_key"] and not any(p.get("name") == peer["name"] for p in peers):
+            # this run's key, before the store shows it (check mode; a cluster the inventory read earlier)
+            peers.append(dict(name=peer["name"], public_key=args["public_key"], allowed_ips=peer["allowed_ips"],
+                              persistent_keepalive=peer["persistent_keepalive"]))
+        options = dict(engine_options(mesh), interface=args["interface"])
+        found, port = self.variable(task_vars, host, "kilo_port")
+        return connect_plan(nodes, peers, options, host, peer["name"], args["connect_allowed_ip"],
+                            extra=args["connect_allowed_ips"], via=args["connect_via"],
+                            port=int(port) if found and port else DEFAULT_PORT,
+                            main_routes=lambda: self.main_routes(host))
+
+    def main_routes(self, host):
+        """The machine's main table (`ip -j route show`), read only when a route through the
+        interface would cover a leader's endpoint (an exit, or an endpoint inside an allowed IP)."""
+        routes = []
+        for family in (4, 6):
+            out = self._low_level_execute_command("ip -j -%d route show table main" % family)
+            if out.get("rc") != 0:
+                raise KiloError("cannot read the main routing table: %s" % (out.get("stderr") or "").strip(),
+                                host_subject(host), "kilo_connect_allowed_ips")
+            # a default route's "dst" does not say its family
+            routes.extend(dict(r, family=family) for r in json.loads(out.get("stdout") or "[]"))
+        return routes

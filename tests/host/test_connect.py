@@ -1,0 +1,288 @@
+"""playbooks/connect.yml on a real lab: a "laptop" outside the mesh group joins as a peer (like
+kgctl connect), reaches a non-leader of a remote location and is reached back, takes the mesh
+as its VPN exit, and leaves without a trace.
+
+Lab kvp, 4 locations x 2 hosts: aws and gcp form the mesh (group kilo); azure-1 is the laptop
+(group connect, outside the mesh); home-1 stands for "the internet" behind the exit: it carries
+198.51.100.77, which only gcp-1 (the exit) has a route to. Real parts only: network-namespace
+hosts with sshd, wireguard-go, nftables, iproute2, Ansible over SSH. Tests run in file order and
+share one lab.
+"""
+import json
+import os
+import subprocess
+
+import ipaddress
+
+import pytest
+import yaml
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.connect import best_path, connect_plan
+from lab.lab import Lab
+from sitetools import REPO, recap
+
+PREFIX = "kvp"
+LAPTOP, INTERNET, EXIT = "azure-1", "home-1", "gcp-1"
+LAPTOP_IP = "10.5.0.1"
+FAR = "198.51.100.77"  # outside every range of the mesh; only the exit routes to it
+EXIT_VARS = json.dumps({"kilo_connect_allowed_ips": ["0.0.0.0/0"], "kilo_connect_via": EXIT})
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+
+
+def sh(lab, host, cmd, timeout=60):
+    return lab.run(host, ["sh", "-c", cmd], timeout=timeout)
+
+
+def ansible_playbook(inventory, name, *extra, **kw):
+    expect_rc = kw.pop("expect_rc", 0)
+    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory,
+            os.path.join(REPO, "playbooks", name)] + list(extra)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False, timeout=900)
+    assert proc.returncode == expect_rc, proc.stdout[-6000:]
+    return proc.stdout
+
+
+def write_inventory(lab):
+    """The lab's inventory with aws and gcp as the mesh and azure-1 in group connect."""
+    with open(lab.inventory) as f:
+        inv = yaml.safe_load(f)
+    kilo = inv["all"]["children"]["kilo"]
+    laptop = kilo["children"]["azure"]["hosts"][LAPTOP]
+    kilo["children"] = dict((loc, kilo["children"][loc]) for loc in ("aws", "gcp"))
+    laptop.update(kilo_connect_name="laptop", kilo_connect_allowed_ip=LAPTOP_IP + "/32")
+    inv["all"]["children"]["connect"] = {"hosts": {LAPTOP: laptop}}
+    path = lab.path("connect-inventory.yml")
+    with open(path, "w") as f:
+        yaml.safe_dump(inv, f)
+    return path
+
+
+@pytest.fixture(scope="module")
+def lab():
+    lab = Lab(PREFIX)
+    lab.down()
+    lab.registry = lab.path("kilo-registry.json")
+    try:
+        forget(lab.registry)  # a registry of an earlier lab would carry its hosts and peers
+        lab.up(4, 2, 1)
+        lab.connect_inventory = write_inventory(lab)
+        # "the internet" behind the exit: home-1 holds FAR; gcp-1 alone routes to it
+        sh(lab, INTERNET, "ip addr add %s/32 dev lo" % FAR)
+        sh(lab, EXIT, "ip route add %s/32 via %s dev eth1" % (FAR, lab.hosts[INTERNET]["public_ip"]))
+        ansible_playbook(lab.connect_inventory, "site.yml")
+        yield lab
+    finally:
+        lab.down()
+        for path in (lab.registry, lab.registry + ".lock", lab.path("connect-inventory.yml")):
+            forget(path)
+
+
+def forget(path):
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def registry_peers(lab):
+    if not os.path.exists(lab.registry):
+        return {}
+    with open(lab.registry) as f:
+        return json.load(f).get("peers") or {}
+
+
+def wg_keys(lab, host):
+    """public key -> allowed IPs of the host's WireGuard peers; {} without an interface."""
+    out = sh(lab, host, "wg show kilo0 dump 2>/dev/null").stdout.splitlines()
+    return dict((line.split("\t")[0], line.split("\t")[3]) for line in out[1:])
+
+
+def laptop_key(lab):
+    return sh(lab, LAPTOP, "wg pubkey < /var/lib/kilo/key").stdout.strip()
+
+
+def mesh_hosts(lab):
+    return sorted(h for h in lab.hosts if h.startswith(("aws-", "gcp-")))
+
+
+def ping(lab, host, ip, count=3):
+    """Whether ``host`` gets an answer from ``ip`` (a few tries: WireGuard handshakes first)."""
+    return sh(lab, host, "for i in 1 2 3; do ping -c %d -i 0.3 -W 2 -q %s && exit 0; done; exit 1"
+              % (count, ip), timeout=90).returncode == 0
+
+
+def connect(lab, *extra, **kw):
+    return ansible_playbook(lab.connect_inventory, "connect.yml", *extra, **kw)
+
+
+@needs_root
+def test_check_mode_on_a_fresh_laptop_changes_nothing(lab):
+    counts = recap(connect(lab, "--check"))
+    assert counts[LAPTOP]["changed"] > 0 and counts[LAPTOP]["failed"] == 0, counts
+    assert sh(lab, LAPTOP, "test -e /var/lib/kilo/key").returncode != 0
+    assert sh(lab, LAPTOP, "ip link show kilo0").returncode != 0
+    assert "laptop" not in registry_peers(lab)
+
+
+@needs_root
+def test_kilo_state_absent_is_refused_and_the_mesh_stays(lab):
+    out = connect(lab, "-e", "kilo_state=absent", expect_rc=2)
+    assert "kilo_connect_state=absent" in out
+    assert all(sh(lab, h, "ip link show kilo0").returncode == 0 for h in mesh_hosts(lab))
+
+
+@needs_root
+def test_connect_reaches_a_remote_non_leader_and_is_reached_back(lab):
+    counts = recap(connect(lab))
+    assert counts[LAPTOP]["failed"] == 0 and counts[LAPTOP]["changed"] > 0, counts
+    key = laptop_key(lab)
+    assert registry_peers(lab)["laptop"]["public_key"] == key
+    assert sh(lab, LAPTOP, "stat -c %a /var/lib/kilo/key").stdout.strip() == "600"
+    leaders = [h for h in mesh_hosts(lab) if wg_keys(lab, h)]
+    assert len(leaders) == 2, leaders
+    for leader in leaders:
+        assert wg_keys(lab, leader).get(key) == LAPTOP_IP + "/32", leader
+    far_member = lab.hosts["aws-2"]
+    assert "aws-2" not in leaders
+    assert ping(lab, LAPTOP, far_member["lan_ip"])
+    assert ping(lab, "aws-2", LAPTOP_IP)
+    assert ping(lab, "gcp-2", LAPTOP_IP)
+
+
+@needs_root
+def test_rerun_changes_nothing_and_shows_no_private_key(lab):
+    out = connect(lab, "--diff", "-v")
+    counts = recap(out)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+    private = sh(lab, LAPTOP, "cat /var/lib/kilo/key").stdout.strip()
+    assert len(private) == 44 and private not in out
+
+
+@needs_root
+def test_the_mesh_as_vpn_exit(lab):
+    assert not ping(lab, LAPTOP, FAR, count=1), "the laptop reaches %s without the exit" % FAR
+    # the internet side has no way back to the peer's own address: replies need the exit's masquerade
+    assert sh(lab, INTERNET, "ip route get %s" % LAPTOP_IP).returncode != 0
+    counts = recap(connect(lab, "-e", EXIT_VARS))
+    assert counts[LAPTOP]["changed"] > 0 and counts[LAPTOP]["failed"] == 0, counts
+    assert all(counts[h]["changed"] == 0 for h in mesh_hosts(lab)), counts  # the mesh side is Kilo's as is
+    routes = sh(lab, LAPTOP, "ip route show proto 107").stdout
+    assert "0.0.0.0/1 dev kilo0" in routes and "128.0.0.0/1 dev kilo0" in routes, routes
+    for leader in ("aws-1", "gcp-1"):  # endpoints pinned to the laptop's own path
+        assert "%s dev eth1" % lab.hosts[leader]["public_ip"] in routes, routes
+    assert ping(lab, LAPTOP, FAR)
+    assert ping(lab, LAPTOP, lab.hosts["aws-2"]["lan_ip"])  # the mesh still goes its own ways
+    # SSH management still works and the run is idempotent
+    counts = recap(connect(lab, "-e", EXIT_VARS))
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+
+@needs_root
+def test_absent_leaves_nothing_of_the_laptop(lab):
+    key = laptop_key(lab)
+    counts = recap(connect(lab, "-e", EXIT_VARS, "-e", "kilo_connect_state=absent"))
+    assert counts[LAPTOP]["failed"] == 0, counts
+    assert "laptop" not in registry_peers(lab)
+    for host in mesh_hosts(lab):
+        assert key not in wg_keys(lab, host), host
+        assert LAPTOP_IP not in sh(lab, host, "ip route show proto 107").stdout, host
+    assert sh(lab, LAPTOP, "ip link show kilo0").returncode != 0
+    assert sh(lab, LAPTOP, "ip route show proto 107").stdout.strip() == ""
+    assert sh(lab, LAPTOP, "nft list table inet kilo_mesh").returncode != 0
+    assert not ping(lab, LAPTOP, FAR, count=1)
+    # the mesh itself is whole: a remote non-leader is still reached across it
+    assert ping(lab, "aws-2", lab.hosts["gcp-2"]["lan_ip"])
+    counts = recap(connect(lab, "-e", "kilo_connect_state=absent"))
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+
+# --- the plan itself, for what the lab cannot show (a laptop whose leaders are behind its default route) ---
+
+KEYS = ["%s=" % (c * 43) for c in "ABCDE"]  # 32-byte keys in base64, distinct
+
+
+def small_mesh():
+    """Two locations of one public leader each, and the laptop as a registered peer."""
+    nodes = [{"name": name, "location": loc, "endpoint": "%s:51820" % ip, "internal_ip": lan, "pod_cidr": None,
+              "public_key": key, "leader": False, "persistent_keepalive": 0, "allowed_location_ips": [],
+              "discovered_endpoints": {}}
+             for name, loc, ip, lan, key in (("a-1", "a", "198.51.100.1", "172.16.1.1/24", KEYS[0]),
+                                             ("b-1", "b", "198.51.100.2", "172.16.2.1/24", KEYS[1]))]
+    peers = [{"name": "laptop", "public_key": KEYS[2], "allowed_ips": ["10.5.0.1/32"], "persistent_keepalive": 10}]
+    return nodes, peers
+
+
+HOME = [  # `ip -j route show table main` of a laptop at home, with our own routes of an earlier run
+    {"dst": "default", "gateway": "192.168.1.1", "dev": "wlan0", "protocol": "dhcp", "metric": 600, "flags": []},
+    {"dst": "default", "gateway": "192.168.1.254", "dev": "eth0", "metric": 100, "flags": []},
+    {"dst": "192.168.1.0/24", "dev": "wlan0", "protocol": "kernel", "scope": "link", "flags": []},
+    {"dst": "0.0.0.0/1", "dev": "kilo0", "protocol": "107", "scope": "link", "flags": []},
+    {"dst": "198.51.100.0/24", "type": "blackhole", "flags": []},
+]
+
+
+def plan_routes(plan):
+    return [(d, r["gateway"], r["device"]) for r in plan["routes"]
+            for d in (r["dst"] if isinstance(r["dst"], list) else [r["dst"]])]
+
+
+def test_exit_pins_each_leader_endpoint_to_the_machines_own_default_route():
+    nodes, peers = small_mesh()
+    plan = connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32",
+                        extra=["0.0.0.0/0"], via="b-1", port=51820, main_routes=lambda: HOME)
+    routes = plan_routes(plan)
+    # the lowest metric of the two default routes; ours (proto 107) and the blackhole never count
+    assert ("198.51.100.1/32", "192.168.1.254", "eth0") in routes
+    assert ("198.51.100.2/32", "192.168.1.254", "eth0") in routes
+    assert ("0.0.0.0/1", None, "kilo0") in routes and ("128.0.0.0/1", None, "kilo0") in routes
+    assert not any(d == "0.0.0.0/0" for d, dummy, dummy in routes)
+    by_name = dict((p["name"], p["allowed_ips"]) for p in plan["peers"])
+    assert "0.0.0.0/0" in by_name["location:b"] and "0.0.0.0/0" not in by_name["location:a"]
+    assert plan["address"] == "10.5.0.1/32" and plan["leader"] and plan["listen_port"] == 51820
+
+
+def test_without_a_default_route_of_its_own_the_exit_refuses():
+    nodes, peers = small_mesh()
+    ours_only = [r for r in HOME if r.get("protocol") == "107"]
+    with pytest.raises(KiloError) as e:
+        connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32",
+                     extra=["0.0.0.0/0"], main_routes=lambda: ours_only)
+    assert "host 'lap'" in str(e.value) and "kilo_connect_allowed_ips" in str(e.value)
+
+
+def test_errors_name_the_host_and_the_variable():
+    nodes, peers = small_mesh()
+    cases = [(dict(allowed_ip="10.5.0.0/24"), "kilo_connect_allowed_ip"),
+             (dict(allowed_ip="10.5.0.1/32", extra=["10.96.0.0/12"], via="nope"), "kilo_connect_via"),
+             (dict(allowed_ip="10.5.0.1/32", name="stranger"), "kilo_connect_name")]
+    for kw, field in cases:
+        kw = dict(dict(name="laptop"), **kw)
+        with pytest.raises(KiloError) as e:
+            connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", kw.pop("name"), kw.pop("allowed_ip"), **kw)
+        assert str(e.value).startswith("host 'lap': %s:" % field), str(e.value)
+
+
+def test_an_endpoint_inside_the_allowed_ips_is_reached_directly():
+    """A leader whose endpoint is its internal IP (a laptop on that LAN): no loop into the tunnel."""
+    nodes, peers = small_mesh()
+    nodes[0]["endpoint"] = "172.16.1.1:51820"
+    lan = [{"dst": "172.16.1.0/24", "dev": "eth0", "protocol": "kernel", "family": 4, "flags": []}]
+    reads = []
+    plan = connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32",
+                        main_routes=lambda: reads.append(1) or lan)
+    routes = plan_routes(plan)
+    assert ("172.16.1.1/32", None, "eth0") in routes and ("172.16.1.1/32", None, "kilo0") not in routes
+    assert ("172.16.2.1/32", None, "kilo0") in routes and reads == [1]
+    nodes[0]["endpoint"] = "198.51.100.1:51820"  # covered by no allowed IP: the table is not read
+    connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32", main_routes=lambda: 1 / 0)
+
+
+def test_best_path_prefers_the_longest_prefix_of_the_same_family():
+    assert best_path(ipaddress.ip_address("192.168.1.7"), HOME) == (None, "wlan0")
+    assert best_path(ipaddress.ip_address("2001:db8::1"), HOME) is None  # IPv4 default routes only
+    v6 = [{"dst": "default", "dev": "ppp0", "family": 6, "flags": []}]
+    assert best_path(ipaddress.ip_address("2001:db8::1"), HOME + v6) == (None, "ppp0")
+    assert best_path(ipaddress.ip_address("198.51.100.9"), v6) is None
