@@ -247,7 +247,9 @@ def set_registry_peer(path, name, entry, check_mode=False):
     """Store peer ``name`` as ``entry`` (None: remove it); returns the entry it had (None if none).
 
     The registry holds public data only: ``entry`` must not carry a preshared key."""
-    assert not (entry or {}).get("preshared_key")
+    if (entry or {}).get("preshared_key"):
+        raise InputError("a preshared key never goes to the registry (public data only)", "registry %s" % path,
+                         "peers.%s" % name)
     before = []
 
     def change(data):

@@ -10,11 +10,13 @@ exactly those two. The inventory it writes (`<state>/k8s/`) is the inventory plu
 plus the lab's SSH settings as group and host variables.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 
 import yaml
@@ -31,6 +33,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn  
 CRDS = os.path.join(ROOT, "manifests", "crds.yaml")
 PEER_KEY = "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="
 PEER_ALLOWED_IPS = ["10.5.0.1/32"]
+# What a kubelet writes on its Node (Kilo's agent fails on a Node without any annotation).
+KUBELET_ANNOTATIONS = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
 # Lab host variables that reach the host (the rest come from the Node).
 SSH_VARS = ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter")
 
@@ -48,7 +52,7 @@ def register_nodes(lab, core):
     made = []
     for name, h in sorted(lab.hosts.items()):
         i, k = h["location_index"], h["index"]
-        labels, annotations = {}, {}
+        labels, annotations = {}, dict(KUBELET_ANNOTATIONS)
         if i == 1:
             labels[kn.REGION_LABEL] = h["location"]
         else:
@@ -91,6 +95,36 @@ def write_inventory(lab, kubeconfig, directory, registry):
 def _dump(path, data):
     with open(path, "w") as f:
         yaml.safe_dump(data, f, default_flow_style=False)
+
+
+@contextlib.contextmanager
+def nodes_of(kube, admin, prefix, peer, create_peer=True):
+    """A 2 x 2 lab (prefix ``prefix``) whose hosts are Nodes of ``kube``, with the Peer ``peer``
+    (unless ``create_peer`` is false: a test makes it later): yields (lab, inventory path); the lab,
+    the Nodes and the Peer are removed after, whatever happens."""
+    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    from test_apiserver import eventually  # pylint: disable=import-error,import-outside-toplevel
+    from test_inventory_plugin import delete_all  # pylint: disable=import-error,import-outside-toplevel
+    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
+    group = (kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL)
+    lab = Lab(prefix)
+    lab.down()
+    lab.up(2, 2, 1)
+    tmp = tempfile.mkdtemp(prefix="kilo-%s-" % prefix)
+    made = []
+    try:
+        kube.kubectl("apply", "-f", CRDS)
+        eventually(lambda: custom.list_cluster_custom_object(*group), 60)
+        made = register_nodes(lab, core)
+        if create_peer:
+            custom.create_cluster_custom_object(*group, peer_resource(peer))
+        yield lab, write_inventory(lab, kube.kubeconfig, os.path.join(tmp, "inventory"),
+                                   os.path.join(tmp, "kilo-registry.json"))
+    finally:
+        lab.down()
+        delete_all(core.delete_node, made)
+        delete_all(lambda n: custom.delete_cluster_custom_object(*group, n), [peer])
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # -- the control plane outliving this process -------------------------------------------------

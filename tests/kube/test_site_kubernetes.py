@@ -7,14 +7,11 @@ one Peer resource. The inventory is the plugin's config plus group_vars with the
 settings. Tests run in file order and share the lab and the Nodes, removed at the end.
 """
 import os
-import shutil
-import tempfile
 
 import pytest
 from kubernetes import client
 # tests/kube is on sys.path (conftest.py); tests/host holds the lab's site.yml helpers.
-from test_apiserver import GROUP, PLURAL, VERSION, admin, eventually  # noqa: F401 pylint: disable=import-error,unused-import
-from test_inventory_plugin import CRDS, delete_all  # pylint: disable=import-error
+from test_apiserver import GROUP, PLURAL, VERSION, admin  # noqa: F401 pylint: disable=import-error,unused-import
 import labcluster  # pylint: disable=import-error
 
 from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
@@ -29,12 +26,11 @@ def _host_tools():
     import sys  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
     sys.path.insert(0, ROOT)
-    from lab.lab import Lab  # pylint: disable=import-error,import-outside-toplevel
     import sitetools  # pylint: disable=import-error,import-outside-toplevel
-    return Lab, sitetools
+    return sitetools
 
 
-Lab, sitetools = _host_tools()
+sitetools = _host_tools()
 
 
 @pytest.fixture(scope="module")
@@ -42,24 +38,8 @@ def cluster(kube, admin):
     """(lab, inventory path): the lab up, its hosts registered as Nodes, a Peer; all removed after."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (network namespaces)")
-    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
-    lab = Lab(PREFIX)
-    lab.down()
-    lab.up(2, 2, 1)
-    tmp = tempfile.mkdtemp(prefix="kilo-kkb-")
-    made = []
-    try:
-        kube.kubectl("apply", "-f", CRDS)
-        eventually(lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL), 60)
-        made = labcluster.register_nodes(lab, core)
-        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, labcluster.peer_resource(PEER))
-        yield lab, labcluster.write_inventory(lab, kube.kubeconfig, os.path.join(tmp, "inventory"),
-                                              os.path.join(tmp, "kilo-registry.json"))
-    finally:
-        lab.down()
-        delete_all(core.delete_node, made)
-        delete_all(lambda n: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n), [PEER])
-        shutil.rmtree(tmp, ignore_errors=True)
+    with labcluster.nodes_of(kube, admin, PREFIX, PEER) as made:
+        yield made
 
 
 def wg_peers(lab, host):
