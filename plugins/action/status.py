@@ -14,7 +14,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.status import summary
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import read_registry, registry_path
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import read_registry, registry_path, registry_peers
 
 
 class ActionModule(KiloAction):
@@ -33,8 +33,12 @@ class ActionModule(KiloAction):
         peers = self.inventory(task_vars, host, "kilo_peers", []) or []
         if not isinstance(peers, list):
             raise KiloError("a list of peers expected", "host %r" % host, "kilo_peers")
+        found, path = self.variable(task_vars, host, "kilo_registry")
+        registry = read_registry(registry_path(task_vars, path if found else None, group))
+        # the mesh's peers are kilo_peers and the registry's (kilo.mesh.peer store=registry)
+        peers = list(peers) + registry_peers(registry, skip=set(p.get("name") for p in peers if isinstance(p, dict)))
         if args["summary"]:
-            return self.summary(args, task_vars, peers, group)
+            return self.summary(args, task_vars, peers, registry)
         locations = self.locations(task_vars, group) or {}
         if args["mesh_nodes"] is None and locations:
             args["mesh_nodes"] = len(locations)
@@ -53,7 +57,7 @@ class ActionModule(KiloAction):
         result["segment"] = ("location:%s" % location) if granularity == "location" and location else "node:%s" % host
         return result
 
-    def summary(self, args, task_vars, peers, group):
+    def summary(self, args, task_vars, peers, registry):
         hosts = task_vars.get("ansible_play_hosts_all") or []
         results = {}
         for host in hosts:
@@ -62,8 +66,7 @@ class ActionModule(KiloAction):
         # names of public keys: outside peers, the registry (a host whose interface is gone
         # reports no key of its own), then the hosts' own results (in summary())
         names = dict((p.get("public_key"), p.get("name")) for p in peers if isinstance(p, dict) and p.get("public_key"))
-        found, path = self.variable(task_vars, task_vars.get("inventory_hostname"), "kilo_registry")
-        for host, facts in read_registry(registry_path(task_vars, path if found else None, group))["hosts"].items():
+        for host, facts in registry["hosts"].items():
             if isinstance(facts, dict) and facts.get("public_key"):
                 names[facts["public_key"]] = host
         out = summary(results, names)

@@ -10,6 +10,7 @@ share one lab.
 """
 import json
 import os
+import re
 import subprocess
 
 import ipaddress
@@ -159,6 +160,15 @@ def test_rerun_changes_nothing_and_shows_no_private_key(lab):
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
     private = sh(lab, LAPTOP, "cat /var/lib/kilo/key").stdout.strip()
     assert len(private) == 44 and private not in out
+
+
+@needs_root
+def test_status_counts_and_names_the_registry_peer(lab):
+    """A peer kept in the registry counts for Kilo's kilo_peers gauge and is named in the table."""
+    out = ansible_playbook(lab.connect_inventory, "status.yml", "-e", "textfile=/run/kilo.prom")
+    # named by the registry's peer entry (without it the table shows a shortened key)
+    assert re.search(r"aws-1\s+laptop\s+203\.0\.113\.", out), out[-3000:]
+    assert "kilo_peers 1" in sh(lab, "aws-1", "cat /run/kilo.prom").stdout
 
 
 @needs_root
