@@ -14,7 +14,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.status import summary
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import read_registry, registry_path, registry_peers
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_peers, read_registry, registry_path
 
 
 class ActionModule(KiloAction):
@@ -35,8 +35,7 @@ class ActionModule(KiloAction):
             raise KiloError("a list of peers expected", "host %r" % host, "kilo_peers")
         found, path = self.variable(task_vars, host, "kilo_registry")
         registry = read_registry(registry_path(task_vars, path if found else None, group))
-        # the mesh's peers are kilo_peers and the registry's (kilo.mesh.peer store=registry)
-        peers = list(peers) + registry_peers(registry, skip=set(p.get("name") for p in peers if isinstance(p, dict)))
+        peers = mesh_peers([p for p in peers if isinstance(p, dict)], registry)
         if args["summary"]:
             return self.summary(args, task_vars, peers, registry)
         locations = self.locations(task_vars, group) or {}

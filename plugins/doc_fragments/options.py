@@ -281,7 +281,8 @@ options:
     description:
       - Interfaces whose addresses must not be chosen as internal or external IP, for example a management NIC whose
         address Kilo's rules would count as public.
-      - C(tunl0) and the WireGuard interface are always ignored.
+      - C(tunl0), C(cilium_tunl), C(kube-bridge) and the WireGuard interface are always ignored, as Kilo ignores
+        them.
       - Defaults to the inventory variable C(kilo_discovery_ignore_interfaces), then to the default below.
     type: list
     elements: str
@@ -453,6 +454,8 @@ options:
       - 'C(tunnel_address) (address): Address of C(tunl0) when encapsulating; null otherwise.'
       - 'C(pod_cidr) (network): The node''s pod CIDR; null when it has none.'
       - 'C(cni) (bool): Kilo''s C(--cni): keep the node''s CNI configuration on C(pod_cidr).'
+      - 'C(compatibility) (str): Kilo''s C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host
+        that has C(cilium_tunl) routes the C(tunl0) routes through it.'
       - 'C(peers) (list of dicts with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive),
         C(roaming)): WireGuard peers.'
       - 'C(peers.name) (str, required): Segment (C(location:NAME), C(node:NAME)) or outside peer name.'

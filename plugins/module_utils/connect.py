@@ -27,11 +27,11 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
 from ansible_collections.kilo.mesh.plugins.module_utils.topology import Topology, _dedup
 from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import TopologyError
 
-OUR_ROUTE_PROTOCOLS = ("107",)  # netstate.ROUTE_PROTO, as `ip -j route` prints an unnamed protocol
+OUR_ROUTE_PROTOCOLS = (str(ROUTE_PROTO),)  # as `ip -j route` prints an unnamed protocol
 
 
 def halves(net):

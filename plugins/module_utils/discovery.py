@@ -28,12 +28,14 @@ import socket
 
 from ansible_collections.kilo.mesh.plugins.module_utils.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, TUNNEL
 
 DEFAULT_MTU = 1420
 WIREGUARD_OVERHEAD = 80
-# Interfaces Kilo itself never takes an address from: its IPIP tunnel and its CNI bridge (the
-# pods' gateway address there, once a pod ran, would otherwise become the node's internal IP).
-ALWAYS_IGNORED = ("tunl0", BRIDGE)
+# Interfaces Kilo itself never takes an address from: its IPIP tunnel (cilium_tunl where Cilium
+# renamed it) and its CNI bridge (the pods' gateway address there, once a pod ran, would
+# otherwise become the node's internal IP).
+ALWAYS_IGNORED = (TUNNEL, CILIUM_TUNNEL, BRIDGE)
 
 
 def is_local(ip):

@@ -37,9 +37,9 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.common import kernel_module_available
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import ssh_client_address
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
+    CILIUM_TUNNEL, FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, ROUTE_PROTO, TUNNEL)
 
-ROUTE_PROTO = 107
 RULE_PRIORITY = 32000  # before main (32766); fixed so a re-run compares equal
 RTNH_F_ONLINK = 4
 RT_SCOPE_UNIVERSE = 0
@@ -328,7 +328,8 @@ class NetStateBackend(Backend):
         addresses = sorted(str(a) for idx, a in host_addrs if idx == wg_index)
         watch = set((r["dst"], r["table"]) for r in (plan or {}).get("routes") or [])
         routes, foreign = self._routes(ipr, strict, links, watch)
-        tunl_index = self._by_name(links, TUNNEL)
+        tunnel = self._tunnel_device(links, plan)
+        tunl_index = self._by_name(links, tunnel)
         tunl = None
         tunnel_address = None
         if tunl_index is not None:
@@ -347,7 +348,7 @@ class NetStateBackend(Backend):
         # devices the plan routes through that must exist already (flannel.1): we never make them
         names = set(link["name"] for link in links.values())
         absent = sorted(set(r["device"] for r in (plan or {}).get("routes") or [])
-                        - names - set((PRIVATE, TUNNEL, self.interface)))
+                        - names - set((PRIVATE, TUNNEL, tunnel, self.interface)))
         ssh = self._ssh_path(ipr, plan) if self.ssh_guard and plan else None
         if not ipip and plan and _tunnel_needed(plan):
             # side-effect free (modprobe -n), so check mode sees a host without IPIP too
@@ -359,6 +360,7 @@ class NetStateBackend(Backend):
             "routes": _sorted_routes(routes),
             "rules": _sorted_rules(self._rules(ipr)),
             "tunl0": tunl,
+            "tunnel_device": tunnel,
             "tunnel_address": tunnel_address,
             # what desired() and changes() need to know of the host beyond what we own: foreign
             # routes at plan destinations not ours yet
@@ -421,10 +423,21 @@ class NetStateBackend(Backend):
         finally:
             ipr.close()
 
+    def _tunnel_device(self, links, plan):
+        """The IPIP device this host encapsulates through: tunl0, or cilium_tunl when the plan
+        says compatibility cilium and Cilium renamed tunl0 to it (Kilo reuses it then). Without
+        a plan (removal): cilium_tunl when it is there and tunl0 is not."""
+        if self._by_name(links, CILIUM_TUNNEL) is None:
+            return TUNNEL
+        if plan is None:
+            return CILIUM_TUNNEL if self._by_name(links, TUNNEL) is None else TUNNEL
+        return CILIUM_TUNNEL if plan.get("compatibility") == "cilium" else TUNNEL
+
     def desired(self, plan, current):
         """Resolve the plan against ``current`` (device 'private', tunl0 MTU); reads nothing."""
         subject = host_subject(plan["name"])
         private = current.get("private_device")
+        tunnel = current.get("tunnel_device") or TUNNEL
         routes, seen = [], {}
         for i, r in enumerate(plan["routes"]):
             field = "plan.routes[%d]" % i
@@ -435,6 +448,8 @@ class NetStateBackend(Backend):
                         "'%s' needs the interface holding internal_ip %s, but no interface of this host "
                         "has that address" % (PRIVATE, plan["internal_ip"]), subject, field + ".device")
                 device = private["name"]
+            elif device == TUNNEL:
+                device = tunnel
             elif device in current.get("absent_devices", ()):
                 hint = (" (compatibility flannel routes through Flannel's VXLAN device: is Flannel running"
                         " on this host?)" if device == FLANNEL else "")
@@ -487,8 +502,8 @@ class NetStateBackend(Backend):
             if tunl is None and not current.get("ipip"):
                 raise NetStateError(_IPIP_HINT, subject, _tunnel_field(plan))
             mtu = (private["mtu"] - IPIP_HEADER) if private and private["mtu"] else None
-            if mtu is None and tunl:
-                mtu = tunl["mtu"]
+            if (mtu is None or tunnel == CILIUM_TUNNEL) and tunl:
+                mtu = tunl["mtu"]  # cilium_tunl's MTU is Cilium's: only its state is ours to set
             tunl = {"up": True, "mtu": mtu}
         return {
             "interface": self.interface,
@@ -497,6 +512,7 @@ class NetStateBackend(Backend):
             "routes": _sorted_routes(routes),
             "rules": _sorted_rules(rules),
             "tunl0": tunl,
+            "tunnel_device": tunnel,
             "tunnel_address": tunnel_address,
         }
 
@@ -532,17 +548,18 @@ class NetStateBackend(Backend):
             if a not in desired["addresses"]:
                 out.append("remove address %s dev %s" % (a, self.interface))
         want_t, have_t = desired.get("tunl0"), current.get("tunl0")
+        tunnel = _tunnel_name(current, desired)
         if want_t and want_t != have_t:
             if not have_t:
-                out.append("create %s (mtu %s)" % (TUNNEL, want_t["mtu"]))
+                out.append("create %s (mtu %s)" % (tunnel, want_t["mtu"]))
             else:
-                out.append("set %s up mtu %s" % (TUNNEL, want_t["mtu"]))
+                out.append("set %s up mtu %s" % (tunnel, want_t["mtu"]))
         for a in _addr_list(desired.get("tunnel_address")):
             if a not in _addr_list(current.get("tunnel_address")):
-                out.append("add address %s dev %s" % (a, TUNNEL))
+                out.append("add address %s dev %s" % (a, tunnel))
         for a in _addr_list(current.get("tunnel_address")):
             if a not in _addr_list(desired.get("tunnel_address")):
-                out.append("remove address %s dev %s" % (a, TUNNEL))
+                out.append("remove address %s dev %s" % (a, tunnel))
         have = dict((route_key(r), r) for r in current["routes"])
         want = dict((route_key(r), r) for r in desired["routes"])
         for key in sorted(want):
@@ -575,8 +592,8 @@ class NetStateBackend(Backend):
             "rules": sorted(rule_str(r) for r in state["rules"]),
         }
         if state.get("tunl0"):
-            out["tunl0"] = "%s %s mtu %s" % (TUNNEL, "up" if state["tunl0"]["up"] else "down",
-                                             state["tunl0"]["mtu"])
+            out["tunl0"] = "%s %s mtu %s" % (state.get("tunnel_device") or TUNNEL,
+                                             "up" if state["tunl0"]["up"] else "down", state["tunl0"]["mtu"])
         if state.get("tunnel_address"):
             out["tunnel_address"] = state["tunnel_address"]
         return out
@@ -613,9 +630,10 @@ class NetStateBackend(Backend):
                 raise NetStateError("interface %s does not exist; the WireGuard backend must "
                                     "create it before addresses and routes" % self.interface)
             # tunl0 first: a host without IPIP fails before anything else was changed
+            tunnel = _tunnel_name(current, desired)
             if desired.get("tunl0") and desired["tunl0"] != current.get("tunl0"):
-                self._apply_tunl(ipr, desired["tunl0"])
-            self._apply_tunnel_address(ipr, desired.get("tunnel_address"))
+                self._apply_tunl(ipr, desired["tunl0"], tunnel)
+            self._apply_tunnel_address(ipr, desired.get("tunnel_address"), tunnel)
             if wg_index is not None:
                 self._apply_addresses(ipr, wg_index, desired["addresses"])
             # diff routes against the live state: address or tunl0 changes can make the kernel
@@ -668,10 +686,10 @@ class NetStateBackend(Backend):
         except Exception as exc:  # NetlinkError; keep pyroute2 version differences out
             raise NetStateError("cannot %s address %s on %s: %s" % (cmd, address, self.interface, exc))
 
-    def _apply_tunl(self, ipr, want):
+    def _apply_tunl(self, ipr, want, name=TUNNEL):
         links = self._links(ipr)
-        index = self._by_name(links, TUNNEL)
-        if index is None:
+        index = self._by_name(links, name)
+        if index is None:  # only tunl0 is ever made here: cilium_tunl is Cilium's
             try:
                 ipr.link("add", ifname=TUNNEL, kind="ipip")
             except Exception as exc:
@@ -688,11 +706,11 @@ class NetStateBackend(Backend):
             try:
                 ipr.link("set", **kw)
             except Exception as exc:
-                raise NetStateError("cannot set %s up (mtu %s): %s" % (TUNNEL, want.get("mtu"), exc))
+                raise NetStateError("cannot set %s up (mtu %s): %s" % (name, want.get("mtu"), exc))
 
-    def _apply_tunnel_address(self, ipr, want):
-        """Our labelled address on tunl0: add the wanted one, remove other labelled ones."""
-        index = self._by_name(self._links(ipr), TUNNEL)
+    def _apply_tunnel_address(self, ipr, want, name=TUNNEL):
+        """Our labelled address on tunl0 (or cilium_tunl): add the wanted one, remove other labelled ones."""
+        index = self._by_name(self._links(ipr), name)
         if index is None:
             return  # no tunl0: nothing of ours can be on it (and nothing is wanted)
         want = _addr_list(want)
@@ -713,14 +731,14 @@ class NetStateBackend(Backend):
                     ipr.addr("del", **kw)
                     ipr.addr("add", label=TUNL_LABEL, **kw)
             except Exception as exc:
-                raise NetStateError("cannot add address %s on %s: %s" % (a, TUNNEL, exc))
+                raise NetStateError("cannot add address %s on %s: %s" % (a, name, exc))
         for a in have:
             if a not in want:
                 iface = ipaddress.ip_interface(a)
                 try:
                     ipr.addr("del", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
                 except Exception as exc:
-                    raise NetStateError("cannot remove address %s from %s: %s" % (a, TUNNEL, exc))
+                    raise NetStateError("cannot remove address %s from %s: %s" % (a, name, exc))
 
     def _route_kw(self, links, r):
         index = self._by_name(links, r["device"])
@@ -818,6 +836,11 @@ class NetStateBackend(Backend):
                     ipr.rule("del", **self._rule_kw(r))
                 except Exception as exc:
                     raise NetStateError("cannot remove rule %s: %s" % (rule_str(r), exc))
+
+
+def _tunnel_name(current, desired):
+    """The IPIP device of this converge (the one read with the plan; tunl0 by default)."""
+    return (desired or {}).get("tunnel_device") or (current or {}).get("tunnel_device") or TUNNEL
 
 
 def _tunnel_needed(plan):

@@ -161,7 +161,7 @@ OPTIONS = dict([
     _option("ignore_interfaces", ("key",), "list", [
         "Interfaces whose addresses must not be chosen as internal or external IP, for example"
         " a management NIC whose address Kilo's rules would count as public.",
-        "C(tunl0) and the WireGuard interface are always ignored."],
+        "C(tunl0), C(cilium_tunl), C(kube-bridge) and the WireGuard interface are always ignored, as Kilo ignores them."],
         default=[], elements="str", var="kilo_discovery_ignore_interfaces"),
     _option("force_internal_ip", ("key",), "str", [
         "The host's internal IP as forced in the inventory (Kilo's C(force-internal-ip) annotation);"

@@ -21,6 +21,10 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
 TUNNEL = "tunl0"
+ROUTE_PROTO = 107  # the protocol number that marks a route as ours on the host
+# Cilium with IPIP termination renames the kernel's tunl0 to this; under compatibility cilium a
+# host that has it encapsulates through it (as Kilo's cilium encapsulator reuses it).
+CILIUM_TUNNEL = "cilium_tunl"
 PRIVATE = "private"  # a route's device: the interface holding the host's internal IP
 FLANNEL = "flannel.1"  # Flannel's VXLAN device: compatibility flannel encapsulates through it
 
@@ -67,6 +71,8 @@ SCHEMA = {
     "tunnel_address": ("address", False, "Address of C(tunl0) when encapsulating; null otherwise."),
     "pod_cidr": ("network", False, "The node's pod CIDR; null when it has none."),
     "cni": ("bool", False, "Kilo's C(--cni): keep the node's CNI configuration on C(pod_cidr)."),
+    "compatibility": ("str", False, "Kilo's C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host"
+                                    " that has C(cilium_tunl) routes the C(tunl0) routes through it."),
     "peers": ([PEER], False, "WireGuard peers."),
     "routes": ([ROUTE], False, "Routes, marked as ours on the host."),
     "rules": ([RULE], False, "ip rules into table %d." % KILO_TABLE),

@@ -379,6 +379,7 @@ class Topology(object):
             if encapsulating and node.pod is not None and node.pod.num_addresses > 1 else None)
         plan["pod_cidr"] = node.pod_str
         plan["cni"] = bool(opts["cni"])
+        plan["compatibility"] = self.compat
         return plan
 
     def _remote_segments(self, node):

@@ -166,15 +166,16 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations):
 def registry_path(task_vars, path=None, group=None):
     """The registry beside the inventory of the mesh's hosts.
 
-    A play on localhost (like playbooks/plan.yml) has no inventory_dir of its own: take the
-    one of the group's first host, so every play of one inventory shares one registry.
+    A host outside the mesh group (localhost in playbooks/plan.yml, a laptop given in another
+    inventory file) takes the inventory_dir of the group's first host, so every play of one
+    mesh shares one registry.
     """
     if path:
         return path
     inventory_dir = task_vars.get("inventory_dir")
     hosts = task_vars.get("groups", {}).get(group or "", [])
-    if not inventory_dir and hosts:
-        inventory_dir = task_vars["hostvars"][hosts[0]].get("inventory_dir")
+    if hosts and (not inventory_dir or task_vars.get("inventory_hostname") not in hosts):
+        inventory_dir = task_vars["hostvars"][hosts[0]].get("inventory_dir") or inventory_dir
     return os.path.join(inventory_dir or os.getcwd(), "kilo-registry.json")
 
 
@@ -193,10 +194,12 @@ def read_registry(path):
     return data
 
 
-def registry_peers(registry, skip=()):
-    """The peers stored in the registry (kilo.mesh.peer with store=registry), as items of
-    ``kilo_peers``; names in ``skip`` (the inventory's own kilo_peers) win over them."""
-    return [dict(entry, name=name) for name, entry in sorted(registry["peers"].items()) if name not in skip]
+def mesh_peers(peers, registry):
+    """The mesh's outside peers: ``peers`` (kilo_peers) and then the registry's (kilo.mesh.peer
+    with store=registry), as items of ``kilo_peers``; a kilo_peers name wins over the registry's."""
+    peers = [dict(p) for p in peers or []]
+    names = set(p.get("name") for p in peers)
+    return peers + [dict(entry, name=name) for name, entry in sorted(registry["peers"].items()) if name not in names]
 
 
 def update_registry(path, fresh):
@@ -250,11 +253,13 @@ def set_registry_peer(path, name, entry, check_mode=False):
     if (entry or {}).get("preshared_key"):
         raise InputError("a preshared key never goes to the registry (public data only)", "registry %s" % path,
                          "peers.%s" % name)
+    if check_mode:  # not even the lock file
+        return read_registry(path)["peers"].get(name)
     before = []
 
     def change(data):
         before.append(data["peers"].get(name))
-        if before[0] == entry or check_mode:
+        if before[0] == entry:
             return False
         if entry is None:
             del data["peers"][name]
@@ -301,12 +306,10 @@ def mesh_inputs(task_vars, args, locations):
     the task and the inventory); explicit ``nodes`` win over the inventory.
     """
     path = registry_path(task_vars, args.get("registry"), args.get("group"))
-    peers = [dict(p) for p in args.get("peers") or []]
+    registry = read_registry(path)
     if args.get("nodes") is not None:
         nodes, missing, fresh = [dict(n) for n in args["nodes"]], [], {}
     else:
-        registry = read_registry(path)
         nodes, missing, fresh = gather_nodes(task_vars, args["group"], args["port"], args["facts_var"], registry,
                                              locations)
-        peers += registry_peers(registry, skip=set(p.get("name") for p in peers))
-    return nodes, peers, fresh, missing, path
+    return nodes, mesh_peers(args.get("peers"), registry), fresh, missing, path

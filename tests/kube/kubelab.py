@@ -19,7 +19,6 @@ from kubernetes import client
 
 from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
 
-PREFIX = "kgk"  # this machine's labs are global: this prefix is ours only
 API_PORT = 6443  # the API server's port inside every lab host (loopback, forwarded over SSH)
 KUBECONFIG_IN_HOST = "/etc/kubernetes/kubeconfig"  # where Kilo's DaemonSet mounts it
 

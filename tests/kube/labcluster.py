@@ -43,13 +43,14 @@ def pod_cidr(h):
     return "10.50.%d.0/24" % (10 * h["location_index"] + h["index"])
 
 
-def register_nodes(lab, core):
+def register_nodes(lab, core, made=None):
     """Every lab host becomes a Node: location by the topology label in location 1 and by Kilo's
     annotation elsewhere (a wrong label beside it, which the annotation beats), the first host of
     location 2 a forced leader, a pod CIDR, the management address as InternalIP (so Ansible
-    reaches it). Returns the Node names."""
+    reaches it). Returns the Node names, also appended to ``made`` as each is created (so a
+    failure half-way still lets the caller delete what exists)."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
-    made = []
+    made = [] if made is None else made
     for name, h in sorted(lab.hosts.items()):
         i, k = h["location_index"], h["index"]
         labels, annotations = {}, dict(KUBELET_ANNOTATIONS)
@@ -115,7 +116,7 @@ def nodes_of(kube, admin, prefix, peer, create_peer=True):
     try:
         kube.kubectl("apply", "-f", CRDS)
         eventually(lambda: custom.list_cluster_custom_object(*group), 60)
-        made = register_nodes(lab, core)
+        register_nodes(lab, core, made)
         if create_peer:
             custom.create_cluster_custom_object(*group, peer_resource(peer))
         yield lab, write_inventory(lab, kube.kubeconfig, os.path.join(tmp, "inventory"),

@@ -20,7 +20,8 @@ import kubelab  # pylint: disable=import-error
 import labcluster  # pylint: disable=import-error
 
 KGCTL = kubelab.binary("KILO_KGCTL", "build Kilo's cmd/kgctl (github.com/squat/kilo), set KILO_KGCTL")
-PEER = "kgk-laptop"
+PREFIX = "kgc"  # this machine's labs are global: this prefix is this file's only
+PEER = "kgc-laptop"
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def cluster(kube, admin):
     """(lab, inventory, kubeconfig): the lab's hosts as Nodes, one Peer; all removed after."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (network namespaces)")
-    with labcluster.nodes_of(kube, admin, kubelab.PREFIX, PEER) as (lab, inventory):
+    with labcluster.nodes_of(kube, admin, PREFIX, PEER) as (lab, inventory):
         yield lab, inventory, kube.kubeconfig
 
 

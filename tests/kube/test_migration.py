@@ -31,7 +31,8 @@ import labcluster  # pylint: disable=import-error
 
 KG = kubelab.binary("KILO_KG", "build Kilo's cmd/kg (github.com/squat/kilo), set KILO_KG")
 KEY_FILE = "/var/lib/kilo/key"  # Kilo's, and kilo_key_path's default
-PEER = "kgk-phone"
+PREFIX = "kgm"  # this machine's labs are global: this prefix is this file's only
+PEER = "kgm-phone"
 PEER_KEY = "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="
 FOREIGN_ROUTE = "a foreign route"
 
@@ -70,7 +71,7 @@ def _assert_equal(got, want):
 def cluster(kube, admin):
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (network namespaces)")
-    with labcluster.nodes_of(kube, admin, kubelab.PREFIX, PEER, create_peer=False) as (lab, inventory):
+    with labcluster.nodes_of(kube, admin, PREFIX, PEER, create_peer=False) as (lab, inventory):
         state = Cluster(lab, inventory)
         with kubelab.ApiTunnels(lab, kube):
             for name in lab.hosts:

@@ -73,3 +73,12 @@ def test_the_cni_bridge_never_gives_the_node_its_ips():
     ips = discovery.choose_ips(h)
     assert "10.0.0.1/24" not in ips["candidates"]["internal"]
     assert ips == discovery.choose_ips(host())
+
+
+def test_cilium_tunl_never_gives_the_node_its_ips():
+    """Where Cilium renamed tunl0 to cilium_tunl, our tunnel address sits there (Kilo ignores
+    its encapsulator's interface, whatever its name)."""
+    h = host()
+    h["links"][6] = {"name": "cilium_tunl", "mtu": 1480}
+    h["addrs"].insert(0, {"index": 6, "ifname": "cilium_tunl", "cidr": "10.0.0.1/32"})
+    assert discovery.choose_ips(h) == discovery.choose_ips(host())

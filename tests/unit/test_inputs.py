@@ -210,14 +210,16 @@ def test_registry_peers_are_stored_checked_out_and_lose_to_kilo_peers(tmp_path):
               "endpoint": None, "persistent_keepalive": 25}
     assert inputs.set_registry_peer(path, "laptop", laptop, check_mode=True) is None
     assert inputs.read_registry(path)["peers"] == {}                        # check mode writes nothing
+    assert inputs.set_registry_peer(str(tmp_path / "new" / "r.json"), "laptop", laptop, check_mode=True) is None
+    assert not (tmp_path / "new").exists()                                  # not even a lock file
     assert inputs.set_registry_peer(path, "laptop", laptop) is None
     assert inputs.set_registry_peer(path, "laptop", laptop) == laptop       # the second time: no change
     inputs.set_registry_peer(path, "office", dict(laptop, allowed_ips=["10.20.0.0/16"]))
     data = inputs.read_registry(path)
     assert sorted(data["peers"]) == ["laptop", "office"] and "h" in data["hosts"]  # hosts kept
     # the inventory's own kilo_peers win by name
-    got = inputs.registry_peers(data, skip={"office"})
-    assert got == [dict(laptop, name="laptop")]
+    office = {"name": "office", "public_key": laptop["public_key"], "allowed_ips": ["10.9.0.0/16"]}
+    assert inputs.mesh_peers([office], data) == [office, dict(laptop, name="laptop")]
     assert inputs.set_registry_peer(path, "laptop", None) == laptop
     assert list(inputs.read_registry(path)["peers"]) == ["office"]
     assert inputs.set_registry_peer(path, "nobody", None) is None

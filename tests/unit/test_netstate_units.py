@@ -274,3 +274,21 @@ def test_missing_table_reads_as_empty():
     assert ns.NetStateBackend._dump(NoTable(), socket.AF_INET, table=1107) == []
     with pytest.raises(OSError):
         ns.NetStateBackend._dump(NoTable(), socket.AF_INET, proto=107)
+
+
+def test_cilium_tunl_takes_the_tunnel_routes_only_under_compatibility_cilium():
+    """Kilo's cilium encapsulator reuses cilium_tunl (tunl0 renamed by Cilium) when it exists."""
+    b = backend()
+    links = {1: {"name": "cilium_tunl", "up": True, "mtu": 1480}}
+    tunnelled = [{"dst": "10.1.2.0/24", "gateway": "10.1.0.2", "device": "tunl0", "onlink": True}]
+    cilium, none = plan(routes=tunnelled, compatibility="cilium"), plan(routes=tunnelled, compatibility="none")
+    assert b._tunnel_device(links, cilium) == "cilium_tunl"
+    assert b._tunnel_device(links, none) == "tunl0"
+    assert b._tunnel_device({}, cilium) == "tunl0"                                # no cilium_tunl: Kilo makes tunl0
+    assert b._tunnel_device(links, None) == "cilium_tunl"                         # removal finds our address there
+    both = dict(links)
+    both[2] = {"name": "tunl0", "up": True, "mtu": 1480}
+    assert b._tunnel_device(both, None) == "tunl0"
+    want = b.desired(cilium, current(tunnel_device="cilium_tunl", tunl0={"up": True, "mtu": 1480}))
+    assert [r["device"] for r in want["routes"]] == ["cilium_tunl"] and want["tunnel_device"] == "cilium_tunl"
+    assert any("dev cilium_tunl" in line for line in b.changes(current(tunnel_device="cilium_tunl"), want))

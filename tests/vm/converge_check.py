@@ -24,7 +24,10 @@ pod across locations (tunl0, both leaders' WireGuard, tunl0), foreign IPIP dropp
 converge unchanged, check mode after a drift reports it and changes nothing, state absent
 removes our state and leaves foreign state alone (a static route, an unlabelled tunl0 address),
 and a second state absent changes nothing and says so. a2's tunl0 starts with its tunnel
-address unlabelled, as Kilo leaves it: converge must take it over. Last line: `N passed, N failed`.
+address unlabelled, as Kilo leaves it: converge must take it over. A last pass renames tunl0 to
+cilium_tunl (as Cilium's IPIP termination does) and converges with compatibility cilium: routes
+and the tunnel address on cilium_tunl, no tunl0 made, traffic through it, absent cleans it.
+Last line: `N passed, N failed`.
 """
 import ipaddress
 import json
@@ -45,6 +48,7 @@ P = "kcv"
 PORT = 51820
 TUNL = "tunl0"
 LABEL = "tunl0:kilo"
+CILIUM_TUNL = "cilium_tunl"  # tunl0 as Cilium renames it (enable-ipip-termination)
 
 # name: (location, lan address/prefix, pod CIDR, public address or None)
 NODES = {
@@ -215,15 +219,15 @@ def link(name, dev):
     return json.loads(r.stdout)[0]
 
 
-def tunl_packets(name):
-    info = link(name, TUNL)
+def tunl_packets(name, dev=TUNL):
+    info = link(name, dev)
     s = info.get("stats64") or info.get("stats") or {}
     return s["tx"]["packets"], s["rx"]["packets"]
 
 
-def tunl_addrs(name):
-    """[(address/prefix, label)] on tunl0."""
-    r = nsx(name, "ip", "-j", "addr", "show", "dev", TUNL, check=False)
+def tunl_addrs(name, dev=TUNL):
+    """[(address/prefix, label)] on tunl0 (or dev)."""
+    r = nsx(name, "ip", "-j", "addr", "show", "dev", dev, check=False)
     if r.returncode != 0:
         return []
     out = []
@@ -451,6 +455,58 @@ def one_pass(c, nodes, encapsulate):
             any(a[0] == FOREIGN_TUNL_ADDR for a in tunl_addrs("a1")), tunl_addrs("a1"))
 
 
+def cilium_pass(c, nodes):
+    """compatibility cilium where Cilium renamed tunl0 to cilium_tunl: Kilo's cilium encapsulator
+    reuses that device, so the converge must too (routes and tunnel address on it, no tunl0)."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
+    from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+    tag = "[cilium]"
+    for name in NODES:
+        nsx(name, "ip", "link", "set", TUNL, "down")
+        nsx(name, "ip", "link", "set", TUNL, "name", CILIUM_TUNL)
+    inv = inventory(nodes)
+    for item in inv:  # cilium_host's address; here the LAN one, so the outer packets have a way
+        item["cni_compatibility_ip"] = item["internal_ip"]
+    result = build_plans(inv, [], {"encapsulate": "always", "compatibility": "cilium"})
+    plans = dict((name, dict(plan, routes=flat_routes(plan["routes"]))) for name, plan in result["plans"].items())
+    c.check("%s engine: a2 routes through tunl0 and says compatibility cilium" % tag,
+            any(r["device"] == TUNL for r in plans["a2"]["routes"]) and plans["a2"]["compatibility"] == "cilium")
+    for name in sorted(nodes):
+        out = nodes[name].converge(plans[name])
+        c.check("%s %s: converge applies" % (tag, name), out.get("changed") is True and "error" not in out,
+                out.get("error") or out.get("changes"))
+    for name in sorted(nodes):
+        routes = live_routes(name)
+        want = [r for r in plans[name]["routes"] if r["device"] == TUNL]
+        bad = [r["dst"] for r in want
+               if (routes.get((str(ipaddress.ip_network(r["dst"])), "main" if r["table"] == 254 else str(r["table"])))
+                   or {}).get("dev") != CILIUM_TUNL]
+        c.check("%s %s: the %d tunl0 routes of the plan leave by cilium_tunl" % (tag, name, len(want)),
+                want and not bad, bad)
+        c.check("%s %s: no tunl0 made beside it" % (tag, name), link(name, TUNL) is None)
+        c.check("%s %s: cilium_tunl up, holding tunnel_address %s labelled ours"
+                % (tag, name, plans[name]["tunnel_address"]),
+                "UP" in (link(name, CILIUM_TUNL) or {}).get("flags", [])
+                and (plans[name]["tunnel_address"], LABEL) in tunl_addrs(name, CILIUM_TUNL), tunl_addrs(name, CILIUM_TUNL))
+    t0 = tunl_packets("a2", CILIUM_TUNL)[0]
+    ok, out = pod_ping("a2", pod_ip("a1"))
+    sent = tunl_packets("a2", CILIUM_TUNL)[0] - t0
+    c.check("%s: pod a2 -> pod a1 answers, through cilium_tunl (tx +%d)" % (tag, sent), ok and sent >= 3, out)
+    ok, out = pod_ping("a2", pod_ip("b2"))
+    c.check("%s: pod a2 -> pod b2 across locations answers" % tag, ok, out)
+    for name in sorted(nodes):
+        out = nodes[name].converge(plans[name])
+        c.check("%s %s: second converge: no change" % (tag, name), out.get("changed") is False,
+                out.get("error") or out.get("changes"))
+    for name in sorted(nodes):
+        out = nodes[name].converge(plans[name], state="absent")
+        c.check("%s %s: state absent removes our routes and our cilium_tunl address" % (tag, name),
+                "error" not in out and live_routes(name) == {}
+                and not [a for a in tunl_addrs(name, CILIUM_TUNL) if a[1] == LABEL], out.get("error") or tunl_addrs(name, CILIUM_TUNL))
+    c.check("%s a1: the foreign address (renamed along with the device) survived" % tag,
+            any(a[0] == FOREIGN_TUNL_ADDR for a in tunl_addrs("a1", CILIUM_TUNL)), tunl_addrs("a1", CILIUM_TUNL))
+
+
 def main():
     c = Checker()
     if os.geteuid() != 0 or os.environ.get("KV_VM") != "1":
@@ -481,6 +537,10 @@ def main():
                         n.converge(state="absent")
                     except Exception:
                         pass
+        try:  # last: it renames tunl0 for good
+            cilium_pass(c, nodes)
+        except Exception as e:
+            c.check("[cilium] pass ran to the end", False, "%s: %s" % (type(e).__name__, e))
     finally:
         teardown()
         shutil.rmtree(tmp, ignore_errors=True)
