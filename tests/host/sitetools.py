@@ -7,17 +7,23 @@ import subprocess
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def site(inventory, *extra, **kw):
-    """Run site.yml over real SSH; asserts the exit code (expect_rc, default 0); returns output."""
+def playbook(inventory, name, *extra, **kw):
+    """Run playbooks/NAME over real SSH; asserts the exit code (expect_rc, default 0); returns
+    the output. ``timeout`` (seconds, default none) bounds the run."""
     expect_rc = kw.pop("expect_rc", 0)
     argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory,
-            os.path.join(REPO, "playbooks", "site.yml")] + list(extra)
+            os.path.join(REPO, "playbooks", name)] + list(extra)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False)
-    assert proc.returncode == expect_rc, proc.stdout[-5000:]
+                          text=True, check=False, timeout=kw.pop("timeout", None))
+    assert proc.returncode == expect_rc, proc.stdout[-6000:]
     return proc.stdout
+
+
+def site(inventory, *extra, **kw):
+    """Run site.yml (see playbook)."""
+    return playbook(inventory, "site.yml", *extra, **kw)
 
 
 def recap(output):

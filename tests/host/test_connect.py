@@ -11,7 +11,6 @@ share one lab.
 import json
 import os
 import re
-import subprocess
 
 import ipaddress
 
@@ -21,7 +20,7 @@ import yaml
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.connect import best_path, connect_plan
 from lab.lab import Lab
-from sitetools import REPO, recap
+from sitetools import playbook, recap
 
 PREFIX = "kvp"
 LAPTOP, INTERNET, EXIT = "azure-1", "home-1", "gcp-1"
@@ -37,15 +36,7 @@ def sh(lab, host, cmd, timeout=60):
 
 
 def ansible_playbook(inventory, name, *extra, **kw):
-    expect_rc = kw.pop("expect_rc", 0)
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory,
-            os.path.join(REPO, "playbooks", name)] + list(extra)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False, timeout=900)
-    assert proc.returncode == expect_rc, proc.stdout[-6000:]
-    return proc.stdout
+    return playbook(inventory, name, *extra, timeout=900, **kw)
 
 
 def write_inventory(lab):

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from lab.lab import Lab
-from sitetools import REPO, recap, site
+from sitetools import REPO, playbook, recap, site
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the lab)")
 
@@ -64,22 +64,9 @@ class Meshes:
         return self.lab.run(host, ["wg", "show", "kilo0", "public-key"], check=True).stdout.strip()
 
 
-def playbook(inventory, name, *extra, **kw):
-    """ansible-playbook NAME like sitetools.site, with this test's inventories."""
-    expect_rc = kw.pop("expect_rc", 0)
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory,
-            os.path.join(REPO, "playbooks", name)] + list(extra)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False, timeout=1200)
-    assert proc.returncode == expect_rc, proc.stdout[-6000:]
-    return proc.stdout
-
-
 def multicluster(meshes, *extra, **kw):
     return playbook(meshes.inventory["a"], "multicluster.yml", "-e", "other_inventory=%s" % meshes.inventory["b"],
-                    *extra, **kw)
+                    *extra, timeout=1200, **kw)
 
 
 def other_recap(output):
