@@ -40,9 +40,7 @@ class ActionModule(KiloAction):
     def vars_source(self, task_vars, given=None):
         """The registry is the mesh's: on a host outside the mesh group (a laptop, localhost), its
         options come from the mesh's first host, as for a controller-only action."""
-        host = task_vars.get("inventory_hostname")
-        members = task_vars.get("groups", {}).get(self.mesh_group(task_vars, given), [])
-        return host if host in members or not members else members[0]
+        return self.mesh_source(task_vars, given)
 
     def run_kilo(self, args, task_vars):
         name = check_peer_name(args["name"])

@@ -38,7 +38,8 @@ class ActionModule(KiloAction):
             return self.save_plans(args, task_vars, nodes, peers, fresh, missing, registry)
         computed = build_plans(nodes, peers, engine_options(args))
         sections = peer_config(nodes, peers, args["peer"], engine_options(args)) if args["peer"] else None
-        result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed))
+        result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
+                      registry=registry, subnet=args["subnet"])
         if sections is not None:
             # Like `kgctl showconf peer NAME` (kilo.mesh.showconf): what the peer needs, keys masked.
             sections = public_entries(sections)

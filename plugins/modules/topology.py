@@ -103,6 +103,16 @@ leaders:
   returned: when O(save_plans) is true
   type: list
   elements: str
+registry:
+  description: Without O(save_plans), the registry file the mesh was read from (and O(registry)'s default resolved).
+  returned: when O(save_plans) is false
+  type: str
+  sample: /srv/mesh/kilo-registry.json
+subnet:
+  description: Without O(save_plans), the subnet the segments' WireGuard IPs come from (O(subnet) as resolved).
+  returned: when O(save_plans) is false
+  type: str
+  sample: 10.4.0.0/16
 plans:
   description:
     - Every node's plan, keyed by node name (with O(save_plans), the number of plans kept instead).

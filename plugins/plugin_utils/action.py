@@ -115,13 +115,15 @@ class KiloAction(ActionBase):
         """Whose variables fill the options: this host; for a controller-only action in a
         play on a host outside the mesh (playbooks/plan.yml on localhost), the mesh group's
         first host. An action that runs on its host always reads that host's own."""
-        host = task_vars.get("inventory_hostname")
         if self._requires_connection:
-            return host
+            return task_vars.get("inventory_hostname")
+        return self.mesh_source(task_vars, given)
+
+    def mesh_source(self, task_vars, given=None):
+        """This host when it is in the mesh group (or the group is empty), else the group's first host."""
+        host = task_vars.get("inventory_hostname")
         members = task_vars.get("groups", {}).get(self.mesh_group(task_vars, given), [])
-        if host in members or not members:
-            return host
-        return members[0]
+        return host if host in members or not members else members[0]
 
     @staticmethod
     def location_groups(task_vars, group):
