@@ -3,6 +3,11 @@
 # Apache License 2.0 (see LICENSE)
 """Action kilo.mesh.key: fill the module's options from the inventory, then run it on the host.
 
+With ``prepare`` the module first prepares the host in the same call. When it reports missing
+packages, this action installs them through ansible.builtin.package's own action (so ``use``
+picks apt, dnf or pacman as a package task would) and runs the key step once more: a host that
+lacks nothing pays one remote call.
+
 The module checks the host itself (port, subnet, forced internal IP); a host that reports no
 usable address and has no forced endpoint fails here, before any converge call.
 """
@@ -14,11 +19,16 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
 
 class ActionModule(KiloAction):
-    SCOPES = ("key",)
+    SCOPES = ("key", "prepare")
 
     def run_kilo(self, args, task_vars):
         args["port"] = self.listen_port(args, task_vars)
         result = self._execute_module(module_name="kilo.mesh.key", module_args=args, task_vars=task_vars)
+        prepared = result.get("prepared")
+        if prepared is not None and not result.get("failed"):
+            prepared["installed"] = []
+            if prepared.get("missing"):
+                result = self.install_then_key(args, prepared, task_vars)
         if result.get("failed") or result.get("skipped"):
             return result
         host = task_vars.get("inventory_hostname")
@@ -31,3 +41,29 @@ class ActionModule(KiloAction):
                             " ignored interface); set it or change kilo_discovery_ignore_interfaces",
                             host_subject(host), "kilo_force_endpoint")
         return result
+
+    def install_then_key(self, args, prepared, task_vars):
+        """Install ``prepared["missing"]``, then the key step alone; one result for the task."""
+        packages = list(prepared["missing"])
+        installed = self.package(packages, prepared.get("pkg_mgr"), prepared.get("package_args"), task_vars)
+        if installed.get("failed"):
+            raise KiloError("installing %s failed: %s" % (", ".join(packages), installed.get("msg", "no message")),
+                            host_subject(task_vars.get("inventory_hostname")), "install_packages")
+        result = self._execute_module(module_name="kilo.mesh.key", module_args=dict(args, prepare=False),
+                                      task_vars=task_vars)
+        if result.get("failed") and self._task.check_mode:
+            result["msg"] = "check mode: %s not installed yet; %s" % (", ".join(packages), result.get("msg"))
+        prepared.update(installed=packages if installed.get("changed") else [],
+                        changes=prepared.get("changes", []) + ["install %s" % ", ".join(packages)])
+        result["prepared"] = prepared
+        result["changed"] = bool(result.get("changed") or installed.get("changed") or prepared.get("changes"))
+        return result
+
+    def package(self, names, pkg_mgr, package_args, task_vars):
+        """ansible.builtin.package on this host (check mode and become as this task's)."""
+        task = self._task.copy()
+        task.args = dict(package_args or {}, name=names, state="present", use=pkg_mgr or "auto")
+        action = self._shared_loader_obj.action_loader.get(
+            "ansible.legacy.package", task=task, connection=self._connection, play_context=self._play_context,
+            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        return action.run(task_vars=task_vars)

@@ -308,6 +308,15 @@ options:
       - Defaults to the inventory variable C(kilo_prioritise_private_addresses), then to the default below.
     type: bool
     default: false
+  prepare:
+    description:
+      - Prepare the host first, in the same remote call, as M(kilo.mesh.prepare) does (forwarding sysctls, the firewall
+        port, the probe for missing packages; options C(install_packages), C(open_port), C(sysctls)). Missing packages
+        are installed by the action with M(ansible.builtin.package) and the key step then runs again, so only a
+        host that lacks something pays a second call.
+      - 'The role C(kilo.mesh.node) turns it on: a re-run costs one remote call before the converge instead of two.'
+    type: bool
+    default: false
 """
 
     PREPARE = r"""

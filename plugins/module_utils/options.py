@@ -174,6 +174,13 @@ OPTIONS = dict([
         "Use the discovered internal (private) IP as the endpoint even when the host has a public address"
         " (Kilo's C(--prioritise-private-addresses)). A forced endpoint still wins."],
         default=False),
+    _option("prepare", ("key",), "bool", [
+        "Prepare the host first, in the same remote call, as M(kilo.mesh.prepare) does (forwarding sysctls,"
+        " the firewall port, the probe for missing packages; options C(install_packages), C(open_port),"
+        " C(sysctls)). Missing packages are installed by the action with M(ansible.builtin.package) and"
+        " the key step then runs again, so only a host that lacks something pays a second call.",
+        "The role C(kilo.mesh.node) turns it on: a re-run costs one remote call before the converge instead of two."],
+        default=False, var=None),
     # --- prepare: kilo.mesh.prepare --------------------------------------------------------------
     _option("install_packages", ("prepare",), "bool", [
         "Install WireGuard tools, a userspace WireGuard where the kernel lacks the module, and the"
@@ -271,10 +278,11 @@ ROLES = {
     "node": {
         "short": "Join this host to the Kilo mesh: the key step, then one converge call",
         "description": [
-            "Runs M(kilo.mesh.key) and then M(kilo.mesh.join) on each host. Every option is read from the"
+            "Runs M(kilo.mesh.key) (which prepares the host as the role C(kilo.mesh.wireguard) does, in the same"
+            " call) and then M(kilo.mesh.join) on each host. Every option is read from the"
             " inventory variable named here (Kilo's default otherwise); the roles have no defaults of their own.",
             "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
-        "scopes": ("mesh", "inputs", "host", "key", "run"),
+        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run"),
     },
     "connect": {
         "short": "Connect a machine outside the mesh as a peer, like kgctl connect",

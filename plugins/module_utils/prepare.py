@@ -45,6 +45,10 @@ PACKAGES = {
     },
 }
 
+# Extra arguments of the package task per package manager: apt would also pull in Recommends
+# (wireguard-tools recommends a Debian kernel image, unwanted on a custom or cloud kernel).
+PACKAGE_ARGS = {"apt": {"install_recommends": False}}
+
 # package manager -> the command whose presence says it is there (first found wins)
 PACKAGE_MANAGERS = (("apt", "apt-get"), ("dnf", "dnf"), ("pacman", "pacman"))
 
@@ -343,8 +347,31 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
         "firewall": firewall,
         "port": port,
         "missing": missing,
+        "package_args": dict(PACKAGE_ARGS.get(pkg_mgr, {})),
         "unknown_sysctls": unknown,
         "changed": bool(changes),
         "changes": changes,
         "diff": {"before": before, "after": after},
     }
+
+
+# --- for the modules that run it (kilo.mesh.prepare, kilo.mesh.key with prepare) ----------------
+
+def prepare_module_host(module):
+    """prepare() with an AnsibleModule's options and check mode: a KiloError fails the module,
+    an unknown sysctl warns, and the diff stays only in diff mode."""
+    try:
+        result = prepare(module.params, check_mode=module.check_mode)
+    except KiloError as e:
+        module.fail_json(msg=str(e))
+    for key in result["unknown_sysctls"]:
+        module.warn("sysctl %s does not exist on this kernel: written to the boot file only" % key)
+    if not module._diff:
+        result.pop("diff")
+    return result
+
+
+def diff_of(result):
+    """{"diff": ...} taken out of a prepare() result, or {} when it has none."""
+    diff = result.pop("diff", None)
+    return {"diff": diff} if diff else {}

@@ -28,8 +28,12 @@ description:
     it fails when an address of another interface overlaps O(subnet) or when another process (or
     another kernel WireGuard interface) holds O(port); it warns when no interface carries
     O(force_internal_ip).
+  - With O(prepare), it first does in the same call what M(kilo.mesh.prepare) does. When packages are
+    missing it stops there (the libraries it needs may be among them) and returns them in RV(prepared);
+    the action installs them with M(ansible.builtin.package) and runs the key step again.
 extends_documentation_fragment:
   - kilo.mesh.options.key
+  - kilo.mesh.options.prepare
 notes:
   - The key file - an existing valid key is kept; a file that is not a valid key is an error (it is
     never overwritten). A key file readable by others is tightened to C(0600).
@@ -47,7 +51,8 @@ attributes:
     details: In check mode a missing key is reported as to be created; RV(public_key) is then that of an unsaved stand-in key and RV(pending) is true.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    support: partial
+    details: With O(prepare), the sysctls, the boot file and the port state before and after, as M(kilo.mesh.prepare) shows them.
 seealso:
   - module: kilo.mesh.converge
   - name: Kilo
@@ -66,6 +71,11 @@ EXAMPLES = r"""
     interface: kilo0
     ignore_interfaces:
       - mgmt0
+  register: kilo_key
+
+- name: Prepare the host (sysctls, port, packages) and ensure the key in one remote call
+  kilo.mesh.key:
+    prepare: true
   register: kilo_key
 
 - name: Use the results
@@ -130,6 +140,14 @@ handshakes:
   returned: always
   type: dict
   sample: {"kXp0...=": 42}
+prepared:
+  description:
+    - With O(prepare), what the preparation found and did - the keys M(kilo.mesh.prepare) returns (C(pkg_mgr),
+      C(kernel_module), C(firewall), C(port), C(missing), C(unknown_sysctls), C(changes)), and C(installed),
+      the packages the action installed in this run.
+  returned: when O(prepare) is true
+  type: dict
+  sample: {"pkg_mgr": "apt", "missing": [], "installed": [], "changes": [], "firewall": "nftables", "port": 51820}
 msg:
   description: What happened to the key.
   returned: always
@@ -146,14 +164,21 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import host_problems
 from ansible_collections.kilo.mesh.plugins.module_utils.keys import ensure_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.prepare import diff_of, prepare_module_host
 
 
 def run_module():
     module = AnsibleModule(
-        argument_spec=argument_spec("key"),
+        argument_spec=argument_spec("key", "prepare"),
         supports_check_mode=True,
     )
     p = module.params
+    prepared = prepare_module_host(module) if p["prepare"] else None
+    if prepared and prepared["missing"]:
+        # the key and discovery may need what is missing (cryptography, pyroute2): the action
+        # installs it and calls again
+        module.exit_json(changed=bool(prepared["changes"]), msg="packages missing: %s" % ", ".join(prepared["missing"]),
+                         prepared=prepared, **diff_of(prepared))
     try:
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.discovery import parse_cidrs
@@ -196,11 +221,15 @@ def run_module():
     except Exception as e:  # reading is best effort: a broken interface must not block keys
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
 
-    module.exit_json(changed=key["changed"], msg=key["msg"], public_key=key["public_key"],
+    extra = {}
+    if prepared is not None:
+        extra = dict(diff_of(prepared), prepared=prepared)
+    module.exit_json(changed=key["changed"] or bool(prepared and prepared["changes"]), msg=key["msg"],
+                     public_key=key["public_key"],
                      pending=bool(key.get("pending")),
                      internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
                      candidates=ips["candidates"], mtu=mtu, discovered_endpoints=discovered,
-                     handshakes=handshakes)
+                     handshakes=handshakes, **extra)
 
 
 def main():

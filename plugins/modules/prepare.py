@@ -59,6 +59,7 @@ EXAMPLES = r"""
     name: "{{ wireguard_probe.missing }}"
     state: present
     use: "{{ wireguard_probe.pkg_mgr }}"
+    install_recommends: "{{ wireguard_probe.package_args.install_recommends | default(omit) }}"
   when: wireguard_probe.missing | length > 0
 
 - name: Only forwarding, no packages, no firewall
@@ -95,6 +96,11 @@ missing:
   type: list
   elements: str
   sample: ["wireguard-tools", "python3-pyroute2"]
+package_args:
+  description: Further arguments for the package task (V(install_recommends=false) with apt), to pass on as they are.
+  returned: always
+  type: dict
+  sample: {"install_recommends": false}
 unknown_sysctls:
   description: Sysctls this kernel does not have; written to the boot file only.
   returned: always
@@ -110,9 +116,8 @@ changes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.prepare import prepare
+from ansible_collections.kilo.mesh.plugins.module_utils.prepare import prepare_module_host
 
 
 def main():
@@ -120,14 +125,7 @@ def main():
         argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"]),
         supports_check_mode=True,
     )
-    try:
-        result = prepare(module.params, check_mode=module.check_mode)
-    except KiloError as e:
-        module.fail_json(msg=str(e))
-    for key in result["unknown_sysctls"]:
-        module.warn("sysctl %s does not exist on this kernel: written to the boot file only" % key)
-    if not module._diff:
-        result.pop("diff")
+    result = prepare_module_host(module)
     module.exit_json(**result)
 
 
