@@ -320,18 +320,24 @@ from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
-dumps = []
+dumps, light = [], []
 real = ns.NetStateBackend._dump
 def counted(ipr, family, table=0, proto=0, rtype=0):
     msgs = real(ipr, family, table, proto, rtype)
     dumps.append([family, table, proto, len(msgs)])
     return msgs
 b._dump = counted
+real_light = ns.dump_routes
+def counted_light(family, keys, table=0, proto=0, rtype=0):
+    msgs = real_light(family, keys, table=table, proto=proto, rtype=rtype)
+    light.append([family, table, proto, rtype, len(msgs)])
+    return msgs
+ns.dump_routes = counted_light
 plan = check_plan(json.load(sys.stdin), "kilo0")
 ipr, strict = b._reader()
 ipr.close()
 cur = b.current(plan)
-print(json.dumps({"strict": strict, "dumps": dumps, "routes": sorted(ns.route_str(r) for r in cur["routes"]),
+print(json.dumps({"strict": strict, "dumps": dumps, "light": light, "routes": sorted(ns.route_str(r) for r in cur["routes"]),
                   "foreign": [ns.foreign_str(r) for r in cur["foreign"]]}))
 """
 
@@ -354,17 +360,18 @@ def test_kernel_filters_route_reads(netns, python):
     first = read()
     if not first["strict"]:
         pytest.skip("no netlink strict checking here (kernel < 4.20)")
-    # ours: two dumps of protocol 107, empty; then the tables of the missing plan routes, the
-    # 2000 foreign routes counted in main but not one of them kept (none at a plan destination)
-    assert first["dumps"][:2] == [[2, 0, 107, 0], [10, 0, 107, 0]]
-    assert sorted(tuple(d[:3]) for d in first["dumps"][2:]) == [(2, 254, 0), (2, 1107, 0), (10, 254, 0)]
-    assert first["dumps"][2][3] == 2002 and first["routes"] == []
+    # ours: two dumps of protocol 107 (pyroute2), empty; then the unicast routes of the tables of
+    # the missing plan routes (netlink_routes): of the 2002 in main, only the one at a plan
+    # destination comes back (1107 does not exist yet: empty)
+    assert first["dumps"] == [[2, 0, 107, 0], [10, 0, 107, 0]] and first["routes"] == []
+    assert sorted(first["light"]) == [[2, 254, 0, 1, 1], [2, 1107, 0, 1, 0], [10, 254, 0, 1, 0]]
     # seen at a plan destination; another metric, so not in the way of ours
     assert first["foreign"] == ["10.1.2.0/24 dev knpriv proto 4"]
     out = run_backend(ns, leader_plan(), ["apply"], python)
     assert "error" not in out, out
     again = read()
     assert again["dumps"] == [[2, 0, 107, 5], [10, 0, 107, 1]]  # no foreign dump at all
+    assert again["light"] == []
     assert len(again["routes"]) == 6 and "10.1.0.2/32 via 10.1.0.2 dev knpriv onlink src 10.1.0.1 table 1107" \
         in again["routes"]
 
@@ -397,3 +404,97 @@ def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypat
     assert "error" not in out, out
     out = run_backend(ns, leader_plan(), ["check"])
     assert "error" not in out and out["check"] == [], out
+
+
+COMPARE_DRIVER = r"""
+import json, socket, sys
+sys.path.insert(0, %(collections)r)
+from ansible_collections.kilo.mesh.plugins.module_utils import netlink_routes as nr
+from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+watch = set(tuple(k) for k in json.load(sys.stdin))
+b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
+light = []
+real_light = ns.dump_routes
+def counted(family, keys, **kw):
+    light.append([family, kw["table"]])
+    return real_light(family, keys, **kw)
+def refused(*args, **kw):
+    raise nr.StrictCheckUnsupported(95, "refused")
+def read(strict, dump):
+    ns.dump_routes = dump
+    ipr, got = b._reader() if strict else (b._ipr(), False)
+    try:
+        assert got == strict
+        ours, foreign = b._routes(ipr, strict, b._links(ipr), watch)
+    finally:
+        ipr.close()
+    return {"ours": sorted(map(ns.route_str, ours)), "foreign": sorted(foreign, key=json.dumps)}
+out = {"light": read(True, counted), "pyroute2": read(True, refused)}
+if %(whole)r:
+    out["whole"] = read(False, refused)
+out["light_dumps"] = sorted(light)
+print(json.dumps(out))
+"""
+
+
+def test_light_dump_finds_the_foreign_routes_pyroute2_finds():
+    """netlink_routes (the first converge's foreign scan) against pyroute2's strict per-table dump
+    and its whole dump, on 100,000 foreign routes plus foreign ones at watched keys: main and
+    tables 200 and 1107 (above 255: RTA_TABLE), both families, two metrics at one key, ours at one
+    key, non-unicast and unwatched-table routes at watched prefixes (the last three kept out)."""
+    ns = "knr-%d" % os.getpid()
+    sh("ip", "netns", "add", ns)
+    try:
+        ip = ("ip", "-n", ns)
+        sh(*ip + ("link", "set", "lo", "up"))
+        for dev, addr in (("knpriv", "10.1.0.1/16"), ("kilo0", "10.4.0.1/16"), ("knbgp", "10.255.0.1/24")):
+            sh(*ip + ("link", "add", dev, "type", "veth", "peer", "name", dev + "p"))
+            for name in (dev, dev + "p"):
+                sh(*ip + ("link", "set", name, "up"))
+            sh(*ip + ("addr", "add", addr, "dev", dev))
+        sh(*ip + ("-6", "addr", "add", "fd01::1/64", "dev", "knpriv", "nodad"))
+        batch = ["route add 10.%d.%d.%d/28 via 10.255.0.2 dev knbgp proto bgp" % (128 + (i >> 12), (i >> 4) & 255,
+                                                                                 (i & 15) << 4)
+                 for i in range(100000)]
+        batch += [
+            "route add 10.1.2.0/24 dev knpriv proto static",
+            "route add 10.1.2.0/24 dev knpriv proto static metric 5",
+            "route add 10.2.0.1/32 via 10.4.0.2 dev kilo0 onlink proto bgp src 10.1.0.1",
+            "route add 10.9.0.0/24 dev kilo0 proto 107",                         # ours: not foreign
+            "route add blackhole 10.3.0.0/24 proto static",                      # not unicast
+            "route add 10.1.0.2/32 via 10.1.0.2 dev knpriv proto boot table 1107",
+            "route add 10.1.3.0/24 dev knpriv proto static table 200",
+            "route add 10.1.3.0/24 dev knpriv proto static table 201",           # table not watched
+            "route add 10.128.0.0/28 dev knpriv proto static table 1107",
+            "route add fd02::/64 via fd01::2 dev knpriv proto static",
+            "route add fd03::/64 dev knpriv proto bgp table 1107 metric 7",
+            "route add unreachable fd04::/64 proto static",
+        ]
+        sh(*ip + ("-batch", "-"), input="\n".join(batch) + "\n")
+        watch = [["10.1.2.0/24", 254], ["10.2.0.1/32", 254], ["10.9.0.0/24", 254], ["10.3.0.0/24", 254],
+                 ["10.1.0.2/32", 1107], ["10.128.0.0/28", 1107], ["10.1.3.0/24", 200], ["10.7.0.0/24", 200],
+                 ["fd02::/64", 254], ["fd03::/64", 1107], ["fd04::/64", 254], ["fd05::/64", 1107]]
+        expected = sorted([
+            "10.1.2.0/24 dev knpriv proto 4", "10.1.2.0/24 dev knpriv proto 4",
+            "10.2.0.1/32 via 10.4.0.2 dev kilo0 proto 186", "10.1.0.2/32 via 10.1.0.2 dev knpriv proto 3",
+            "10.1.3.0/24 dev knpriv proto 4", "10.128.0.0/28 dev knpriv proto 4",
+            "fd02::/64 via fd01::2 dev knpriv proto 4", "fd03::/64 dev knpriv proto 186"])
+        for python in PYTHONS:
+            # the whole dump (no strict checking) once: reading 100,000 routes through pyroute2 is slow
+            driver = COMPARE_DRIVER % {"collections": backendtools.COLLECTIONS, "whole": python == PYTHONS[0]}
+            proc = sh("ip", "netns", "exec", ns, python, "-c", driver, input=json.dumps(watch), check=False)
+            assert proc.returncode == 0, proc.stderr
+            out = json.loads(proc.stdout)
+            assert out["light_dumps"] == [[2, 200], [2, 254], [2, 1107], [10, 254], [10, 1107]], python
+            assert out["light"] == out["pyroute2"] == out.get("whole", out["light"]), python
+            assert out["light"]["ours"] == ["10.9.0.0/24 dev kilo0 table main"]
+            foreign = out["light"]["foreign"]
+            assert sorted("%s%s dev %s proto %s" % (f["dst"], " via " + f["gateway"] if f["gateway"] else "",
+                                                    f["device"], f["proto"]) for f in foreign) == expected, python
+            assert sorted(((f["dst"], f["table"], f["priority"], f["source"], f["onlink"]) for f in foreign
+                           if f["dst"] in ("10.1.2.0/24", "10.2.0.1/32", "fd03::/64")), key=str) == [
+                ("10.1.2.0/24", 254, 5, None, False), ("10.1.2.0/24", 254, None, None, False),
+                ("10.2.0.1/32", 254, None, "10.1.0.1", True), ("fd03::/64", 1107, 7, None, False)], python
+    finally:
+        sh("ip", "netns", "del", ns, check=False)  # ours, by the name made above
