@@ -10,13 +10,19 @@ changed=K`). The pinned hosts are never contacted (they are outside --limit); th
 are 198.51.100.7 on distinct ports, which no lab namespace can route to.
 
 A benchmark: it fails when a run fails, never on time. Prints the PLAY RECAP's changed count
-of each timed re-run (an idempotent run reports changed=0).
+of each timed re-run (an idempotent run reports changed=0). Re-runs are medians of three.
+
+The floor: a play of one run-once `debug` task with the same inventories and --limit
+(`bench mesh-floor inventory=6|1000 seconds=S`) is what ansible-playbook itself pays to load and
+iterate each inventory before any task of ours; `bench mesh1000 ... ratio=R floor_ratio=F`
+sets the 1,000-host re-run against the 6-host one, and the noop plays against each other.
 """
 import base64
 import hashlib
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,6 +80,12 @@ def run(argv, env, what):
     return elapsed, hosts, changed
 
 
+def rerun(argv, env, what):
+    """Median seconds of three runs; hosts and changed of the last."""
+    runs = [run(argv, env, what) for dummy in range(3)]
+    return statistics.median(r[0] for r in runs), runs[-1][1], runs[-1][2]
+
+
 def clean_registry(lab):
     """The registry site.yml writes beside the lab's inventory (lab.down() leaves it)."""
     registry = os.path.join(lab.state_dir, "kilo-registry.json")
@@ -96,8 +108,8 @@ def main():
         site = [playbook, "-i", lab.inventory, "playbooks/site.yml"]
         cold, hosts, changed = run(site, env, "mesh6 cold")
         print("bench mesh6-cold hosts=%d seconds=%.2f changed=%d" % (hosts, cold, changed), flush=True)
-        seconds, hosts, changed = run(site, env, "mesh6 rerun")
-        print("bench mesh6 hosts=%d seconds=%.2f changed=%d" % (hosts, seconds, changed), flush=True)
+        seconds6, hosts, changed = rerun(site, env, "mesh6 rerun")
+        print("bench mesh6 hosts=%d seconds=%.2f changed=%d" % (hosts, seconds6, changed), flush=True)
 
         extra = os.path.join(tmp, "mesh1000.yml")
         extra_inventory(extra)
@@ -105,11 +117,24 @@ def main():
         # First run with the big mesh: the lab hosts take on ~1,000 routes (not timed as a re-run).
         first, hosts, changed = run(big, env, "mesh1000 first")
         print("bench mesh1000-first hosts=%d seconds=%.2f changed=%d" % (hosts, first, changed), flush=True)
-        seconds, hosts, changed = run(big, env, "mesh1000 rerun")
+        seconds, hosts, changed = rerun(big, env, "mesh1000 rerun")
         # Sanity figure: routes on the lab hosts now (every table), the most any host holds.
         routes = [len(lab.run(h, ["ip", "route", "show", "table", "all"]).stdout.splitlines()) for h in lab_hosts]
-        print("bench mesh1000 hosts=%d seconds=%.2f changed=%d routes_max=%d" % (hosts, seconds, changed, max(routes)),
-              flush=True)
+
+        noop = os.path.join(tmp, "floor.yml")
+        with open(noop, "w") as f:
+            f.write("- hosts: kilo\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug:\n        msg: floor\n"
+                    "      run_once: true\n")
+        limit = ["--limit", ",".join(lab_hosts), noop]
+        floor6 = statistics.median(run([playbook, "-i", lab.inventory] + limit, env, "floor 6")[0] for dummy in range(3))
+        floor1000 = statistics.median(run([playbook, "-i", lab.inventory, "-i", extra] + limit, env, "floor 1000")[0]
+                                      for dummy in range(3))
+        print("bench mesh-floor inventory=6 seconds=%.2f" % floor6, flush=True)
+        print("bench mesh-floor inventory=1000 seconds=%.2f" % floor1000, flush=True)
+        print("bench mesh1000 hosts=%d seconds=%.2f changed=%d routes_max=%d ratio=%.2f floor_ratio=%.2f"
+              " extra_seconds=%.2f floor_extra_seconds=%.2f"
+              % (hosts, seconds, changed, max(routes), seconds / seconds6, floor1000 / floor6,
+                 seconds - seconds6, floor1000 - floor6), flush=True)
     finally:
         lab.down()
         clean_registry(lab)

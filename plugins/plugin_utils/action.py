@@ -11,6 +11,9 @@ validate fails the task with a message naming the host and the variable. Expecte
 
 from __future__ import annotations
 
+import copy
+import json
+
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
@@ -23,6 +26,35 @@ def _first_error(validation):
     return None if not errors else "; ".join(str(e) for e in errors)
 
 
+class HostVarsOnce(object):
+    """``hostvars`` that computes each host's variables once per action run: every
+    ``hostvars[host]`` of Ansible's computes them anew (group and host vars, vars plugins,
+    facts), and a run-once step over a thousand hosts would otherwise do so several times per
+    host. Within one action nothing changes a host's variables, so one answer serves."""
+
+    def __init__(self, hostvars):
+        self._hostvars = hostvars
+        self._inventory = getattr(hostvars, "_inventory", None)  # for location_groups
+        self._seen = {}
+
+    def __getitem__(self, host):
+        if host not in self._seen:
+            self._seen[host] = self._hostvars[host]
+        return self._seen[host]
+
+    def __contains__(self, host):
+        return host in self._hostvars
+
+    def __iter__(self):
+        return iter(self._hostvars)
+
+    def __len__(self):
+        return len(self._hostvars)
+
+    def get(self, host, default=None):
+        return self[host] if host in self else default
+
+
 class KiloAction(ActionBase):
     """Subclasses set SCOPES (option scopes), EXTRA_SPEC (their own options) and run_kilo."""
 
@@ -32,6 +64,8 @@ class KiloAction(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
+        if "hostvars" in task_vars and not isinstance(task_vars["hostvars"], HostVarsOnce):
+            task_vars = dict(task_vars, hostvars=HostVarsOnce(task_vars["hostvars"]))
         try:
             args = self.options_of(task_vars)
             result.update(self.run_kilo(args, task_vars))
@@ -53,8 +87,16 @@ class KiloAction(ActionBase):
         """The validated options: task argument > inventory variable (of ``source``, by
         default this host or the mesh's first host) > default. With ``scopes``: only the
         options of those scopes, from ``source``'s variables alone (the task's arguments are
-        this action's own; kilo.mesh.connect reads the mesh's options from a mesh host)."""
-        spec = argument_spec(*scopes) if scopes else self.spec()
+        this action's own; kilo.mesh.connect reads the mesh's options from a mesh host).
+
+        The task's arguments (with the defaults) are validated once per action, each variable
+        alone, and a value seen before is not validated again: a run-once step reads the options
+        of every host, and most hosts share most values (group variables)."""
+        memo = self.__dict__.setdefault("_options_memo", {})
+        kind = tuple(scopes) if scopes else None
+        if ("spec", kind) not in memo:
+            memo[("spec", kind)] = argument_spec(*scopes) if scopes else self.spec()
+        spec = memo[("spec", kind)]
         given = {} if scopes else dict(self._task.args)
         known = set(spec).union(*(spec[name].get("aliases") or () for name in spec))
         unknown = sorted(set(given) - known)
@@ -65,17 +107,27 @@ class KiloAction(ActionBase):
         var_of = dict((name, OPTIONS[name]["var"]) for name in spec
                       if name not in given and name in OPTIONS and OPTIONS[name]["var"])
         found = self.variables(task_vars, source, list(var_of.values()))
-        from_vars = dict((name, found[var]) for name, var in var_of.items() if var in found)
-        validation = ArgumentSpecValidator(spec).validate(dict(given, **from_vars))
-        error = _first_error(validation)
+        if ("given", kind) not in memo:
+            validation = ArgumentSpecValidator(spec).validate(given)
+            memo[("given", kind)] = (_first_error(validation), validation.validated_parameters)
+        error, options = memo[("given", kind)]
         if error:
-            # checked alone, so the message names the variable and the host it came from
-            for name, value in from_vars.items():
-                alone = _first_error(ArgumentSpecValidator({name: spec[name]}).validate({name: value}))
-                if alone:
-                    raise KiloError(alone, host_subject(source), var_of[name])
             raise KiloError(error, "task")
-        return validation.validated_parameters
+        # copies: callers may change what they get, and the memo serves the next host
+        options = copy.deepcopy(options)
+        for name, var in var_of.items():
+            if var not in found:
+                continue
+            key = (kind, name, json.dumps(found[var], sort_keys=True, default=repr))
+            if key not in memo:
+                alone = ArgumentSpecValidator({name: spec[name]}).validate({name: found[var]})
+                memo[key] = (_first_error(alone), alone.validated_parameters.get(name))
+            error, value = memo[key]
+            options[name] = copy.deepcopy(value)
+            if error:
+                # checked alone, so the message names the variable and the host it came from
+                raise KiloError(error, host_subject(source), var)
+        return options
 
     def variables(self, task_vars, host, names):
         """{name: templated value} of the inventory variables ``names`` that ``host`` has.
