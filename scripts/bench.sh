@@ -11,3 +11,5 @@ echo "== site.yml on the lab (BENCH_BIG=1 adds 10x10)"
 .venv/bin/python bench/bench_site.py
 echo "== site.yml on 6 lab hosts, alone and inside a 1,000-host mesh"
 .venv/bin/python bench/bench_mesh.py
+echo "== host read beside 100,000 foreign routes (first converge and re-run; needs root)"
+.venv/bin/python bench/bench_netstate.py 100000
