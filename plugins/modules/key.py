@@ -144,7 +144,7 @@ prepared:
   description:
     - With O(prepare), what the preparation found and did - the keys M(kilo.mesh.prepare) returns (C(pkg_mgr),
       C(kernel_module), C(firewall), C(port), C(missing), C(unknown_sysctls), C(changes)), and C(installed),
-      the packages the action installed in this run.
+      the packages the action installed in this run (in check mode, would install).
   returned: when O(prepare) is true
   type: dict
   sample: {"pkg_mgr": "apt", "missing": [], "installed": [], "changes": [], "firewall": "nftables", "port": 51820}
