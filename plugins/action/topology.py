@@ -31,7 +31,8 @@ class ActionModule(KiloAction):
     EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False))
 
     def run_kilo(self, args, task_vars):
-        nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
+        nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]),
+                                                             self.earlier_reading(task_vars, args["group"]))
         if args["leader_health"]:
             self.mark_down(args, task_vars, nodes)
         if args["save_plans"]:

@@ -38,6 +38,7 @@ class ActionModule(KiloAction):
         one_location_each(groups, task_vars["hostvars"])
         nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"], groups))
         check_topology(nodes, peers, engine_options(args), task_vars["hostvars"], hosts[0] if hosts else None)
+        self.keep_reading(task_vars, args["group"])
         result = dict(changed=False, hosts=len(hosts), nodes=len(nodes),
                       msg="%d hosts, %d known nodes, %d peers: valid" % (len(hosts), len(nodes), len(peers)))
         result.update(missing_result(missing))

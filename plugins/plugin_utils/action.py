@@ -12,6 +12,7 @@ validate fails the task with a message naming the host and the variable. Expecte
 from __future__ import annotations
 
 import copy
+import gc
 import json
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -19,6 +20,25 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec
+from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
+
+
+def _copy(value):
+    """A copy the caller may change: scalars (most option values) are immutable already."""
+    return value if isinstance(value, (str, int, float, type(None))) else copy.deepcopy(value)
+
+
+def _plain(value):
+    """(JSON text, plain value) of an inventory value. The plain value drops what Ansible tags
+    its values with (their origin), which the validator would otherwise deep-copy per value;
+    a value JSON cannot carry unchanged is kept as it is."""
+    try:
+        text = json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return json.dumps(value, sort_keys=True, default=repr), value
+    plain = json.loads(text)
+    return text, (plain if plain == value else value)
 
 
 def _first_error(validation):
@@ -63,6 +83,10 @@ class KiloAction(ActionBase):
     EXTRA_SPEC = {}
 
     def run(self, tmp=None, task_vars=None):
+        # The worker is a fork of ansible-playbook holding the whole inventory: without this,
+        # each garbage collection walks all of it again (at a thousand hosts, a run-once step
+        # spent about a third of its time there). The worker exits after this task.
+        gc.freeze()
         result = super().run(tmp, task_vars)
         if "hostvars" in task_vars and not isinstance(task_vars["hostvars"], HostVarsOnce):
             task_vars = dict(task_vars, hostvars=HostVarsOnce(task_vars["hostvars"]))
@@ -114,16 +138,17 @@ class KiloAction(ActionBase):
         if error:
             raise KiloError(error, "task")
         # copies: callers may change what they get, and the memo serves the next host
-        options = copy.deepcopy(options)
+        options = dict((name, _copy(value)) for name, value in options.items())
         for name, var in var_of.items():
             if var not in found:
                 continue
-            key = (kind, name, json.dumps(found[var], sort_keys=True, default=repr))
+            text, value = _plain(found[var])
+            key = (kind, name, text)
             if key not in memo:
-                alone = ArgumentSpecValidator({name: spec[name]}).validate({name: found[var]})
+                alone = ArgumentSpecValidator({name: spec[name]}).validate({name: value})
                 memo[key] = (_first_error(alone), alone.validated_parameters.get(name))
             error, value = memo[key]
-            options[name] = copy.deepcopy(value)
+            options[name] = _copy(value)
             if error:
                 # checked alone, so the message names the variable and the host it came from
                 raise KiloError(error, host_subject(source), var)
@@ -201,6 +226,35 @@ class KiloAction(ActionBase):
         if groups is None:
             groups = self.location_groups(task_vars, group)
         return None if groups is None else dict((host, names[0]) for host, names in groups.items())
+
+    # --- what validate read, for the topology step of the same play (plan_store) ---------------
+
+    def _reading_key(self, group):
+        try:
+            play = self._task.get_play()
+        except AttributeError:  # a task outside a play's blocks: nothing to share with
+            return None
+        return "%s %s" % (play._uuid, group)
+
+    def keep_reading(self, task_vars, group):
+        """Keep the inputs of the mesh hosts outside the play (HostVarsOnce has them already)
+        for a later step of this play (``earlier_reading``)."""
+        key = self._reading_key(group)
+        play = set(task_vars.get("ansible_play_hosts_all") or [])
+        if key is None or not play:
+            return
+        hostvars = task_vars["hostvars"]
+        plan_store.save_reading(key, dict((host, host_inputs(hostvars[host]))
+                                          for host in task_vars["groups"].get(group, []) if host not in play))
+
+    def earlier_reading(self, task_vars, group):
+        """host -> inputs of the mesh hosts outside the play, as ``keep_reading`` read them
+        earlier in this play ({} when it did not); hosts of the play are never in it."""
+        key = self._reading_key(group)
+        if key is None:
+            return {}
+        play = set(task_vars.get("ansible_play_hosts_all") or [])
+        return dict((host, inputs) for host, inputs in plan_store.load_reading(key).items() if host not in play)
 
     def module_args(self, args, scopes):
         """The options of ``scopes`` out of ``args``, for a module call."""

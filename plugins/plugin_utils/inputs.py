@@ -32,6 +32,9 @@ NODE_VARS = {
     "cni_compatibility_ip": "kilo_cni_compatibility_ip",
 }
 
+# Every variable of a host the mesh reads (host_inputs), besides the registered kilo.mesh.key result.
+INPUT_VARS = tuple(NODE_VARS.values()) + ("kilo_kubernetes_node",)
+
 # Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
 REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")
 
@@ -132,18 +135,29 @@ def host_facts(hvars, facts_var, known):
     return annotation_facts(hvars), False
 
 
-def gather_nodes(task_vars, group, port, facts_var, registry, locations):
+def host_inputs(hvars):
+    """What the mesh reads of one host's variables (INPUT_VARS), as a plain dict."""
+    return dict((var, hvars[var]) for var in INPUT_VARS if var in hvars)
+
+
+def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=None):
     """Nodes of every host in ``group``, with the facts of this run, else the registry, else the
     agent annotations of the host's Kubernetes Node.
 
     ``locations`` maps host -> location group (None: the inventory could not tell).
+    ``read`` maps hosts outside the play to their host_inputs() as read earlier in the play
+    (plan_store.load_reading); their variables are not computed again.
     Returns (nodes, missing, fresh): hosts with no data at all are listed in ``missing``;
     ``fresh`` maps host -> facts reported in this run (to be written to the registry).
     """
     hostvars = task_vars["hostvars"]
     hosts = task_vars["groups"].get(group, [])
+    read = read or {}
+
+    def vars_of(host):
+        return read[host] if host in read else hostvars[host]
     if locations is None:
-        unplaced = [h for h in hosts if "kilo_location" not in hostvars[h]]
+        unplaced = [h for h in hosts if "kilo_location" not in vars_of(h)]
         if unplaced:
             # Never collapse every location into one segment silently.
             raise InputError("not set, and the child groups of %r (the locations) cannot be read from this inventory"
@@ -152,7 +166,7 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations):
     known = registry.get("hosts", {})
     nodes, missing, fresh = [], [], {}
     for host in hosts:
-        hvars = hostvars[host]
+        hvars = vars_of(host)
         facts, now = host_facts(hvars, facts_var, known.get(host))
         if now:
             fresh[host] = facts
@@ -299,11 +313,12 @@ def missing_result(missing):
     return dict(missing=missing, warnings=[missing_warning(missing)]) if missing else {}
 
 
-def mesh_inputs(task_vars, args, locations):
+def mesh_inputs(task_vars, args, locations, read=None):
     """(nodes, peers, fresh, missing, registry_file) for the whole mesh.
 
     ``args`` are the options of the "mesh" and "inputs" scopes (the action filled them from
-    the task and the inventory); explicit ``nodes`` win over the inventory.
+    the task and the inventory); explicit ``nodes`` win over the inventory. ``read``: as
+    gather_nodes.
     """
     path = registry_path(task_vars, args.get("registry"), args.get("group"))
     registry = read_registry(path)
@@ -311,5 +326,5 @@ def mesh_inputs(task_vars, args, locations):
         nodes, missing, fresh = [dict(n) for n in args["nodes"]], [], {}
     else:
         nodes, missing, fresh = gather_nodes(task_vars, args["group"], args["port"], args["facts_var"], registry,
-                                             locations)
+                                             locations, read)
     return nodes, mesh_peers(args.get("peers"), registry), fresh, missing, path

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""Plans computed once per run and handed to each host on the controller.
+"""Plans computed once per run and handed to each host on the controller; and what the run's
+check step read of the hosts outside the play, handed to the topology step of the same play.
 
 A run-once ``kilo.mesh.topology`` (``save_plans``) computes the mesh one time and writes each
 play host's plan to its own file; each host's ``kilo.mesh.join`` reads only its file. Only the
@@ -28,10 +29,14 @@ def _file(directory, host):
     return os.path.join(directory, hashlib.sha256(host.encode("utf-8")).hexdigest() + ".json")
 
 
+def _run_tmp():
+    """Ansible's temporary directory of this run (one per ansible-playbook; workers share it)."""
+    return C.DEFAULT_LOCAL_TMP if os.path.isdir(C.DEFAULT_LOCAL_TMP or "") else None
+
+
 def save(plans):
     """Write ``plans`` (host -> plan) to a new private directory; returns its path."""
-    parent = C.DEFAULT_LOCAL_TMP if os.path.isdir(C.DEFAULT_LOCAL_TMP or "") else None
-    directory = tempfile.mkdtemp(prefix="kilo-plans-", dir=parent)
+    directory = tempfile.mkdtemp(prefix="kilo-plans-", dir=_run_tmp())
     for host, plan in plans.items():
         fd = os.open(_file(directory, host), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -69,3 +74,37 @@ def mark_roaming(plans, computed):
     for plan in plans:
         plan["peers"] = [dict(peer, roaming=True) if keepalive.get(peer["public_key"], 0) > 0 else peer
                          for peer in plan.get("peers", [])]
+
+
+# --- what kilo.mesh.validate read of the hosts outside the play ------------------------------
+# Computing a host's variables is what a run-once step pays per host (Ansible's hostvars), and
+# validate and topology both need every host of the mesh. Within one play the variables of a
+# host outside it do not change (no task runs there), so validate's reading serves the topology
+# step; hosts of the play are always read again (they registered kilo.mesh.key's result since).
+
+def _reading_file(key):
+    directory = _run_tmp()
+    if directory is None:  # no per-run directory: nothing to hand over safely
+        return None
+    return os.path.join(directory, "kilo-reading-" + hashlib.sha256(key.encode("utf-8")).hexdigest() + ".json")
+
+
+def save_reading(key, inputs):
+    """Keep ``inputs`` (host -> plain dict of its variables) under ``key`` for this run."""
+    path = _reading_file(key)
+    if path is None:
+        return
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".kilo-reading-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(inputs, f, separators=(",", ":"), default=str)
+    os.replace(tmp, path)
+
+
+def load_reading(key):
+    """What ``save_reading`` kept under ``key`` in this run, or {}."""
+    path = _reading_file(key)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (TypeError, FileNotFoundError, ValueError):
+        return {}

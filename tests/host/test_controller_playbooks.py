@@ -1,5 +1,6 @@
 """Controller-only playbooks on the example inventory (no host is touched): the plans table,
 the topology picture, an outside peer's configuration, and a validation error."""
+import json
 import os
 import re
 import subprocess
@@ -218,3 +219,53 @@ def test_mesh_computed_once_for_the_play_and_each_plan_kept_apart(tmp_path, seri
     assert proc.returncode == 0, proc.stdout
     assert re.search(r"aws-1\s+: ok=\d+ .*failed=0", proc.stdout), proc.stdout
     assert "gcp-1" not in proc.stdout
+
+
+READING_PLAY = """
+- hosts: kilo
+  gather_facts: false
+  connection: local
+  tasks:
+    - kilo.mesh.validate:
+      run_once: true
+      when: with_validate | bool
+    - name: a host of the play changes after the check; the topology step must see it
+      ansible.builtin.set_fact:
+        kilo_leader: true
+      when: inventory_hostname == 'aws-2'
+    - kilo.mesh.topology:
+        save_plans: true
+      run_once: true
+      register: mesh
+    - ansible.builtin.copy:
+        src: "{{ mesh.plan_store ~ '/' ~ (inventory_hostname | hash('sha256')) ~ '.json' }}"
+        dest: "{{ out }}/{{ inventory_hostname }}.json"
+        mode: "0600"
+"""
+
+
+def test_topology_after_validate_reuses_its_reading_of_the_hosts_outside_the_play(tmp_path):
+    """validate keeps what it read of the hosts outside --limit for the topology step of the
+    same play (they cannot change in between); the plans are the same as when topology reads
+    every host itself, and a play host changed after validate is read again."""
+    play = tmp_path / "reading.yml"
+    play.write_text(READING_PLAY)
+    plans = {}
+    for with_validate in (True, False):
+        out = tmp_path / ("with" if with_validate else "without")
+        out.mkdir()
+        argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", EXAMPLE, str(play), "--limit", "aws",
+                "-e", "with_validate=%s out=%s" % (with_validate, out)]
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+        proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stdout
+        plans[with_validate] = dict((p.name, json.loads(p.read_text())) for p in sorted(out.iterdir()))
+    assert sorted(plans[True]) == ["aws-1.json", "aws-2.json", "aws-3.json"]
+    assert plans[True] == plans[False]
+    # the hosts outside the play are in the plan (from validate's reading), and aws-2 leads
+    aws1 = plans[True]["aws-1.json"]
+    text = json.dumps(aws1)
+    assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" not in text  # gcp-1 is no peer of a non-leader
+    aws2 = plans[True]["aws-2.json"]
+    assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" in json.dumps(aws2), aws2

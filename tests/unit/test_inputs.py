@@ -231,3 +231,48 @@ def test_a_registry_whose_peers_are_not_a_mapping_is_a_clear_error(tmp_path):
     with pytest.raises(KiloError) as e:
         inputs.read_registry(str(path))
     assert "'peers'" in str(e.value) and str(path) in str(e.value)
+
+
+class CountingHostvars(FakeHostvars):
+    """Hostvars that count look-ups: a host's variables are what a run-once step pays for."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.looked_up = []
+
+    def __getitem__(self, host):
+        self.looked_up.append(host)
+        return super().__getitem__(host)
+
+
+def test_gather_nodes_takes_hosts_outside_the_play_from_an_earlier_reading():
+    pinned = {"kilo_location": "y", "kilo_public_key": KEY, "kilo_force_endpoint": "203.0.113.7:51820"}
+    hostvars = CountingHostvars({"a": {"kilo_location": "x", "kilo_host": dict(FACTS)}, "b": dict(pinned)})
+    task_vars = {"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}
+    read = {"b": inputs.host_inputs(hostvars["b"])}
+    hostvars.looked_up.clear()
+    nodes, missing, fresh = inputs.gather_nodes(task_vars, "kilo", 51820, "kilo_host", {"hosts": {}}, None, read)
+    assert hostvars.looked_up == ["a", "a"]  # b's variables never computed again
+    again = inputs.gather_nodes(task_vars, "kilo", 51820, "kilo_host", {"hosts": {}}, None)
+    assert (nodes, missing, fresh) == again
+    assert [n["endpoint"] for n in nodes] == ["172.16.1.2:51820", "203.0.113.7:51820"]
+
+
+def test_host_inputs_are_the_variables_the_mesh_reads_and_nothing_else():
+    hvars = {"kilo_pod_cidr": "10.244.1.0/24", "kilo_kubernetes_node": {"public_key": KEY},
+             "kilo_host": dict(FACTS), "ansible_host": "198.18.0.5", "kilo_peers": []}
+    assert inputs.host_inputs(hvars) == {"kilo_pod_cidr": "10.244.1.0/24", "kilo_kubernetes_node": {"public_key": KEY}}
+
+
+def test_a_reading_is_kept_for_the_run_under_its_key(tmp_path, monkeypatch):
+    from ansible import constants as C
+    from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+    monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(tmp_path))
+    plan_store.save_reading("play-1 kilo", {"b": {"kilo_location": "y"}})
+    assert plan_store.load_reading("play-1 kilo") == {"b": {"kilo_location": "y"}}
+    assert plan_store.load_reading("play-2 kilo") == {}
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1 and files[0].stat().st_mode & 0o777 == 0o600
+    monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(tmp_path / "gone"))
+    plan_store.save_reading("play-1 kilo", {"b": {}})  # no run directory: nothing kept, no error
+    assert plan_store.load_reading("play-1 kilo") == {}

@@ -84,3 +84,21 @@ def test_the_roles_task_timeout_default_is_the_table_default():
             text = f.read()
         found = re.findall(r"kilo_task_timeout \| default\(\d+\)", text)
         assert found and set(found) == {want}, (role, found)
+
+
+def test_inventory_values_are_validated_as_plain_data_when_json_carries_them_unchanged():
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.action import _copy, _plain
+
+    class Tagged(str):
+        """Stands for a value Ansible tagged with its origin (a str subclass)."""
+
+    text, value = _plain({"b": [Tagged("10.0.0.1/8")], "a": 1})
+    assert text == '{"a": 1, "b": ["10.0.0.1/8"]}'
+    assert value["b"][0].__class__ is str  # not the subclass
+    assert _plain((1, 2))[1] == (1, 2)             # JSON would make it a list: kept as it is
+    assert _plain({1: "x"})[1] == {1: "x"}         # JSON would make the key a string
+    marker = object()
+    assert _plain(marker)[1] is marker             # not JSON at all
+    listed = [1, 2]
+    assert _copy(listed) == listed and _copy(listed) is not listed
+    assert _copy("x") == "x"
