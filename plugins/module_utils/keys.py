@@ -22,10 +22,41 @@ class KeyFileError(KiloError):
     """A key file that cannot be read, written or holds no key (the message never holds a key)."""
 
 
-def _x25519():
-    # Imported lazily so that parsing helpers work where cryptography is missing.
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-    return X25519PrivateKey
+# X25519 (RFC 7748) over Curve25519's prime: what a WireGuard public key is, computed here so the
+# key call needs no cryptography library (its import cost a tenth of every key and converge call).
+_P = (1 << 255) - 19
+_A24 = 121665
+_BASE_U = 9
+
+
+def _clamp(raw):
+    scalar = bytearray(raw)
+    scalar[0] &= 248
+    scalar[31] &= 127
+    scalar[31] |= 64
+    return bytes(scalar)
+
+
+def _x25519(scalar, u):
+    """RFC 7748's X25519: the u-coordinate of ``scalar`` (32 bytes, clamped here) times the
+    point ``u`` (an int), as 32 little-endian bytes. Python integers are not constant-time; this
+    runs on the host that owns the key, once per call, with nobody outside timing it."""
+    k = int.from_bytes(_clamp(scalar), "little")
+    x1, x2, z2, x3, z3, swap = u, 1, 0, u, 1, 0
+    for t in range(254, -1, -1):
+        bit = (k >> t) & 1
+        if swap ^ bit:
+            x2, x3, z2, z3 = x3, x2, z3, z2
+        swap = bit
+        a, b, c, d = x2 + z2, x2 - z2, x3 + z3, x3 - z3
+        aa, bb = a * a % _P, b * b % _P
+        e = aa - bb
+        da, cb = d * a % _P, c * b % _P
+        x3, z3 = (da + cb) ** 2 % _P, x1 * (da - cb) ** 2 % _P
+        x2, z2 = aa * bb % _P, e * (aa + _A24 * e) % _P
+    if swap:
+        x2, z2 = x3, z3
+    return (x2 * pow(z2, _P - 2, _P) % _P).to_bytes(32, "little")
 
 
 def validate_key(value, subject=None, field="key"):
@@ -34,24 +65,14 @@ def validate_key(value, subject=None, field="key"):
 
 
 def generate_private_key():
-    """A fresh private key, base64 (clamped by the X25519 implementation when used)."""
-    raw = _raw_private(_x25519().generate())
-    return base64.b64encode(raw).decode("ascii")
-
-
-def _raw_private(key):
-    from cryptography.hazmat.primitives import serialization
-    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                             serialization.NoEncryption())
+    """A fresh private key, base64, clamped as `wg genkey` writes it."""
+    return base64.b64encode(_clamp(os.urandom(32))).decode("ascii")
 
 
 def public_key(private_b64):
     """Public key (base64) of a base64 private key."""
     raw = validate_key(private_b64, field="private key")
-    from cryptography.hazmat.primitives import serialization
-    pub = _x25519().from_private_bytes(raw).public_key()
-    return base64.b64encode(pub.public_bytes(serialization.Encoding.Raw,
-                                             serialization.PublicFormat.Raw)).decode("ascii")
+    return base64.b64encode(_x25519(raw, _BASE_U)).decode("ascii")
 
 
 def _subject(path):

@@ -32,15 +32,15 @@ NFT_CHAIN = ("inet", "filter", "input")
 # Package names by package manager: tools, userspace implementation, Python libraries.
 PACKAGES = {
     "apt": {
-        "base": ["wireguard-tools", "python3-pyroute2", "python3-cryptography", "nftables", "iproute2"],
+        "base": ["wireguard-tools", "python3-pyroute2", "nftables", "iproute2"],
         "userspace": ["wireguard-go"],
     },
     "dnf": {
-        "base": ["wireguard-tools", "python3-pyroute2", "python3-cryptography", "nftables", "iproute"],
+        "base": ["wireguard-tools", "python3-pyroute2", "nftables", "iproute"],
         "userspace": ["wireguard-go"],
     },
     "pacman": {
-        "base": ["wireguard-tools", "python-pyroute2", "python-cryptography", "nftables", "iproute2"],
+        "base": ["wireguard-tools", "python-pyroute2", "nftables", "iproute2"],
         "userspace": ["wireguard-go"],
     },
 }

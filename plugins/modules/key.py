@@ -39,7 +39,7 @@ notes:
     never overwritten). A key file readable by others is tightened to C(0600).
   - Options not given in the task are read from the host's inventory variables (C(kilo_key_path),
     C(kilo_interface), C(kilo_discovery_ignore_interfaces)).
-  - Runs on the managed host with the host's Python; needs C(cryptography) and C(pyroute2).
+  - Runs on the managed host with the host's Python; needs C(pyroute2) (the public key is computed in Python, RFC 7748).
   - >-
     An address counts as public the way Kilo counts it - any IPv4 address outside 10.0.0.0/8,
     172.16.0.0/12 and 192.168.0.0/16 (so also 100.64.0.0/10, 198.18.0.0/15 and the documentation
@@ -175,7 +175,7 @@ def run_module():
     p = module.params
     prepared = prepare_module_host(module) if p["prepare"] else None
     if prepared and prepared["missing"]:
-        # the key and discovery may need what is missing (cryptography, pyroute2): the action
+        # discovery may need what is missing (pyroute2): the action
         # installs it and calls again
         module.exit_json(changed=bool(prepared["changes"]), msg="packages missing: %s" % ", ".join(prepared["missing"]),
                          prepared=prepared, **diff_of(prepared))

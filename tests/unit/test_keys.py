@@ -109,3 +109,28 @@ def test_key_file_error_never_shows_the_key(tmp_path):
     with pytest.raises(keys.KeyFileError) as e:
         keys.read_private_key(str(path))
     assert short not in str(e.value) and "decodes to 31 bytes" in str(e.value)
+
+
+def test_x25519_matches_the_rfc_scalar_multiplication_vector():
+    # RFC 7748 section 5.2, first vector: an arbitrary point, not the base point
+    scalar = bytes.fromhex("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4")
+    u = int.from_bytes(bytes.fromhex("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c"), "little")
+    out = bytes.fromhex("c3da55379de9c6908e94ea4df28d084f32eccf03491c71f754b4075577a28552")
+    assert keys._x25519(scalar, u) == out
+
+
+def test_public_keys_agree_with_the_cryptography_library():
+    # the controller's venv has cryptography; the host no longer needs it for keys
+    x25519 = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.x25519")
+    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    for dummy in range(200):
+        priv = keys.generate_private_key()
+        raw = base64.b64decode(priv)
+        assert raw[0] & 7 == 0 and raw[31] & 0xC0 == 0x40  # clamped, as wg genkey
+        theirs = x25519.X25519PrivateKey.from_private_bytes(raw).public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        assert keys.public_key(priv) == base64.b64encode(theirs).decode()
+    unclamped = base64.b64encode(b"\xff" * 32).decode()  # a key file from elsewhere: clamped on use
+    theirs = x25519.X25519PrivateKey.from_private_bytes(b"\xff" * 32).public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    assert keys.public_key(unclamped) == base64.b64encode(theirs).decode()
