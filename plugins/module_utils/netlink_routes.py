@@ -34,7 +34,7 @@ NLM_F_DUMP = 0x300
 RTM_NEWROUTE = 24
 RTM_GETROUTE = 26
 RT_TABLE_COMPAT = 252  # rtm_table of a route in a table above 255: RTA_TABLE has the real one
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_TABLE = 1, 4, 5, 6, 7, 15
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_MULTIPATH, RTA_TABLE = 1, 4, 5, 6, 7, 9, 15
 NLA_TYPE_MASK = 0x3fff  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 BUFSIZE = 1 << 20  # the kernel fills at most ~32 KiB per datagram: never truncated
 RETRIES = 3  # a dump the kernel marks interrupted (the table changed meanwhile) is read again
@@ -42,6 +42,7 @@ RETRIES = 3  # a dump the kernel marks interrupted (the table changed meanwhile)
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
 _RTATTR = struct.Struct("=HH")
+_RTNEXTHOP = struct.Struct("=HBBi")  # len, flags, hops, ifindex
 _U32 = struct.Struct("=I")
 _I32 = struct.Struct("=i")
 _HEAD = _NLMSGHDR.size + _RTMSG.size
@@ -105,8 +106,22 @@ def _decode(buf, off, length, family):
             attrs[_ADDRESS_ATTRS[atype]] = socket.inet_ntop(family, data)
         elif atype in _U32_ATTRS and len(data) == 4:
             attrs[_U32_ATTRS[atype]] = _U32.unpack(data)[0]
+        elif atype == RTA_MULTIPATH:
+            attrs["RTA_MULTIPATH"] = _nexthops(data)
         pos += (alen + 3) & ~3
     return RouteMessage(header, attrs)
+
+
+def _nexthops(data):
+    """[{'oif'}] of an RTA_MULTIPATH attribute (the device of each next hop, as pyroute2 names it)."""
+    out, pos = [], 0
+    while pos + _RTNEXTHOP.size <= len(data):
+        length, dummy, dummy, oif = _RTNEXTHOP.unpack_from(data, pos)
+        if length < _RTNEXTHOP.size:
+            break
+        out.append({"oif": oif})
+        pos += (length + 3) & ~3
+    return out
 
 
 def _packed_dst(msg, family):

@@ -31,6 +31,7 @@ import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils import discovery
 from ansible_collections.kilo.mesh.plugins.module_utils import keys as keymod
+from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, host_subject, kernel_module_available, parse_key, split_endpoint)
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
@@ -164,19 +165,10 @@ class WireGuardBackend(Backend):
         return "interface %s" % self.interface
 
     def _link(self):
-        """{'index', 'kind', 'up', 'mtu'} of our interface, or None."""
-        from pyroute2 import IPRoute
-        with IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=self.interface)
-            if not idx:
-                return None
-            link = list(ipr.get_links(idx[0]))[0]
-            kind = None
-            info = link.get_attr("IFLA_LINKINFO")
-            if info is not None:
-                kind = info.get_attr("IFLA_INFO_KIND")
-            return {"index": idx[0], "kind": kind, "up": bool(link["flags"] & 1),
-                    "mtu": link.get_attr("IFLA_MTU")}
+        """{'index', 'kind', 'up', 'mtu'} of our interface, or None (stdlib netlink: a re-run
+        of the userspace backend never imports pyroute2 here)."""
+        link = netlink_links.link(self.interface)
+        return None if link is None else dict((k, link[k]) for k in ("index", "kind", "up", "mtu"))
 
     def _socket(self):
         return socket_path(self.interface, SOCKET_DIR)

@@ -162,3 +162,43 @@ def test_key_module_end_to_end(ns):
         assert bad["_status"].startswith("FAILED") and path in bad["msg"] and "garbage" not in bad["msg"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+COMPARE = r'''
+import json, sys
+sys.path.insert(0, %r)
+from ansible_collections.kilo.mesh.plugins.module_utils import discovery as d, netlink_links as n
+print(json.dumps({"mine": d.read_host(), "theirs": d.read_host_pyroute2(),
+                  "links": dict((link["name"], link) for link in n.links())}))
+''' % COLLECTIONS
+
+
+@pytest.mark.parametrize("python", ["/usr/bin/python3", os.path.join(ROOT, ".venv", "bin", "python")])
+def test_the_standard_library_read_matches_pyroute2(ns, python):
+    """read_host reads links, addresses and the default route with the standard library
+    (netlink_links, netlink_routes); pyroute2 (0.7.2 and the venv's 0.9) reads the same, with
+    IPv6, a point-to-point address, a link that is down, and a multipath default route (the
+    machine has no dummy module: the extra link is a veth pair)."""
+    if not os.path.exists(python):
+        pytest.skip("no " + python)
+    sh("ip", "-n", ns, "link", "add", "dum0", "mtu", "1380", "type", "veth", "peer", "name", "dum1")
+    sh("ip", "-n", ns, "addr", "add", "10.9.0.1", "peer", "10.9.0.2/32", "dev", "dum0")
+    sh("ip", "-n", ns, "addr", "add", "fd00:5::5/64", "dev", "eth2", "nodad")
+    try:
+        out = json.loads(sh("ip", "netns", "exec", ns, python, "-c", COMPARE).stdout)
+        assert out["mine"] == out["theirs"]
+        cidrs = dict((a["cidr"], a["ifname"]) for a in out["mine"]["addrs"])
+        assert cidrs["10.9.0.1/32"] == "dum0" and cidrs["fd00:5::5/64"] == "eth2"
+        assert out["links"]["dum0"]["kind"] == "veth" and out["links"]["dum0"]["up"] is False
+        assert out["links"]["dum0"]["mtu"] == 1380
+        assert out["links"]["eth1"]["kind"] == "veth" and out["links"]["eth1"]["up"] is True
+        assert out["mine"]["default_index"] == out["links"]["mgmt0"]["index"]
+        sh("ip", "-n", ns, "route", "replace", "default", "nexthop", "via", "10.1.0.1", "dev", "eth1",
+           "nexthop", "via", "203.0.113.1", "dev", "eth2")
+        out = json.loads(sh("ip", "netns", "exec", ns, python, "-c", COMPARE).stdout)
+        assert out["mine"] == out["theirs"]
+        assert out["mine"]["default_index"] == out["links"]["eth1"]["index"]
+    finally:
+        sh("ip", "-n", ns, "route", "replace", "default", "via", "198.18.0.1", "dev", "mgmt0", check=False)
+        sh("ip", "-n", ns, "addr", "del", "fd00:5::5/64", "dev", "eth2", check=False)
+        sh("ip", "-n", ns, "link", "del", "dum0", check=False)

@@ -276,3 +276,35 @@ def test_foreign_scan_keeps_pyroute2_for_another_ipr(monkeypatch):
     ipr = FakeIPRoute()
     assert b._routes(ipr, True, LINKS, WATCH) == ([], FOREIGN)
     assert len(ipr.dumps) == 4
+
+
+def test_multipath_next_hops_give_their_devices():
+    hops = struct.pack("=HBBi", 16, 0, 0, 7) + addr(nr.RTA_GATEWAY, V4, "10.1.0.1") \
+        + struct.pack("=HBBi", 8, 0, 0, 9)
+    msg = route_msg(V4, "0.0.0.0", 0, extra=attr(nr.RTA_MULTIPATH, hops))
+    (done_, dummy), out = parse(msg + done(), keys=[("0.0.0.0/0", 254)])
+    assert done_ and out[0].get_attr("RTA_MULTIPATH") == [{"oif": 7}, {"oif": 9}]
+
+
+def test_links_and_addresses_decode_from_kernel_messages():
+    from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
+    info = attr(nl.IFLA_INFO_KIND, b"wireguard\0")
+    body = struct.pack("=BBHiII", 0, 0, 65534, 5, 0x1 | 0x40, 0) + attr(nl.IFLA_IFNAME, b"kilo0\0") \
+        + u32(nl.IFLA_MTU, 1420) + attr(nl.IFLA_LINKINFO | 0x8000, info)
+    msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWLINK, 2, SEQ, 0) + body
+    buf = bytearray(msg + done())
+    got, finished = nl.messages(buf, len(buf), SEQ)
+    assert finished and len(got) == 1
+    kind, start, end, dummy = got[0]
+    assert nl.decode_link(buf, kind, start, end) == {"index": 5, "name": "kilo0", "mtu": 1420, "kind": "wireguard",
+                                                      "up": True}
+    body = struct.pack("=BBBBI", V6, 64, 0, 0, 3) + addr(nl.IFA_ADDRESS, V6, "fd00:5::5")
+    msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWADDR, 2, SEQ, 0) + body
+    buf = bytearray(msg)
+    (kind, start, end, dummy), = nl.messages(buf, len(buf), SEQ)[0]
+    assert nl.decode_address(buf, kind, start, end) == {"index": 3, "family": V6, "prefixlen": 64,
+                                                         "address": "fd00:5::5", "local": None}
+    with pytest.raises(OSError) as e:
+        buf = bytearray(error(-errno.EPERM))
+        nl.messages(buf, len(buf), SEQ)
+    assert e.value.errno == errno.EPERM
