@@ -26,10 +26,10 @@ __metaclass__ = type
 import ipaddress
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links
 from ansible_collections.kilo.mesh.plugins.module_utils.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import StrictCheckUnsupported, dump_routes
+from ansible_collections.kilo.mesh.plugins.module_utils.netlink_links import NetlinkReader
+from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import StrictCheckUnsupported
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, TUNNEL
 
 MAIN_TABLE = 254
@@ -60,68 +60,52 @@ def read_host():
     """Snapshot of links, addresses and the default route: {'links': {index: {'name', 'mtu'}},
     'addrs': [{'index', 'ifname', 'cidr'}], 'default_index': index or None}.
 
-    Read with the standard library's netlink (netlink_links, netlink_routes: no pyroute2
-    import, which cost about a third of the key call); through pyroute2 where the kernel
-    refuses strict route dumps (before 4.20)."""
+    Read with the standard library's netlink (NetlinkReader: pyroute2's import cost about a
+    third of the key call); through pyroute2 where the kernel refuses strict route dumps."""
     try:
-        return _read_host_netlink()
+        reader = NetlinkReader()
     except StrictCheckUnsupported:
         return read_host_pyroute2()
-
-
-def _address(index, family, address, local, prefixlen, links):
-    ip = address
-    if family == socket.AF_INET and local:
-        ip = local  # on point-to-point links IFA_ADDRESS is the peer
-    if ip is None:
-        return None
-    return {"index": index, "ifname": links.get(index, {}).get("name"), "cidr": "%s/%d" % (ip.split("%")[0], prefixlen)}
-
-
-def _read_host_netlink():
-    links = dict((link["index"], {"name": link["name"], "mtu": link["mtu"]}) for link in netlink_links.links())
-    addrs = [a for a in (_address(m["index"], m["family"], m["address"], m["local"], m["prefixlen"], links)
-                         for m in netlink_links.addresses()) if a is not None]
-    default_index = None
-    for family, zero in ((socket.AF_INET, "0.0.0.0/0"), (socket.AF_INET6, "::/0")):
-        for route in dump_routes(family, [(zero, MAIN_TABLE)], table=MAIN_TABLE):
-            default_index = _route_oif(route)
-            if default_index:
-                break
-        if default_index:
-            break
-    return {"links": links, "addrs": addrs, "default_index": default_index or None}
-
-
-def _route_oif(route):
-    oif = route.get_attr("RTA_OIF")
-    if oif is None:
-        hops = route.get_attr("RTA_MULTIPATH")
-        if hops:
-            oif = hops[0]["oif"]
-    return oif
+    zero = {socket.AF_INET: "0.0.0.0/0", socket.AF_INET6: "::/0"}
+    return snapshot(reader, lambda family: reader.routes(family, table=MAIN_TABLE, keys=[(zero[family], MAIN_TABLE)]))
 
 
 def read_host_pyroute2():
     """read_host() through pyroute2 (0.7.2 and 0.9.x)."""
     from pyroute2 import IPRoute
     with IPRoute() as ipr:
-        links = {}
-        for link in list(ipr.get_links()):
-            links[link["index"]] = {"name": link.get_attr("IFLA_IFNAME"),
-                                    "mtu": link.get_attr("IFLA_MTU")}
-        addrs = [a for a in (_address(m["index"], m["family"], m.get_attr("IFA_ADDRESS"), m.get_attr("IFA_LOCAL"),
-                                      m["prefixlen"], links) for m in list(ipr.get_addr())) if a is not None]
-        default_index = None
-        for family in (socket.AF_INET, socket.AF_INET6):
-            for r in list(ipr.get_routes(family=family, table=MAIN_TABLE)):
-                if r["dst_len"] != 0:
-                    continue
-                default_index = _route_oif(r)
-                if default_index:
-                    break
-            if default_index is not None:
+        return snapshot(ipr, lambda family: [r for r in ipr.get_routes(family=family, table=MAIN_TABLE)
+                                             if r["dst_len"] == 0])
+
+
+def snapshot(ipr, default_routes):
+    """read_host() out of ``ipr`` (an IPRoute or a NetlinkReader); ``default_routes(family)``
+    gives the main table's default routes of a family."""
+    links = {}
+    for link in list(ipr.get_links()):
+        links[link["index"]] = {"name": link.get_attr("IFLA_IFNAME"), "mtu": link.get_attr("IFLA_MTU")}
+    addrs = []
+    for a in list(ipr.get_addr()):
+        ip = a.get_attr("IFA_ADDRESS")
+        if a["family"] == socket.AF_INET and a.get_attr("IFA_LOCAL"):
+            ip = a.get_attr("IFA_LOCAL")  # on point-to-point links IFA_ADDRESS is the peer
+        if ip is None:
+            continue
+        addrs.append({"index": a["index"], "ifname": links.get(a["index"], {}).get("name"),
+                      "cidr": "%s/%d" % (ip.split("%")[0], a["prefixlen"])})
+    default_index = None
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for route in list(default_routes(family)):
+            oif = route.get_attr("RTA_OIF")
+            if oif is None:
+                hops = route.get_attr("RTA_MULTIPATH")
+                if hops:
+                    oif = hops[0]["oif"]
+            if oif:
+                default_index = oif
                 break
+        if default_index is not None:
+            break
     return {"links": links, "addrs": addrs, "default_index": default_index}
 
 

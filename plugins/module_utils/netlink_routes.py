@@ -131,9 +131,9 @@ def _packed_dst(msg, family):
 
 def parse(buf, size, seq, family, index, out):
     """Append to ``out`` the route messages in ``buf[:size]`` whose (dst_len, table, dst) is in
-    ``index`` (from key_index). Returns (done, interrupted); raises OSError for an error the
+    ``index`` (from key_index; None: every one). Returns (done, interrupted); raises OSError for an error the
     kernel reports (NLMSG_ERROR, or a negative errno in NLMSG_DONE)."""
-    by_len, wanted = index
+    by_len, wanted = index if index is not None else (None, None)
     unpack = _NLMSGHDR.unpack_from
     interrupted = False
     off = 0
@@ -143,7 +143,9 @@ def parse(buf, size, seq, family, index, out):
             raise OSError(errno.EBADMSG, "truncated netlink message in route dump")
         if flags & NLM_F_DUMP_INTR:
             interrupted = True
-        if mtype == RTM_NEWROUTE and length >= _HEAD:
+        if mtype == RTM_NEWROUTE and length >= _HEAD and index is None:
+            out.append(_decode(buf, off, length, family))  # every route the kernel returned
+        elif mtype == RTM_NEWROUTE and length >= _HEAD:
             # the hot path: two header bytes, dst_len and rtm_table, decide most messages
             tables = by_len.get(buf[off + 17])
             if tables is not None and (buf[off + 20] in tables or buf[off + 20] == RT_TABLE_COMPAT):
@@ -160,7 +162,8 @@ def parse(buf, size, seq, family, index, out):
     return False, interrupted
 
 
-def _open():
+def open_strict():
+    """A bound rtnetlink socket with strict checking on; StrictCheckUnsupported where refused."""
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
     try:
         sock.bind((0, 0))
@@ -175,12 +178,12 @@ def _open():
 
 
 def dump_routes(family, keys, table=0, proto=0, rtype=0):
-    """Route messages (RouteMessage) of ``family`` at the (dst, table) ``keys`` among the routes
-    of ``table``, ``proto`` and ``rtype`` (0: any), filtered by the kernel. A table that does not
-    exist yet reads as empty. StrictCheckUnsupported: read another way."""
-    index = key_index(family, keys)
+    """Route messages (RouteMessage) of ``family`` at the (dst, table) ``keys`` (None: all) among
+    the routes of ``table``, ``proto`` and ``rtype`` (0: any), filtered by the kernel. A table that
+    does not exist yet reads as empty. StrictCheckUnsupported: read another way."""
+    index = key_index(family, keys) if keys is not None else None
     buf = bytearray(BUFSIZE)
-    sock = _open()
+    sock = open_strict()
     try:
         for attempt in range(RETRIES):
             seq = attempt + 1

@@ -18,12 +18,13 @@ Ownership (only this is ever changed or removed):
   (e.g. another CNI's) are left alone. IPv6 tunnel addresses are not managed: IPIP carries IPv4
   only, and an IPv6 address has no label to mark it as ours.
 
-Routes are read with netlink strict checking where the kernel (4.20+) and pyroute2 allow it:
-the kernel then returns only our protocol's routes, and foreign routes (another protocol's) only
-from the tables where the plan puts a route of ours that is not there yet; an idempotent re-run
-reads no foreign route at all, so a host carrying a full BGP table stays cheap. A first converge
-reads those tables with netlink_routes, which decodes only the messages at the plan's keys.
-Without strict checking, one whole dump per family, filtered here.
+The host is read with the standard library (netlink_links.NetlinkReader, netlink_routes) and
+netlink strict checking where the kernel (4.20+) allows it: the kernel then returns only our
+protocol's routes, and foreign routes (another protocol's) only from the tables where the plan
+puts a route of ours that is not there yet; an idempotent re-run reads no foreign route at all,
+so a host carrying a full BGP table stays cheap, and never imports pyroute2. A first converge
+reads those tables decoding only the messages at the plan's keys. Without strict checking,
+pyroute2 with one whole dump per family, filtered here. Changes go through pyroute2.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -38,8 +39,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.common import kernel_module_available
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import ssh_client_address
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import (
-    StrictCheckUnsupported, dump_routes)
+from ansible_collections.kilo.mesh.plugins.module_utils.netlink_links import NetlinkReader
+from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import StrictCheckUnsupported
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
     CILIUM_TUNNEL, FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, ROUTE_PROTO, TUNNEL)
 
@@ -170,11 +171,13 @@ class NetStateBackend(Backend):
         return self._ipr_class(**options)
 
     def _reader(self):
-        """(IPRoute, strict) for reading: under strict checking the kernel filters route dumps
-        by protocol and table; an older kernel or pyroute2 refuses the option."""
+        """(reader, strict): the standard library's NetlinkReader, whose route dumps the kernel
+        filters by protocol and table (strict checking), so a re-run that changes nothing never
+        imports pyroute2; where the kernel (before 4.20) refuses strict checking, pyroute2's
+        IPRoute with whole dumps."""
         try:
-            return self._ipr(strict_check=True), True
-        except Exception:  # TypeError (old pyroute2), OSError (kernel < 4.20)
+            return NetlinkReader(), True
+        except StrictCheckUnsupported:
             return self._ipr(), False
 
     @staticmethod
@@ -240,6 +243,8 @@ class NetStateBackend(Backend):
     def _dump(ipr, family, table=0, proto=0, rtype=0):
         """RTM_GETROUTE dump of ``family`` on a strict socket: the kernel returns only routes of
         ``table``, ``proto`` and ``rtype`` (0: any)."""
+        if isinstance(ipr, NetlinkReader):
+            return ipr.routes(family, table=table, proto=proto, rtype=rtype)
         from pyroute2.netlink.rtnl.rtmsg import rtmsg  # noqa: deferred like IPRoute
         msg = rtmsg()
         for field in ("dst_len", "src_len", "tos", "table", "scope", "flags"):
@@ -306,13 +311,9 @@ class NetStateBackend(Backend):
     def _table_routes(self, ipr, family, table, keys):
         """Unicast route messages of ``table`` (strict dump), at least those at ``keys``. A full BGP
         table is read by netlink_routes, which decodes only the messages at ``keys``: pyroute2
-        would parse every message. It opens its own socket in this process's namespace, so it
-        stands in for a real IPRoute only (a test's fake keeps pyroute2's path)."""
-        if self._ipr_class is not None and isinstance(ipr, self._ipr_class):
-            try:
-                return dump_routes(family, keys, table=table, rtype=RTN_UNICAST)
-            except StrictCheckUnsupported:
-                pass  # pyroute2 had it, this socket not: read through pyroute2 as before
+        would parse every message."""
+        if isinstance(ipr, NetlinkReader):
+            return ipr.routes(family, table=table, rtype=RTN_UNICAST, keys=keys)
         return self._dump(ipr, family, table=table, rtype=RTN_UNICAST)
 
     @staticmethod

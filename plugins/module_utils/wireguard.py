@@ -167,8 +167,7 @@ class WireGuardBackend(Backend):
     def _link(self):
         """{'index', 'kind', 'up', 'mtu'} of our interface, or None (stdlib netlink: a re-run
         of the userspace backend never imports pyroute2 here)."""
-        link = netlink_links.link(self.interface)
-        return None if link is None else dict((k, link[k]) for k in ("index", "kind", "up", "mtu"))
+        return netlink_links.link(self.interface)
 
     def _socket(self):
         return socket_path(self.interface, SOCKET_DIR)

@@ -168,8 +168,12 @@ COMPARE = r'''
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.module_utils import discovery as d, netlink_links as n
+from pyroute2 import IPRoute
+names = [m.get_attr("IFLA_IFNAME") for m in n.NetlinkReader().get_links()]
+with IPRoute() as ipr:
+    theirs = dict((name, n.link(name, ipr)) for name in names)
 print(json.dumps({"mine": d.read_host(), "theirs": d.read_host_pyroute2(),
-                  "links": dict((link["name"], link) for link in n.links())}))
+                  "links": dict((name, n.link(name)) for name in names), "their_links": theirs}))
 ''' % COLLECTIONS
 
 
@@ -186,7 +190,7 @@ def test_the_standard_library_read_matches_pyroute2(ns, python):
     sh("ip", "-n", ns, "addr", "add", "fd00:5::5/64", "dev", "eth2", "nodad")
     try:
         out = json.loads(sh("ip", "netns", "exec", ns, python, "-c", COMPARE).stdout)
-        assert out["mine"] == out["theirs"]
+        assert out["mine"] == out["theirs"] and out["links"] == out["their_links"]
         cidrs = dict((a["cidr"], a["ifname"]) for a in out["mine"]["addrs"])
         assert cidrs["10.9.0.1/32"] == "dum0" and cidrs["fd00:5::5/64"] == "eth2"
         assert out["links"]["dum0"]["kind"] == "veth" and out["links"]["dum0"]["up"] is False

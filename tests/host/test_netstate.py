@@ -327,18 +327,30 @@ def counted(ipr, family, table=0, proto=0, rtype=0):
     dumps.append([family, table, proto, len(msgs)])
     return msgs
 b._dump = counted
-real_light = ns.dump_routes
+from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
+real_light = nl.dump_routes
 def counted_light(family, keys, table=0, proto=0, rtype=0):
     msgs = real_light(family, keys, table=table, proto=proto, rtype=rtype)
-    light.append([family, table, proto, rtype, len(msgs)])
+    if keys is not None:  # a table's routes at the plan's keys only
+        light.append([family, table, proto, rtype, len(msgs)])
     return msgs
-ns.dump_routes = counted_light
+nl.dump_routes = counted_light
 plan = check_plan(json.load(sys.stdin), "kilo0")
 ipr, strict = b._reader()
 ipr.close()
 cur = b.current(plan)
+imported = "pyroute2" in sys.modules
+# the same state read through pyroute2, strict and whole dumps: the standard library's reading agrees
+from pyroute2 import IPRoute
+b._dump = real
+with IPRoute(strict_check=True) as ipr:
+    strict_p2 = b._read(ipr, True, plan)
+with IPRoute() as ipr:
+    whole_p2 = b._read(ipr, False, plan)
 print(json.dumps({"strict": strict, "dumps": dumps, "light": light, "routes": sorted(ns.route_str(r) for r in cur["routes"]),
-                  "foreign": [ns.foreign_str(r) for r in cur["foreign"]]}))
+                  "foreign": [ns.foreign_str(r) for r in cur["foreign"]], "pyroute2_imported": imported,
+                  "same_as_pyroute2": cur == strict_p2 == whole_p2, "rules": len(cur["rules"]),
+                  "addresses": cur["addresses"]}))
 """
 
 
@@ -363,6 +375,7 @@ def test_kernel_filters_route_reads(netns, python):
     # ours: two dumps of protocol 107 (pyroute2), empty; then the unicast routes of the tables of
     # the missing plan routes (netlink_routes): of the 2002 in main, only the one at a plan
     # destination comes back (1107 does not exist yet: empty)
+    assert first["same_as_pyroute2"] and not first["pyroute2_imported"]
     assert first["dumps"] == [[2, 0, 107, 0], [10, 0, 107, 0]] and first["routes"] == []
     assert sorted(first["light"]) == [[2, 254, 0, 1, 1], [2, 1107, 0, 1, 0], [10, 254, 0, 1, 0]]
     # seen at a plan destination; another metric, so not in the way of ours
@@ -370,6 +383,9 @@ def test_kernel_filters_route_reads(netns, python):
     out = run_backend(ns, leader_plan(), ["apply"], python)
     assert "error" not in out, out
     again = read()
+    # read with the standard library alone (no pyroute2 import), the same as pyroute2 reads it
+    assert again["same_as_pyroute2"] and not again["pyroute2_imported"], again
+    assert again["rules"] > 0 and again["addresses"], again
     assert again["dumps"] == [[2, 0, 107, 5], [10, 0, 107, 1]]  # no foreign dump at all
     assert again["light"] == []
     assert len(again["routes"]) == 6 and "10.1.0.2/32 via 10.1.0.2 dev knpriv onlink src 10.1.0.1 table 1107" \
@@ -409,30 +425,33 @@ def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypat
 COMPARE_DRIVER = r"""
 import json, socket, sys
 sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils import netlink_routes as nr
+from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
 from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
 from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
 watch = set(tuple(k) for k in json.load(sys.stdin))
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
 light = []
-real_light = ns.dump_routes
+real_light = nl.dump_routes
 def counted(family, keys, **kw):
-    light.append([family, kw["table"]])
+    if keys is not None:
+        light.append([family, kw["table"]])
     return real_light(family, keys, **kw)
-def refused(*args, **kw):
-    raise nr.StrictCheckUnsupported(95, "refused")
-def read(strict, dump):
-    ns.dump_routes = dump
-    ipr, got = b._reader() if strict else (b._ipr(), False)
+nl.dump_routes = counted
+def read(how):
+    if how == "light":
+        ipr, strict = b._reader()
+        assert isinstance(ipr, nl.NetlinkReader) and strict
+    else:
+        strict = how == "pyroute2"
+        ipr = b._ipr(strict_check=True) if strict else b._ipr()
     try:
-        assert got == strict
         ours, foreign = b._routes(ipr, strict, b._links(ipr), watch)
     finally:
         ipr.close()
     return {"ours": sorted(map(ns.route_str, ours)), "foreign": sorted(foreign, key=json.dumps)}
-out = {"light": read(True, counted), "pyroute2": read(True, refused)}
+out = {"light": read("light"), "pyroute2": read("pyroute2")}
 if %(whole)r:
-    out["whole"] = read(False, refused)
+    out["whole"] = read("whole")
 out["light_dumps"] = sorted(light)
 print(json.dumps(out))
 """

@@ -239,40 +239,41 @@ def backend():
     return b
 
 
-def test_foreign_scan_uses_the_light_dump(monkeypatch):
+def test_the_reader_reads_ours_by_protocol_and_foreign_only_at_the_keys(monkeypatch):
+    """NetlinkReader's route dumps: ours by protocol (every message decoded), a table's foreign
+    routes decoding only the messages at the plan's keys (netlink_routes.dump_routes)."""
+    from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
     asked = []
 
     def light(family, keys, table=0, proto=0, rtype=0):
-        asked.append((family, table, rtype, sorted(keys)))
+        asked.append((family, table, proto, rtype, sorted(keys) if keys is not None else None))
         if table != 254:
             return []
         return [nr.RouteMessage({"family": V4, "dst_len": 24, "table": 254, "proto": 4, "type": 1, "flags": 0},
                                 {"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2})]
 
-    monkeypatch.setattr(ns, "dump_routes", light)
-    ipr = FakeIPRoute()
-    ours, foreign = backend()._routes(ipr, True, LINKS, WATCH)
+    monkeypatch.setattr(nl, "dump_routes", light)
+    ours, foreign = backend()._routes(nl.NetlinkReader(strict=False), True, LINKS, WATCH)
     assert ours == [] and foreign == FOREIGN
-    assert ipr.dumps == [(V4, 0, 107), (V6, 0, 107)]  # ours still through pyroute2
-    assert asked == [(V4, 254, 1, sorted(WATCH)), (V4, 1107, 1, sorted(WATCH))]
+    assert asked == [(V4, 0, 107, 0, None), (V6, 0, 107, 0, None),
+                     (V4, 254, 0, 1, sorted(WATCH)), (V4, 1107, 0, 1, sorted(WATCH))]
     assert ns.foreign_str(foreign[0]) == "10.1.2.0/24 dev eth1 proto 4"
 
 
-def test_foreign_scan_falls_back_to_pyroute2_without_strict_socket_option(monkeypatch):
-    def refused(*args, **kw):
+def test_without_strict_checking_the_backend_reads_through_pyroute2(monkeypatch):
+    from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
+
+    def refused():
         raise nr.StrictCheckUnsupported(errno.ENOPROTOOPT, "refused")
 
-    monkeypatch.setattr(ns, "dump_routes", refused)
-    ipr = FakeIPRoute()
-    ours, foreign = backend()._routes(ipr, True, LINKS, WATCH)
-    assert ours == [] and foreign == FOREIGN
-    assert ipr.dumps == [(V4, 0, 107), (V6, 0, 107), (V4, 254, 0), (V4, 1107, 0)]
-
-
-def test_foreign_scan_keeps_pyroute2_for_another_ipr(monkeypatch):
-    monkeypatch.setattr(ns, "dump_routes", lambda *a, **kw: pytest.fail("not a real IPRoute"))
+    monkeypatch.setattr(nl, "open_strict", refused)
     b = backend()
-    b._ipr_class = None
+    ipr, strict = b._reader()
+    assert isinstance(ipr, FakeIPRoute) and strict is False
+
+
+def test_foreign_scan_keeps_pyroute2_for_another_ipr():
+    b = backend()
     ipr = FakeIPRoute()
     assert b._routes(ipr, True, LINKS, WATCH) == ([], FOREIGN)
     assert len(ipr.dumps) == 4
@@ -288,22 +289,31 @@ def test_multipath_next_hops_give_their_devices():
 
 def test_links_and_addresses_decode_from_kernel_messages():
     from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
-    info = attr(nl.IFLA_INFO_KIND, b"wireguard\0")
-    body = struct.pack("=BBHiII", 0, 0, 65534, 5, 0x1 | 0x40, 0) + attr(nl.IFLA_IFNAME, b"kilo0\0") \
-        + u32(nl.IFLA_MTU, 1420) + attr(nl.IFLA_LINKINFO | 0x8000, info)
+    info = attr(1, b"wireguard\0")
+    body = struct.pack("=BBHiII", 0, 0, 65534, 5, 0x1 | 0x40, 0) + attr(3, b"kilo0\0") \
+        + u32(4, 1420) + attr(18 | 0x8000, info)
     msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWLINK, 2, SEQ, 0) + body
     buf = bytearray(msg + done())
     got, finished = nl.messages(buf, len(buf), SEQ)
     assert finished and len(got) == 1
-    kind, start, end, dummy = got[0]
-    assert nl.decode_link(buf, kind, start, end) == {"index": 5, "name": "kilo0", "mtu": 1420, "kind": "wireguard",
-                                                      "up": True}
-    body = struct.pack("=BBBBI", V6, 64, 0, 0, 3) + addr(nl.IFA_ADDRESS, V6, "fd00:5::5")
+    link = nl.decode_link(buf, *got[0][:3])
+    assert (link["index"], link["flags"], link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_MTU")) == (5, 0x41, "kilo0", 1420)
+    assert link.get_attr("IFLA_LINKINFO").get_attr("IFLA_INFO_KIND") == "wireguard"
+    body = struct.pack("=BBBBI", V6, 64, 0, 0, 3) + addr(1, V6, "fd00:5::5") + attr(3, b"eth2\0")
     msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWADDR, 2, SEQ, 0) + body
     buf = bytearray(msg)
-    (kind, start, end, dummy), = nl.messages(buf, len(buf), SEQ)[0]
-    assert nl.decode_address(buf, kind, start, end) == {"index": 3, "family": V6, "prefixlen": 64,
-                                                         "address": "fd00:5::5", "local": None}
+    address = nl.decode_address(buf, *nl.messages(buf, len(buf), SEQ)[0][0][:3])
+    assert (address["family"], address["prefixlen"], address["index"]) == (V6, 64, 3)
+    assert (address.get_attr("IFA_ADDRESS"), address.get_attr("IFA_LOCAL"), address.get_attr("IFA_LABEL")) \
+        == ("fd00:5::5", None, "eth2")
+    body = struct.pack("=BBBBBBBBI", V4, 0, 24, 0, 0, 0, 0, 1, 0) + addr(2, V4, "10.4.0.0") \
+        + u32(6, 32000) + u32(15, 1107) + attr(3, b"kilo0\0")
+    msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWRULE, 2, SEQ, 0) + body
+    buf = bytearray(msg)
+    rule = nl.decode_rule(buf, *nl.messages(buf, len(buf), SEQ)[0][0][:3])
+    assert (rule["src_len"], rule["table"], rule.get_attr("FRA_SRC"), rule.get_attr("FRA_PRIORITY"),
+            rule.get_attr("FRA_TABLE"), rule.get_attr("FRA_IIFNAME"), rule.get_attr("FRA_DST")) \
+        == (24, 0, "10.4.0.0", 32000, 1107, "kilo0", None)
     with pytest.raises(OSError) as e:
         buf = bytearray(error(-errno.EPERM))
         nl.messages(buf, len(buf), SEQ)

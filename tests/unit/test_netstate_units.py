@@ -247,21 +247,6 @@ def test_idempotent_strict_read_dumps_no_foreign_route():
     assert not [c for c in b.changes(cur, b.desired(plan(), cur)) if c.startswith("add route")]
 
 
-def test_reader_falls_back_without_strict_checking():
-    made = []
-
-    class OldIPRoute(object):
-        def __init__(self, **kw):
-            if kw:
-                raise TypeError("unexpected keyword argument 'strict_check'")
-            made.append(self)
-
-    b = backend()
-    b._ipr_class = OldIPRoute
-    ipr, strict = b._reader()
-    assert strict is False and made == [ipr]
-
-
 def test_missing_table_reads_as_empty():
     class NoTable(object):
         status = {}
