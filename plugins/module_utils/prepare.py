@@ -88,19 +88,25 @@ def wanted_packages(pkg_mgr, backend, kernel_module):
     return want
 
 
-def package_installed(pkg_mgr, name, runner=run_command):
-    if pkg_mgr == "apt":
-        rc, out, dummy = runner(["dpkg-query", "-W", "-f=${Status}", name])
-        return rc == 0 and "ok installed" in out
-    if pkg_mgr == "dnf":
-        return runner(["rpm", "-q", name])[0] == 0
-    if pkg_mgr == "pacman":
-        return runner(["pacman", "-Q", name])[0] == 0
-    return False
-
-
 def missing_packages(pkg_mgr, wanted, runner=run_command):
-    return [name for name in wanted if not package_installed(pkg_mgr, name, runner)]
+    """The packages of ``wanted`` that are not installed, asked in one command (each command
+    costs the key call a process start)."""
+    wanted = list(wanted)
+    if not wanted:
+        return []
+    installed = set()
+    if pkg_mgr == "apt":
+        # one line per known package; "deinstall ok config-files" is a removed one
+        out = runner(["dpkg-query", "-W", "-f=${Package} ${Status}\n"] + wanted)[1]
+        installed = set(line.split(" ", 1)[0] for line in out.splitlines() if line.endswith(" ok installed"))
+    elif pkg_mgr == "dnf":
+        # a name per installed package, "package X is not installed" for the others
+        out = runner(["rpm", "-q", "--qf", "%{NAME}\n"] + wanted)[1]
+        installed = set(line.strip() for line in out.splitlines())
+    elif pkg_mgr == "pacman":
+        out = runner(["pacman", "-Q"] + wanted)[1]  # "name version" per installed package
+        installed = set(line.split()[0] for line in out.splitlines() if line.strip())
+    return [name for name in wanted if name not in installed]
 
 
 # --- sysctls --------------------------------------------------------------------------------

@@ -1,4 +1,6 @@
 """kilo.mesh.prepare's pure parts: package choice, sysctl values and boot file, firewall plans."""
+import shutil
+
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import prepare as P
@@ -44,19 +46,33 @@ def test_package_names_per_manager():
 
 
 def test_installed_checks_per_manager():
+    """One command per manager; the outputs as rpm and pacman print them (not on this machine)."""
     calls = []
+    outputs = {"rpm": "nftables\npackage wireguard-go is not installed\n", "pacman": "nftables 1:1.0.9-1\n"}
 
     def runner(argv):
         calls.append(argv)
-        if argv[0] == "dpkg-query":
-            return (0, "install ok installed", "") if argv[-1] == "nftables" else (1, "", "no packages found")
-        return (0, "", "") if argv[-1] == "nftables" else (1, "", "")
+        return 1, outputs[argv[0]], ""
 
-    for pm in ("apt", "dnf", "pacman"):
+    for pm in ("dnf", "pacman"):
         assert P.missing_packages(pm, ["nftables", "wireguard-go"], runner) == ["wireguard-go"]
-    assert [c[0] for c in calls] == ["dpkg-query"] * 2 + ["rpm"] * 2 + ["pacman"] * 2
-    # dpkg knows of a removed package ("deinstall ok config-files"): not installed
-    assert not P.package_installed("apt", "x", lambda argv: (0, "deinstall ok config-files", ""))
+    assert [c[0] for c in calls] == ["rpm", "pacman"]
+    assert P.missing_packages("apt", [], runner) == [] and len(calls) == 2
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-query"), reason="needs dpkg")
+def test_missing_packages_asks_dpkg_once(monkeypatch):
+    """This machine's real dpkg: dpkg itself is installed, a made-up name is not."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.common import run_command
+    calls = []
+
+    def counted(argv):
+        calls.append(argv)
+        return run_command(argv)
+
+    assert P.missing_packages("apt", ["dpkg", "kilo-mesh-no-such-package", "coreutils"], counted) \
+        == ["kilo-mesh-no-such-package"]
+    assert len(calls) == 1
 
 
 def nothing(dummy):
