@@ -30,9 +30,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
 from ansible_collections.kilo.mesh.plugins.module_utils.netlink_links import NetlinkReader
 from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import StrictCheckUnsupported
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, TUNNEL
-
-MAIN_TABLE = 254
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, MAIN_TABLE, TUNNEL
 
 DEFAULT_MTU = 1420
 WIREGUARD_OVERHEAD = 80

@@ -39,7 +39,8 @@ def _clamp(raw):
 
 def _x25519(scalar, u):
     """RFC 7748's X25519: the u-coordinate of ``scalar`` (32 bytes, clamped here) times the
-    point ``u`` (an int), as 32 little-endian bytes. Python integers are not constant-time; this
+    point ``u`` (an int below 2^255 - 19: the base point here; a peer's key would first need
+    RFC 7748's decoding, which masks the top bit), as 32 little-endian bytes. Python integers are not constant-time; this
     runs on the host that owns the key, once per call, with nobody outside timing it."""
     k = int.from_bytes(_clamp(scalar), "little")
     x1, x2, z2, x3, z3, swap = u, 1, 0, u, 1, 0

@@ -81,18 +81,19 @@ def attributes(buf, pos, end, names, family=None):
 
 def messages(buf, size, seq):
     """(type, payload offset, end, flags) of each message in ``buf[:size]``, and whether the
-    dump ended; raises OSError for an error the kernel reports."""
+    dump ended (its DONE message is listed too: the kernel may mark it interrupted); raises
+    OSError for an error the kernel reports."""
     out, off = [], 0
     while off + _NLMSGHDR.size <= size:
         length, mtype, flags, mseq, dummy = _NLMSGHDR.unpack_from(buf, off)
         if length < _NLMSGHDR.size or off + length > size:
             raise OSError(errno.EBADMSG, "truncated netlink message")
+        out.append((mtype, off + _NLMSGHDR.size, off + length, flags))
         if mtype in (NLMSG_DONE, NLMSG_ERROR) and mseq == seq:
             code = _I32.unpack_from(buf, off + _NLMSGHDR.size)[0] if length >= _NLMSGHDR.size + 4 else 0
             if code < 0:
                 raise OSError(-code, os.strerror(-code))
             return out, True
-        out.append((mtype, off + _NLMSGHDR.size, off + length, flags))
         off += (length + 3) & ~3
     return out, False
 

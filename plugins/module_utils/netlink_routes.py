@@ -143,7 +143,9 @@ def parse(buf, size, seq, family, index, out):
             raise OSError(errno.EBADMSG, "truncated netlink message in route dump")
         if flags & NLM_F_DUMP_INTR:
             interrupted = True
-        if mtype == RTM_NEWROUTE and length >= _HEAD and index is None:
+        if mtype == RTM_NEWROUTE and length >= _HEAD and buf[off + _NLMSGHDR.size] != family:
+            pass  # another family's route (a kernel without IPv6 answers an IPv6 dump with all)
+        elif mtype == RTM_NEWROUTE and length >= _HEAD and index is None:
             out.append(_decode(buf, off, length, family))  # every route the kernel returned
         elif mtype == RTM_NEWROUTE and length >= _HEAD:
             # the hot path: two header bytes, dst_len and rtm_table, decide most messages

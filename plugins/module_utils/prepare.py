@@ -104,8 +104,11 @@ def missing_packages(pkg_mgr, wanted, runner=run_command):
         out = runner(["rpm", "-q", "--qf", "%{NAME}\n"] + wanted)[1]
         installed = set(line.strip() for line in out.splitlines())
     elif pkg_mgr == "pacman":
-        out = runner(["pacman", "-Q"] + wanted)[1]  # "name version" per installed package
-        installed = set(line.split()[0] for line in out.splitlines() if line.strip())
+        # -T prints exactly the names nothing installed satisfies (a provider such as
+        # nftables-git counts, as it did for `pacman -Q name`'s return code)
+        out = runner(["pacman", "-T"] + wanted)[1]
+        unsatisfied = set(out.split())
+        return [name for name in wanted if name in unsatisfied]
     return [name for name in wanted if name not in installed]
 
 

@@ -15,6 +15,7 @@ import copy
 import gc
 import json
 
+from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
@@ -56,6 +57,23 @@ class HostVarsOnce(object):
         self._hostvars = hostvars
         self._inventory = getattr(hostvars, "_inventory", None)  # for location_groups
         self._seen = {}
+
+    def set_in_run(self):
+        """A test ``host -> bool``: has this run set variables on the host (register, set_fact,
+        include_vars; gathered facts where Ansible injects them as variables)? None when the
+        variable manager does not tell. With location_groups, the one reader of HostVars'
+        private attributes."""
+        manager = getattr(self._hostvars, "_variable_manager", None)
+        registered = getattr(manager, "_nonpersistent_fact_cache", None)
+        included = getattr(manager, "_vars_cache", None)
+        facts = getattr(manager, "_fact_cache", None)
+        if registered is None or included is None or facts is None:
+            return None
+        injected = C.INJECT_FACTS_AS_VARS
+
+        def touched(host):
+            return bool(registered.get(host)) or bool(included.get(host)) or (injected and host in facts)
+        return touched
 
     def __getitem__(self, host):
         if host not in self._seen:
@@ -207,7 +225,7 @@ class KiloAction(ActionBase):
         """host -> the child groups of ``group`` holding it (its location), or None when unknown.
 
         Action plugins see flat group lists only; the parent/child links are on the inventory
-        behind ``hostvars`` (a private attribute: this is the one place that reads it).
+        behind ``hostvars`` (a private attribute, read here and in HostVarsOnce.set_in_run).
         """
         inventory = getattr(task_vars["hostvars"], "_inventory", None)
         if inventory is None:
@@ -231,10 +249,9 @@ class KiloAction(ActionBase):
 
     def _reading_key(self, group):
         try:
-            play = self._task.get_play()
+            return "%s %s" % (self._task.get_play()._uuid, group)
         except AttributeError:  # a task outside a play's blocks: nothing to share with
             return None
-        return "%s %s" % (play._uuid, group)
 
     def keep_reading(self, task_vars, group):
         """Keep the inputs of the mesh hosts outside the play (HostVarsOnce has them already)
@@ -249,12 +266,16 @@ class KiloAction(ActionBase):
 
     def earlier_reading(self, task_vars, group):
         """host -> inputs of the mesh hosts outside the play, as ``keep_reading`` read them
-        earlier in this play ({} when it did not); hosts of the play are never in it."""
+        earlier in this play ({} when it did not). Never a host of the play, nor one this run
+        has set variables on (an earlier play registered its key call, a set_fact delegated
+        there): those are read again."""
         key = self._reading_key(group)
-        if key is None:
+        touched = getattr(task_vars["hostvars"], "set_in_run", lambda: None)()
+        if key is None or touched is None:
             return {}
         play = set(task_vars.get("ansible_play_hosts_all") or [])
-        return dict((host, inputs) for host, inputs in plan_store.load_reading(key).items() if host not in play)
+        return dict((host, inputs) for host, inputs in plan_store.load_reading(key).items()
+                    if host not in play and not touched(host))
 
     def module_args(self, args, scopes):
         """The options of ``scopes`` out of ``args``, for a module call."""

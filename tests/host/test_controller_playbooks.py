@@ -6,6 +6,7 @@ import re
 import subprocess
 
 import pytest
+import yaml
 
 from sitetools import REPO
 
@@ -222,7 +223,19 @@ def test_mesh_computed_once_for_the_play_and_each_plan_kept_apart(tmp_path, seri
 
 
 READING_PLAY = """
-- hosts: kilo
+- hosts: gcp-2
+  gather_facts: false
+  tasks:
+    - name: an earlier play registers the key call of a host the next play leaves out (as it would)
+      ansible.builtin.set_fact:
+        kilo_host:
+          public_key: 3qy2nPuX4zk8aA7bH1ZVqzZLRk2Zp0W6c7o5cO1yV0Y=
+          internal_ip: 10.2.0.22/16
+          external_ip: 198.51.100.22
+          discovered_endpoints: {}
+          mtu: 1420
+
+- hosts: aws
   gather_facts: false
   connection: local
   tasks:
@@ -245,16 +258,26 @@ READING_PLAY = """
 
 
 def test_topology_after_validate_reuses_its_reading_of_the_hosts_outside_the_play(tmp_path):
-    """validate keeps what it read of the hosts outside --limit for the topology step of the
-    same play (they cannot change in between); the plans are the same as when topology reads
-    every host itself, and a play host changed after validate is read again."""
+    """validate keeps what it read of the hosts outside the play for the topology step of the
+    same play; the plans are the same as when topology reads every host itself. A play host
+    changed after validate is read again, and so is a host outside the play whose key call an
+    earlier play registered (gcp-2, gcp's leader, known only from that result)."""
     play = tmp_path / "reading.yml"
     play.write_text(READING_PLAY)
+    # gcp-2 pins nothing but its lead: its key and endpoint come from its key call
+    with open(EXAMPLE) as f:
+        inventory = yaml.safe_load(f)
+    gcp2 = inventory["kilo"]["children"]["gcp"]["hosts"]["gcp-2"]
+    for var in ("kilo_public_key", "kilo_force_endpoint", "kilo_force_internal_ip"):
+        gcp2.pop(var, None)
+    gcp2["kilo_leader"] = True
+    example = tmp_path / "inventory.yml"
+    example.write_text(yaml.safe_dump(inventory))
     plans = {}
     for with_validate in (True, False):
         out = tmp_path / ("with" if with_validate else "without")
         out.mkdir()
-        argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", EXAMPLE, str(play), "--limit", "aws",
+        argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(example), str(play),
                 "-e", "with_validate=%s out=%s" % (with_validate, out)]
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
         proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -267,5 +290,6 @@ def test_topology_after_validate_reuses_its_reading_of_the_hosts_outside_the_pla
     aws1 = plans[True]["aws-1.json"]
     text = json.dumps(aws1)
     assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" not in text  # gcp-1 is no peer of a non-leader
-    aws2 = plans[True]["aws-2.json"]
-    assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" in json.dumps(aws2), aws2
+    aws2 = json.dumps(plans[True]["aws-2.json"])
+    assert "3qy2nPuX4zk8aA7bH1ZVqzZLRk2Zp0W6c7o5cO1yV0Y=" in aws2, aws2  # gcp-2, gcp's leader
+    assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" not in aws2, aws2  # gcp-1 behind it

@@ -48,7 +48,7 @@ def test_package_names_per_manager():
 def test_installed_checks_per_manager():
     """One command per manager; the outputs as rpm and pacman print them (not on this machine)."""
     calls = []
-    outputs = {"rpm": "nftables\npackage wireguard-go is not installed\n", "pacman": "nftables 1:1.0.9-1\n"}
+    outputs = {"rpm": "nftables\npackage wireguard-go is not installed\n", "pacman": "wireguard-go\n"}
 
     def runner(argv):
         calls.append(argv)
