@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import gc
 import json
+from collections.abc import Mapping
 
 from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -47,11 +48,35 @@ def _first_error(validation):
     return None if not errors else "; ".join(str(e) for e in errors)
 
 
+class _TemplatedOnce(Mapping):
+    """One host's variables whose values are templated once: Ansible's HostVarsVars templates
+    a value on every look-up, and validate reads each node variable three times."""
+
+    def __init__(self, hostvars_vars):
+        self._vars = hostvars_vars
+        self._values = {}
+
+    def __getitem__(self, name):
+        if name not in self._values:
+            self._values[name] = self._vars[name]
+        return self._values[name]
+
+    def __contains__(self, name):
+        return name in self._vars
+
+    def __iter__(self):
+        return iter(self._vars)
+
+    def __len__(self):
+        return len(self._vars)
+
+
 class HostVarsOnce(object):
     """``hostvars`` that computes each host's variables once per action run: every
     ``hostvars[host]`` of Ansible's computes them anew (group and host vars, vars plugins,
     facts), and a run-once step over a thousand hosts would otherwise do so several times per
-    host. Within one action nothing changes a host's variables, so one answer serves."""
+    host. Within one action nothing changes a host's variables, so one answer serves, and each
+    value is templated once (_TemplatedOnce)."""
 
     def __init__(self, hostvars):
         self._hostvars = hostvars
@@ -77,7 +102,7 @@ class HostVarsOnce(object):
 
     def __getitem__(self, host):
         if host not in self._seen:
-            self._seen[host] = self._hostvars[host]
+            self._seen[host] = _TemplatedOnce(self._hostvars[host])
         return self._seen[host]
 
     def __contains__(self, host):
