@@ -117,7 +117,8 @@ options:
         outside C(--limit) or unreachable keep their place in the mesh, and the peers added with M(kilo.mesh.peer)
         O(kilo.mesh.peer#module:store=registry).
       - Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host when the play's
-        host has none, as V(localhost)).
+        host has none, as V(localhost)); C(.kilo-registry.json) there when that directory is an inventory source
+        itself (Ansible would read the visible file as inventory).
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
   peers:
@@ -381,7 +382,8 @@ options:
         outside C(--limit) or unreachable keep their place in the mesh, and the peers added with M(kilo.mesh.peer)
         O(kilo.mesh.peer#module:store=registry).
       - Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host when the play's
-        host has none, as V(localhost)).
+        host has none, as V(localhost)); C(.kilo-registry.json) there when that directory is an inventory source
+        itself (Ansible would read the visible file as inventory).
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
 """

@@ -97,7 +97,8 @@ OPTIONS = dict([
         " so that hosts outside C(--limit) or unreachable keep their place in the mesh,"
         " and the peers added with M(kilo.mesh.peer) O(kilo.mesh.peer#module:store=registry).",
         "Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host"
-        " when the play's host has none, as V(localhost))."]),
+        " when the play's host has none, as V(localhost)); C(.kilo-registry.json) there when that"
+        " directory is an inventory source itself (Ansible would read the visible file as inventory)."]),
     _option("peers", ("inputs",), "list", [
         "Outside WireGuard clients (Kilo's Peer resources), each with C(name), C(public_key), C(allowed_ips),"
         " and optionally C(endpoint), C(persistent_keepalive), C(preshared_key).",

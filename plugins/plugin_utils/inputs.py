@@ -177,12 +177,17 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=No
     return nodes, missing, fresh
 
 
+REGISTRY_FILE = "kilo-registry.json"
+
+
 def registry_path(task_vars, path=None, group=None):
     """The registry beside the inventory of the mesh's hosts.
 
     A host outside the mesh group (localhost in playbooks/plan.yml, a laptop given in another
     inventory file) takes the inventory_dir of the group's first host, so every play of one
-    mesh shares one registry.
+    mesh shares one registry. Inside a directory given as inventory source, Ansible would read
+    the registry as inventory: there it is the hidden ``.kilo-registry.json`` (Ansible skips
+    dot files), unless only the visible one exists already (kept, not moved).
     """
     if path:
         return path
@@ -190,7 +195,22 @@ def registry_path(task_vars, path=None, group=None):
     hosts = task_vars.get("groups", {}).get(group or "", [])
     if hosts and (not inventory_dir or task_vars.get("inventory_hostname") not in hosts):
         inventory_dir = task_vars["hostvars"][hosts[0]].get("inventory_dir") or inventory_dir
-    return os.path.join(inventory_dir or os.getcwd(), "kilo-registry.json")
+    directory = inventory_dir or os.getcwd()
+    visible, hidden = os.path.join(directory, REGISTRY_FILE), os.path.join(directory, "." + REGISTRY_FILE)
+    if not _in_directory_source(directory, task_vars.get("ansible_inventory_sources")):
+        return visible
+    return visible if os.path.exists(visible) and not os.path.exists(hidden) else hidden
+
+
+def _in_directory_source(directory, sources):
+    """Is ``directory`` (in) an inventory source that is a directory, which Ansible reads whole?"""
+    real = os.path.realpath(directory)
+    for source in sources or ():
+        if isinstance(source, str) and os.path.isdir(source):
+            top = os.path.realpath(source)
+            if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
+                return True
+    return False
 
 
 def read_registry(path):

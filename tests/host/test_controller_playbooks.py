@@ -3,6 +3,7 @@ the topology picture, an outside peer's configuration, and a validation error.""
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -293,3 +294,38 @@ def test_topology_after_validate_reuses_its_reading_of_the_hosts_outside_the_pla
     aws2 = json.dumps(plans[True]["aws-2.json"])
     assert "3qy2nPuX4zk8aA7bH1ZVqzZLRk2Zp0W6c7o5cO1yV0Y=" in aws2, aws2  # gcp-2, gcp's leader
     assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" not in aws2, aws2  # gcp-1 behind it
+
+
+REGISTRY_PEER_PLAY = """
+- hosts: aws-1
+  gather_facts: false
+  tasks:
+    - kilo.mesh.peer:
+        name: laptop2
+        public_key: zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw=
+        allowed_ips: [10.5.0.2/32]
+        store: registry
+      register: added
+    - ansible.builtin.assert:
+        that: added.registry == inventory_dir ~ '/.kilo-registry.json'
+"""
+
+
+def test_a_registry_in_an_inventory_directory_is_not_read_as_inventory(tmp_path):
+    """An inventory directory: the registry written there is hidden, so the next run's
+    inventory has no stray groups from it and no warning."""
+    source = tmp_path / "inventory"
+    source.mkdir()
+    shutil.copy(EXAMPLE, str(source / "hosts.yml"))
+    play = tmp_path / "peer.yml"
+    play.write_text(REGISTRY_PEER_PLAY)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    venv = os.path.join(REPO, ".venv", "bin")
+    proc = subprocess.run([os.path.join(venv, "ansible-playbook"), "-i", str(source), str(play)], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert "laptop2" in (source / ".kilo-registry.json").read_text()
+    assert not (source / "kilo-registry.json").exists()
+    graph = subprocess.run([os.path.join(venv, "ansible-inventory"), "-i", str(source), "--graph"], cwd=REPO, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    assert graph.returncode == 0 and "WARNING" not in graph.stdout and "peers" not in graph.stdout, graph.stdout

@@ -276,3 +276,23 @@ def test_a_reading_is_kept_for_the_run_under_its_key(tmp_path, monkeypatch):
     monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(tmp_path / "gone"))
     plan_store.save_reading("play-1 kilo", {"b": {}})  # no run directory: nothing kept, no error
     assert plan_store.load_reading("play-1 kilo") == {}
+
+
+def test_the_registry_hides_inside_an_inventory_directory(tmp_path):
+    """Ansible reads every file of a directory given as inventory source, the registry too:
+    there it is the hidden .kilo-registry.json; beside an inventory file, the visible name."""
+    source = tmp_path / "inventory"
+    (source / "prod").mkdir(parents=True)
+    hidden, visible = str(source / ".kilo-registry.json"), str(source / "kilo-registry.json")
+
+    def path(inventory_dir, sources):
+        return inputs.registry_path({"inventory_dir": str(inventory_dir), "ansible_inventory_sources": sources})
+    assert path(source, [str(source)]) == hidden
+    assert path(source / "prod", [str(source)]) == str(source / "prod" / ".kilo-registry.json")
+    assert path(source, [str(source / "hosts.yml")]) == visible      # a file source: as before
+    assert path(tmp_path / "inventory2", [str(source)]) == str(tmp_path / "inventory2" / "kilo-registry.json")
+    open(visible, "w").close()  # a registry made before: kept where it is
+    assert path(source, [str(source)]) == visible
+    open(hidden, "w").close()
+    assert path(source, [str(source)]) == hidden
+    assert inputs.registry_path({}, path="/srv/reg.json") == "/srv/reg.json"
