@@ -20,63 +20,29 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
-import os
 import socket
 import struct
 
 from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import RouteMessage as Message
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import dump_routes, open_strict
+from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import (
+    NETLINK_ROUTE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSGHDR, attributes, dump_routes, ends, open_strict,
+    run_dump)
 
-NETLINK_ROUTE = 0
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 1
-NLM_F_DUMP_INTR = 0x10
-NLM_F_DUMP = 0x300
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWADDR, RTM_GETADDR = 20, 22
 RTM_NEWRULE, RTM_GETRULE = 32, 34
-NLA_TYPE_MASK = 0x3fff
 BUFSIZE = 1 << 16
-RETRIES = 3
 
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = struct.Struct("=BBHiII")  # family, pad, type, index, flags, change
 _IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
 _FIBRULEHDR = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, res1, res2, action, flags
-_RTATTR = struct.Struct("=HH")
-_U32 = struct.Struct("=I")
-_I32 = struct.Struct("=i")
 
-# attribute number -> (pyroute2's name, how to read it); "ip" is an address of the message's family
-_LINK_ATTRS = {3: ("IFLA_IFNAME", "str"), 4: ("IFLA_MTU", "u32"), 18: ("IFLA_LINKINFO", "nested")}
+# attribute tables as netlink_routes.attributes reads them
 _LINKINFO_ATTRS = {1: ("IFLA_INFO_KIND", "str")}
+_LINK_ATTRS = {3: ("IFLA_IFNAME", "str"), 4: ("IFLA_MTU", "u32"), 18: ("IFLA_LINKINFO", _LINKINFO_ATTRS)}
 _ADDR_ATTRS = {1: ("IFA_ADDRESS", "ip"), 2: ("IFA_LOCAL", "ip"), 3: ("IFA_LABEL", "str")}
 _RULE_ATTRS = {1: ("FRA_DST", "ip"), 2: ("FRA_SRC", "ip"), 3: ("FRA_IIFNAME", "str"), 6: ("FRA_PRIORITY", "u32"),
                15: ("FRA_TABLE", "u32")}
-
-
-def attributes(buf, pos, end, names, family=None):
-    """{name: value} of the rtattrs in ``buf[pos:end]`` that ``names`` knows (the first of each)."""
-    out = {}
-    while pos + _RTATTR.size <= end:
-        alen, atype = _RTATTR.unpack_from(buf, pos)
-        if alen < _RTATTR.size or pos + alen > end:
-            break  # malformed: the kernel never sends it; keep what came before
-        known = names.get(atype & NLA_TYPE_MASK)
-        if known is not None and known[0] not in out:
-            name, kind = known
-            raw = bytes(buf[pos + _RTATTR.size:pos + alen])
-            if kind == "str":
-                out[name] = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
-            elif kind == "u32" and len(raw) == 4:
-                out[name] = _U32.unpack(raw)[0]
-            elif kind == "ip" and family is not None:
-                out[name] = socket.inet_ntop(family, raw)
-            elif kind == "nested":
-                out[name] = Message({}, attributes(raw, 0, len(raw), _LINKINFO_ATTRS))
-        pos += (alen + 3) & ~3
-    return out
 
 
 def messages(buf, size, seq):
@@ -84,42 +50,34 @@ def messages(buf, size, seq):
     dump ended (its DONE message is listed too: the kernel may mark it interrupted); raises
     OSError for an error the kernel reports."""
     out, off = [], 0
-    while off + _NLMSGHDR.size <= size:
-        length, mtype, flags, mseq, dummy = _NLMSGHDR.unpack_from(buf, off)
-        if length < _NLMSGHDR.size or off + length > size:
+    while off + NLMSGHDR.size <= size:
+        length, mtype, flags, mseq, dummy = NLMSGHDR.unpack_from(buf, off)
+        if length < NLMSGHDR.size or off + length > size:
             raise OSError(errno.EBADMSG, "truncated netlink message")
-        out.append((mtype, off + _NLMSGHDR.size, off + length, flags))
-        if mtype in (NLMSG_DONE, NLMSG_ERROR) and mseq == seq:
-            code = _I32.unpack_from(buf, off + _NLMSGHDR.size)[0] if length >= _NLMSGHDR.size + 4 else 0
-            if code < 0:
-                raise OSError(-code, os.strerror(-code))
+        out.append((mtype, off + NLMSGHDR.size, off + length, flags))
+        if ends(buf, off, length, mtype, mseq, seq):
             return out, True
         off += (length + 3) & ~3
     return out, False
 
 
 def _dump(mtype, body, decode):
-    """decode(buf, type, offset, end) of every message of one dump request (None: left out); a
-    dump the kernel marks interrupted (changing meanwhile) is read again."""
-    buf = bytearray(BUFSIZE)
+    """decode(buf, type, offset, end) of every message of one dump request (None: left out)."""
+    def parse(buf, size, seq, out):
+        got, done = messages(buf, size, seq)
+        interrupted = False
+        for kind, start, end, flags in got:
+            interrupted = interrupted or bool(flags & NLM_F_DUMP_INTR)
+            item = decode(buf, kind, start, end)
+            if item is not None:
+                out.append(item)
+        return done, interrupted
+
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
     try:
         sock.bind((0, 0))
-        for attempt in range(RETRIES):
-            seq = attempt + 1
-            sock.sendall(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), mtype, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body)
-            out, done, interrupted = [], False, False
-            while not done:
-                size = sock.recv_into(buf)
-                got, done = messages(buf, size, seq)
-                for kind, start, end, flags in got:
-                    interrupted = interrupted or bool(flags & NLM_F_DUMP_INTR)
-                    item = decode(buf, kind, start, end)
-                    if item is not None:
-                        out.append(item)
-            if not interrupted:
-                return out
-        raise OSError(errno.EINTR, "netlink dump interrupted %d times (changing meanwhile)" % RETRIES)
+        header = NLMSGHDR.size + len(body), mtype, NLM_F_REQUEST | NLM_F_DUMP
+        return run_dump(sock, lambda seq: NLMSGHDR.pack(*(header + (seq, 0))) + body, parse, BUFSIZE)
     finally:
         sock.close()
 
@@ -180,12 +138,6 @@ class NetlinkReader(object):
 
     def close(self):
         pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def link(name, ipr=None):

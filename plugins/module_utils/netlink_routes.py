@@ -37,17 +37,20 @@ RT_TABLE_COMPAT = 252  # rtm_table of a route in a table above 255: RTA_TABLE ha
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_MULTIPATH, RTA_TABLE = 1, 4, 5, 6, 7, 9, 15
 NLA_TYPE_MASK = 0x3fff  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 BUFSIZE = 1 << 20  # the kernel fills at most ~32 KiB per datagram: never truncated
-RETRIES = 3  # a dump the kernel marks interrupted (the table changed meanwhile) is read again
+RETRIES = 3  # a dump the kernel marks interrupted (changing meanwhile) is read again
 
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
 _RTATTR = struct.Struct("=HH")
 _RTNEXTHOP = struct.Struct("=HBBi")  # len, flags, hops, ifindex
 _U32 = struct.Struct("=I")
 _I32 = struct.Struct("=i")
-_HEAD = _NLMSGHDR.size + _RTMSG.size
-_ADDRESS_ATTRS = {RTA_DST: "RTA_DST", RTA_GATEWAY: "RTA_GATEWAY", RTA_PREFSRC: "RTA_PREFSRC"}
-_U32_ATTRS = {RTA_OIF: "RTA_OIF", RTA_PRIORITY: "RTA_PRIORITY", RTA_TABLE: "RTA_TABLE"}
+_HEAD = NLMSGHDR.size + _RTMSG.size
+# attribute number -> (pyroute2's name, how to read it): "ip" an address of the message's family,
+# "u32", "str", "nexthops" (RTA_MULTIPATH), or a table like this one for nested attributes
+_ROUTE_ATTRS = {RTA_DST: ("RTA_DST", "ip"), RTA_GATEWAY: ("RTA_GATEWAY", "ip"), RTA_PREFSRC: ("RTA_PREFSRC", "ip"),
+                RTA_OIF: ("RTA_OIF", "u32"), RTA_PRIORITY: ("RTA_PRIORITY", "u32"), RTA_TABLE: ("RTA_TABLE", "u32"),
+                RTA_MULTIPATH: ("RTA_MULTIPATH", "nexthops")}
 
 
 class StrictCheckUnsupported(OSError):
@@ -73,7 +76,7 @@ def request(seq, family, table=0, proto=0, rtype=0):
     dst_len, src_len, tos, scope or flags set."""
     attrs = _RTATTR.pack(8, RTA_TABLE) + _U32.pack(table) if table else b""
     body = _RTMSG.pack(family, 0, 0, 0, 0, proto, 0, rtype, 0) + attrs
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+    return NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
 
 
 def key_index(family, keys):
@@ -90,26 +93,36 @@ def key_index(family, keys):
     return by_len, wanted
 
 
-def _decode(buf, off, length, family):
-    """RouteMessage of the route message at ``off``: the header and the attributes used."""
-    head = _RTMSG.unpack_from(buf, off + _NLMSGHDR.size)
-    header = dict(zip(("family", "dst_len", "src_len", "tos", "table", "proto", "scope", "type", "flags"), head))
-    attrs = {}
-    pos, end = off + _HEAD, off + length
+def attributes(buf, pos, end, names, family=None):
+    """{name: value} of the rtattrs in ``buf[pos:end]`` that ``names`` knows (the first of each)."""
+    out = {}
     while pos + _RTATTR.size <= end:
         alen, atype = _RTATTR.unpack_from(buf, pos)
         if alen < _RTATTR.size or pos + alen > end:
             break  # malformed: the kernel never sends it; keep what came before
-        atype &= NLA_TYPE_MASK
-        data = bytes(buf[pos + _RTATTR.size:pos + alen])
-        if atype in _ADDRESS_ATTRS:
-            attrs[_ADDRESS_ATTRS[atype]] = socket.inet_ntop(family, data)
-        elif atype in _U32_ATTRS and len(data) == 4:
-            attrs[_U32_ATTRS[atype]] = _U32.unpack(data)[0]
-        elif atype == RTA_MULTIPATH:
-            attrs["RTA_MULTIPATH"] = _nexthops(data)
+        known = names.get(atype & NLA_TYPE_MASK)
+        if known is not None and known[0] not in out:
+            name, kind = known
+            raw = bytes(buf[pos + _RTATTR.size:pos + alen])
+            if kind == "str":
+                out[name] = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+            elif kind == "u32" and len(raw) == 4:
+                out[name] = _U32.unpack(raw)[0]
+            elif kind == "ip" and family is not None:
+                out[name] = socket.inet_ntop(family, raw)
+            elif kind == "nexthops":
+                out[name] = _nexthops(raw)
+            elif isinstance(kind, dict):
+                out[name] = RouteMessage({}, attributes(raw, 0, len(raw), kind, family))
         pos += (alen + 3) & ~3
-    return RouteMessage(header, attrs)
+    return out
+
+
+def _decode(buf, off, length, family):
+    """RouteMessage of the route message at ``off``: the header and the attributes used."""
+    head = _RTMSG.unpack_from(buf, off + NLMSGHDR.size)
+    header = dict(zip(("family", "dst_len", "src_len", "tos", "table", "proto", "scope", "type", "flags"), head))
+    return RouteMessage(header, attributes(buf, off + _HEAD, off + length, _ROUTE_ATTRS, family))
 
 
 def _nexthops(data):
@@ -134,16 +147,16 @@ def parse(buf, size, seq, family, index, out):
     ``index`` (from key_index; None: every one). Returns (done, interrupted); raises OSError for an error the
     kernel reports (NLMSG_ERROR, or a negative errno in NLMSG_DONE)."""
     by_len, wanted = index if index is not None else (None, None)
-    unpack = _NLMSGHDR.unpack_from
+    unpack = NLMSGHDR.unpack_from
     interrupted = False
     off = 0
-    while off + _NLMSGHDR.size <= size:
+    while off + NLMSGHDR.size <= size:
         length, mtype, flags, mseq, dummy = unpack(buf, off)
-        if length < _NLMSGHDR.size or off + length > size:
+        if length < NLMSGHDR.size or off + length > size:
             raise OSError(errno.EBADMSG, "truncated netlink message in route dump")
         if flags & NLM_F_DUMP_INTR:
             interrupted = True
-        if mtype == RTM_NEWROUTE and length >= _HEAD and buf[off + _NLMSGHDR.size] != family:
+        if mtype == RTM_NEWROUTE and length >= _HEAD and buf[off + NLMSGHDR.size] != family:
             pass  # another family's route (a kernel without IPv6 answers an IPv6 dump with all)
         elif mtype == RTM_NEWROUTE and length >= _HEAD and index is None:
             out.append(_decode(buf, off, length, family))  # every route the kernel returned
@@ -155,13 +168,40 @@ def parse(buf, size, seq, family, index, out):
                 table = msg.get_attr("RTA_TABLE") or msg["table"]
                 if (msg["dst_len"], table, _packed_dst(msg, family)) in wanted:
                     out.append(msg)
-        elif mtype in (NLMSG_DONE, NLMSG_ERROR) and mseq == seq:
-            code = _I32.unpack_from(buf, off + _NLMSGHDR.size)[0] if length >= _NLMSGHDR.size + 4 else 0
-            if code < 0:
-                raise OSError(-code, os.strerror(-code))
-            return True, interrupted  # DONE, or an ACK (error 0) ends the request too
+        elif ends(buf, off, length, mtype, mseq, seq):
+            return True, interrupted
         off += (length + 3) & ~3
     return False, interrupted
+
+
+def ends(buf, off, length, mtype, mseq, seq):
+    """Whether the message at ``off`` ends request ``seq``: its DONE, or an ACK (error 0); raises
+    OSError for an error the kernel reports (NLMSG_ERROR, or a negative errno in NLMSG_DONE)."""
+    if mtype not in (NLMSG_DONE, NLMSG_ERROR) or mseq != seq:
+        return False
+    code = _I32.unpack_from(buf, off + NLMSGHDR.size)[0] if length >= NLMSGHDR.size + 4 else 0
+    if code < 0:
+        raise OSError(-code, os.strerror(-code))
+    return True
+
+
+def run_dump(sock, request_of, parse, bufsize=BUFSIZE):
+    """The messages ``parse(buf, size, seq, out) -> (done, interrupted)`` keeps out of the answer
+    to ``request_of(seq)`` on ``sock``; a dump the kernel marks interrupted (changing meanwhile)
+    is asked again."""
+    buf = bytearray(bufsize)
+    for attempt in range(RETRIES):
+        seq = attempt + 1
+        sock.sendall(request_of(seq))
+        out = []
+        done = interrupted = False
+        while not done:
+            size = sock.recv_into(buf)
+            done, intr = parse(buf, size, seq, out)
+            interrupted = interrupted or intr
+        if not interrupted:
+            return out
+    raise OSError(errno.EINTR, "netlink dump interrupted %d times (changing meanwhile)" % RETRIES)
 
 
 def open_strict():
@@ -184,25 +224,13 @@ def dump_routes(family, keys, table=0, proto=0, rtype=0):
     the routes of ``table``, ``proto`` and ``rtype`` (0: any), filtered by the kernel. A table that
     does not exist yet reads as empty. StrictCheckUnsupported: read another way."""
     index = key_index(family, keys) if keys is not None else None
-    buf = bytearray(BUFSIZE)
     sock = open_strict()
     try:
-        for attempt in range(RETRIES):
-            seq = attempt + 1
-            sock.sendall(request(seq, family, table, proto, rtype))
-            out = []
-            done = interrupted = False
-            try:
-                while not done:
-                    size = sock.recv_into(buf)
-                    done, intr = parse(buf, size, seq, family, index, out)
-                    interrupted = interrupted or intr
-            except OSError as exc:
-                if table and exc.errno == errno.ENOENT:
-                    return []  # the table does not exist yet, so nothing is in it
-                raise
-            if not interrupted:
-                return out
-        raise OSError(errno.EINTR, "route dump interrupted %d times (routes changing meanwhile)" % RETRIES)
+        return run_dump(sock, lambda seq: request(seq, family, table, proto, rtype),
+                        lambda buf, size, seq, out: parse(buf, size, seq, family, index, out))
+    except OSError as exc:
+        if table and exc.errno == errno.ENOENT:
+            return []  # the table does not exist yet, so nothing is in it
+        raise
     finally:
         sock.close()

@@ -48,47 +48,48 @@ def _first_error(validation):
     return None if not errors else "; ".join(str(e) for e in errors)
 
 
-class _TemplatedOnce(Mapping):
-    """One host's variables whose values are templated once: Ansible's HostVarsVars templates
-    a value on every look-up, and validate reads each node variable three times."""
+class _Once(Mapping):
+    """``source`` (a mapping) answering each key once: the answer (``wrap``ped) is kept for the
+    rest of the action. Ansible's hostvars compute a host's variables anew on every
+    ``hostvars[host]``, and its HostVarsVars template a value on every look-up."""
 
-    def __init__(self, hostvars_vars):
-        self._vars = hostvars_vars
-        self._values = {}
+    def __init__(self, source, wrap=None):
+        self._source = source
+        self._wrap = wrap
+        self._seen = {}
 
-    def __getitem__(self, name):
-        if name not in self._values:
-            self._values[name] = self._vars[name]
-        return self._values[name]
+    def __getitem__(self, key):
+        if key not in self._seen:
+            value = self._source[key]
+            self._seen[key] = self._wrap(value) if self._wrap else value
+        return self._seen[key]
 
-    def __contains__(self, name):
-        return name in self._vars
+    def __contains__(self, key):
+        return key in self._source
 
     def __iter__(self):
-        return iter(self._vars)
+        return iter(self._source)
 
     def __len__(self):
-        return len(self._vars)
+        return len(self._source)
 
 
-class HostVarsOnce(object):
-    """``hostvars`` that computes each host's variables once per action run: every
-    ``hostvars[host]`` of Ansible's computes them anew (group and host vars, vars plugins,
-    facts), and a run-once step over a thousand hosts would otherwise do so several times per
-    host. Within one action nothing changes a host's variables, so one answer serves, and each
-    value is templated once (_TemplatedOnce)."""
+class HostVarsOnce(_Once):
+    """``hostvars`` that computes each host's variables once per action run, and templates each
+    of their values once: a run-once step over a thousand hosts would otherwise do both several
+    times per host (validate reads each node variable three times). Within one action nothing
+    changes a host's variables, so one answer serves."""
 
     def __init__(self, hostvars):
-        self._hostvars = hostvars
+        super(HostVarsOnce, self).__init__(hostvars, wrap=_Once)
         self._inventory = getattr(hostvars, "_inventory", None)  # for location_groups
-        self._seen = {}
 
     def set_in_run(self):
         """A test ``host -> bool``: has this run set variables on the host (register, set_fact,
         include_vars; gathered facts where Ansible injects them as variables)? None when the
         variable manager does not tell. With location_groups, the one reader of HostVars'
         private attributes."""
-        manager = getattr(self._hostvars, "_variable_manager", None)
+        manager = getattr(self._source, "_variable_manager", None)
         registered = getattr(manager, "_nonpersistent_fact_cache", None)
         included = getattr(manager, "_vars_cache", None)
         facts = getattr(manager, "_fact_cache", None)
@@ -100,22 +101,9 @@ class HostVarsOnce(object):
             return bool(registered.get(host)) or bool(included.get(host)) or (injected and host in facts)
         return touched
 
-    def __getitem__(self, host):
-        if host not in self._seen:
-            self._seen[host] = _TemplatedOnce(self._hostvars[host])
-        return self._seen[host]
-
-    def __contains__(self, host):
-        return host in self._hostvars
-
-    def __iter__(self):
-        return iter(self._hostvars)
-
-    def __len__(self):
-        return len(self._hostvars)
-
-    def get(self, host, default=None):
-        return self[host] if host in self else default
+    def get(self, key, default=None):
+        # Ansible's hostvars answer an unknown host with an undefined value, not KeyError
+        return self[key] if key in self else default
 
 
 class KiloAction(ActionBase):

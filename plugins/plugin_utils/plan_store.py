@@ -24,9 +24,9 @@ import tempfile
 from ansible import constants as C
 
 
-def _file(directory, host):
+def _file(directory, name, prefix=""):
     # host names may hold any character; a digest makes a safe, fixed-length file name
-    return os.path.join(directory, hashlib.sha256(host.encode("utf-8")).hexdigest() + ".json")
+    return os.path.join(directory, prefix + hashlib.sha256(name.encode("utf-8")).hexdigest() + ".json")
 
 
 def _run_tmp():
@@ -86,7 +86,7 @@ def _reading_file(key):
     directory = _run_tmp()
     if directory is None:  # no per-run directory: nothing to hand over safely
         return None
-    return os.path.join(directory, "kilo-reading-" + hashlib.sha256(key.encode("utf-8")).hexdigest() + ".json")
+    return _file(directory, key, prefix="kilo-reading-")
 
 
 def save_reading(key, inputs):
@@ -103,8 +103,10 @@ def save_reading(key, inputs):
 def load_reading(key):
     """What ``save_reading`` kept under ``key`` in this run, or {}."""
     path = _reading_file(key)
+    if path is None:
+        return {}
     try:
         with open(path) as f:
             return json.load(f)
-    except (TypeError, FileNotFoundError, ValueError):
+    except (FileNotFoundError, ValueError):
         return {}

@@ -296,7 +296,7 @@ def test_links_and_addresses_decode_from_kernel_messages():
     buf = bytearray(msg + done())
     got, finished = nl.messages(buf, len(buf), SEQ)
     # the DONE message is listed too, with its flags: the kernel may mark it interrupted
-    assert finished and [m[0] for m in got] == [nl.RTM_NEWLINK, nl.NLMSG_DONE]
+    assert finished and [m[0] for m in got] == [nl.RTM_NEWLINK, nr.NLMSG_DONE]
     assert nl.decode_link(buf, *got[1][:3]) is None
     link = nl.decode_link(buf, *got[0][:3])
     assert (link["index"], link["flags"], link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_MTU")) == (5, 0x41, "kilo0", 1420)
