@@ -3,8 +3,10 @@
 
 Each lab host is a network namespace plus private mount, UTS and PID namespaces held by a
 keeper process (an init script running as PID 1 of the host's PID namespace), with its own
-hostname, sshd on its management address, and private writable /etc, /var/lib, /var/log,
-/root (overlayfs over the real directories) and /run, /tmp (fresh tmpfs).
+hostname, sshd on its management address, and private writable /etc, /var/lib, /var/log
+(overlayfs over the real directories) and /root, /run, /tmp (fresh tmpfs). /root is empty, as
+on a real host: the controller user's shell start-up (root's .bashrc running `pyenv init`, whose
+rehash takes a lock shared by every host) must not run for each SSH command of a lab host.
 
 Networks (see lab/README.md for the full address plan):
   * management: bridge ``<prefix>mgmt`` in the root namespace, one isolated port per host;
@@ -42,7 +44,7 @@ GLOBAL_LOCK = "/run/lock/kilo-lab.lock" if os.path.isdir("/run/lock") else "/tmp
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Directories each host gets as overlay (lower = the machine's own, so dpkg's database and
 # the installed packages stay visible; writes land in the host's upper dir).
-OVERLAY_DIRS = ["etc", "var/lib", "var/log", "root"]
+OVERLAY_DIRS = ["etc", "var/lib", "var/log"]
 # Files and directories `down` removes from the state dir (it never removes anything else,
 # so a second lab's state nested in the default state dir survives).
 STATE_ENTRIES = ["hosts", "ssh", "cp", "lab.json", "hosts.json", "inventory.yml",
@@ -250,10 +252,11 @@ INIT_SCRIPT = r"""#!/bin/bash
 set -eu
 H={hdir}
 S={sdir}
+R={rdir}
 hostname {name}
-# The lab's state dir may sit below a directory this host mounts over (a checkout in /tmp
-# or /root, as CI clones may be): hold it open now and bind it back after the mounts.
-exec 9<"$S"
+# The checkout and the lab's state dir may sit below a directory this host mounts over (a
+# checkout in /root, as CI clones may be): hold them open now and bind them back afterwards.
+exec 8<"$R" 9<"$S"
 # Our copy of the root mount table holds nsfs mounts (/run/netns/*) of other namespaces;
 # drop them so they cannot keep another lab's network namespaces alive.
 awk '{{for (i = 7; i <= NF; i++) if ($i == "-") {{ if ($(i+1) == "nsfs") print $5; break }}}}' \
@@ -262,13 +265,16 @@ mount -t sysfs -o nosuid,nodev,noexec sysfs /sys
 for d in {overlay_dirs}; do
     mount -t overlay overlay -o "lowerdir=/$d,upperdir=$H/upper/$d,workdir=$H/work/$d" "/$d"
 done
+# root's own empty home: no .bashrc, .profile or pyenv of the machine's root user
+mount -t tmpfs -o mode=0700,nosuid,nodev tmpfs /root
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
 mkdir -p /run/sshd /run/wireguard /run/lock
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
-mkdir -p "$S"
-# --no-canonicalize: the fd, not the path it names (now the empty dir), is the source.
+# --no-canonicalize: the fd, not the path it names (now maybe an empty dir), is the source.
+mkdir -p "$R" "$S"
+mount --no-canonicalize --bind /proc/self/fd/8 "$R"
 mount --no-canonicalize --bind /proc/self/fd/9 "$S"
-exec 9<&-
+exec 8<&- 9<&-
 /usr/sbin/sshd -f "$H/sshd_config" -E /var/log/sshd.log
 echo ready > "$H/ready"
 trap 'exit 0' TERM INT
@@ -515,6 +521,7 @@ class Lab(object):
             with open(os.path.join(hdir, "init.sh"), "w") as f:
                 f.write(INIT_SCRIPT.format(name=h["name"], hdir=shlex.quote(hdir),
                                            sdir=shlex.quote(self.state_dir),
+                                           rdir=shlex.quote(REPO),
                                            overlay_dirs=" ".join(OVERLAY_DIRS)))
             try:
                 os.unlink(os.path.join(hdir, "ready"))
