@@ -55,8 +55,8 @@ def foreign(start, stop):
 def child(mode):
     """In the namespace: time one current(plan); 'first' then applies the plan."""
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
-    from ansible_collections.kilo.mesh.plugins.module_utils.netstate import NetStateBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import NetStateBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
     settings = host_settings({"interface": IFACE})
     checked = check_plan(json.load(sys.stdin), IFACE)

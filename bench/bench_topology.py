@@ -23,7 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans  # noqa: E402
 
 SIZES = ((100, 10), (1000, 10), (3000, 30))
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 
 from ansible_collections.kilo.mesh.plugins.action.join import ActionModule as JoinAction, not_a_node
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_client, kube_node
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import node_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (

@@ -5,7 +5,7 @@
 
 The machine's own options (interface, backend, MTU, ``kilo_connect_*``) come from its variables;
 the mesh's (granularity, subnet, port, group, registry, peers) from the mesh group's first host,
-as every controller-side action reads them. The plan (``module_utils/connect.py``) is converged in
+as every controller-side action reads them. The plan (``module_utils/engine/connect.py``) is converged in
 one ``kilo.mesh.converge`` call, as a node's; ``connect_state: absent`` removes what we own there.
 """
 
@@ -15,8 +15,8 @@ import json
 
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.connect import connect_plan, peer_address
-from ansible_collections.kilo.mesh.plugins.module_utils.kube_node import check_peer_name
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan, peer_address
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_PORT
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store

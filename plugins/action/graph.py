@@ -4,7 +4,7 @@
 """Action kilo.mesh.graph: the mesh as a Graphviz picture, like ``kgctl graph``.
 
 The mesh comes from the inventory and the registry as for kilo.mesh.topology; the DOT text is
-module_utils/topology_graph.py's, rendered by Graphviz's ``dot`` on the controller when a file
+module_utils/engine/topology_graph.py's, rendered by Graphviz's ``dot`` on the controller when a file
 of format svg, png or pdf is asked for. Touches no host.
 """
 
@@ -14,9 +14,9 @@ import os
 
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.status import write_atomic
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import (
     FORMATS, LAYOUTS, MESH_EDGES, GraphError, format_of, layout_for, render, to_dot, uses_hub)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result

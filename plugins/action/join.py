@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import TopologyError, build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import TopologyError, build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction

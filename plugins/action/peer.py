@@ -14,9 +14,9 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.kube_node import (
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
     PEER_STORES, check_peer_name, desired_peer, peer_argument_spec)
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import peer_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import registry_path, set_registry_peer
 

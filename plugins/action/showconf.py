@@ -4,13 +4,13 @@
 """Action kilo.mesh.showconf: a node's or a peer's WireGuard configuration, like ``kgctl showconf``.
 
 The mesh comes from the inventory and the registry as for kilo.mesh.topology; the engine and
-module_utils/showconf.py do the rest. Runs on the controller only.
+module_utils/engine/showconf.py do the rest. Runs on the controller only.
 """
 
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
-from ansible_collections.kilo.mesh.plugins.module_utils.showconf import FORMATS, showconf
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import FORMATS, showconf
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
 

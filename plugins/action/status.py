@@ -6,13 +6,13 @@
 On a host: the interface comes from ``kilo_interface`` as for every module; the mesh size for
 Kilo's kilo_nodes / kilo_peers gauges, the location and the segment come from the inventory,
 then the module reads the host. With ``summary`` (run_once): no host call, the registered
-results of every play host become one table (module_utils/status.py).
+results of every play host become one table (module_utils/host/status.py).
 """
 
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.status import summary
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import summary
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_peers, read_registry, registry_path
 

@@ -11,9 +11,9 @@ host's kilo.mesh.join (plugin_utils/plan_store.py), returning only where they ar
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.options import names
-from ansible_collections.kilo.mesh.plugins.module_utils.showconf import public_entries, wireguard_conf
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans, peer_config
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans, peer_config
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (

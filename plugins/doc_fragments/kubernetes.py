@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """How to reach the Kubernetes API (plugins/module_utils/kube_client.py reads these options)."""
+    """How to reach the Kubernetes API (plugins/module_utils/kube/kube_client.py reads these options)."""
 
     DOCUMENTATION = r"""
 options:

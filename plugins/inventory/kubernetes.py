@@ -100,9 +100,9 @@ from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.inventory.group import to_safe_group_name
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_client, kube_node
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import node_subject
 
 RESERVED_GROUPS = ("all", "ungrouped")
 

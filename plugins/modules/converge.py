@@ -74,7 +74,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import converge
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import converge
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import CONVERGE_SPEC
 

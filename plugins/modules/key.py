@@ -161,10 +161,10 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
-from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import host_problems
-from ansible_collections.kilo.mesh.plugins.module_utils.keys import ensure_key
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems
+from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.prepare import diff_of, prepare_module_host
+from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import diff_of, prepare_module_host
 
 
 def run_module():
@@ -181,14 +181,14 @@ def run_module():
                          prepared=prepared, **diff_of(prepared))
     try:
         check_interface_name(p["interface"], field="interface")
-        from ansible_collections.kilo.mesh.plugins.module_utils.discovery import parse_cidrs
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.discovery import parse_cidrs
         parse_cidrs(p["internal_cidrs"])
         key = ensure_key(p["key_path"], check_mode=module.check_mode)
     except (KiloError, ValueError) as e:
         module.fail_json(msg=str(e))
 
     try:
-        from ansible_collections.kilo.mesh.plugins.module_utils import discovery
+        from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
         host = discovery.read_host()
         ips = discovery.choose_ips(host, hostname=socket.gethostname(),
                                    ignore_interfaces=list(p["ignore_interfaces"]) + [p["interface"]],
@@ -209,8 +209,8 @@ def run_module():
 
     discovered, handshakes = {}, {}
     try:
-        from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
         backend = WireGuardBackend(host_settings({"interface": p["interface"]}))
         current = backend.current()
         discovered = backend.discovered_endpoints(current)

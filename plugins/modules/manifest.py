@@ -96,7 +96,7 @@ except ImportError:
 else:
     YAML_IMPORT_ERROR = None
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_client
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 

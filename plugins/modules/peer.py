@@ -153,13 +153,13 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_client
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.kube_node import (
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
     PEER_API_VERSION, PEER_GROUP, PEER_PLURAL, PEER_VERSION, check_peer_name, desired_peer, peer_argument_spec,
     peer_from_resource, spec_of)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec as options_of_scopes
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import peer_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 
 PATH = "/apis/%s/%s/%s" % (PEER_GROUP, PEER_VERSION, PEER_PLURAL)
 MASK = "********"

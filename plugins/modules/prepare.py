@@ -117,7 +117,7 @@ changes:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.prepare import prepare_module_host
+from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import prepare_module_host
 
 
 def main():

@@ -201,7 +201,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.status import DEFAULT_STALE_AFTER, host_status, metrics, write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import DEFAULT_STALE_AFTER, host_status, metrics, write_atomic
 
 
 def spec():
@@ -230,8 +230,8 @@ def run_module():
         module.fail_json(msg="stale_after: must be 0 or more seconds")
     try:
         check_interface_name(p["interface"], field="interface")
-        from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
         state = WireGuardBackend(host_settings({"interface": p["interface"]})).current()
         now = time.time()
         addresses = interface_addresses(p["interface"]) if state.get("present") else []

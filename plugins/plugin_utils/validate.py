@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, names
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import NODE_VARS
 
 

@@ -16,9 +16,9 @@ import importlib, json, sys
 sys.path.insert(0, %(collections)r)
 req = json.load(sys.stdin)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
-mod = importlib.import_module("ansible_collections.kilo.mesh.plugins.module_utils." + req["module"])
+mod = importlib.import_module("ansible_collections.kilo.mesh.plugins.module_utils.host." + req["module"])
 for name, value in req.get("patch", {}).items():
     setattr(mod, name, value)  # module constants a test moves (run directory, say)
 out = {}

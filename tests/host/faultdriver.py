@@ -17,8 +17,8 @@ import os
 import signal
 import sys
 
-from ansible_collections.kilo.mesh.plugins.module_utils import converge as cv
-from ansible_collections.kilo.mesh.plugins.module_utils import wireguard as wgmod
+from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as cv
+from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard as wgmod
 
 
 def die(point):

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.connect import best_path, connect_plan
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import best_path, connect_plan
 from lab.lab import Lab
 from sitetools import playbook, recap
 

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 COLLECTIONS = os.path.join(ROOT, ".collections")
 sys.path.insert(0, COLLECTIONS)
 
-from ansible_collections.kilo.mesh.plugins.module_utils import discovery  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery  # noqa: E402
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 PROBE = r'''
 import json, sys
 sys.path.insert(0, %r)
-from ansible_collections.kilo.mesh.plugins.module_utils import discovery as d
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery as d
 args = json.loads(sys.argv[1])
 host = d.read_host()
 out = d.choose_ips(host, hostname=args.get("hostname"), ignore_interfaces=args.get("ignore", []))
@@ -167,7 +167,7 @@ def test_key_module_end_to_end(ns):
 COMPARE = r'''
 import json, sys
 sys.path.insert(0, %r)
-from ansible_collections.kilo.mesh.plugins.module_utils import discovery as d, netlink_links as n
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery as d, netlink_links as n
 from pyroute2 import IPRoute
 names = [m.get_attr("IFLA_IFNAME") for m in n.NetlinkReader().get_links()]
 with IPRoute() as ipr:

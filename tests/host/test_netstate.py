@@ -316,8 +316,8 @@ def test_foreign_route_at_plan_destination_fails_in_check_and_before_any_change(
 READ_DRIVER = r"""
 import json, sys
 sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
 dumps, light = [], []
@@ -327,7 +327,7 @@ def counted(ipr, family, table=0, proto=0, rtype=0):
     dumps.append([family, table, proto, len(msgs)])
     return msgs
 b._dump = counted
-from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
 real_light = nl.dump_routes
 def counted_light(family, keys, table=0, proto=0, rtype=0):
     msgs = real_light(family, keys, table=table, proto=proto, rtype=rtype)
@@ -425,9 +425,9 @@ def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypat
 COMPARE_DRIVER = r"""
 import json, socket, sys
 sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
-from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 watch = set(tuple(k) for k in json.load(sys.stdin))
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
 light = []

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for networ
 DRIVER = r"""
 import json, shutil, sys
 sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils import prepare as P
+from ansible_collections.kilo.mesh.plugins.module_utils.host import prepare as P
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 req = json.load(sys.stdin)
 try:

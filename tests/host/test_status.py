@@ -12,7 +12,7 @@ import time
 import pytest
 
 from sitetools import REPO, fresh_lab, site
-from ansible_collections.kilo.mesh.plugins.module_utils.status import SAMPLE_RE
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import SAMPLE_RE
 
 PREFIX = "kst"
 PROM = "/tmp/kilo.prom"

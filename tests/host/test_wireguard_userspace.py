@@ -24,7 +24,7 @@ HOST_PYTHON = "/usr/bin/python3"
 VENV_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 sys.path.insert(0, COLLECTIONS)
 
-from ansible_collections.kilo.mesh.plugins.module_utils import keys  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.host import keys  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
@@ -38,9 +38,9 @@ HELPER = r'''
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
 req = json.load(sys.stdin)
 op = req["op"]
 try:

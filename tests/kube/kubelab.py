@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
 API_PORT = 6443  # the API server's port inside every lab host (loopback, forwarded over SSH)
 KUBECONFIG_IN_HOST = "/etc/kubernetes/kubeconfig"  # where Kilo's DaemonSet mounts it

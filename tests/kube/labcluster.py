@@ -28,7 +28,7 @@ sys.path[:0] = [HERE, ROOT, os.path.join(ROOT, ".collections")]
 from apiserver import ApiServer  # noqa: E402  pylint: disable=import-error,wrong-import-position
 from lab.lab import Lab, process_alive, process_starttime  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn  # noqa: E402
 
 CRDS = os.path.join(ROOT, "manifests", "crds.yaml")
 PEER_KEY = "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="

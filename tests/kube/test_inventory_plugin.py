@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 # The helpers of the control-plane tests (tests/kube is on sys.path, see conftest.py).
 from test_apiserver import GROUP, PLURAL, VERSION, admin, eventually, unique  # noqa: F401 pylint: disable=import-error,unused-import
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CRDS = os.path.join(ROOT, "manifests", "crds.yaml")

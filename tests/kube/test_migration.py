@@ -24,7 +24,7 @@ from kubernetes import client
 from test_apiserver import GROUP, PLURAL, VERSION, admin, eventually  # noqa: F401 pylint: disable=import-error,unused-import
 from test_site_kubernetes import annotations, pings, sitetools, wg_peers  # pylint: disable=import-error
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
 import kubelab  # pylint: disable=import-error
 import labcluster  # pylint: disable=import-error

@@ -14,7 +14,7 @@ from kubernetes import client
 from test_apiserver import GROUP, PLURAL, VERSION, admin  # noqa: F401 pylint: disable=import-error,unused-import
 import labcluster  # pylint: disable=import-error
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "kkb"

@@ -16,7 +16,7 @@ from kubernetes import client
 from test_apiserver import admin, unique  # noqa: F401 pylint: disable=import-error,unused-import
 from test_inventory_plugin import delete_all  # pylint: disable=import-error
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")

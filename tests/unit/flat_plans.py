@@ -4,7 +4,7 @@ The engine groups routes that share gateway, device and source (``plan.flat_rout
 written against Kilo's route lists compare the flat form.
 """
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans as _build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans as _build_plans
 
 
 def build_plans(*args, **kwargs):

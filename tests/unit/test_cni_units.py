@@ -6,9 +6,9 @@ import json
 import os
 import stat
 
-from ansible_collections.kilo.mesh.plugins.module_utils import cni
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import backends_for, converge, host_settings
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.host import cni
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import backends_for, converge, host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 
 PLAN = {"name": "a", "leader": True, "segment": "location:x", "listen_port": 51820,
         "pod_cidr": "10.244.1.0/24", "cni": True}

@@ -5,7 +5,7 @@ import pytest
 
 from ansible_collections.kilo.mesh.plugins.plugin_utils.plan_store import split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend, converge, host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, converge, host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan, flat_routes
 
@@ -132,7 +132,7 @@ def test_preshared_keys_leave_the_plan():
 @pytest.mark.parametrize("granularity", ["location", "full", "cross"])
 @pytest.mark.parametrize("encapsulate", ["always", "crosssubnet", "never"])
 def test_every_plan_the_engine_writes_passes_the_check_unchanged(granularity, encapsulate):
-    from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
     keys = ["%s=" % (chr(65 + i) * 43) for i in range(6)]
     nodes = [{"name": "n%d" % i, "location": "l%d" % (i % 3), "public_key": keys[i],
               "endpoint": "203.0.113.%d:51820" % (i + 1), "internal_ip": "10.%d.0.%d/16" % (i % 3, i + 1),

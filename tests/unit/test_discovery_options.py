@@ -7,7 +7,7 @@ and pkg/mesh/mesh.go (New: externalIP = privateIP when the flag is set and there
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import discovery
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec
 
 

@@ -1,9 +1,9 @@
 """Unit tests: nft ruleset text, nft JSON normalisation, iptables lines (no kernel needed)."""
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import firewall as fw
+from ansible_collections.kilo.mesh.plugins.module_utils.host import firewall as fw
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
 

@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 
-from ansible_collections.kilo.mesh.plugins.module_utils import host_checks
+from ansible_collections.kilo.mesh.plugins.module_utils.host import host_checks
 
 COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".collections")
 
@@ -62,7 +62,7 @@ def test_ssh_client_address_from_the_environment_or_an_ancestor():
 
 def test_ssh_client_address_of_an_ancestor_when_become_dropped_it():
     """sudo drops SSH_CONNECTION; the shell above it still has it."""
-    code = ("import sys; sys.path.insert(0, %r); from ansible_collections.kilo.mesh.plugins.module_utils import "
+    code = ("import sys; sys.path.insert(0, %r); from ansible_collections.kilo.mesh.plugins.module_utils.host import "
             "host_checks; print(host_checks.ssh_client_address())" % COLLECTIONS)
 
     def run(become):

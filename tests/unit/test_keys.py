@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import keys
+from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 

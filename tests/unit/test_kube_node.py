@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import kube_node as kn
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs
 
@@ -228,7 +228,7 @@ def test_peer_minimal():
 
 
 def test_peer_full_and_accepted_by_the_engine():
-    from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import parse_peer
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import parse_peer
     p = kn.peer_from_resource(peer(endpoint={"dnsOrIP": {"ip": "203.0.113.7"}, "port": 51820},
                                    persistentKeepalive=25, presharedKey=PSK,
                                    allowedIPs=["10.5.0.1/32", "fd00::1/128"]))

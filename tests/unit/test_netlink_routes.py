@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import netlink_routes as nr
-from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_routes as nr
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 
 V4, V6 = socket.AF_INET, socket.AF_INET6
 SEQ = 1
@@ -242,7 +242,7 @@ def backend():
 def test_the_reader_reads_ours_by_protocol_and_foreign_only_at_the_keys(monkeypatch):
     """NetlinkReader's route dumps: ours by protocol (every message decoded), a table's foreign
     routes decoding only the messages at the plan's keys (netlink_routes.dump_routes)."""
-    from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
     asked = []
 
     def light(family, keys, table=0, proto=0, rtype=0):
@@ -261,7 +261,7 @@ def test_the_reader_reads_ours_by_protocol_and_foreign_only_at_the_keys(monkeypa
 
 
 def test_without_strict_checking_the_backend_reads_through_pyroute2(monkeypatch):
-    from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
 
     def refused():
         raise nr.StrictCheckUnsupported(errno.ENOPROTOOPT, "refused")
@@ -288,7 +288,7 @@ def test_multipath_next_hops_give_their_devices():
 
 
 def test_links_and_addresses_decode_from_kernel_messages():
-    from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links as nl
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
     info = attr(1, b"wireguard\0")
     body = struct.pack("=BBHiII", 0, 0, 65534, 5, 0x1 | 0x40, 0) + attr(3, b"kilo0\0") \
         + u32(4, 1420) + attr(18 | 0x8000, info)

@@ -3,9 +3,9 @@ import socket
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
 IFACE = "wgk0"

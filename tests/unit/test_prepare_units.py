@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import prepare as P
+from ansible_collections.kilo.mesh.plugins.module_utils.host import prepare as P
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 # `nft -a list chain inet filter input` as nft 1.0 prints it

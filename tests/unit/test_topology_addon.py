@@ -15,8 +15,8 @@ import random
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans as grouped_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import TopologyError, parse_inputs
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans as grouped_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError, parse_inputs
 from flat_plans import build_plans
 from test_topology_reference import (R, conf, contains, encap_route, firewall, norm_routes, norm_rules, one,
                                      random_mesh, topology)
@@ -336,7 +336,7 @@ def test_engine_matches_literal_reading_of_kilo_in_addon_mode(compat):
 
 def test_host_fails_before_any_change_when_flannel_1_is_absent(monkeypatch):
     import test_netstate_units as tn
-    from ansible_collections.kilo.mesh.plugins.module_utils import netstate as ns
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
     flannel_plan = tn.plan(routes=[{"dst": "10.2.2.0/24", "gateway": "10.2.2.0", "device": "flannel.1",
                                     "source": "10.1.0.1", "onlink": True}])
     b = tn.backend()

@@ -9,10 +9,10 @@ import subprocess
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import peer_config
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
 from flat_plans import build_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_graph import to_dot
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import parse_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import parse_endpoint
 
 
 def key(i):

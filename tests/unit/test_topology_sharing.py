@@ -2,7 +2,7 @@
 import base64
 
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan, flat_routes
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 
 
 def key(i):

@@ -6,7 +6,7 @@ import base64
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 
 
 def key(i):

@@ -9,15 +9,15 @@ import time
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils import keys
-from ansible_collections.kilo.mesh.plugins.module_utils import wireguard
-from ansible_collections.kilo.mesh.plugins.module_utils import wireguard_daemon
-from ansible_collections.kilo.mesh.plugins.module_utils import wireguard_kernel
-from ansible_collections.kilo.mesh.plugins.module_utils import wireguard_uapi as uapi
+from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
+from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard
+from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
+from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_kernel
+from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_uapi as uapi
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
     WireGuardBackend, WireGuardError, resolve_endpoint, sort_cidrs)
 
 K1 = base64.b64encode(b"\x01" * 32).decode()
@@ -107,7 +107,7 @@ def test_errors_are_kilo_errors():
 KERNEL_CHECK = r'''
 import sys, json, base64
 sys.path.insert(0, %r)
-from ansible_collections.kilo.mesh.plugins.module_utils import wireguard_kernel as wk
+from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_kernel as wk
 from pyroute2.netlink.generic.wireguard import wgmsg
 K1 = base64.b64encode(b"\x01"*32).decode(); K2 = base64.b64encode(b"\x02"*32).decode()
 msgs = wk.build_set_messages("kilo0", private_key=K1, listen_port=51820, peers=[

@@ -12,7 +12,7 @@ Layout (every name starts with "kcv"): four node namespaces a1 a2 (location a) a
 a pod namespace behind a veth holding the first host of the node's pod CIDR (.2; .1 on the node).
 
 Plans come from the project's topology engine; each node is converged inside its namespace by
-plugins/module_utils/converge.py (`ip netns exec NS python3 -c ...`, so pyroute2, nft and the
+plugins/module_utils/host/converge.py (`ip netns exec NS python3 -c ...`, so pyroute2, nft and the
 WireGuard kernel link all act on that namespace), with backend kernel and firewall nftables.
 
 Two passes, `encapsulate: always` then `crosssubnet`, each: tunl0 up, every plan route and rule
@@ -66,7 +66,7 @@ FOREIGN_TUNL_ADDR = "172.16.99.1/32"
 CHILD = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import converge
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import converge
 req = json.load(sys.stdin)
 try:
     out = converge(req["plan"], req["settings"], req["check_mode"])
@@ -158,7 +158,7 @@ def teardown():
 # ------------------------------------------------------------------ the code under test
 class Node(object):
     def __init__(self, name, tmp):
-        from ansible_collections.kilo.mesh.plugins.module_utils import keys
+        from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
         self.name = name
         self.key_path = os.path.join(tmp, "keys", name, "key")
         self.public_key = keys.ensure_key(self.key_path)["public_key"]
@@ -390,7 +390,7 @@ def host_snapshot(name):
 
 def one_pass(c, nodes, encapsulate):
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
-    from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
     tag = "[%s]" % encapsulate
     result = build_plans(inventory(nodes), [], {"encapsulate": encapsulate})
     # one route per destination, as the host sees them after the module's plan check
@@ -459,7 +459,7 @@ def cilium_pass(c, nodes):
     """compatibility cilium where Cilium renamed tunl0 to cilium_tunl: Kilo's cilium encapsulator
     reuses that device, so the converge must too (routes and tunnel address on it, no tunl0)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
-    from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
     tag = "[cilium]"
     for name in NODES:
         nsx(name, "ip", "link", "set", TUNL, "down")

@@ -44,9 +44,9 @@ PORT = 51820
 CHILD = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.kilo.mesh.plugins.module_utils import wireguard
+from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 req = json.load(sys.stdin)
 wireguard.RUN_DIR = req["run_dir"]  # userspace PID and log files; the kernel backend has none
@@ -85,7 +85,7 @@ def collections_tree(tmp):
 
 def make_key(path):
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.kilo.mesh.plugins.module_utils import keys
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
     return keys.ensure_key(path)["public_key"]
 
 

@@ -168,12 +168,13 @@ def _():
 @check("project host code imports at ansible_collections.kilo.mesh.plugins.module_utils")
 def _():
     package = importlib.import_module("ansible_collections.kilo.mesh.plugins.module_utils")
-    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
-    if "wireguard" not in names:
-        raise RuntimeError("module_utils has no wireguard module: %s" % names)
+    names = sorted(m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+                   if not m.ispkg)
+    if package.__name__ + ".host.wireguard" not in names:
+        raise RuntimeError("module_utils has no host.wireguard module: %s" % names)
     for name in names:
-        importlib.import_module("%s.%s" % (package.__name__, name))
-    return ", ".join(names)
+        importlib.import_module(name)
+    return ", ".join(n[len(package.__name__) + 1:] for n in names)
 
 
 if __name__ == "__main__":

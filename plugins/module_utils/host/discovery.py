@@ -26,10 +26,10 @@ __metaclass__ = type
 import ipaddress
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils.cni import BRIDGE
+from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_links import NetlinkReader
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import StrictCheckUnsupported
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import NetlinkReader
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import StrictCheckUnsupported
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, MAIN_TABLE, TUNNEL
 
 DEFAULT_MTU = 1420

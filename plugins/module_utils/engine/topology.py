@@ -75,7 +75,7 @@ import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import TopologyError, node_subject, parse_inputs
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError, node_subject, parse_inputs
 
 
 def find_leader(members):

@@ -20,7 +20,7 @@ import subprocess
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_uapi import UAPIClient
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient
 
 # Where PID and log files go, and how long a daemon may take to open its socket. Not module
 # options: tests and unusual hosts move them by setting these attributes.

@@ -23,8 +23,8 @@ import errno
 import socket
 import struct
 
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import RouteMessage as Message
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import RouteMessage as Message
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import (
     NETLINK_ROUTE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSGHDR, attributes, dump_routes, ends, open_strict,
     run_dump)
 

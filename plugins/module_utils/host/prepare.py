@@ -20,7 +20,7 @@ import re
 import shutil
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, kernel_module_available, run_command, to_bool, to_int
-from ansible_collections.kilo.mesh.plugins.module_utils.firewall import COMMENT as NFT_COMMENT
+from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import COMMENT as NFT_COMMENT
 
 # Where sysctls are read and written at runtime, and the file that sets them at boot.
 PROC_SYS = "/proc/sys"

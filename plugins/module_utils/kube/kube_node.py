@@ -28,7 +28,7 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, parse_key, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
     node_subject, parse_endpoint, parse_interface, parse_network, peer_subject)
 
 PREFIX = "kilo.squat.ai/"

@@ -33,7 +33,7 @@ import ipaddress
 import json
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_command
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FIREWALL_LISTS
 
 NFT = "nft"

@@ -41,9 +41,9 @@ except ImportError:  # only the controller renders YAML, and Ansible brings PyYA
     yaml = None
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.kube_node import PEER_API_VERSION, spec_of
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import Topology, _dedup
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import (
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import PEER_API_VERSION, spec_of
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology, _dedup
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
     TopologyError, node_subject, parse_network_list, peer_subject)
 
 FORMATS = ("wireguard", "json", "yaml")

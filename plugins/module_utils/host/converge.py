@@ -62,10 +62,10 @@ class Backend(object):
 def backends_for(settings, preshared_keys=None):
     # Imported here so that a host missing one backend's dependency still gets a clear
     # message from the backend that needs it.
-    from ansible_collections.kilo.mesh.plugins.module_utils.wireguard import WireGuardBackend
-    from ansible_collections.kilo.mesh.plugins.module_utils.netstate import NetStateBackend
-    from ansible_collections.kilo.mesh.plugins.module_utils.firewall import FirewallBackend
-    from ansible_collections.kilo.mesh.plugins.module_utils.cni import CNIBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import NetStateBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import FirewallBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import CNIBackend
 
     return [WireGuardBackend(settings, preshared_keys), NetStateBackend(settings), FirewallBackend(settings),
             CNIBackend(settings)]

@@ -39,7 +39,7 @@ import json
 import os
 import tempfile
 
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
 
 NETWORK = "kilo"
 BRIDGE = "kube-bridge"

@@ -37,10 +37,10 @@ import socket
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import kernel_module_available
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
-from ansible_collections.kilo.mesh.plugins.module_utils.host_checks import ssh_client_address
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_links import NetlinkReader
-from ansible_collections.kilo.mesh.plugins.module_utils.netlink_routes import StrictCheckUnsupported
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import ssh_client_address
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import NetlinkReader
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import StrictCheckUnsupported
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
     CILIUM_TUNNEL, FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, ROUTE_PROTO, TUNNEL)
 

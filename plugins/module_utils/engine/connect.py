@@ -28,8 +28,8 @@ import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
-from ansible_collections.kilo.mesh.plugins.module_utils.topology import Topology, _dedup
-from ansible_collections.kilo.mesh.plugins.module_utils.topology_parse import TopologyError
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology, _dedup
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError
 
 OUR_ROUTE_PROTOCOLS = (str(ROUTE_PROTO),)  # as `ip -j route` prints an unnamed protocol
 

@@ -29,15 +29,15 @@ import os
 import socket
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils import discovery
-from ansible_collections.kilo.mesh.plugins.module_utils import keys as keymod
-from ansible_collections.kilo.mesh.plugins.module_utils import netlink_links
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
+from ansible_collections.kilo.mesh.plugins.module_utils.host import keys as keymod
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, host_subject, kernel_module_available, parse_key, split_endpoint)
-from ansible_collections.kilo.mesh.plugins.module_utils.converge import Backend
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_daemon import RUN_DIR, START_TIMEOUT, Daemon
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_kernel import KernelWG
-from ansible_collections.kilo.mesh.plugins.module_utils.wireguard_uapi import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, START_TIMEOUT, Daemon
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_kernel import KernelWG
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import (
     SOCKET_DIR, UAPIClient, UAPIError, build_set, hex_to_b64, socket_path)
 
 # RUN_DIR, START_TIMEOUT (wireguard_daemon) and SOCKET_DIR (wireguard_uapi) are imported as
