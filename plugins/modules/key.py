@@ -155,12 +155,10 @@ msg:
   sample: key /var/lib/kilo/key exists
 """
 
-import socket
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.host import report
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems
 from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
@@ -188,13 +186,7 @@ def run_module():
         module.fail_json(msg=str(e))
 
     try:
-        from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
-        host = discovery.read_host()
-        ips = discovery.choose_ips(host, hostname=socket.gethostname(),
-                                   ignore_interfaces=list(p["ignore_interfaces"]) + [p["interface"]],
-                                   allowed_cidrs=p["internal_cidrs"],
-                                   prioritise_private=p["prioritise_private_addresses"])
-        mtu = discovery.default_route_mtu(host)
+        ips, mtu, host = report.addresses(p)
         errors, warnings = host_problems(host, p["interface"], p["subnet"], p["port"], p["force_internal_ip"])
     except ImportError as e:
         module.fail_json(msg="IP discovery needs pyroute2 on the host: %s" % e)
@@ -209,15 +201,7 @@ def run_module():
 
     discovered, handshakes = {}, {}
     try:
-        from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
-        backend = WireGuardBackend(host_settings({"interface": p["interface"]}))
-        current = backend.current()
-        discovered = backend.discovered_endpoints(current)
-        now = time.time()
-        # seconds since each peer's latest handshake (None: never), for kilo_leader_health
-        handshakes = dict((peer["public_key"], int(now - peer["latest_handshake"]) if peer.get("latest_handshake") else None)
-                          for peer in current.get("peers", []))
+        _current, discovered, handshakes = report.wireguard_reading(p["interface"])
     except Exception as e:  # reading is best effort: a broken interface must not block keys
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
 
