@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.kilo.mesh.plugins.action.join import ActionModule as JoinAction, not_a_node
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import node_subject
-from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
-    host_facts, node_from_host, read_registry, registry_path)
+from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import not_a_node
 
 # A client option the task does not give comes from this host's variable kilo_kube_<option>.
 CLIENT_VAR = "kilo_kube_"
@@ -45,8 +42,13 @@ class ActionModule(KiloAction):
         name = args["node"] or host
         result = {}
         if args["state"] == "present":
-            plan = self.plan(args, task_vars, result)
-            node = self.engine_node(args, task_vars)
+            # the plan and the node the engine used for this host in this run (the run-once
+            # step's plan when topology_var names it)
+            mesh = self.mesh(task_vars, args)
+            plan = mesh.plan(host, args["topology_var"], result)
+            node = mesh.node(host)
+            if node is None or not node.get("public_key"):
+                raise not_a_node(args["group"])
             # As Kilo's agent: only the endpoints learned from peers that send keepalives (NAT), the
             # peers the plan marks roaming; the key result reports every learned endpoint.
             roaming = set(p["public_key"] for p in plan.get("peers", []) if p.get("roaming"))
@@ -95,26 +97,3 @@ class ActionModule(KiloAction):
         options = dict((n, args.get(n)) for n in kube_client.ENV)
         options.update((n, found[CLIENT_VAR + n]) for n in names if found.get(CLIENT_VAR + n) not in (None, ""))
         return options
-
-    def engine_node(self, args, task_vars):
-        """This host as the engine saw it in this run (inputs.node_from_host)."""
-        host = task_vars["inventory_hostname"]
-        hvars = task_vars["hostvars"][host]
-        facts, fresh = host_facts(hvars, args["facts_var"], None)
-        if not fresh:
-            known = read_registry(registry_path(task_vars, args["registry"], args["group"]))["hosts"].get(host)
-            facts = host_facts(hvars, args["facts_var"], known)[0]
-        node = node_from_host(host, hvars, facts, "", args["port"])
-        if not node.get("public_key"):
-            raise not_a_node(args)
-        return node
-
-    def plan(self, args, task_vars, result):
-        """This host's plan: from the run-once step (topology_var), else computed as join does."""
-        stored = (task_vars.get(args["topology_var"]) or {}) if args["topology_var"] else {}
-        if stored.get("plan_store"):
-            plan = plan_store.load(stored["plan_store"], task_vars["inventory_hostname"])
-            if plan is None:
-                raise not_a_node(args)
-            return plan
-        return JoinAction.compute(self, args, task_vars, result)

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan, peer_address
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
-from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_PORT
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_warning
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_warning
 
 
 class ActionModule(KiloAction):
@@ -66,22 +64,23 @@ class ActionModule(KiloAction):
         members = task_vars.get("groups", {}).get(group) or []
         if not members:
             raise KiloError("no host in group %r: there is no mesh to connect to" % group, host_subject(host), "kilo_group")
-        mesh = self.options_of(task_vars, source=members[0], scopes=("mesh", "inputs"))
-        mesh["group"] = group
-        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, mesh, self.locations(task_vars, group))
-        if missing:
-            result["warnings"] = [missing_warning(missing)]
+        options = self.options_of(task_vars, source=members[0], scopes=("mesh", "inputs"))
+        options["group"] = group
+        mesh = self.mesh(task_vars, options)
+        nodes, peers = mesh.nodes, list(mesh.peers)
+        if mesh.missing:
+            result["warnings"] = [missing_warning(mesh.missing)]
         peer = self.peer(args, host)
         if args["public_key"] and not any(p.get("name") == peer["name"] for p in peers):
             # this run's key, before the store shows it (check mode; a cluster the inventory read earlier)
             peers.append(dict(name=peer["name"], public_key=args["public_key"], allowed_ips=peer["allowed_ips"],
                               persistent_keepalive=peer["persistent_keepalive"]))
-        options = dict(engine_options(mesh), interface=args["interface"])
-        found, port = self.variable(task_vars, host, "kilo_port")
-        return connect_plan(nodes, peers, options, host, peer["name"], args["connect_allowed_ip"],
-                            extra=args["connect_allowed_ips"], via=args["connect_via"],
-                            port=int(port) if found and port else DEFAULT_PORT,
-                            main_routes=lambda: self.main_routes(host))
+        # the machine listens where its kilo.mesh.key step checked the port (the key scope's
+        # options from its own variables, as that step read them)
+        port = self.listen_port(self.options_of(task_vars, source=host, scopes=("key",)), task_vars)
+        return connect_plan(nodes, peers, dict(mesh.options, interface=args["interface"]), host, peer["name"],
+                            args["connect_allowed_ip"], extra=args["connect_allowed_ips"], via=args["connect_via"],
+                            port=port, main_routes=lambda: self.main_routes(host))
 
     def main_routes(self, host):
         """The machine's main table (`ip -j route show`), read only when a route through the

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.status import write_atomic
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import (
     FORMATS, LAYOUTS, MESH_EDGES, GraphError, format_of, layout_for, render, to_dot, uses_hub)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result
 
 
 class ActionModule(KiloAction):
@@ -30,10 +28,10 @@ class ActionModule(KiloAction):
                       mesh_edges=dict(type="str", default="auto", choices=list(MESH_EDGES)))
 
     def run_kilo(self, args, task_vars):
-        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
-        computed = build_plans(nodes, peers, engine_options(args))
+        mesh = self.mesh(task_vars, args)
+        computed = mesh.computed()
         text = to_dot(computed, args["mesh_edges"])
-        result = dict(changed=False, graph=text, segments=len(computed["segments"]), nodes=len(nodes),
+        result = dict(changed=False, graph=text, segments=len(computed["segments"]), nodes=len(mesh.nodes),
                       peers=len(computed["peers"]), hub=uses_hub(computed, args["mesh_edges"]))
         dest = args["dest"]
         fmt = format_of(dest, args["format"])
@@ -46,5 +44,5 @@ class ActionModule(KiloAction):
                 raise KiloError(str(e), "graph", "dest")
             result.update(dest=dest, command=argv and " ".join(argv[1:]),
                           changed=write_atomic(dest, data, check_mode=self._task.check_mode))
-        result.update(missing_result(missing))
+        result.update(missing_result(mesh.missing))
         return result

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import facts_from_result
 
 
 class ActionModule(KiloAction):
@@ -32,11 +33,9 @@ class ActionModule(KiloAction):
         if result.get("failed") or result.get("skipped"):
             return result
         host = task_vars.get("inventory_hostname")
-        forced = self.variables(task_vars, host, ["kilo_force_endpoint", "kilo_force_internal_ip"])
-        # an endpoint comes from a forced endpoint, else the external IP, else the internal IP
-        # (forced or discovered): see inputs.node_from_host
-        internal = str(forced.get("kilo_force_internal_ip") or "").strip() not in ("", "-")
-        if not (result.get("internal_ip") or result.get("external_ip") or internal or forced.get("kilo_force_endpoint")):
+        # this host's node as the mesh will make it from what the key step just reported
+        node = self.mesh(task_vars, args).node(host, facts=facts_from_result(result))
+        if node is None or not node.get("endpoint"):
             raise KiloError("no usable address found by discovery (every address is loopback, link-local or on an"
                             " ignored interface); set it or change kilo_discovery_ignore_interfaces",
                             host_subject(host), "kilo_force_endpoint")

@@ -9,10 +9,9 @@ module_utils/engine/showconf.py do the rest. Runs on the controller only.
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import FORMATS, showconf
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result
 
 
 class ActionModule(KiloAction):
@@ -23,9 +22,9 @@ class ActionModule(KiloAction):
                       format=dict(type="str", default=FORMATS[0], choices=list(FORMATS)))
 
     def run_kilo(self, args, task_vars):
-        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]))
+        mesh = self.mesh(task_vars, args)
         result = dict(changed=False)
-        result.update(showconf(nodes, peers, engine_options(args), node=args["node"], peer=args["peer"],
+        result.update(showconf(mesh.nodes, mesh.peers, mesh.options, node=args["node"], peer=args["peer"],
                                as_peer=args["as_peer"], allowed_ips=args["allowed_ips"], output=args["format"]))
-        result.update(missing_result(missing))
+        result.update(missing_result(mesh.missing))
         return result

@@ -4,17 +4,15 @@
 """Action kilo.mesh.status: a host's WireGuard status, or (summary) the mesh-wide table.
 
 On a host: the interface comes from ``kilo_interface`` as for every module; the mesh size for
-Kilo's kilo_nodes / kilo_peers gauges, the location and the segment come from the inventory,
-then the module reads the host. With ``summary`` (run_once): no host call, the registered
+Kilo's kilo_nodes / kilo_peers gauges and the location come from the inventory, the segment from
+the engine (the mesh reading's node of this host), then the module reads the host. With ``summary`` (run_once): no host call, the registered
 results of every play host become one table (module_utils/host/status.py).
 """
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.status import summary
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_peers, read_registry, registry_path
 
 
 class ActionModule(KiloAction):
@@ -23,22 +21,14 @@ class ActionModule(KiloAction):
         from ansible_collections.kilo.mesh.plugins.modules.status import spec
         return spec()
 
-    def inventory(self, task_vars, host, name, default):
-        found, value = self.variable(task_vars, host, name)
-        return value if found and value is not None else default
-
     def run_kilo(self, args, task_vars):
         host = task_vars.get("inventory_hostname")
-        group = self.inventory(task_vars, host, "kilo_group", "kilo")
-        peers = self.inventory(task_vars, host, "kilo_peers", []) or []
-        if not isinstance(peers, list):
-            raise KiloError("a list of peers expected", "host %r" % host, "kilo_peers")
-        found, path = self.variable(task_vars, host, "kilo_registry")
-        registry = read_registry(registry_path(task_vars, path if found else None, group))
-        peers = mesh_peers([p for p in peers if isinstance(p, dict)], registry)
+        # the mesh's options as this host's variables give them (the task's own are the module's)
+        mesh = self.mesh(task_vars, self.options_of(task_vars, source=host, scopes=("mesh", "inputs")))
+        peers = mesh.peers
         if args["summary"]:
-            return self.summary(args, task_vars, peers, registry)
-        locations = self.locations(task_vars, group) or {}
+            return self.summary(args, task_vars, peers, mesh.registry)
+        locations = mesh.locations or {}
         if args["mesh_nodes"] is None and locations:
             args["mesh_nodes"] = len(locations)
         if args["mesh_peers"] is None:
@@ -50,10 +40,10 @@ class ActionModule(KiloAction):
         found, forced = self.variable(task_vars, host, "kilo_location")
         if found and forced:
             location = forced
-        granularity = self.inventory(task_vars, host, "kilo_granularity", "location")
         result["location"] = location
-        # the engine's segment key (a node without an internal IP is its own segment there too)
-        result["segment"] = ("location:%s" % location) if granularity == "location" and location else "node:%s" % host
+        # the engine's (a node without an internal IP is a segment of its own); None when the
+        # host is no node of the mesh (no key reported, none in the registry or on its Node)
+        result["segment"] = mesh.segment(host)
         return result
 
     def summary(self, args, task_vars, peers, registry):

@@ -10,19 +10,12 @@ host's kilo.mesh.join (plugin_utils/plan_store.py), returning only where they ar
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.options import names
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans, peer_config
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
-    mesh_inputs, missing_result, stale_leaders, update_registry)
-
-
-def engine_options(args):
-    """The options the topology engine reads (Kilo's flags)."""
-    return dict((k, args[k]) for k in names("mesh"))
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result, stale_leaders, update_registry
 
 
 class ActionModule(KiloAction):
@@ -31,21 +24,20 @@ class ActionModule(KiloAction):
     EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False))
 
     def run_kilo(self, args, task_vars):
-        nodes, peers, fresh, missing, registry = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"]),
-                                                             self.earlier_reading(task_vars, args["group"]))
+        mesh = self.mesh(task_vars, args, earlier=self.earlier_reading(task_vars, args["group"]))
         if args["leader_health"]:
-            self.mark_down(args, task_vars, nodes)
+            self.mark_down(args, task_vars, mesh.nodes)
         if args["save_plans"]:
-            return self.save_plans(args, task_vars, nodes, peers, fresh, missing, registry)
-        computed = build_plans(nodes, peers, engine_options(args))
-        sections = peer_config(nodes, peers, args["peer"], engine_options(args)) if args["peer"] else None
+            return self.save_plans(task_vars, mesh)
+        computed = mesh.computed()
+        sections = peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
-                      registry=registry, subnet=args["subnet"])
+                      registry=mesh.registry_file, subnet=args["subnet"])
         if sections is not None:
             # Like `kgctl showconf peer NAME` (kilo.mesh.showconf): what the peer needs, keys masked.
             sections = public_entries(sections)
             result.update(peer_config=sections, peer_conf=wireguard_conf(sections))
-        result.update(missing_result(missing))
+        result.update(missing_result(mesh.missing))
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
         for plan in computed["plans"].values():
             plan_store.split_preshared_keys(plan)
@@ -67,18 +59,18 @@ class ActionModule(KiloAction):
             if node["name"] in down:
                 node["healthy"] = False
 
-    def save_plans(self, args, task_vars, nodes, peers, fresh, missing, registry):
+    def save_plans(self, task_vars, mesh):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
-        names = set(n["name"] for n in nodes)
+        names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
         batch = task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]]
         play = [h for h in batch if h in names]
-        computed = build_plans(nodes, peers, engine_options(args), only=play)
+        computed = mesh.computed(only=play)
         plan_store.mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:
-            update_registry(registry, fresh)
-        result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(nodes),
+            update_registry(mesh.registry_file, mesh.fresh)
+        result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(mesh.nodes),
                       segments=len(computed["segments"]), plans=len(play),
                       leaders=sorted(s["leader"] for s in computed["segments"]))
-        result.update(missing_result(missing))
+        result.update(missing_result(mesh.missing))
         return result

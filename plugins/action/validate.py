@@ -10,7 +10,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree, check_topology, one_location_each
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import (
+    agree, check_node_vars, check_topology, one_location_each)
 
 
 # A live tunnel handshakes every 120 s (WireGuard's REKEY_AFTER_TIME); anything shorter than
@@ -36,6 +37,7 @@ class ActionModule(KiloAction):
         agree(per_host)
         groups = self.location_groups(task_vars, args["group"])
         one_location_each(groups, task_vars["hostvars"])
+        check_node_vars(hosts, task_vars["hostvars"])
         nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"], groups))
         check_topology(nodes, peers, engine_options(args), task_vars["hostvars"], hosts[0] if hosts else None)
         self.keep_reading(task_vars, args["group"])

@@ -14,11 +14,9 @@ description:
     location, so the locations are the inventory groups as in a hand-written inventory.
   - Location names that are not valid Ansible group names (Kubernetes allows V(-) and V(.)) are changed to
     one for the group only; the host variable C(kilo_location) keeps the exact location.
-  - "Host variables from Kilo's annotations: C(kilo_location) (annotation C(kilo.squat.ai/location) when
-    present, even empty, else the label O(topology_label), else empty), C(kilo_leader) (the annotation
-    C(kilo.squat.ai/leader) counts by its presence), C(kilo_force_endpoint), C(kilo_force_internal_ip)
-    (V(\"\") or V(-) keep meaning none), C(kilo_persistent_keepalive), C(kilo_allowed_location_ips), and
-    C(kilo_pod_cidr) from the Node's C(spec.podCIDR)."
+  - Host variables from Kilo's annotations and the Node's C(spec.podCIDR), as the notes list. C(kilo_location)
+    is the annotation C(kilo.squat.ai/location) when present, even empty, else the label O(topology_label),
+    else empty; the annotation C(kilo.squat.ai/leader) counts by its presence.
   - C(kilo_kubernetes_node) holds what Kilo's agent wrote on the Node (C(public_key), C(endpoint),
     C(internal_ip), C(wireguard_ip), C(discovered_endpoints), C(last_seen), C(granularity); null when not
     written) and C(ready), the Node's Ready condition.
@@ -30,6 +28,7 @@ description:
 author: kilo.mesh developers (@kilo-mesh)
 extends_documentation_fragment:
   - kilo.mesh.kubernetes
+  - kilo.mesh.options.node_vars
   - constructed
 options:
   plugin:
@@ -101,8 +100,7 @@ from ansible.inventory.group import to_safe_group_name
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, node_subject
 
 RESERVED_GROUPS = ("all", "ungrouped")
 

@@ -19,16 +19,37 @@ import os
 import subprocess
 
 
+class Subject(str):
+    """Where an error is, as its message prints it (``node 'b'``, ``host 'a'``, ``options``), with
+    its ``kind`` (node, peer, host, options, location, registry, task ...) and ``name`` as data,
+    so that a caller maps an error to a host without reading it back out of the text."""
+
+    def __new__(cls, kind, name=None, text=None):
+        if text is None:
+            text = kind if name is None else "%s %r" % (kind, name)
+        self = str.__new__(cls, text)
+        self.kind = kind
+        self.name = name
+        return self
+
+    def __reduce__(self):
+        return Subject, (self.kind, self.name, str(self))
+
+
 class KiloError(Exception):
     """An expected failure: bad input or a host that cannot do what is asked.
 
     ``subject`` says where (``host 'a'``, ``node 'b'``, ``options``) and ``field`` what
     (``kilo_leader``, ``plan.routes[3].dst``); the message reads ``subject: field: message``.
-    Caught in one place per entry point (action plugin, module) and shown without a traceback.
+    ``kind`` and ``name`` are the subject as data (a ``Subject``; a plain text subject is its own
+    kind, without a name). Caught in one place per entry point (action plugin, module) and shown
+    without a traceback.
     """
 
     def __init__(self, message, subject=None, field=None):
         self.subject = subject
+        self.kind = getattr(subject, "kind", subject)
+        self.name = getattr(subject, "name", None)
         self.field = field
         self.message = message
         super(KiloError, self).__init__(": ".join(str(p) for p in (subject, field, message) if p))
@@ -39,7 +60,15 @@ class KiloError(Exception):
 
 
 def host_subject(name):
-    return "host %r" % (name,)
+    return Subject("host", name)
+
+
+def node_subject(name):
+    return Subject("node", name)
+
+
+def peer_subject(name):
+    return Subject("peer", name)
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -75,7 +104,11 @@ def to_int(value, subject=None, field=None, low=None, high=None, default=0):
     if isinstance(value, float) and number != value:
         raise KiloError("%r is not an integer" % (value,), subject, field)
     if (low is not None and number < low) or (high is not None and number > high):
-        raise KiloError("%d out of range %s-%s" % (number, low, high), subject, field)
+        if high is None:
+            raise KiloError("%d out of range (at least %d)" % (number, low), subject, field)
+        if low is None:
+            raise KiloError("%d out of range (at most %d)" % (number, high), subject, field)
+        raise KiloError("%d out of range %d-%d" % (number, low, high), subject, field)
     return number
 
 

@@ -27,6 +27,9 @@ __metaclass__ = type
 
 import copy
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import engine_doc
+
 DEFAULT_INTERFACE = "kilo0"
 DEFAULT_PORT = 51820
 DEFAULT_KEY_PATH = "/var/lib/kilo/key"
@@ -37,6 +40,7 @@ DEFAULT_TASK_TIMEOUT = 300
 
 
 def _option(name, scopes, type, description, default=None, var="", **extra):
+    """One row; ``bounds`` (low, high; None: open) limits an int option (``out_of_bounds``)."""
     spec = dict(type=type, description=description, scopes=scopes,
                 var=("kilo_" + name) if var == "" else var)
     if default is not None:
@@ -61,7 +65,7 @@ OPTIONS = dict([
         "WireGuard UDP port, used for endpoints made from discovered addresses.",
         "A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port.",
         "M(kilo.mesh.key) fails on a host where another process already holds the port."],
-        default=DEFAULT_PORT),
+        default=DEFAULT_PORT, bounds=(1, 65535)),
     _option("interface", ("mesh", "host", "key"), "str", ["Name of the WireGuard interface."],
             default=DEFAULT_INTERFACE),
     _option("encapsulate", ("mesh",), "str", [
@@ -106,10 +110,8 @@ OPTIONS = dict([
         " added; a peer of this list wins over a registry peer of the same name."],
         elements="dict"),
     _option("nodes", ("inputs",), "list", [
-        "The nodes, instead of the inventory. Each has C(name), C(location), C(endpoint) (V(host:port)),"
-        " C(internal_ip) (CIDR or null), C(pod_cidr) (CIDR or null), C(public_key), C(leader),"
-        " C(persistent_keepalive), C(allowed_location_ips), C(discovered_endpoints) (public key to V(ip:port))"
-        " and C(healthy) (false: not chosen as leader while a healthy node of the location can lead)."],
+        "The nodes, instead of the inventory. Each has C(name) and the fields of the node table: %s." % engine_doc(),
+        "C(healthy) false: not chosen as leader while a healthy node of the location can lead."],
         elements="dict", var=None),
     _option("leader_health", ("inputs",), "bool", [
         "Beyond Kilo (its issue 489: a leader that is up but cannot forward blackholes its location):"
@@ -122,7 +124,7 @@ OPTIONS = dict([
         " happened, counts as down too. V(0) turns this test off.",
         "Set persistent keepalive on the nodes (C(kilo_persistent_keepalive)) when using it: without"
         " traffic WireGuard does not handshake, and an idle healthy leader would look stale."],
-        default=0),
+        default=0, bounds=(0, None)),
     _option("facts_var", ("inputs",), "str", ["Name of the registered result of M(kilo.mesh.key) on each host."],
             default="kilo_host", var=None),
     # --- host: the converge backends --------------------------------------------------------
@@ -136,7 +138,7 @@ OPTIONS = dict([
     _option("key_path", ("host", "key"), "path", ["Path of the private key file made by M(kilo.mesh.key); it never leaves the host."],
             default=DEFAULT_KEY_PATH, no_log=False),
     _option("mtu", ("host",), "int", ["MTU of the interface; V(0) means Kilo's auto value (default-route MTU - 80, else 1420)."],
-            default=0),
+            default=0, bounds=(0, 65535)),
     _option("firewall", ("host",), "str", ["Firewall backend for the NAT, forward and IPIP rules of the plan."],
             default="nftables", choices=["nftables", "iptables", "none"]),
     _option("route_conflict", ("host",), "str", [
@@ -211,7 +213,7 @@ OPTIONS = dict([
     _option("connect_persistent_keepalive", ("connect",), "int", [
         "Seconds between keepalives this peer sends to the leaders, and the leaders to it; V(0) sends none."
         " The leaders learn the peer's endpoint from its packets, so a peer behind NAT needs it."],
-        default=10),
+        default=10, bounds=(0, 65535)),
     _option("connect_store", ("connect",), "str", [
         "Where the peer is kept - V(registry), the mesh's registry beside the inventory; V(kubernetes), a Kilo"
         " Peer resource in the cluster of the Kubernetes client options (the inventory plugin"
@@ -228,7 +230,7 @@ OPTIONS = dict([
         "Seconds each remote task of the roles may take (Ansible's task C(timeout)). A host that stops"
         " answering during a run fails after this long, the run goes on with the others, and its peers"
         " stay on every host. The default covers a slow first package install."],
-        default=DEFAULT_TASK_TIMEOUT),
+        default=DEFAULT_TASK_TIMEOUT, bounds=(1, None)),
 ])
 
 SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect")
@@ -253,6 +255,25 @@ def defaults(*scopes):
     return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in names(*scopes))
 
 
+def out_of_bounds(name, value):
+    """Why ``value`` (already of the option's type) is outside option ``name``'s bounds, or None."""
+    bounds = OPTIONS.get(name, {}).get("bounds")
+    if bounds is None or value is None:
+        return None
+    try:
+        to_int(value, low=bounds[0], high=bounds[1])
+    except KiloError as e:
+        return e.message
+    return None
+
+
+def _bounds_doc(bounds):
+    low, high = bounds
+    if high is None:
+        return "At least V(%d)." % low
+    return "From V(%d) to V(%d)." % (low, high)
+
+
 def variable(name):
     """The inventory variable of option ``name`` (None: task argument only)."""
     return OPTIONS[name]["var"]
@@ -264,6 +285,8 @@ def doc(*scopes, **overrides):
     for name in names(*scopes):
         spec = OPTIONS[name]
         entry = {"description": list(spec["description"])}
+        if "bounds" in spec:
+            entry["description"].append(_bounds_doc(spec["bounds"]))
         if spec["var"]:
             entry["description"].append("Defaults to the inventory variable C(%s), then to the default below." % spec["var"])
         for key in ("type", "elements", "choices", "default"):

@@ -15,8 +15,8 @@ version_added: 0.1.0
 author: kilo.mesh developers (@kilo-mesh)
 description:
   - Reads the host's WireGuard interface (kernel or userspace) and changes nothing - whether the host leads
-    its segment (a leader's interface is up and carries the peers; a member's is down), its location and
-    segment (from the inventory), and for each WireGuard peer the endpoint, allowed IPs, seconds since the
+    its segment (a leader's interface is up and carries the peers; a member's is down), its location (from
+    the inventory) and segment (the engine's, from the inventory and the registry), and for each WireGuard peer the endpoint, allowed IPs, seconds since the
     latest handshake and bytes received and sent.
   - A tunnel is B(stale) when its latest handshake is older than O(stale_after) seconds or never happened.
     WireGuard handshakes again every 2 minutes while traffic flows, so an idle tunnel without persistent
@@ -120,7 +120,10 @@ location:
   type: str
   sample: aws
 segment:
-  description: The segment the host belongs to, as the engine names it (C(location:NAME), or C(node:HOST) under granularity full or cross).
+  description:
+    - The segment the host belongs to, as the engine names it (C(location:NAME), or C(node:HOST) under granularity full or cross,
+      and for a node without an internal IP under any granularity).
+    - Null when the host is no node of the mesh (it never reported a key and pins none).
   returned: on a host
   type: str
   sample: location:aws

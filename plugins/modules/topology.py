@@ -19,14 +19,14 @@ description:
   - Runs on the controller only (an action plugin); it touches no host.
   - Without O(nodes), the nodes are the hosts of the inventory group O(group). Its child groups are
     the locations; the host variable C(kilo_location) overrides. Other host variables mirror Kilo's
-    annotations - C(kilo_leader), C(kilo_force_endpoint), C(kilo_force_internal_ip),
-    C(kilo_persistent_keepalive), C(kilo_allowed_location_ips), C(kilo_pod_cidr), C(kilo_public_key).
-    What each host reported about itself (M(kilo.mesh.key), registered as O(facts_var)) fills the rest;
+    annotations (see the notes). What each host reported about itself (M(kilo.mesh.key), registered as
+    O(facts_var)) fills the rest;
     hosts that did not report in this run come from the O(registry).
   - The whole input is validated first; a bad value fails with a message naming the node or peer and the field.
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
   - kilo.mesh.options.inputs
+  - kilo.mesh.options.node_vars
 options:
   peer:
     description:

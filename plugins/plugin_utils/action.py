@@ -21,7 +21,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec, out_of_bounds
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
 
@@ -41,6 +41,15 @@ def _plain(value):
         return json.dumps(value, sort_keys=True, default=repr), value
     plain = json.loads(text)
     return text, (plain if plain == value else value)
+
+
+def _out_of_bounds(parameters, given):
+    """'name: why' of the first task argument outside its option's bounds, or None."""
+    for name in sorted(given):
+        why = out_of_bounds(name, parameters.get(name))
+        if why:
+            return "%s: %s" % (name, why)
+    return None
 
 
 def _first_error(validation):
@@ -164,7 +173,9 @@ class KiloAction(ActionBase):
         found = self.variables(task_vars, source, list(var_of.values()))
         if ("given", kind) not in memo:
             validation = ArgumentSpecValidator(spec).validate(given)
-            memo[("given", kind)] = (_first_error(validation), validation.validated_parameters)
+            parameters = validation.validated_parameters
+            # the table's bounds (ports, MTU, ...), which Ansible's argument spec cannot say
+            memo[("given", kind)] = (_first_error(validation) or _out_of_bounds(parameters, given), parameters)
         error, options = memo[("given", kind)]
         if error:
             raise KiloError(error, "task")
@@ -177,7 +188,8 @@ class KiloAction(ActionBase):
             key = (kind, name, text)
             if key not in memo:
                 alone = ArgumentSpecValidator({name: spec[name]}).validate({name: value})
-                memo[key] = (_first_error(alone), alone.validated_parameters.get(name))
+                checked = alone.validated_parameters.get(name)
+                memo[key] = (_first_error(alone) or out_of_bounds(name, checked), checked)
             error, value = memo[key]
             options[name] = _copy(value)
             if error:

@@ -17,20 +17,11 @@ import os
 import tempfile
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, format_endpoint, host_subject, to_bool, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, format_endpoint, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS, check_host_vars
 
-# A node's fields -> the host variables that set them (Kilo's node annotations).
-NODE_VARS = {
-    "location": "kilo_location",
-    "leader": "kilo_leader",
-    "endpoint": "kilo_force_endpoint",
-    "internal_ip": "kilo_force_internal_ip",
-    "persistent_keepalive": "kilo_persistent_keepalive",
-    "allowed_location_ips": "kilo_allowed_location_ips",
-    "pod_cidr": "kilo_pod_cidr",
-    "public_key": "kilo_public_key",
-    "cni_compatibility_ip": "kilo_cni_compatibility_ip",
-}
+# A node's fields -> the host variables that set them (Kilo's node annotations): the node table's.
+NODE_VARS = dict((field.name, field.var) for field in FIELDS.values() if field.var)
 
 # Every variable of a host the mesh reads (host_inputs), besides the registered kilo.mesh.key result.
 INPUT_VARS = tuple(NODE_VARS.values()) + ("kilo_kubernetes_node",)
@@ -43,43 +34,30 @@ class InputError(KiloError):
     """Bad inventory input; names the host and the variable."""
 
 
-def _list(value, host, field):
-    if value is None or value == "":
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    raise InputError("expected a list of CIDRs, got %r" % (value,), host_subject(host), field)
-
-
 def node_from_host(name, hvars, facts, location, port):
     """One topology node from a host's variables and what it reported (``facts``).
 
     ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
-    it may be empty when every field is forced in the inventory.
+    it may be empty when every field is forced in the inventory. Each variable the host sets
+    is checked by its row of the node table (``nodes.check_host_vars``), as validate checks it.
     """
     facts = facts or {}
-    node = {"name": name, "location": location}
-    if "kilo_location" in hvars:
-        node["location"] = "" if hvars["kilo_location"] is None else str(hvars["kilo_location"])
-    node["public_key"] = hvars.get("kilo_public_key") or facts.get("public_key")
+    subject = host_subject(name)
+    given = check_host_vars(hvars, subject)
+    node = {"name": name, "location": given.get("location", location)}
+    node["public_key"] = given.get("public_key") or facts.get("public_key")
 
-    forced_ip = hvars.get("kilo_force_internal_ip")
-    if forced_ip is not None:
-        # Kilo: "" or "-" means "this node has no internal IP".
-        node["internal_ip"] = None if str(forced_ip).strip() in ("", "-") else str(forced_ip)
-    else:
-        node["internal_ip"] = facts.get("internal_ip")
-    if node["internal_ip"]:
+    forced = hvars.get(FIELDS["internal_ip"].var) is not None
+    node["internal_ip"] = given["internal_ip"] if forced else facts.get("internal_ip")
+    if node["internal_ip"] and not forced:
         try:
             ipaddress.ip_interface(node["internal_ip"])
         except ValueError:
-            field = "kilo_force_internal_ip" if forced_ip is not None else "internal_ip (reported by kilo.mesh.key)"
-            raise InputError("%r is not an IP address in CIDR form" % (node["internal_ip"],), host_subject(name), field)
+            raise InputError("%r is not an IP address in CIDR form" % (node["internal_ip"],), subject,
+                             "internal_ip (reported by kilo.mesh.key)")
 
-    if hvars.get("kilo_force_endpoint"):
-        node["endpoint"] = str(hvars["kilo_force_endpoint"])
+    if given.get("endpoint"):
+        node["endpoint"] = given["endpoint"]
     elif facts.get("endpoint"):
         # as written on the host's Kubernetes Node (annotation_facts)
         node["endpoint"] = str(facts["endpoint"])
@@ -90,15 +68,13 @@ def node_from_host(name, hvars, facts, location, port):
             ip = node["internal_ip"].split("/")[0]
         node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
-    node["pod_cidr"] = hvars.get("kilo_pod_cidr") or None
+    node["pod_cidr"] = given.get("pod_cidr")
     # Kilo's cni-compatibility-ip annotation: the next hop towards this node under compatibility cilium
-    node["cni_compatibility_ip"] = hvars.get("kilo_cni_compatibility_ip") or None
-    # Kilo: the presence of the leader annotation alone counts, so "" and null mean leader.
-    node["leader"] = to_bool(hvars["kilo_leader"], host_subject(name), "kilo_leader", default=True) \
-        if "kilo_leader" in hvars else False
-    node["persistent_keepalive"] = to_int(hvars.get("kilo_persistent_keepalive"), host_subject(name),
-                                          "kilo_persistent_keepalive", low=0)
-    node["allowed_location_ips"] = _list(hvars.get("kilo_allowed_location_ips"), name, "kilo_allowed_location_ips")
+    node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
+    # the leader annotation counts by its presence: absent is the only "no"
+    node["leader"] = given.get("leader", False)
+    node["persistent_keepalive"] = given.get("persistent_keepalive", 0)
+    node["allowed_location_ips"] = given.get("allowed_location_ips", [])
     node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
     return node
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, names
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import NODE_VARS
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_host_vars, var_of_field
 
 
 def agree(per_host):
@@ -42,21 +42,27 @@ def one_location_each(location_groups, hostvars):
                             % ", ".join(groups), host_subject(host), "location")
 
 
+def check_node_vars(hosts, hostvars):
+    """Every node variable of every host of the mesh, by its row of the node table: hosts that
+    never reported (a fresh mesh, the engine leaves them out) are checked too, before any host
+    is contacted."""
+    for host in hosts:
+        check_host_vars(hostvars[host], host_subject(host))
+
+
 def check_topology(nodes, peers, options, hostvars, first):
     """Build every plan once; a node's error is told as its host's variable, a mesh-wide
     option's as the variable of ``first`` (every host agrees on those)."""
     try:
         build_plans(nodes, peers, options, only=[])
     except KiloError as e:
-        subject = e.subject or ""
-        if subject == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"]:
+        if e.kind == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"]:
             raise KiloError(e.message, host_subject(first), OPTIONS[e.field]["var"])
-        if subject.startswith("node '") and e.field:
-            host = subject[len("node '"):-1]
-            field = e.field.split("[")[0]
-            var = NODE_VARS.get(field)
-            if host in hostvars and var and var in hostvars[host]:
+        host = e.name if e.kind == "node" else None
+        if host is not None and host in hostvars and e.field:
+            # a node's field as the host's variable; fields of a list or mapping as the whole field
+            var = var_of_field(e.field.split("[")[0])
+            if var and var in hostvars[host]:
                 raise KiloError(e.message, host_subject(host), var)
-            if host in hostvars:
-                raise KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
+            raise KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
         raise

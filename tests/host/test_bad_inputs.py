@@ -53,13 +53,32 @@ CASES = [
     ("task timeout below one second", {"kilo": {"kilo_task_timeout": 0}}, "host 'aws-1': kilo_task_timeout: 0 out of range"),
     ("handshake bound shorter than WireGuard's rekey", {"kilo": {"kilo_leader_handshake_timeout": 60}},
      "host 'aws-1': kilo_leader_handshake_timeout: 60 s is below WireGuard's rekey interval"),
+    ("MTU below zero", {"home-2": {"kilo_mtu": -5}}, "host 'home-2': kilo_mtu: -5 out of range 0-65535"),
+    # "fresh": no host pins a key or an endpoint, as a first run: the engine leaves every host out
+    # (none has reported), so only validate's check of each host's node variables can refuse these
+    ("fresh mesh: keepalive that is not a number", {"fresh": {}, "home-2": {"kilo_persistent_keepalive": "abc"}},
+     "host 'home-2': kilo_persistent_keepalive: 'abc' is not an integer"),
+    ("fresh mesh: keepalive below zero", {"fresh": {}, "home-2": {"kilo_persistent_keepalive": -5}},
+     "host 'home-2': kilo_persistent_keepalive: -5 out of range 0-65535"),
+    ("fresh mesh: endpoint IPv4 out of range", {"fresh": {}, "gcp-2": {"kilo_force_endpoint": "300.1.1.1:51820"}},
+     "host 'gcp-2': kilo_force_endpoint: '300.1.1.1:51820': '300.1.1.1' is not a valid IPv4 address"),
+    ("fresh mesh: MTU below zero", {"fresh": {}, "home-2": {"kilo_mtu": -5}}, "host 'home-2': kilo_mtu: -5 out of range 0-65535"),
+    ("fresh mesh: endpoint port zero", {"fresh": {}, "gcp-2": {"kilo_force_endpoint": "203.0.113.41:0"}},
+     "host 'gcp-2': kilo_force_endpoint: port 0 out of range 1-65535"),
 ]
 
 
 def inventory_with(tmp_path, edits):
     with open(EXAMPLE) as f:
         data = yaml.safe_load(f)
+    if "fresh" in edits:
+        for location in data["kilo"]["children"].values():
+            for host in location.get("hosts", {}).values():
+                host.pop("kilo_public_key", None)
+                host.pop("kilo_force_endpoint", None)
     for target, values in edits.items():
+        if target == "fresh":
+            continue
         if target == "kilo":
             data["kilo"]["vars"].update(values)
         elif target == "two-groups":

@@ -73,9 +73,10 @@ from __future__ import absolute_import, division, print_function
 import gc
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
+from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError, node_subject, parse_inputs
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+    OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs)
 
 
 def find_leader(members):
@@ -189,7 +190,7 @@ class Topology(object):
                 if key.startswith("node:"):
                     raise TopologyError(node_subject(seg.members[0].name), "endpoint",
                                         "the node is its own segment (%s) and needs an endpoint" % key)
-                raise TopologyError("location %r" % seg.location, "endpoint",
+                raise TopologyError(Subject("location", seg.location), "endpoint",
                                     "no node of segment %s has an endpoint" % key)
             seg.leader = seg.members[leader]
             allowed = []
@@ -236,7 +237,7 @@ class Topology(object):
         subnet = self.opts["subnet"]
         capacity = subnet.num_addresses - 1  # network+1 .. last address, no skipping (Kilo)
         if len(self.segments) > capacity:
-            raise TopologyError("options", "subnet", "%s holds %d WireGuard IPs, %d segments need one each"
+            raise TopologyError(OPTIONS_SUBJECT, "subnet", "%s holds %d WireGuard IPs, %d segments need one each"
                                 % (subnet, capacity, len(self.segments)))
         base = subnet.network_address
         bits = subnet.max_prefixlen
@@ -601,7 +602,7 @@ class Topology(object):
             if peer.name == name:
                 me = peer
         if me is None:
-            raise TopologyError("peer %r" % (name,), "name", "no such peer")
+            raise TopologyError(peer_subject(name), "name", "no such peer")
         out = []
         for seg in self.segments:
             entry = {"name": seg.key, "public_key": seg.leader.key, "endpoint": self.segment_endpoint(seg)[0],

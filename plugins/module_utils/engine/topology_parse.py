@@ -12,96 +12,24 @@ are kept in canonical base64 (the spelling Kilo prints).
 
 from __future__ import absolute_import, division, print_function
 
-import ipaddress
-import re
-
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, check_interface_name, format_endpoint, parse_key, split_endpoint, to_bool, to_int)
+    Subject, check_interface_name, node_subject, peer_subject, parse_key, to_bool, to_int)
+# The value parsers and the error live with the node table; the engine's importers find them here too.
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 (re-exported)
+    FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 ENCAPSULATIONS = tuple(OPTIONS["encapsulate"]["choices"])
 COMPATIBILITIES = tuple(OPTIONS["compatibility"]["choices"])
 DEFAULT_OPTIONS = defaults("mesh")
-
-# RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
-
-
-class TopologyError(KiloError):
-    """Bad input: ``subject`` (e.g. "node 'b'") and ``field`` name where it is."""
-
-    def __init__(self, subject, field, message):
-        super(TopologyError, self).__init__(message, subject, field)
-
-
-def node_subject(name):
-    return "node %r" % (name,)
-
-
-def peer_subject(name):
-    return "peer %r" % (name,)
-
-
-def parse_network(value, subject, field):
-    """A CIDR (or bare address = single-address CIDR) -> network with host bits cleared."""
-    if not isinstance(value, str) or not value.strip():
-        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
-    try:
-        return ipaddress.ip_network(value.strip(), strict=False)
-    except ValueError:
-        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
-
-
-def parse_interface(value, subject, field):
-    """A host address with its prefix (e.g. 10.1.0.1/16); a bare address gets /32 or /128."""
-    if not isinstance(value, str) or not value.strip():
-        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
-    try:
-        return ipaddress.ip_interface(value.strip())
-    except ValueError:
-        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
-
-
-def parse_network_list(values, subject, field):
-    if values is None:
-        return []
-    if isinstance(values, str):
-        values = [v for v in values.split(",") if v.strip()]
-    if not isinstance(values, (list, tuple)):
-        raise TopologyError(subject, field, "expected a list of CIDRs, got %r" % (values,))
-    return [parse_network(v, subject, field) for v in values]
-
-
-def parse_endpoint(value, subject, field, allow_dns=True):
-    """"host:port" -> (normalised string, ip object or None for DNS names, port)."""
-    host, port = split_endpoint(value, subject, field)
-    if value.strip().startswith("["):
-        try:
-            ip = ipaddress.IPv6Address(host)
-        except ValueError:
-            raise TopologyError(subject, field, "%r: %r is not an IPv6 address" % (value, host))
-        if ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
-        return format_endpoint(ip, port), ip, port
-    try:
-        ip = ipaddress.IPv4Address(host)
-    except ValueError:
-        if not allow_dns:
-            raise TopologyError(subject, field, "%r: %r is not an IP address" % (value, host))
-        labels = host.rstrip(".").split(".")
-        if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
-            raise TopologyError(subject, field, "%r: %r is neither an IP address nor a DNS name" % (value, host))
-        if all(label.isdigit() for label in labels):
-            raise TopologyError(subject, field, "%r: %r is not a valid IPv4 address" % (value, host))
-        return "%s:%d" % (host.lower(), port), None, port
-    return format_endpoint(ip, port), ip, port
+OPTIONS_SUBJECT = Subject("options")
 
 
 def _name(item, kind, index):
     name = item.get("name") if isinstance(item, dict) else None
     if not isinstance(name, str) or not name:
-        raise TopologyError("%s #%d" % (kind, index + 1), "name", "missing or not a string")
+        raise TopologyError(Subject(kind, None, "%s #%d" % (kind, index + 1)), "name", "missing or not a string")
     return name
 
 
@@ -109,10 +37,10 @@ def parse_options(options):
     opts = dict(DEFAULT_OPTIONS)
     for key, value in (options or {}).items():
         if key not in DEFAULT_OPTIONS:
-            raise TopologyError("options", key, "unknown option")
+            raise TopologyError(OPTIONS_SUBJECT, key, "unknown option")
         if value is not None:
             opts[key] = value
-    subject = "options"
+    subject = OPTIONS_SUBJECT
     if opts["granularity"] not in GRANULARITIES:
         raise TopologyError(subject, "granularity", "%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)))
     if opts["encapsulate"] not in ENCAPSULATIONS:
@@ -146,42 +74,32 @@ class Peer(object):
 def parse_node(item, index, default_port):
     name = _name(item, "node", index)
     subject = node_subject(name)
+    # every field of the node table, parsed by its row, in the table's order
+    value = dict((field.name, field.parse(item.get(field.name), subject, field.name)) for field in FIELDS.values())
     node = Node()
     node.name = name
-    location = item.get("location")
-    node.location = "" if location is None else str(location)
+    node.location = value["location"]
     node.endpoint = node.endpoint_ip = None
     node.port = default_port
-    if item.get("endpoint") not in (None, ""):
-        node.endpoint, node.endpoint_ip, node.port = parse_endpoint(item["endpoint"], subject, "endpoint")
-    node.internal = node.internal_ip = node.internal_ip_str = node.internal_host_cidr = None
-    if item.get("internal_ip") not in (None, "", "-"):
-        node.internal = parse_interface(item["internal_ip"], subject, "internal_ip")
+    if value["endpoint"] is not None:
+        node.endpoint, node.endpoint_ip, node.port = value["endpoint"]
+    node.internal = value["internal_ip"]
+    node.internal_ip = node.internal_ip_str = node.internal_host_cidr = None
+    if node.internal is not None:
         node.internal_ip = node.internal.ip
         node.internal_ip_str = str(node.internal.ip)
         node.internal_host_cidr = "%s/%d" % (node.internal_ip_str, node.internal.ip.max_prefixlen)
-    node.pod = node.pod_str = None
-    if item.get("pod_cidr") not in (None, ""):
-        node.pod = parse_network(item["pod_cidr"], subject, "pod_cidr")
-        node.pod_str = str(node.pod)
+    node.pod = value["pod_cidr"]
+    node.pod_str = None if node.pod is None else str(node.pod)
     # Kilo's cni-compatibility-ip annotation (cilium_host's address): only its address is used
-    node.cni_ip = None
-    if item.get("cni_compatibility_ip") not in (None, ""):
-        node.cni_ip = parse_interface(item["cni_compatibility_ip"], subject, "cni_compatibility_ip").ip
-    node.key = parse_key(item.get("public_key"), subject, "public_key")
-    node.leader_hint = to_bool(item.get("leader"), subject, "leader")
+    node.cni_ip = value["cni_compatibility_ip"]
+    node.key = value["public_key"]
+    node.leader_hint = value["leader"]
     # beyond Kilo (opt-in, kilo_leader_health): a node known to be down this run leads no one
-    node.healthy = to_bool(item.get("healthy"), subject, "healthy", default=True)
-    node.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
-    node.alips = parse_network_list(item.get("allowed_location_ips"), subject, "allowed_location_ips")
-    discovered = item.get("discovered_endpoints") or {}
-    if not isinstance(discovered, dict):
-        raise TopologyError(subject, "discovered_endpoints", "expected a mapping public key -> ip:port")
-    node.discovered = {}
-    for key in sorted(discovered):
-        field = "discovered_endpoints[%s]" % key
-        endpoint = parse_endpoint(discovered[key], subject, field, allow_dns=False)
-        node.discovered[parse_key(key, subject, field)] = endpoint
+    node.healthy = value["healthy"]
+    node.keepalive = value["persistent_keepalive"]
+    node.alips = value["allowed_location_ips"]
+    node.discovered = value["discovered_endpoints"]
     node.index = index
     return node
 
@@ -209,7 +127,7 @@ def _parse_all(items, kind, parse, subject, keys):
     parsed, names = [], set()
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            raise TopologyError("%s #%d" % (kind, index + 1), kind, "expected a mapping")
+            raise TopologyError(Subject(kind, None, "%s #%d" % (kind, index + 1)), kind, "expected a mapping")
         obj = parse(item, index)
         if obj.name in names:
             raise TopologyError(subject(obj.name), "name", "duplicate %s name" % kind)

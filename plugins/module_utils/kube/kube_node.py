@@ -7,8 +7,9 @@ Pure functions over the JSON of the API (plain dicts: ``metadata``, ``spec``, ``
 client library. The annotation names and value formats are Kilo's (its Kubernetes backend):
 
 * what an operator sets on a Node (location, leader, force-endpoint, force-internal-ip,
-  persistent-keepalive, allowed-location-ips) becomes our inventory host variables
-  (``inputs.NODE_VARS``), with Kilo's precedence;
+  persistent-keepalive, allowed-location-ips, cni-compatibility-ip; the Node's spec.podCIDR)
+  becomes our inventory host variables, as the node table says (``nodes.FIELDS``: source, kube),
+  with Kilo's precedence;
 * what Kilo's agent writes (key, endpoint, internal-ip, wireguard-ip, last-seen, granularity,
   discovered-endpoints) is read into ``kilo_kubernetes_node`` and written by ``write_back``;
 * a Peer resource becomes a peer of the engine, checked as Kilo's admission webhook does.
@@ -26,28 +27,28 @@ import json
 import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, parse_key, split_endpoint, to_int)
+    KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
+    ANNOTATION_PREFIX as PREFIX, FIELDS, UNSET, discovered_json, parse_cidr, parse_endpoint, parse_interface)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    node_subject, parse_endpoint, parse_interface, parse_network, peer_subject)
 
-PREFIX = "kilo.squat.ai/"
-# Set by the operator.
-LOCATION = PREFIX + "location"
-LEADER = PREFIX + "leader"
-FORCE_ENDPOINT = PREFIX + "force-endpoint"
-FORCE_INTERNAL_IP = PREFIX + "force-internal-ip"
-PERSISTENT_KEEPALIVE = PREFIX + "persistent-keepalive"
-ALLOWED_LOCATION_IPS = PREFIX + "allowed-location-ips"
-# Written by the agent (here: by write_back).
-KEY = PREFIX + "key"
-ENDPOINT = PREFIX + "endpoint"
-INTERNAL_IP = PREFIX + "internal-ip"
+# The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
+LOCATION = FIELDS["location"].annotation
+LEADER = FIELDS["leader"].annotation
+FORCE_ENDPOINT = FIELDS["endpoint"].annotation
+FORCE_INTERNAL_IP = FIELDS["internal_ip"].annotation
+PERSISTENT_KEEPALIVE = FIELDS["persistent_keepalive"].annotation
+ALLOWED_LOCATION_IPS = FIELDS["allowed_location_ips"].annotation
+CNI_COMPATIBILITY_IP = FIELDS["cni_compatibility_ip"].annotation  # written by the agent, read as a node field
+# ... and written by the agent (here: by write_back).
+KEY = FIELDS["public_key"].written
+ENDPOINT = FIELDS["endpoint"].written
+INTERNAL_IP = FIELDS["internal_ip"].written
+DISCOVERED_ENDPOINTS = FIELDS["discovered_endpoints"].written
+# What the agent writes that is no node field: of its plan, its loop and the mesh.
 WIREGUARD_IP = PREFIX + "wireguard-ip"
 LAST_SEEN = PREFIX + "last-seen"
 GRANULARITY = PREFIX + "granularity"
-DISCOVERED_ENDPOINTS = PREFIX + "discovered-endpoints"
-CNI_COMPATIBILITY_IP = PREFIX + "cni-compatibility-ip"  # written by the agent, read as a node field
 # What Kilo's agent removes when it leaves (its CleanUp), in that order.
 AGENT_ANNOTATIONS = (ENDPOINT, INTERNAL_IP, KEY, LAST_SEEN, WIREGUARD_IP, DISCOVERED_ENDPOINTS, GRANULARITY)
 
@@ -85,13 +86,6 @@ def _mapping(meta, key, subject):
     if not isinstance(value, dict):
         raise KiloError("expected a mapping", subject, "metadata." + key)
     return value
-
-
-def _cidr(value, subject, field, host=False):
-    """Kilo's ``net.ParseCIDR``: an address *with* a prefix length; the host part is kept when ``host``."""
-    if not isinstance(value, str) or "/" not in value:
-        raise KiloError("%r is not an IP address in CIDR form" % (value,), subject, field)
-    return str(parse_interface(value, subject, field) if host else parse_network(value, subject, field))
 
 
 def node_name(node):
@@ -148,9 +142,9 @@ def _agent_facts(name, annotations, node):
     if text(ENDPOINT):
         facts["endpoint"] = parse_endpoint(text(ENDPOINT), subject, ENDPOINT)[0]
     if text(INTERNAL_IP):
-        facts["internal_ip"] = _cidr(text(INTERNAL_IP), subject, INTERNAL_IP, host=True)
+        facts["internal_ip"] = parse_cidr(text(INTERNAL_IP), subject, INTERNAL_IP, host=True)
     if text(WIREGUARD_IP):
-        facts["wireguard_ip"] = _cidr(text(WIREGUARD_IP), subject, WIREGUARD_IP, host=True)
+        facts["wireguard_ip"] = parse_cidr(text(WIREGUARD_IP), subject, WIREGUARD_IP, host=True)
     if text(LAST_SEEN):
         facts["last_seen"] = to_int(text(LAST_SEEN), subject, LAST_SEEN, low=0)
     if text(GRANULARITY):
@@ -194,7 +188,8 @@ def _read_discovered(value, subject):
 
 
 def host_vars(node, topology_label=REGION_LABEL):
-    """Inventory host variables of a Node object (see ``inputs.NODE_VARS``) and ``kilo_kubernetes_node``.
+    """Inventory host variables of a Node object (the rows of ``nodes.FIELDS`` with a source) and
+    ``kilo_kubernetes_node``.
 
     As Kilo: the location annotation wins whenever it is present (even empty), else the
     topology label, else ""; the leader annotation counts by its presence alone, whatever its
@@ -204,39 +199,22 @@ def host_vars(node, topology_label=REGION_LABEL):
     subject = node_subject(name)
     annotations = _mapping(meta, "annotations", subject)
     labels = _mapping(meta, "labels", subject)
+    spec = node.get("spec") or {}
     hvars = {}
-    if LOCATION in annotations:
-        hvars["kilo_location"] = annotations[LOCATION] or ""
-    else:
+    for field in FIELDS.values():
+        if not field.kube:
+            continue
+        if field.annotation:
+            if field.annotation not in annotations:
+                continue
+            value, where = annotations[field.annotation], field.annotation
+        else:  # a field of the Node: spec.podCIDR
+            value, where = spec.get(field.source.split(".", 1)[1]), field.source
+        value = field.kube(value, subject, where)
+        if value is not UNSET:
+            hvars[field.var] = value
+    if "kilo_location" not in hvars:  # Kilo's --topology-label: the location when no annotation says
         hvars["kilo_location"] = labels.get(topology_label) or ""
-    if LEADER in annotations:
-        hvars["kilo_leader"] = True
-    forced = annotations.get(FORCE_ENDPOINT)
-    if forced not in (None, ""):
-        parse_endpoint(forced, subject, FORCE_ENDPOINT)
-        hvars["kilo_force_endpoint"] = forced.strip()
-    if FORCE_INTERNAL_IP in annotations:
-        forced = annotations[FORCE_INTERNAL_IP]
-        if forced is None or forced.strip() in ("", "-"):
-            hvars["kilo_force_internal_ip"] = forced or ""
-        else:
-            hvars["kilo_force_internal_ip"] = _cidr(forced.strip(), subject, FORCE_INTERNAL_IP, host=True)
-    if PERSISTENT_KEEPALIVE in annotations:
-        hvars["kilo_persistent_keepalive"] = to_int(annotations[PERSISTENT_KEEPALIVE], subject, PERSISTENT_KEEPALIVE,
-                                                    0, 65535)
-    if ALLOWED_LOCATION_IPS in annotations:
-        hvars["kilo_allowed_location_ips"] = [
-            _cidr(item.strip(), subject, ALLOWED_LOCATION_IPS)
-            for item in (annotations[ALLOWED_LOCATION_IPS] or "").split(",") if item.strip()]
-    compat = annotations.get(CNI_COMPATIBILITY_IP)
-    if isinstance(compat, str) and compat.strip():
-        try:  # as Kilo: a value that is not an address in CIDR form is dropped, not an error
-            hvars["kilo_cni_compatibility_ip"] = _cidr(compat.strip(), subject, CNI_COMPATIBILITY_IP, host=True)
-        except KiloError:
-            pass
-    pod_cidr = (node.get("spec") or {}).get("podCIDR")
-    if pod_cidr:
-        hvars["kilo_pod_cidr"] = _cidr(pod_cidr, subject, "spec.podCIDR")
     hvars["kilo_kubernetes_node"] = _agent_facts(name, annotations, node)
     return hvars
 
@@ -259,7 +237,7 @@ def peer_from_resource(obj):
         allowed = []
     if not isinstance(allowed, list):
         raise KiloError("expected a list of CIDRs", subject, "spec.allowedIPs")
-    allowed_ips = [_cidr(ip, subject, "spec.allowedIPs", host=True) for ip in allowed]
+    allowed_ips = [parse_cidr(ip, subject, "spec.allowedIPs", host=True) for ip in allowed]
     if not allowed_ips:
         raise KiloError("a peer needs at least one allowed IP (Kilo leaves such a peer out)", subject,
                         "spec.allowedIPs")
@@ -360,16 +338,6 @@ def _peer_endpoint(endpoint, subject):
     return parse_endpoint(format_endpoint(address, port), subject, field)[0]
 
 
-def _discovered_json(discovered, subject):
-    """{public key: "ip:port"} -> Kilo's JSON (Go's encoding of map[string]*net.UDPAddr)."""
-    data = {}
-    for key, value in (discovered or {}).items():
-        field = "discovered_endpoints[%s]" % key
-        _text, ip, port = parse_endpoint(value, subject, field, allow_dns=False)
-        data[parse_key(key, subject, field)] = {"IP": str(ip), "Port": port, "Zone": ""}
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
 def write_back(node, plan, granularity, last_seen):
     """The annotations Kilo's agent writes on its Node, in Kilo's formats.
 
@@ -383,23 +351,15 @@ def write_back(node, plan, granularity, last_seen):
     subject = node_subject(name)
     if granularity not in GRANULARITIES:
         raise KiloError("%r unknown; one of %s" % (granularity, ", ".join(GRANULARITIES)), subject, "granularity")
-    endpoint = node.get("endpoint")
-    internal_ip = node.get("internal_ip")
-    compat = node.get("cni_compatibility_ip")
     address = (plan or {}).get("address")
     seen = to_int(last_seen, subject, "last_seen", low=0, default=None)
     if seen is None:
         raise KiloError("missing", subject, "last_seen")
-    return {
-        KEY: parse_key(node.get("public_key"), subject, "public_key"),
-        ENDPOINT: parse_endpoint(endpoint, subject, "endpoint")[0] if endpoint else "",
-        INTERNAL_IP: str(parse_interface(internal_ip, subject, "internal_ip")) if internal_ip else "",
-        WIREGUARD_IP: str(parse_interface(address, subject, "address")) if address else "",
-        LAST_SEEN: str(seen),
-        GRANULARITY: granularity,
-        DISCOVERED_ENDPOINTS: _discovered_json(node.get("discovered_endpoints"), subject),
-        CNI_COMPATIBILITY_IP: str(parse_interface(compat, subject, "cni_compatibility_ip")) if compat else "",
-    }
+    out = dict((field.written, field.write(node.get(field.name), subject, field.name))
+               for field in FIELDS.values() if field.written)
+    out.update({WIREGUARD_IP: str(parse_interface(address, subject, "address")) if address else "",
+                LAST_SEEN: str(seen), GRANULARITY: granularity})
+    return out
 
 
 def remove_agent_annotations():

@@ -1,0 +1,350 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Every field of a node, defined once, beside the option table (``options.py``).
+
+A row of ``FIELDS`` says what one field of a node is everywhere it appears:
+
+* ``name``: the key of the engine's node (``nodes`` option items, ``inputs.node_from_host``);
+* ``var``: the inventory host variable that sets it (None: reported by the host or the run);
+* ``source``: where Kilo keeps it on a Kubernetes Node (an annotation an operator sets, or a
+  field of the Node) and ``written``: the annotation Kilo's agent writes it back to;
+* ``check``: inventory value -> the engine's input value, refusing a bad one (the inventory
+  reading and ``kilo.mesh.validate`` call it for every host);
+* ``parse``: the engine's input value -> its parsed value (``topology_parse.parse_node``);
+* ``kube``: the annotation's text -> the inventory value (``kube_node.host_vars``);
+* ``write``: the engine's input value -> the agent's annotation text (``kube_node.write_back``);
+* ``doc``: one line for the documentation (``scripts/specs.py`` writes it out).
+
+Also here: the value parsers these use (CIDRs, addresses, endpoints), which the engine's
+options and peers share. Pure Python, no Ansible: the inventory plugin and the controller
+import it, and it must stay loadable on a host's Python 3.9.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import json
+import re
+from collections import OrderedDict
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError, format_endpoint, parse_key, split_endpoint, to_bool, to_int)
+
+ANNOTATION_PREFIX = "kilo.squat.ai/"
+
+# RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
+
+# A ``kube`` answer that leaves the variable unset (Kilo ignores such an annotation).
+UNSET = object()
+
+
+class TopologyError(KiloError):
+    """Bad input: ``subject`` (e.g. "node 'b'") and ``field`` name where it is."""
+
+    def __init__(self, subject, field, message):
+        super(TopologyError, self).__init__(message, subject, field)
+
+
+# --- value parsers -----------------------------------------------------------------------------
+
+def parse_network(value, subject, field):
+    """A CIDR (or bare address = single-address CIDR) -> network with host bits cleared."""
+    if not isinstance(value, str) or not value.strip():
+        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+    try:
+        return ipaddress.ip_network(value.strip(), strict=False)
+    except ValueError:
+        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+
+
+def parse_interface(value, subject, field):
+    """A host address with its prefix (e.g. 10.1.0.1/16); a bare address gets /32 or /128."""
+    if not isinstance(value, str) or not value.strip():
+        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
+    try:
+        return ipaddress.ip_interface(value.strip())
+    except ValueError:
+        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
+
+
+def parse_network_list(values, subject, field):
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v.strip()]
+    if not isinstance(values, (list, tuple)):
+        raise TopologyError(subject, field, "expected a list of CIDRs, got %r" % (values,))
+    return [parse_network(v, subject, field) for v in values]
+
+
+def parse_endpoint(value, subject, field, allow_dns=True):
+    """"host:port" -> (normalised string, ip object or None for DNS names, port)."""
+    host, port = split_endpoint(value, subject, field)
+    if value.strip().startswith("["):
+        try:
+            ip = ipaddress.IPv6Address(host)
+        except ValueError:
+            raise TopologyError(subject, field, "%r: %r is not an IPv6 address" % (value, host))
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
+        return format_endpoint(ip, port), ip, port
+    try:
+        ip = ipaddress.IPv4Address(host)
+    except ValueError:
+        if not allow_dns:
+            raise TopologyError(subject, field, "%r: %r is not an IP address" % (value, host))
+        labels = host.rstrip(".").split(".")
+        if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+            raise TopologyError(subject, field, "%r: %r is neither an IP address nor a DNS name" % (value, host))
+        if all(label.isdigit() for label in labels):
+            raise TopologyError(subject, field, "%r: %r is not a valid IPv4 address" % (value, host))
+        return "%s:%d" % (host.lower(), port), None, port
+    return format_endpoint(ip, port), ip, port
+
+
+def parse_cidr(value, subject, field, host=False):
+    """Kilo's ``net.ParseCIDR`` (what it reads annotations with): an address *with* a prefix
+    length, as text; the host part is kept when ``host``."""
+    if not isinstance(value, str) or "/" not in value:
+        raise KiloError("%r is not an IP address in CIDR form" % (value,), subject, field)
+    return str(parse_interface(value, subject, field) if host else parse_network(value, subject, field))
+
+
+def _absent(value):
+    return value is None or value == ""
+
+
+def _discovered(value, subject, field):
+    """{public key: "ip:port"} -> {canonical key: (endpoint, ip, port)}, keys in order."""
+    value = value or {}
+    if not isinstance(value, dict):
+        raise TopologyError(subject, field, "expected a mapping public key -> ip:port")
+    out = {}
+    for key in sorted(value):
+        where = "%s[%s]" % (field, key)
+        endpoint = parse_endpoint(value[key], subject, where, allow_dns=False)
+        out[parse_key(key, subject, where)] = endpoint
+    return out
+
+
+def discovered_json(discovered, subject, field="discovered_endpoints"):
+    """{public key: "ip:port"} -> Kilo's JSON (Go's encoding of map[string]*net.UDPAddr)."""
+    data = {}
+    for key, (_text, ip, port) in _discovered(discovered, subject, field).items():
+        data[key] = {"IP": str(ip), "Port": port, "Zone": ""}
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+# --- per field: inventory check, engine parse, annotation read, agent write-back ---------------------
+
+def _location(value, subject=None, field=None):
+    return "" if value is None else str(value)
+
+
+def _leader_var(value, subject, field):
+    # Kilo: the presence of the leader annotation alone counts, so "" and null mean leader.
+    return to_bool(value, subject, field, default=True)
+
+
+def _keepalive(value, subject, field):
+    return to_int(value, subject, field, 0, 65535)
+
+
+def _endpoint_var(value, subject, field):
+    if not value:
+        return None  # not forced: the reported endpoint, else an address of the host
+    parse_endpoint(str(value), subject, field)
+    return str(value)
+
+
+def _internal_ip_var(value, subject, field):
+    # Kilo: "" or "-" means "this node has no internal IP".
+    if value is None or str(value).strip() in ("", "-"):
+        return None
+    try:
+        ipaddress.ip_interface(str(value))
+    except ValueError:
+        raise KiloError("%r is not an IP address in CIDR form" % (value,), subject, field)
+    return str(value)
+
+
+def _list_var(value, subject, field):
+    if _absent(value):
+        return []
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = [str(v) for v in value]
+    else:
+        raise KiloError("expected a list of CIDRs, got %r" % (value,), subject, field)
+    parse_network_list(items, subject, field)
+    return items
+
+
+def _checked_by(parse):
+    """An inventory check that refuses what ``parse`` refuses and passes the value on as given
+    (the engine normalises it); an empty value is no value."""
+    def check(value, subject, field):
+        if not value:
+            return None
+        parse(value, subject, field)
+        return value
+    return check
+
+
+def _optional(parse):
+    """``parse`` for a field that may be absent (None or "")."""
+    def optional(value, subject, field):
+        return None if _absent(value) else parse(value, subject, field)
+    return optional
+
+
+def _internal_ip_parse(value, subject, field):
+    return None if value in (None, "", "-") else parse_interface(value, subject, field)
+
+
+def _key_var(value, subject, field):
+    return parse_key(value, subject, field, required=False) and value
+
+
+def _leader_kube(value, subject, field):
+    return True
+
+
+def _endpoint_kube(value, subject, field):
+    if _absent(value):
+        return UNSET
+    parse_endpoint(value, subject, field)
+    return value.strip()
+
+
+def _internal_ip_kube(value, subject, field):
+    if value is None or value.strip() in ("", "-"):
+        return value or ""  # kept as given: it still means "no internal IP"
+    return parse_cidr(value.strip(), subject, field, host=True)
+
+
+def _list_kube(value, subject, field):
+    return [parse_cidr(item.strip(), subject, field) for item in (value or "").split(",") if item.strip()]
+
+
+def _cni_ip_kube(value, subject, field):
+    if not isinstance(value, str) or not value.strip():
+        return UNSET
+    try:  # as Kilo: a value that is not an address in CIDR form is dropped, not an error
+        return parse_cidr(value.strip(), subject, field, host=True)
+    except KiloError:
+        return UNSET
+
+
+def _pod_cidr_kube(value, subject, field):
+    return parse_cidr(value, subject, field) if value else UNSET
+
+
+def _interface_text(value, subject, field):
+    return str(parse_interface(value, subject, field)) if value else ""
+
+
+class NodeField(object):
+    """One row of ``FIELDS``; see the module's doc for the columns."""
+
+    __slots__ = ("name", "var", "source", "written", "check", "parse", "kube", "write", "doc", "form")
+
+    def __init__(self, name, var, doc, check=None, parse=None, source=None, kube=None, written=None, write=None,
+                 form=None):
+        self.name, self.var, self.doc, self.form = name, var, doc, form
+        self.check, self.parse = check, parse
+        self.source, self.kube = source, kube
+        self.written, self.write = written, write
+
+    @property
+    def annotation(self):
+        """The Node annotation an operator sets (None: a Node field such as spec.podCIDR, or none)."""
+        return self.source if self.source and self.source.startswith(ANNOTATION_PREFIX) else None
+
+
+_A = ANNOTATION_PREFIX
+FIELDS = OrderedDict((field.name, field) for field in (
+    NodeField("location", "kilo_location",
+              "The node's location (segment); overrides the location group holding the host.",
+              check=_location, parse=_location, source=_A + "location", kube=lambda v, s, f: v or ""),
+    NodeField("leader", "kilo_leader",
+              "Prefer this node as its location's leader; set at all (even empty) counts as V(true), as Kilo's annotation.",
+              check=_leader_var, parse=lambda v, s, f: to_bool(v, s, f), source=_A + "leader", kube=_leader_kube,
+              form="bool"),
+    NodeField("endpoint", "kilo_force_endpoint",
+              "The endpoint other nodes reach this one at, V(host:port) or V([IPv6]:port); its port is the listen port.",
+              check=_endpoint_var, parse=_optional(parse_endpoint), source=_A + "force-endpoint", kube=_endpoint_kube,
+              written=_A + "endpoint", write=lambda v, s, f: parse_endpoint(v, s, f)[0] if v else "",
+              form="V(host:port)"),
+    NodeField("internal_ip", "kilo_force_internal_ip",
+              "The node's internal IP in CIDR form, instead of the one M(kilo.mesh.key) finds; V(\"\") or V(-) means none.",
+              check=_internal_ip_var, parse=_internal_ip_parse, source=_A + "force-internal-ip", kube=_internal_ip_kube,
+              written=_A + "internal-ip", write=_interface_text, form="CIDR or null"),
+    NodeField("persistent_keepalive", "kilo_persistent_keepalive",
+              "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
+              check=_keepalive, parse=_keepalive, source=_A + "persistent-keepalive", kube=_keepalive, form="seconds"),
+    NodeField("allowed_location_ips", "kilo_allowed_location_ips",
+              "Further CIDRs routed to this node's location (a list, or text separated by commas).",
+              check=_list_var, parse=parse_network_list, source=_A + "allowed-location-ips", kube=_list_kube,
+              form="CIDRs"),
+    NodeField("pod_cidr", "kilo_pod_cidr", "The node's pod CIDR.",
+              check=_checked_by(parse_network), parse=_optional(parse_network), source="spec.podCIDR",
+              kube=_pod_cidr_kube, form="CIDR or null"),
+    NodeField("public_key", "kilo_public_key",
+              "The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.",
+              check=_key_var, parse=parse_key, written=_A + "key", write=parse_key),
+    NodeField("cni_compatibility_ip", "kilo_cni_compatibility_ip",
+              "Under compatibility V(cilium), the address traffic to this node goes to (its C(cilium_host) address).",
+              check=_checked_by(parse_interface), parse=_optional(lambda v, s, f: parse_interface(v, s, f).ip),
+              source=_A + "cni-compatibility-ip", kube=_cni_ip_kube,
+              written=_A + "cni-compatibility-ip", write=_interface_text, form="CIDR or null"),
+    NodeField("discovered_endpoints", None, "Endpoints of peers as WireGuard saw them (reported by M(kilo.mesh.key)).",
+              parse=_discovered, written=_A + "discovered-endpoints", write=discovered_json,
+              form="public key to V(ip:port)"),
+    NodeField("healthy", None, "Beyond Kilo: false when the run saw the host down (kilo_leader_health).",
+              parse=lambda v, s, f: to_bool(v, s, f, default=True), form="bool"),
+))
+
+# inventory variable -> field name
+VARS = OrderedDict((field.var, field.name) for field in FIELDS.values() if field.var)
+
+
+def check_host_vars(hvars, subject):
+    """Check every node variable ``hvars`` sets; {field name: engine input} of those it sets."""
+    return dict((name, FIELDS[name].check(hvars[var], subject, var)) for var, name in VARS.items() if var in hvars)
+
+
+def field_of_var(var):
+    """The node field an inventory variable sets (None: not a node variable)."""
+    return VARS.get(var)
+
+
+def var_of_field(name):
+    """The inventory variable of node field ``name`` (None: not set from the inventory)."""
+    field = FIELDS.get(name)
+    return field.var if field else None
+
+
+def doc_lines():
+    """One documentation line per inventory variable, with Kilo's annotation where there is one."""
+    lines = []
+    for field in FIELDS.values():
+        if not field.var:
+            continue
+        where = ""
+        if field.annotation:
+            where = " (Kilo's annotation C(%s))" % field.annotation
+        elif field.source:
+            where = " (Kubernetes: C(%s))" % field.source
+        lines.append("C(%s)%s - %s" % (field.var, where, field.doc))
+    return lines
+
+
+def engine_doc():
+    """The keys of an item of the ``nodes`` option, for its documentation."""
+    return ", ".join("C(%s)%s" % (f.name, " (%s)" % f.form if f.form else "") for f in FIELDS.values())

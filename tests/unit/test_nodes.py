@@ -1,0 +1,116 @@
+"""The node table (module_utils/nodes.py) is the one definition of a node field: the inventory
+reading, the Kubernetes reading and write-back, the engine's parse and the docs follow it, and
+every field's check runs for every host before any remote call (kilo.mesh.validate)."""
+import pytest
+
+from ansible_collections.kilo.mesh.plugins.module_utils import nodes, options
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology_parse
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, validate
+
+KEY = "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M="
+
+
+def test_inventory_variables_are_the_tables():
+    assert inputs.NODE_VARS == dict((f.name, f.var) for f in nodes.FIELDS.values() if f.var)
+    assert set(inputs.INPUT_VARS) == set(nodes.VARS) | {"kilo_kubernetes_node"}
+
+
+def test_the_engine_parses_every_field_of_the_table():
+    seen = []
+
+    class Recording(dict):
+        def get(self, key, default=None):
+            seen.append(key)
+            return dict.get(self, key, default)
+    topology_parse.parse_node(Recording(name="a", public_key=KEY), 0, 51820)
+    assert [k for k in seen if k != "name"] == list(nodes.FIELDS)
+
+
+def test_kubernetes_reads_and_writes_the_tables_annotations():
+    annotations = dict((f.annotation, "") for f in nodes.FIELDS.values() if f.annotation)
+    hvars = kube_node.host_vars({"metadata": {"name": "n", "annotations": annotations},
+                                 "spec": {"podCIDR": "10.244.0.0/24"}})
+    readable = set(f.var for f in nodes.FIELDS.values() if f.kube)
+    # Kilo ignores an empty force-endpoint and cni-compatibility-ip
+    assert set(hvars) - {"kilo_kubernetes_node"} == readable - {"kilo_force_endpoint", "kilo_cni_compatibility_ip"}
+    written = kube_node.write_back({"name": "n", "public_key": KEY}, None, "location", 1)
+    assert set(f.written for f in nodes.FIELDS.values() if f.written) <= set(written)
+
+
+# (variable, bad value, message) - each refused by the check of its row, the host named
+BAD = [
+    ("kilo_persistent_keepalive", "abc", "'abc' is not an integer"),
+    ("kilo_persistent_keepalive", -5, "-5 out of range 0-65535"),
+    ("kilo_force_endpoint", "300.1.1.1:51820", "'300.1.1.1' is not a valid IPv4 address"),
+    ("kilo_force_endpoint", "203.0.113.41:0", "port 0 out of range 1-65535"),
+    ("kilo_force_internal_ip", "bogus", "'bogus' is not an IP address in CIDR form"),
+    ("kilo_pod_cidr", "10.0.0.0/33", "is not a CIDR"),
+    ("kilo_allowed_location_ips", ["nope"], "'nope' is not a CIDR"),
+    ("kilo_cni_compatibility_ip", "x", "is not an address in CIDR form"),
+    ("kilo_public_key", "short", "not valid base64"),
+    ("kilo_leader", "maybe", "is not a boolean"),
+]
+
+
+@pytest.mark.parametrize("var, value, message", BAD)
+def test_validate_checks_every_host_whether_it_reported_or_not(var, value, message):
+    hostvars = {"seen": {"kilo_public_key": KEY, "kilo_force_endpoint": "203.0.113.1:51820"}, "fresh": {var: value}}
+    with pytest.raises(KiloError) as e:
+        validate.check_node_vars(["seen", "fresh"], hostvars)
+    assert (e.value.kind, e.value.name, e.value.field) == ("host", "fresh", var)
+    assert str(e.value).startswith("host 'fresh': %s: " % var) and message in str(e.value)
+
+
+@pytest.mark.parametrize("var, value, message", BAD)
+def test_the_inventory_reading_refuses_the_same(var, value, message):
+    with pytest.raises(KiloError, match="^host 'h': %s: " % var):
+        inputs.node_from_host("h", {var: value}, {"public_key": KEY, "external_ip": "203.0.113.1"}, "", 51820)
+
+
+def test_good_values_pass_unchanged():
+    hvars = {"kilo_location": "x", "kilo_leader": "", "kilo_force_endpoint": "example.com:51821",
+             "kilo_force_internal_ip": "-", "kilo_persistent_keepalive": "25",
+             "kilo_allowed_location_ips": "10.9.0.0/16, 10.8.0.0/16", "kilo_pod_cidr": "10.244.0.0/24",
+             "kilo_public_key": KEY, "kilo_cni_compatibility_ip": "10.0.0.1/32"}
+    assert nodes.check_host_vars(hvars, host_subject("h")) == {
+        "location": "x", "leader": True, "endpoint": "example.com:51821", "internal_ip": None,
+        "persistent_keepalive": 25, "allowed_location_ips": ["10.9.0.0/16", "10.8.0.0/16"],
+        "pod_cidr": "10.244.0.0/24", "public_key": KEY, "cni_compatibility_ip": "10.0.0.1/32"}
+
+
+def test_an_error_carries_its_subject_as_data():
+    e = KiloError("boom", node_subject("it's"), "endpoint")
+    assert (e.kind, e.name, e.field, e.message) == ("node", "it's", "endpoint", "boom")
+    assert str(e) == "node \"it's\": endpoint: boom"
+    plain = KiloError("boom", "options", "port")
+    assert (plain.kind, plain.name) == ("options", None)
+    assert KiloError("boom").about(host_subject("b")).name == "b"
+
+
+def test_an_engine_error_maps_to_its_host_by_name_not_by_text():
+    """A host whose name the message quotes with double quotes (it holds a ') is still found."""
+    name = "it's"
+    hostvars = {name: {"kilo_pod_cidr": "10.244.0.0/24"}}
+    nodes_ = [{"name": name, "public_key": KEY, "endpoint": "203.0.113.1:51820", "pod_cidr": "10.244.0.0/33"}]
+    with pytest.raises(KiloError) as e:
+        validate.check_topology(nodes_, [], {}, hostvars, name)
+    assert (e.value.kind, e.value.name, e.value.field) == ("host", name, "kilo_pod_cidr")
+
+
+def test_every_integer_option_has_bounds():
+    for name, spec in options.OPTIONS.items():
+        if spec["type"] == "int":
+            assert "bounds" in spec, name
+            low, high = spec["bounds"]
+            assert options.out_of_bounds(name, low) is None and options.out_of_bounds(name, low - 1)
+            assert high is None or options.out_of_bounds(name, high + 1)
+    assert options.out_of_bounds("mtu", -5) == "-5 out of range 0-65535"
+    assert options.out_of_bounds("port", 0) == "0 out of range 1-65535"
+    assert options.out_of_bounds("task_timeout", 0) == "0 out of range (at least 1)"
+
+
+def test_the_docs_name_every_node_variable():
+    lines = nodes.doc_lines()
+    assert [line.split(")")[0][2:] for line in lines] == list(nodes.VARS)
