@@ -25,8 +25,7 @@ Here, with ``cni`` on and a pod CIDR in the plan:
 
 ``cni`` off or no pod CIDR: nothing is read or written (an earlier file stays, as with Kilo).
 ``state: absent`` removes the file only when it is ours (named ``kilo``); the bridge belongs to
-the CNI plugin and stays. Writes are atomic (temporary file in the same directory, fsync,
-rename), mode 0644; the temporary name does not end in ``.conflist``, so runtimes never read it.
+the CNI plugin and stays. Writes are atomic (``atomic_file.write_atomic``), mode 0644; the temporary name does not end in ``.conflist``, so runtimes never read it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -37,8 +36,8 @@ import copy
 import ipaddress
 import json
 import os
-import tempfile
 
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
 
 NETWORK = "kilo"
@@ -138,29 +137,6 @@ def read(path):
     return state
 
 
-def write_atomic(path, text, mode=MODE):
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 class CNIBackend(Backend):
     """The conflist at ``cni_path`` (see the module docstring for what is ours)."""
 
@@ -203,7 +179,7 @@ class CNIBackend(Backend):
 
     def apply(self, current, desired):
         if self.changes(current, desired):
-            write_atomic(self.path, render(desired["data"]))
+            write_atomic(self.path, render(desired["data"]), MODE, make_dirs=0o755)
 
     def diff(self, current, desired):
         before = {"path": self.path, "conflist": current["data"] if current["ours"] else None}

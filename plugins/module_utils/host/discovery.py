@@ -28,8 +28,7 @@ import socket
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import NetlinkReader
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import StrictCheckUnsupported
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import open_reader
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, MAIN_TABLE, TUNNEL
 
 DEFAULT_MTU = 1420
@@ -38,6 +37,7 @@ WIREGUARD_OVERHEAD = 80
 # renamed it) and its CNI bridge (the pods' gateway address there, once a pod ran, would
 # otherwise become the node's internal IP).
 ALWAYS_IGNORED = (TUNNEL, CILIUM_TUNNEL, BRIDGE)
+_ZERO = {socket.AF_INET: "0.0.0.0/0", socket.AF_INET6: "::/0"}  # the default route of each family
 
 
 def is_local(ip):
@@ -58,22 +58,29 @@ def read_host():
     """Snapshot of links, addresses and the default route: {'links': {index: {'name', 'mtu'}},
     'addrs': [{'index', 'ifname', 'cidr'}], 'default_index': index or None}.
 
-    Read with the standard library's netlink (NetlinkReader: pyroute2's import cost about a
+    Read with the standard library's netlink (``open_reader``: pyroute2's import cost about a
     third of the key call); through pyroute2 where the kernel refuses strict route dumps."""
+    reader, strict = open_reader()
     try:
-        reader = NetlinkReader()
-    except StrictCheckUnsupported:
-        return read_host_pyroute2()
-    zero = {socket.AF_INET: "0.0.0.0/0", socket.AF_INET6: "::/0"}
-    return snapshot(reader, lambda family: reader.routes(family, table=MAIN_TABLE, keys=[(zero[family], MAIN_TABLE)]))
+        return snapshot(reader, lambda family: _default_routes(reader, strict, family))
+    finally:
+        reader.close()
 
 
 def read_host_pyroute2():
-    """read_host() through pyroute2 (0.7.2 and 0.9.x)."""
+    """read_host() through pyroute2 (0.7.2 and 0.9.x), as on a kernel without strict checking."""
     from pyroute2 import IPRoute
     with IPRoute() as ipr:
-        return snapshot(ipr, lambda family: [r for r in ipr.get_routes(family=family, table=MAIN_TABLE)
-                                             if r["dst_len"] == 0])
+        return snapshot(ipr, lambda family: _default_routes(ipr, False, family))
+
+
+def _default_routes(reader, strict, family):
+    """The main table's default routes of ``family``: a strict reader gets the main table alone
+    from the kernel and decodes only the messages at the default's key; pyroute2's main table
+    is filtered here."""
+    if strict:
+        return reader.routes(family, table=MAIN_TABLE, keys=[(_ZERO[family], MAIN_TABLE)])
+    return [r for r in reader.get_routes(family=family, table=MAIN_TABLE) if r["dst_len"] == 0]
 
 
 def snapshot(ipr, default_routes):

@@ -14,6 +14,7 @@ __metaclass__ = type
 import base64
 import os
 
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH
 
@@ -129,14 +130,6 @@ def _ensure_key(path, check_mode):
         os.makedirs(directory, 0o700)
         os.chmod(directory, 0o700)  # makedirs' mode is filtered by the umask
     priv = generate_private_key()
-    # Write to a 0600 temp file in the same directory, then rename: no moment where the key
-    # is world-readable or half-written.
-    tmp = os.path.join(directory, ".%s.tmp%d" % (os.path.basename(path), os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, (priv + "\n").encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    # 0600 from the first byte on (write_atomic): the key is never world-readable or half-written
+    write_atomic(path, priv + "\n", 0o600)
     return {"public_key": public_key(priv), "changed": True, "msg": "created key %s" % path}

@@ -11,8 +11,9 @@ third of such a call on a host; the few messages of these dumps cost less decode
 backend and netstate make (``get_links``, ``get_addr``, ``get_rules``, ``close``) with messages
 read the same way (``msg["index"]``, ``msg.get_attr("IFLA_IFNAME")``), and route dumps through
 netlink_routes. Its route dumps need netlink strict checking (Linux 4.20+): where the kernel
-refuses it, ``NetlinkReader()`` raises StrictCheckUnsupported and callers read through pyroute2.
-Changes still go through pyroute2. No Ansible, no pyroute2.
+refuses it, ``NetlinkReader()`` raises StrictCheckUnsupported. ``open_reader`` is the one way
+readers are opened: NetlinkReader, else pyroute2's IPRoute. Changes still go through pyroute2.
+No Ansible; pyroute2 only on that fallback.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,8 +26,8 @@ import struct
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import RouteMessage as Message
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import (
-    NETLINK_ROUTE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSGHDR, attributes, dump_routes, ends, open_strict,
-    run_dump)
+    NETLINK_ROUTE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSGHDR, StrictCheckUnsupported, attributes,
+    dump_routes, ends, open_strict, run_dump)
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWADDR, RTM_GETADDR = 20, 22
@@ -138,6 +139,23 @@ class NetlinkReader(object):
 
     def close(self):
         pass
+
+
+def open_reader(iproute=None):
+    """(reader, strict) for one reading of the host; the caller closes the reader.
+
+    NetlinkReader with strict True: the kernel filters its route dumps (by protocol, table,
+    type), so a read that finds nothing to change never imports pyroute2. A kernel before 4.20
+    refuses strict checking: then pyroute2's IPRoute, made by ``iproute()`` (default: IPRoute
+    itself; netstate passes its own for a clear error where pyroute2 is missing), with strict
+    False: its route dumps return every route, and the caller filters them."""
+    try:
+        return NetlinkReader(), True
+    except StrictCheckUnsupported:
+        pass
+    if iproute is None:
+        from pyroute2 import IPRoute as iproute  # noqa: deferred, only old kernels pay its import
+    return iproute(), False
 
 
 def link(name, ipr=None):

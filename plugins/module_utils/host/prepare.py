@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, kernel_module_available, run_command, to_bool, to_int
 from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import COMMENT as NFT_COMMENT
 
@@ -173,14 +174,7 @@ def read_file(path):
 
 def write_file(path, text):
     try:
-        directory = os.path.dirname(path)
-        if directory and not os.path.isdir(directory):
-            os.makedirs(directory)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
+        write_atomic(path, text, 0o644, make_dirs=0o777)
     except (IOError, OSError) as e:
         raise PrepareError("cannot write %s: %s" % (path, e), field="sysctls")
 

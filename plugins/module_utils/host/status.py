@@ -16,9 +16,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 import re
-import tempfile
+
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic as replace_file
 
 DEFAULT_STALE_AFTER = 180
 
@@ -104,9 +104,9 @@ SAMPLE_RE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\
 
 
 def write_atomic(path, data, mode=0o644, check_mode=False):
-    """Write ``data`` (text or bytes) to ``path`` by a temp file in the same directory and a
-    rename, so a reader (node_exporter, a browser) never sees half a file; nothing when the file
-    already holds exactly that. Returns True when the file changes (in check mode: would)."""
+    """Write ``data`` (text or bytes) to ``path`` through ``atomic_file.write_atomic``, so a reader
+    (node_exporter, a browser) never sees half a file; nothing when the file already holds
+    exactly that. Returns True when the file changes (in check mode: would)."""
     if not isinstance(data, bytes):
         data = data.encode("utf-8")
     try:
@@ -117,18 +117,7 @@ def write_atomic(path, data, mode=0o644, check_mode=False):
         pass
     if check_mode:
         return True
-    fd, tmp = tempfile.mkstemp(prefix=".kilo.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    replace_file(path, data, mode)
     return True
 
 

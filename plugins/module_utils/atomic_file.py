@@ -1,0 +1,48 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""One way to replace a file: the host's private key, CNI conflist, sysctl boot file and status
+text file, and the controller's files beside them (graph output). Standard library only, so it
+runs on the host's /usr/bin/python3 (3.9+) and on the controller."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import tempfile
+
+
+def write_atomic(path, data, mode, make_dirs=None):
+    """Replace ``path`` by ``data`` (text is written as UTF-8) with permission bits ``mode``.
+
+    A reader (the CNI runtime, node_exporter, the next run) sees the old file or the new one,
+    never part of one: the data goes to a temporary file in the same directory (a rename is
+    atomic only inside one file system), which is synced and renamed over ``path``; the
+    directory is synced too, so the rename itself survives a crash. The temporary file is made
+    0600 and given ``mode`` before any byte is written, so a private key is never readable by
+    others, not even for a moment. ``make_dirs``: the mode of missing parent directories (as
+    os.makedirs, under the umask); None: the directory must exist.
+    """
+    if not isinstance(data, bytes):
+        data = data.encode("utf-8")
+    directory = os.path.dirname(os.path.abspath(path))
+    if make_dirs is not None and not os.path.isdir(directory):
+        os.makedirs(directory, make_dirs)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
