@@ -319,14 +319,15 @@ sys.path.insert(0, %(collections)r)
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
 dumps, light = [], []
-real = ns.NetStateBackend._dump
+real = nsr.dump
 def counted(ipr, family, table=0, proto=0, rtype=0):
     msgs = real(ipr, family, table, proto, rtype)
     dumps.append([family, table, proto, len(msgs)])
     return msgs
-b._dump = counted
+nsr.dump = counted
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
 real_light = nl.dump_routes
 def counted_light(family, keys, table=0, proto=0, rtype=0):
@@ -342,13 +343,13 @@ cur = b.current(plan)
 imported = "pyroute2" in sys.modules
 # the same state read through pyroute2, strict and whole dumps: the standard library's reading agrees
 from pyroute2 import IPRoute
-b._dump = real
+nsr.dump = real
 with IPRoute(strict_check=True) as ipr:
     strict_p2 = b._read(ipr, True, plan)
 with IPRoute() as ipr:
     whole_p2 = b._read(ipr, False, plan)
 print(json.dumps({"strict": strict, "dumps": dumps, "light": light, "routes": sorted(ns.route_str(r) for r in cur["routes"]),
-                  "foreign": [ns.foreign_str(r) for r in cur["foreign"]], "pyroute2_imported": imported,
+                  "foreign": [nsr.foreign_str(r) for r in cur["foreign"]], "pyroute2_imported": imported,
                   "same_as_pyroute2": cur == strict_p2 == whole_p2, "rules": len(cur["rules"]),
                   "addresses": cur["addresses"]}))
 """
@@ -427,6 +428,8 @@ import json, socket, sys
 sys.path.insert(0, %(collections)r)
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import read_links
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 watch = set(tuple(k) for k in json.load(sys.stdin))
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
@@ -445,7 +448,7 @@ def read(how):
         strict = how == "pyroute2"
         ipr = b._ipr(strict_check=True) if strict else b._ipr()
     try:
-        ours, foreign = b._routes(ipr, strict, b._links(ipr), watch)
+        ours, foreign = nsr.read(ipr, strict, read_links(ipr), watch)
     finally:
         ipr.close()
     return {"ours": sorted(map(ns.route_str, ours)), "foreign": sorted(foreign, key=json.dumps)}

@@ -8,6 +8,7 @@ import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_routes as nr
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 
 V4, V6 = socket.AF_INET, socket.AF_INET6
@@ -253,11 +254,11 @@ def test_the_reader_reads_ours_by_protocol_and_foreign_only_at_the_keys(monkeypa
                                 {"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2})]
 
     monkeypatch.setattr(nl, "dump_routes", light)
-    ours, foreign = backend()._routes(nl.NetlinkReader(strict=False), True, LINKS, WATCH)
+    ours, foreign = nsr.read(nl.NetlinkReader(strict=False), True, LINKS, WATCH)
     assert ours == [] and foreign == FOREIGN
     assert asked == [(V4, 0, 107, 0, None), (V6, 0, 107, 0, None),
                      (V4, 254, 0, 1, sorted(WATCH)), (V4, 1107, 0, 1, sorted(WATCH))]
-    assert ns.foreign_str(foreign[0]) == "10.1.2.0/24 dev eth1 proto 4"
+    assert nsr.foreign_str(foreign[0]) == "10.1.2.0/24 dev eth1 proto 4"
 
 
 def test_without_strict_checking_the_backend_reads_through_pyroute2(monkeypatch):
@@ -275,7 +276,7 @@ def test_without_strict_checking_the_backend_reads_through_pyroute2(monkeypatch)
 def test_foreign_scan_keeps_pyroute2_for_another_ipr():
     b = backend()
     ipr = FakeIPRoute()
-    assert b._routes(ipr, True, LINKS, WATCH) == ([], FOREIGN)
+    assert nsr.read(ipr, True, LINKS, WATCH) == ([], FOREIGN)
     assert len(ipr.dumps) == 4
 
 

@@ -4,6 +4,9 @@ import socket
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_tunnel as nst
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_rules import RULE_PRIORITY
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
@@ -53,16 +56,16 @@ def test_rule_render():
 
 
 def test_key_and_attrs():
-    assert ns.route_key(route()) == ("10.2.1.0/24", 254)
-    assert ns._route_attrs(route()) != ns._route_attrs(route(gateway="10.4.0.3"))
-    assert ns._route_attrs(route()) == ns._route_attrs(route(priority=1024))  # metric is not ours
+    assert nsr.route_key(route()) == ("10.2.1.0/24", 254)
+    assert nsr.route_attrs(route()) != nsr.route_attrs(route(gateway="10.4.0.3"))
+    assert nsr.route_attrs(route()) == nsr.route_attrs(route(priority=1024))  # metric is not ours
 
 
 def test_clashing_only_same_key_and_metric():
     foreign = [route(priority=None, proto=4), route(priority=100, proto=4), route(table=1107, proto=4)]
-    assert ns._clashing(foreign, route()) == foreign[:1]
-    assert ns._clashing([route(family=6, dst="fd00::/64", priority=1024, proto=3)], route(family=6, dst="fd00::/64"))
-    assert ns._clashing(None, route()) == []
+    assert nsr.clashing(foreign, route()) == foreign[:1]
+    assert nsr.clashing([route(family=6, dst="fd00::/64", priority=1024, proto=3)], route(family=6, dst="fd00::/64"))
+    assert nsr.clashing(None, route()) == []
 
 
 def test_errors_are_kilo_errors():
@@ -76,7 +79,7 @@ def test_desired_resolves_private_and_is_pure():
     assert [(r["dst"], r["device"]) for r in want["routes"]] == [("10.1.2.0/24", "eth1"), ("10.2.1.0/24", IFACE)]
     assert want["addresses"] == ["10.4.0.1/16"] and want["tunl0"] is None
     assert want["rules"] == [{"family": 4, "src": None, "dst": "10.1.0.2/32", "iif": IFACE, "table": 1107,
-                              "priority": ns.RULE_PRIORITY}]
+                              "priority": RULE_PRIORITY}]
 
 
 def test_desired_names_host_and_field():
@@ -179,7 +182,7 @@ class FakeIPRoute(object):
         return [m for m in self.table() if m["family"] == family]
 
     def nlm_request(self, msg, msg_type, msg_flags):
-        assert self.strict and msg_type == ns.RTM_GETROUTE and msg_flags == 0x301
+        assert self.strict and msg_type == nsr.RTM_GETROUTE and msg_flags == 0x301
         assert all(msg[f] == 0 for f in ("dst_len", "src_len", "tos", "table", "scope", "flags"))
         table = dict(msg["attrs"]).get("RTA_TABLE", 0)
         self.dumps.append((msg["family"], table, msg["proto"], msg["type"]))
@@ -256,9 +259,9 @@ def test_missing_table_reads_as_empty():
             err.code = 2
             raise err
 
-    assert ns.NetStateBackend._dump(NoTable(), socket.AF_INET, table=1107) == []
+    assert nsr.dump(NoTable(), socket.AF_INET, table=1107) == []
     with pytest.raises(OSError):
-        ns.NetStateBackend._dump(NoTable(), socket.AF_INET, proto=107)
+        nsr.dump(NoTable(), socket.AF_INET, proto=107)
 
 
 def test_cilium_tunl_takes_the_tunnel_routes_only_under_compatibility_cilium():
@@ -267,13 +270,13 @@ def test_cilium_tunl_takes_the_tunnel_routes_only_under_compatibility_cilium():
     links = {1: {"name": "cilium_tunl", "up": True, "mtu": 1480}}
     tunnelled = [{"dst": "10.1.2.0/24", "gateway": "10.1.0.2", "device": "tunl0", "onlink": True}]
     cilium, none = plan(routes=tunnelled, compatibility="cilium"), plan(routes=tunnelled, compatibility="none")
-    assert b._tunnel_device(links, cilium) == "cilium_tunl"
-    assert b._tunnel_device(links, none) == "tunl0"
-    assert b._tunnel_device({}, cilium) == "tunl0"                                # no cilium_tunl: Kilo makes tunl0
-    assert b._tunnel_device(links, None) == "cilium_tunl"                         # removal finds our address there
+    assert nst.tunnel_device(links, cilium) == "cilium_tunl"
+    assert nst.tunnel_device(links, none) == "tunl0"
+    assert nst.tunnel_device({}, cilium) == "tunl0"                                # no cilium_tunl: Kilo makes tunl0
+    assert nst.tunnel_device(links, None) == "cilium_tunl"                         # removal finds our address there
     both = dict(links)
     both[2] = {"name": "tunl0", "up": True, "mtu": 1480}
-    assert b._tunnel_device(both, None) == "tunl0"
+    assert nst.tunnel_device(both, None) == "tunl0"
     want = b.desired(cilium, current(tunnel_device="cilium_tunl", tunl0={"up": True, "mtu": 1480}))
     assert [r["device"] for r in want["routes"]] == ["cilium_tunl"] and want["tunnel_device"] == "cilium_tunl"
     assert any("dev cilium_tunl" in line for line in b.changes(current(tunnel_device="cilium_tunl"), want))
