@@ -5,11 +5,10 @@
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.action.topology import engine_options
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, to_int
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import mesh_inputs, missing_result
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import (
     agree, check_node_vars, check_topology, one_location_each)
 
@@ -38,8 +37,9 @@ class ActionModule(KiloAction):
         groups = self.location_groups(task_vars, args["group"])
         one_location_each(groups, task_vars["hostvars"])
         check_node_vars(hosts, task_vars["hostvars"])
-        nodes, peers, dummy, missing, dummy = mesh_inputs(task_vars, args, self.locations(task_vars, args["group"], groups))
-        check_topology(nodes, peers, engine_options(args), task_vars["hostvars"], hosts[0] if hosts else None)
+        mesh = self.mesh(task_vars, args, location_groups=groups)
+        nodes, peers, missing = mesh.nodes, mesh.peers, mesh.missing
+        check_topology(nodes, peers, mesh.options, task_vars["hostvars"], hosts[0] if hosts else None)
         self.keep_reading(task_vars, args["group"])
         result = dict(changed=False, hosts=len(hosts), nodes=len(nodes),
                       msg="%d hosts, %d known nodes, %d peers: valid" % (len(hosts), len(nodes), len(peers)))

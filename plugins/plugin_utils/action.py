@@ -16,14 +16,14 @@ import gc
 import json
 from collections.abc import Mapping
 
-from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec, out_of_bounds
-from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
+from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import MeshReading
 
 
 def _copy(value):
@@ -91,24 +91,11 @@ class HostVarsOnce(_Once):
 
     def __init__(self, hostvars):
         super(HostVarsOnce, self).__init__(hostvars, wrap=_Once)
-        self._inventory = getattr(hostvars, "_inventory", None)  # for location_groups
+        self.inventory = ansible_internals.inventory_of(hostvars)  # for location_groups
 
     def set_in_run(self):
-        """A test ``host -> bool``: has this run set variables on the host (register, set_fact,
-        include_vars; gathered facts where Ansible injects them as variables)? None when the
-        variable manager does not tell. With location_groups, the one reader of HostVars'
-        private attributes."""
-        manager = getattr(self._source, "_variable_manager", None)
-        registered = getattr(manager, "_nonpersistent_fact_cache", None)
-        included = getattr(manager, "_vars_cache", None)
-        facts = getattr(manager, "_fact_cache", None)
-        if registered is None or included is None or facts is None:
-            return None
-        injected = C.INJECT_FACTS_AS_VARS
-
-        def touched(host):
-            return bool(registered.get(host)) or bool(included.get(host)) or (injected and host in facts)
-        return touched
+        """ansible_internals.set_in_run of the hostvars behind this one."""
+        return ansible_internals.set_in_run(self._source)
 
     def get(self, key, default=None):
         # Ansible's hostvars answer an unknown host with an undefined value, not KeyError
@@ -215,17 +202,17 @@ class KiloAction(ActionBase):
         found = self.variables(task_vars, host, [name])
         return (True, found[name]) if name in found else (False, None)
 
+    def mesh(self, task_vars, args, **kwargs):
+        """This action's reading of the mesh (``plugin_utils/mesh.py``; ``kwargs`` as MeshReading's)."""
+        return MeshReading(self, task_vars, args, check_mode=self._task.check_mode, **kwargs)
+
     def listen_port(self, args, task_vars):
-        """The UDP port this host's WireGuard listens on: the task's port, else the port of the
-        host's kilo_force_endpoint (the engine makes the host listen there), else ``args["port"]``
-        (kilo_port or the default, as the option table filled it)."""
+        """The UDP port this host's WireGuard listens on: the task's port, else where the engine
+        makes the host listen (MeshReading.listen_port: its kilo_force_endpoint's port, else
+        ``args["port"]``, kilo_port or the default as the option table filled it)."""
         if "port" in self._task.args:
             return args["port"]
-        host = task_vars.get("inventory_hostname")
-        found, endpoint = self.variable(task_vars, host, "kilo_force_endpoint")
-        if found and endpoint is not None and str(endpoint).strip():
-            return split_endpoint(str(endpoint), host_subject(host), "kilo_force_endpoint")[1]
-        return args["port"]
+        return self.mesh(task_vars, args).listen_port(task_vars.get("inventory_hostname"), args["port"])
 
     @staticmethod
     def mesh_group(task_vars, given=None):
@@ -250,9 +237,10 @@ class KiloAction(ActionBase):
         """host -> the child groups of ``group`` holding it (its location), or None when unknown.
 
         Action plugins see flat group lists only; the parent/child links are on the inventory
-        behind ``hostvars`` (a private attribute, read here and in HostVarsOnce.set_in_run).
+        behind ``hostvars`` (ansible_internals.inventory_of).
         """
-        inventory = getattr(task_vars["hostvars"], "_inventory", None)
+        hostvars = task_vars["hostvars"]
+        inventory = hostvars.inventory if isinstance(hostvars, HostVarsOnce) else ansible_internals.inventory_of(hostvars)
         if inventory is None:
             return None
         result = {}
@@ -273,10 +261,9 @@ class KiloAction(ActionBase):
     # --- what validate read, for the topology step of the same play (plan_store) ---------------
 
     def _reading_key(self, group):
-        try:
-            return "%s %s" % (self._task.get_play()._uuid, group)
-        except AttributeError:  # a task outside a play's blocks: nothing to share with
-            return None
+        play = ansible_internals.play_id(self._task)
+        # None: a task outside a play's blocks, or a play that does not tell: nothing to share
+        return None if play is None else "%s %s" % (play, group)
 
     def keep_reading(self, task_vars, group):
         """Keep the inputs of the mesh hosts outside the play (HostVarsOnce has them already)

@@ -116,6 +116,29 @@ def host_inputs(hvars):
     return dict((var, hvars[var]) for var in INPUT_VARS if var in hvars)
 
 
+def placed(hosts, vars_of, locations, group):
+    """``locations`` (host -> location group), or {} when the inventory could not tell (None) and
+    each of ``hosts`` sets kilo_location itself; ``vars_of(host)`` gives a host's variables."""
+    if locations is not None:
+        return locations
+    unplaced = [h for h in hosts if "kilo_location" not in vars_of(h)]
+    if unplaced:
+        # Never collapse every location into one segment silently.
+        raise InputError("not set, and the child groups of %r (the locations) cannot be read from this inventory"
+                         % group, host_subject(unplaced[0]), "kilo_location")
+    return {}
+
+
+def host_node(host, hvars, facts_var, known, location, port):
+    """(node, facts, fresh) of one host: its facts as host_facts() finds them (``known``: its
+    registry entry) and its node, None when the host has no data at all (it reported nothing and
+    does not pin both its key and its endpoint)."""
+    facts, fresh = host_facts(hvars, facts_var, known)
+    if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
+        return None, facts, fresh
+    return node_from_host(host, hvars, facts, location, port), facts, fresh
+
+
 def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=None):
     """Nodes of every host in ``group``, with the facts of this run, else the registry, else the
     agent annotations of the host's Kubernetes Node.
@@ -132,24 +155,17 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=No
 
     def vars_of(host):
         return read[host] if host in read else hostvars[host]
-    if locations is None:
-        unplaced = [h for h in hosts if "kilo_location" not in vars_of(h)]
-        if unplaced:
-            # Never collapse every location into one segment silently.
-            raise InputError("not set, and the child groups of %r (the locations) cannot be read from this inventory"
-                             % group, host_subject(unplaced[0]), "kilo_location")
-        locations = {}
+    locations = placed(hosts, vars_of, locations, group)
     known = registry.get("hosts", {})
     nodes, missing, fresh = [], [], {}
     for host in hosts:
-        hvars = vars_of(host)
-        facts, now = host_facts(hvars, facts_var, known.get(host))
+        node, facts, now = host_node(host, vars_of(host), facts_var, known.get(host), locations.get(host, ""), port)
         if now:
             fresh[host] = facts
-        if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
+        if node is None:
             missing.append(host)
-            continue
-        nodes.append(node_from_host(host, hvars, facts, locations.get(host, ""), port))
+        else:
+            nodes.append(node)
     return nodes, missing, fresh
 
 
@@ -307,20 +323,3 @@ def missing_warning(missing):
 def missing_result(missing):
     """What a controller-side result says of the hosts left out: nothing when none are."""
     return dict(missing=missing, warnings=[missing_warning(missing)]) if missing else {}
-
-
-def mesh_inputs(task_vars, args, locations, read=None):
-    """(nodes, peers, fresh, missing, registry_file) for the whole mesh.
-
-    ``args`` are the options of the "mesh" and "inputs" scopes (the action filled them from
-    the task and the inventory); explicit ``nodes`` win over the inventory. ``read``: as
-    gather_nodes.
-    """
-    path = registry_path(task_vars, args.get("registry"), args.get("group"))
-    registry = read_registry(path)
-    if args.get("nodes") is not None:
-        nodes, missing, fresh = [dict(n) for n in args["nodes"]], [], {}
-    else:
-        nodes, missing, fresh = gather_nodes(task_vars, args["group"], args["port"], args["facts_var"], registry,
-                                             locations, read)
-    return nodes, mesh_peers(args.get("peers"), registry), fresh, missing, path

@@ -74,9 +74,10 @@ import gc
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, peer_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs)
+    OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
 
 
 def find_leader(members):
@@ -146,6 +147,14 @@ def _dedup(items):
     return out
 
 
+def segment_key(node, granularity):
+    """The key of the segment a parsed node falls into: under ``location`` its location's, unless
+    it has no internal IP (then, as under ``full`` and ``cross``, a segment of its own)."""
+    if granularity == "location" and node.internal is not None:
+        return "location:" + node.location
+    return "node:" + node.name
+
+
 class Topology(object):
     """The shared structure of one mesh; ``plan(name)`` renders one node's plan."""
 
@@ -169,11 +178,7 @@ class Topology(object):
         granularity = self.opts["granularity"]
         groups = {}
         for node in self.nodes:  # sorted by name, so members come out in name order
-            if granularity == "location" and node.internal is not None:
-                key = "location:" + node.location
-            else:
-                key = "node:" + node.name
-            groups.setdefault(key, []).append(node)
+            groups.setdefault(segment_key(node, granularity), []).append(node)
         self.segments = []
         for index, key in enumerate(sorted(groups)):
             seg = Segment()
@@ -651,6 +656,23 @@ def build_plans(nodes, peers, options=None, only=None):
             gc.enable()
     return {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
             "subnet": str(topology.opts["subnet"])}
+
+
+def listen_port(endpoint, port, subject=None, field="endpoint"):
+    """The UDP port a node listens on (its plan's ``listen_port``): the port of its endpoint when
+    it has one, else the mesh's ``port``. For steps before any mesh is computed: kilo.mesh.key
+    checks that port on the host, and a connecting machine listens where its key step checked."""
+    if endpoint is None or not str(endpoint).strip():
+        return port
+    return split_endpoint(str(endpoint), subject, field)[1]
+
+
+def node_segment(node, options=None):
+    """The segment key of one node (an input node, as for ``build_plans``) without computing the
+    mesh: a controller step about one host (kilo.mesh.status) asks this instead of the whole mesh.
+    Raises TopologyError for a node ``build_plans`` would refuse on its own."""
+    opts = parse_options(options)
+    return segment_key(parse_node(node, 0, opts["port"]), opts["granularity"])
 
 
 def peer_config(nodes, peers, peer_name, options=None):

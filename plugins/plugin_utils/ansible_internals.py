@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Every read of Ansible's private attributes by this collection, in one place.
+
+An action plugin sees flat group lists and computed variables; a few things the mesh needs are
+only on objects behind them. Each accessor below reads one private attribute and, when Ansible
+no longer has it (a newer release renamed it, a test passes plain objects), returns None so the
+caller takes its documented fallback. What each fallback gives up:
+
+``inventory_of(hostvars)`` (``HostVars._inventory``): the inventory's parent/child group links,
+    which is how a host's location is its child group of the mesh group. Without it the
+    locations are unknown: every host of the mesh must set ``kilo_location`` itself, or the
+    actions fail naming the first host that does not (``inputs.placed``), never collapsing every
+    location into one segment.
+
+``set_in_run(hostvars)`` (the variable manager ``HostVars._variable_manager`` and its
+    ``_nonpersistent_fact_cache``, ``_vars_cache``, ``_fact_cache``): which hosts this run has set
+    variables on (register, set_fact, include_vars, gathered facts). Without it the topology step
+    cannot trust what kilo.mesh.validate read of the hosts outside the play, so it reads every
+    host again: slower at scale (one variable computation per host), never stale.
+
+``play_id(task)`` (the play's ``_uuid``): a key telling this play apart from the run's other
+    plays, under which validate hands its reading to the topology step. Without it nothing is
+    handed over: the topology step reads every host itself (slower, same result).
+"""
+
+from __future__ import annotations
+
+from ansible import constants as C
+
+
+def inventory_of(hostvars):
+    """The InventoryManager behind Ansible's ``hostvars``, or None."""
+    return getattr(hostvars, "_inventory", None)
+
+
+def set_in_run(hostvars):
+    """A test ``host -> bool``: has this run set variables on the host (register, set_fact,
+    include_vars; gathered facts where Ansible injects them as variables)? None when the
+    variable manager behind ``hostvars`` does not tell."""
+    manager = getattr(hostvars, "_variable_manager", None)
+    registered = getattr(manager, "_nonpersistent_fact_cache", None)
+    included = getattr(manager, "_vars_cache", None)
+    facts = getattr(manager, "_fact_cache", None)
+    if registered is None or included is None or facts is None:
+        return None
+    injected = C.INJECT_FACTS_AS_VARS
+
+    def touched(host):
+        return bool(registered.get(host)) or bool(included.get(host)) or (injected and host in facts)
+    return touched
+
+
+def play_id(task):
+    """An identifier of the play ``task`` belongs to, unique within the run; None when the task
+    is outside a play's blocks or the play does not tell."""
+    try:
+        play = task.get_play()
+    except AttributeError:
+        return None
+    return getattr(play, "_uuid", None)
