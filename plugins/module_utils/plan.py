@@ -232,3 +232,28 @@ CONVERGE_SPEC = dict(
     plan=dict(type="dict"),
     preshared_keys=dict(type="dict", no_log=True),
 )
+
+
+# --- what a computed plan goes through before a host gets it (push run and agent alike) -------
+
+def split_preshared_keys(plan):
+    """Take the preshared keys out of the plan: the module gets them in a no_log option."""
+    keys = {}
+    for peer in (plan or {}).get("peers", []):
+        if peer.get("preshared_key"):
+            keys[peer["public_key"]] = peer.pop("preshared_key")
+    return keys
+
+
+def mark_roaming(plans, computed):
+    """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
+
+    For those, the host keeps an endpoint WireGuard learned while handshakes are fresh
+    instead of resetting it to the configured one; the plan itself stays Kilo's. Plans share
+    peer lists' contents with each other (topology engine), so flagged entries are copies.
+    """
+    keepalive = dict((s.get("public_key"), s.get("persistent_keepalive") or 0) for s in computed.get("segments", []))
+    keepalive.update((p.get("public_key"), p.get("persistent_keepalive") or 0) for p in computed.get("peers", []))
+    for plan in plans:
+        plan["peers"] = [dict(peer, roaming=True) if keepalive.get(peer["public_key"], 0) > 0 else peer
+                         for peer in plan.get("peers", [])]

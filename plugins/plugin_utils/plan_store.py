@@ -23,6 +23,9 @@ import tempfile
 
 from ansible import constants as C
 
+# What the push run and the agent both do to a computed plan before a host gets it.
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys  # noqa: F401
+
 
 def _file(directory, name, prefix=""):
     # host names may hold any character; a digest makes a safe, fixed-length file name
@@ -51,29 +54,6 @@ def load(directory, host):
             return json.load(f)
     except FileNotFoundError:
         return None
-
-
-def split_preshared_keys(plan):
-    """Take the preshared keys out of the plan: the module gets them in a no_log option."""
-    keys = {}
-    for peer in (plan or {}).get("peers", []):
-        if peer.get("preshared_key"):
-            keys[peer["public_key"]] = peer.pop("preshared_key")
-    return keys
-
-
-def mark_roaming(plans, computed):
-    """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
-
-    For those, the host keeps an endpoint WireGuard learned while handshakes are fresh
-    instead of resetting it to the configured one; the plan itself stays Kilo's. Plans share
-    peer lists' contents with each other (topology engine), so flagged entries are copies.
-    """
-    keepalive = dict((s.get("public_key"), s.get("persistent_keepalive") or 0) for s in computed.get("segments", []))
-    keepalive.update((p.get("public_key"), p.get("persistent_keepalive") or 0) for p in computed.get("peers", []))
-    for plan in plans:
-        plan["peers"] = [dict(peer, roaming=True) if keepalive.get(peer["public_key"], 0) > 0 else peer
-                         for peer in plan.get("peers", [])]
 
 
 # --- what kilo.mesh.validate read of the hosts outside the play ------------------------------

@@ -37,9 +37,9 @@ def binaries_missing(bin_dir=BIN):
     return [b for b in BINARIES if not os.access(os.path.join(bin_dir, b), os.X_OK)]
 
 
-def free_port():
+def free_port(address="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -54,8 +54,8 @@ def _key_pem(key):
                              serialization.NoEncryption())
 
 
-def make_pki(directory):
-    """A CA, a server certificate for 127.0.0.1/localhost and a service-account key pair."""
+def make_pki(directory, address="127.0.0.1"):
+    """A CA, a server certificate for 127.0.0.1/localhost (and ``address``) and a service-account key pair."""
     now = datetime.datetime.now(datetime.timezone.utc)
     start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -70,9 +70,10 @@ def make_pki(directory):
                                        encipher_only=False, decipher_only=False), critical=True)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    san = x509.SubjectAlternativeName([
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"),
-        x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default.svc")])
+    ips = sorted(set(["127.0.0.1", address]))
+    san = x509.SubjectAlternativeName(
+        [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        + [x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default.svc")])
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
             .issuer_name(ca_name).public_key(key.public_key())
@@ -101,8 +102,11 @@ class ApiServer:
     user_name, external (True when $KILO_TEST_KUBECONFIG names the cluster).
     """
 
-    def __init__(self, bin_dir=BIN, timeout=90.0, detached=False):
+    def __init__(self, bin_dir=BIN, timeout=90.0, detached=False, bind_address="127.0.0.1"):
         self.bin_dir = bin_dir
+        # 127.0.0.1, or a lab's management bridge address so that agents in lab hosts reach it
+        self.bind_address = bind_address
+        self._apiserver_argv = None
         self.detached = detached  # in a session of their own: they outlive the process that started them
         self.timeout = timeout
         self.kubeconfig = self.host = self.ca_cert = self.token = self.user_token = None
@@ -203,7 +207,7 @@ class ApiServer:
         self._wait("etcd", proc, healthy, "/health")
 
     def _start_apiserver(self):
-        pki = make_pki(self.tmp)
+        pki = make_pki(self.tmp, self.bind_address)
         self.ca_cert = pki["ca.crt"]
         self.token = secrets.token_urlsafe(24)
         self.user_token = secrets.token_urlsafe(24)
@@ -212,12 +216,12 @@ class ApiServer:
         with os.fdopen(fd, "w") as f:
             f.write(f'{self.token},kilo-test-admin,uid-admin,"system:masters"\n')
             f.write(f"{self.user_token},{self.user_name},uid-user\n")
-        port = free_port()
-        self.host = f"https://127.0.0.1:{port}"
-        proc = self._spawn("kube-apiserver", [
+        port = free_port(self.bind_address)
+        self.host = f"https://{self.bind_address}:{port}"
+        self._apiserver_argv = [
             os.path.join(self.bin_dir, "kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={self.bind_address}", f"--advertise-address={self.bind_address}",
             f"--secure-port={port}", "--insecure-port=0",
             f"--cert-dir={self.tmp}",
             f"--tls-cert-file={pki['server.crt']}", f"--tls-private-key-file={pki['server.key']}",
@@ -229,18 +233,8 @@ class ApiServer:
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--profiling=false", "--v=0",
-        ])
-        context = ssl.create_default_context(cafile=self.ca_cert)
-
-        def ready():
-            req = urllib.request.Request(self.host + "/readyz",
-                                         headers={"Authorization": f"Bearer {self.token}"})
-            try:
-                with urllib.request.urlopen(req, timeout=5, context=context) as r:
-                    return r.status == 200
-            except (OSError, urllib.error.HTTPError):
-                return False
-        self._wait("kube-apiserver", proc, ready, "/readyz")
+        ]
+        self._run_apiserver()
         self.kubeconfig = os.path.join(self.tmp, "kubeconfig")
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "kilo-test",
@@ -252,6 +246,37 @@ class ApiServer:
         fd = os.open(self.kubeconfig, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             yaml.safe_dump(config, f)
+
+    def _run_apiserver(self):
+        proc = self._spawn("kube-apiserver", self._apiserver_argv)
+        context = ssl.create_default_context(cafile=self.ca_cert)
+
+        def ready():
+            req = urllib.request.Request(self.host + "/readyz",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+            try:
+                with urllib.request.urlopen(req, timeout=5, context=context) as r:
+                    return r.status == 200
+            except (OSError, urllib.error.HTTPError):
+                return False
+        self._wait("kube-apiserver", proc, ready, "/readyz")
+
+    def stop_apiserver(self):
+        """Stop kube-apiserver alone (etcd keeps the cluster's state): the API server is away."""
+        for i, (name, proc, _log) in enumerate(self._procs):
+            if name == "kube-apiserver":
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=15)
+                del self._procs[i]
+                return
+
+    def start_apiserver(self):
+        """Start kube-apiserver again, same address, port, certificates and tokens."""
+        self._run_apiserver()
 
     # -- an existing cluster -----------------------------------------------------------------
     def _from_kubeconfig(self, path):
