@@ -10,6 +10,8 @@ APT_PACKAGES=(
   iputils-ping procps util-linux graphviz rsync python3 python3-venv
   # what the host-side modules import on the lab hosts (they share this machine's /usr)
   python3-pyroute2 python3-cryptography python3-yaml python3-apt
+  # what the agent (kilo_agent) imports on the lab hosts
+  python3-kubernetes python3-prometheus-client
   # the kernel-backend test VM
   qemu-system-x86 debootstrap cpio zstd xz-utils kmod
   # the real CNI plugins (bridge, host-local, loopback) for the CNI test

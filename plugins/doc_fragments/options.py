@@ -360,6 +360,15 @@ options:
     default:
       net.ipv4.ip_forward: 1
       net.ipv6.conf.all.forwarding: 1
+  agent:
+    description:
+      - 'Agent mode (issue 22): C(playbooks/site.yml) converges as usual, then installs and starts the agent (role
+        C(kilo.mesh.agent)), which keeps the host in the mesh from its Kubernetes Node and Peers between runs. False
+        on a host where an agent runs removes it, leaving the mesh as the last converge left it.'
+      - The host preparation then installs the agent's Python libraries (Kubernetes client, Prometheus client).
+      - Defaults to the inventory variable C(kilo_agent), then to the default below.
+    type: bool
+    default: false
 """
 
     RUN = r"""
@@ -373,6 +382,15 @@ options:
       - Defaults to the inventory variable C(kilo_task_timeout), then to the default below.
     type: int
     default: 300
+  agent:
+    description:
+      - 'Agent mode (issue 22): C(playbooks/site.yml) converges as usual, then installs and starts the agent (role
+        C(kilo.mesh.agent)), which keeps the host in the mesh from its Kubernetes Node and Peers between runs. False
+        on a host where an agent runs removes it, leaving the mesh as the last converge left it.'
+      - The host preparation then installs the agent's Python libraries (Kubernetes client, Prometheus client).
+      - Defaults to the inventory variable C(kilo_agent), then to the default below.
+    type: bool
+    default: false
 """
 
     REGISTRY = r"""
@@ -455,6 +473,57 @@ options:
       - present
       - absent
     default: present
+"""
+
+    AGENT = r"""
+options:
+  agent_node:
+    description:
+      - Name of this host's Kubernetes Node, which the agent watches and annotates; the inventory name when not
+        set.
+      - Defaults to the inventory variable C(kilo_agent_node), then to the default below.
+    type: str
+  agent_namespace:
+    description:
+      - Namespace of the agents' ServiceAccounts (one per node, C(kilo-mesh-agent-<node>)).
+      - Defaults to the inventory variable C(kilo_agent_namespace), then to the default below.
+    type: str
+    default: kube-system
+  agent_api_server:
+    description:
+      - URL of the API server as this host reaches it, written in the agent's kubeconfig; the server of the controller's
+        Kubernetes client options when not set.
+      - Defaults to the inventory variable C(kilo_agent_api_server), then to the default below.
+    type: str
+  agent_resync_period:
+    description:
+      - Seconds between the agent's full reconciles (Kilo's C(--resync-period)); changes of Nodes and Peers are
+        acted on at once.
+      - At least V(1).
+      - Defaults to the inventory variable C(kilo_agent_resync_period), then to the default below.
+    type: int
+    default: 30
+  agent_listen:
+    description:
+      - Address of the agent's metrics and health endpoint (Kilo's C(--listen)), V(host:port) or V(:port); V("")
+        serves none.
+      - Defaults to the inventory variable C(kilo_agent_listen), then to the default below.
+    type: str
+    default: :1107
+  agent_token_lifetime:
+    description:
+      - Seconds the agent's service account token is asked to live (the API server may cap it). A run renews the
+        token once a third of its life has passed, and restarts the agent then.
+      - At least V(600).
+      - Defaults to the inventory variable C(kilo_agent_token_lifetime), then to the default below.
+    type: int
+    default: 31536000
+  agent_app:
+    description:
+      - Where the agent's zip application goes on the host (run by C(/usr/bin/python3)).
+      - Defaults to the inventory variable C(kilo_agent_app), then to the default below.
+    type: path
+    default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz
 """
 
     PLAN = r"""

@@ -19,6 +19,7 @@ Scopes say who reads an option:
 * ``run``: the playbooks and roles themselves (no module reads them).
 * ``registry``: where kilo.mesh.peer finds the registry with ``store: registry``.
 * ``connect``: kilo.mesh.connect and the role connect (a machine outside the mesh as a peer).
+* ``agent``: kilo.mesh.agent and the role agent (the agent that keeps a node in the mesh between runs).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -37,6 +38,10 @@ DEFAULT_SUBNET = "10.4.0.0/16"
 DEFAULT_CNI_PATH = "/etc/cni/net.d/10-kilo.conflist"
 # Seconds a remote task may take: covers a slow first package install, bounds a dark host.
 DEFAULT_TASK_TIMEOUT = 300
+# Where kilo.mesh.agent puts the agent on a host.
+DEFAULT_AGENT_APP = "/usr/lib/kilo-mesh/kilo-mesh-agent.pyz"
+DEFAULT_AGENT_CONFIG = "/etc/kilo-mesh/agent.json"
+DEFAULT_AGENT_KUBECONFIG = "/etc/kilo-mesh/kubeconfig"
 
 
 def _option(name, scopes, type, description, default=None, var="", **extra):
@@ -231,9 +236,39 @@ OPTIONS = dict([
         " answering during a run fails after this long, the run goes on with the others, and its peers"
         " stay on every host. The default covers a slow first package install."],
         default=DEFAULT_TASK_TIMEOUT, bounds=(1, None)),
+    _option("agent", ("run", "prepare"), "bool", [
+        "Agent mode (issue 22): C(playbooks/site.yml) converges as usual, then installs and starts the agent"
+        " (role C(kilo.mesh.agent)), which keeps the host in the mesh from its Kubernetes Node and Peers between"
+        " runs. False on a host where an agent runs removes it, leaving the mesh as the last converge left it.",
+        "The host preparation then installs the agent's Python libraries (Kubernetes client, Prometheus client)."],
+        default=False),
+    # --- agent: kilo.mesh.agent ------------------------------------------------------------------
+    _option("agent_node", ("agent",), "str", [
+        "Name of this host's Kubernetes Node, which the agent watches and annotates; the inventory name when not set."]),
+    _option("agent_namespace", ("agent",), "str", [
+        "Namespace of the agents' ServiceAccounts (one per node, C(kilo-mesh-agent-<node>))."],
+        default="kube-system"),
+    _option("agent_api_server", ("agent",), "str", [
+        "URL of the API server as this host reaches it, written in the agent's kubeconfig; the server of the"
+        " controller's Kubernetes client options when not set."]),
+    _option("agent_resync_period", ("agent",), "int", [
+        "Seconds between the agent's full reconciles (Kilo's C(--resync-period)); changes of Nodes and Peers"
+        " are acted on at once."],
+        default=30, bounds=(1, None)),
+    _option("agent_listen", ("agent",), "str", [
+        "Address of the agent's metrics and health endpoint (Kilo's C(--listen)), V(host:port) or V(:port);"
+        " V(\"\") serves none."],
+        default=":1107"),
+    _option("agent_token_lifetime", ("agent",), "int", [
+        "Seconds the agent's service account token is asked to live (the API server may cap it). A run renews"
+        " the token once a third of its life has passed, and restarts the agent then."],
+        default=31536000, bounds=(600, None)),
+    _option("agent_app", ("agent",), "path", [
+        "Where the agent's zip application goes on the host (run by C(/usr/bin/python3))."],
+        default=DEFAULT_AGENT_APP),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent")
 
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
@@ -325,6 +360,16 @@ ROLES = {
             "Runs M(kilo.mesh.prepare) (probe, sysctls, firewall port) and installs what is missing.",
             "Supports Debian/Ubuntu (apt), EL 9 (dnf; pyroute2 comes from EPEL) and Arch (pacman)."],
         "scopes": ("prepare", "run"),
+    },
+    "agent": {
+        "short": "Install, configure and start the kilo.mesh agent on a node, or stop and remove it",
+        "description": [
+            "Runs M(kilo.mesh.agent) - with C(kilo_agent) true (and C(kilo_state) present) it installs the agent's"
+            " zip application, configuration and least-privilege kubeconfig and starts it (a systemd unit, else a"
+            " supervised daemon); otherwise it stops and removes it. C(playbooks/site.yml) runs it after the mesh's"
+            " converge.",
+            "The agent reads the same C(kilo_*) variables as the push run (mesh, host and key options)."],
+        "scopes": ("agent", "mesh", "host", "key", "run"),
     },
 }
 

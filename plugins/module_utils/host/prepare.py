@@ -22,6 +22,7 @@ import shutil
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, kernel_module_available, run_command, to_bool, to_int
 from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import COMMENT as NFT_COMMENT
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_AGENT_CONFIG as AGENT_CONFIG
 
 # Where sysctls are read and written at runtime, and the file that sets them at boot.
 PROC_SYS = "/proc/sys"
@@ -35,14 +36,17 @@ PACKAGES = {
     "apt": {
         "base": ["wireguard-tools", "python3-pyroute2", "nftables", "iproute2"],
         "userspace": ["wireguard-go"],
+        "agent": ["python3-kubernetes", "python3-prometheus-client"],
     },
     "dnf": {
         "base": ["wireguard-tools", "python3-pyroute2", "nftables", "iproute"],
         "userspace": ["wireguard-go"],
+        "agent": ["python3-kubernetes", "python3-prometheus_client"],
     },
     "pacman": {
         "base": ["wireguard-tools", "python-pyroute2", "nftables", "iproute2"],
         "userspace": ["wireguard-go"],
+        "agent": ["python-kubernetes", "python-prometheus_client"],
     },
 }
 
@@ -77,15 +81,18 @@ def package_manager(which=shutil.which):
     return None
 
 
-def wanted_packages(pkg_mgr, backend, kernel_module):
+def wanted_packages(pkg_mgr, backend, kernel_module, agent=False):
     """The packages the host needs: base, plus the userspace implementation when WireGuard
-    runs in userspace (asked for, or auto and the kernel module does not load)."""
+    runs in userspace (asked for, or auto and the kernel module does not load), plus the
+    agent's libraries in agent mode."""
     names = PACKAGES.get(pkg_mgr)
     if names is None:
         return []
     want = list(names["base"])
     if backend == "userspace" or (backend == "auto" and not kernel_module):
         want.extend(names["userspace"])
+    if agent:
+        want.extend(names["agent"])
     return want
 
 
@@ -307,7 +314,8 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
     if install:
         if pkg_mgr is None:
             raise PrepareError("no supported package manager (apt, dnf, pacman) found", field="install_packages")
-        missing = missing_packages(pkg_mgr, wanted_packages(pkg_mgr, backend, kernel_module), runner)
+        agent = to_bool(params.get("agent"), field="agent", default=False)
+        missing = missing_packages(pkg_mgr, wanted_packages(pkg_mgr, backend, kernel_module, agent), runner)
 
     values, current, unknown, file_before, file_after = sysctl_plan(sysctls, proc_sys, sysctl_file)
     changes = []
@@ -350,6 +358,8 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
         "firewall": firewall,
         "port": port,
         "missing": missing,
+        # site.yml removes an agent left on a host whose kilo_agent is now false
+        "agent_installed": os.path.exists(AGENT_CONFIG),
         "package_args": dict(PACKAGE_ARGS.get(pkg_mgr, {})),
         "unknown_sysctls": unknown,
         "changed": bool(changes),

@@ -1,0 +1,529 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""The agent on its host: its files, its service, and whether to keep its credentials.
+
+What the ``kilo.mesh.agent`` module does, without Ansible (the VM test drives it directly):
+
+* the zip application (``app``), the JSON configuration (0600) and the kubeconfig (0600), each
+  replaced atomically and only when it differs;
+* under systemd (PID 1 is systemd) the unit ``kilo-mesh-agent.service`` (``unit_text``):
+  ``Restart=always``, only CAP_NET_ADMIN and CAP_NET_RAW, the system read-only except the
+  paths the backends write; reloaded only when the unit changed, restarted only when the app,
+  the configuration or the kubeconfig changed;
+* without systemd (a container, the netns lab) a supervisor in a session of its own
+  (``supervise.py``, ``python3 APP --supervise``) that starts the agent again when it dies; its
+  PID in ``/run/kilo/kilo-mesh-agent.pid``, and only a process running our app is signalled;
+* the kubeconfig's token is kept while the server, CA and identity are the same and it is not
+  past a third of its life (``token_fresh``, from the JWT's own claims, not verified here: the
+  API server verifies it).
+
+Standard library only; /usr/bin/python3 3.9+.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, _alive, systemd_running
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (DEFAULT_AGENT_APP, DEFAULT_AGENT_CONFIG,
+                                                                         DEFAULT_AGENT_KUBECONFIG, DEFAULT_KEY_PATH)
+
+UNIT_NAME = "kilo-mesh-agent.service"
+UNIT_PATH = "/etc/systemd/system/" + UNIT_NAME
+PYTHON = "/usr/bin/python3"
+# Where the supervisor (no systemd) keeps its PID and the agent's output.
+PID_NAME = "kilo-mesh-agent.pid"
+LOG_NAME = "kilo-mesh-agent.log"
+STOP_TIMEOUT = 15.0
+# A token is renewed once this share of its life has passed.
+TOKEN_RENEW_AT = 1.0 / 3
+# What the backends write besides the key and CNI directories (from the configuration):
+# daemons' PID files, wireguard-go's UAPI sockets. "-": a missing path is no error.
+WRITABLE = ("/run/kilo", "/run/wireguard")
+# nft, ip and netlink need CAP_NET_ADMIN; iptables (legacy) opens a raw socket: CAP_NET_RAW.
+# wireguard-go needs CAP_NET_ADMIN for /dev/net/tun. Nothing else: no module loading, no
+# ptrace, no file access past the owner's modes (CAP_DAC_OVERRIDE) - the agent runs as root
+# and every file it touches is root's.
+CAPABILITIES = ("CAP_NET_ADMIN", "CAP_NET_RAW")
+
+
+class AgentError(KiloError):
+    """The agent could not be installed, started or stopped as asked."""
+
+
+# --- files -----------------------------------------------------------------------------------
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def file_digest(path):
+    data = read_bytes(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def config_text(config):
+    """The configuration file's text: sorted keys, so equal configurations are equal bytes."""
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
+# --- the kubeconfig and its token --------------------------------------------------------------
+
+def jwt_claims(token):
+    """The claims of a JWT (its middle part), unverified; None when it is not one."""
+    parts = (token or "").split(".")
+    if len(parts) != 3:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload.encode("ascii")).decode("utf-8"))
+    except (ValueError, TypeError, UnicodeError):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+def token_fresh(claims, now=None):
+    """Whether a token with these claims is within the first third of its life (iat..exp)."""
+    if not claims:
+        return False
+    iat, exp = claims.get("iat"), claims.get("exp")
+    if not isinstance(iat, (int, float)) or not isinstance(exp, (int, float)) or exp <= iat:
+        return False
+    now = time.time() if now is None else now
+    return now < iat + (exp - iat) * TOKEN_RENEW_AT
+
+
+def token_identity(claims):
+    """(subject, service account UID) a Kubernetes service account token names."""
+    account = ((claims or {}).get("kubernetes.io") or {}).get("serviceaccount") or {}
+    return (claims or {}).get("sub"), account.get("uid")
+
+
+def kubeconfig_cluster(wanted):
+    """The cluster entry for ``wanted`` (server, ca_data (base64 PEM) or insecure)."""
+    cluster = {"server": wanted["server"]}
+    if wanted.get("ca_data"):
+        cluster["certificate-authority-data"] = wanted["ca_data"]
+    elif wanted.get("insecure"):
+        cluster["insecure-skip-tls-verify"] = True
+    return cluster
+
+
+def kubeconfig_text(wanted, token):
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "kilo-mesh-agent",
+        "clusters": [{"name": "kilo-mesh", "cluster": kubeconfig_cluster(wanted)}],
+        "users": [{"name": "kilo-mesh-agent", "user": {"token": token}}],
+        "contexts": [{"name": "kilo-mesh-agent", "context": {"cluster": "kilo-mesh", "user": "kilo-mesh-agent"}}],
+    }
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
+def read_kubeconfig(path):
+    """(cluster entry, token) of a kubeconfig written by ``kubeconfig_text``; (None, None) otherwise."""
+    data = read_bytes(path)
+    try:
+        config = json.loads(data.decode("utf-8")) if data is not None else None
+        cluster = config["clusters"][0]["cluster"]
+        token = config["users"][0]["user"]["token"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, UnicodeError):
+        return None, None
+    return cluster, token
+
+
+def kubeconfig_verdict(path, wanted, now=None):
+    """Why the kubeconfig at ``path`` must be written for ``wanted`` (server, ca_data/insecure,
+    subject, uid), or None to keep it."""
+    cluster, token = read_kubeconfig(path)
+    if cluster is None:
+        return "missing" if read_bytes(path) is None else "not ours"
+    if cluster != kubeconfig_cluster(wanted):
+        return "API server or CA differ"
+    claims = jwt_claims(token)
+    subject, uid = token_identity(claims)
+    if subject != wanted["subject"] or (wanted.get("uid") and uid != wanted["uid"]):
+        return "identity differs"
+    if not token_fresh(claims, now):
+        return "token past a third of its life"
+    return None
+
+
+def kubeconfig_shown(path):
+    """The kubeconfig as a diff shows it: no token, only what it names and when it expires."""
+    cluster, token = read_kubeconfig(path)
+    if cluster is None:
+        return None
+    claims = jwt_claims(token) or {}
+    shown = dict(cluster)
+    if "certificate-authority-data" in shown:
+        shown["certificate-authority-data"] = "sha256:" + hashlib.sha256(
+            shown["certificate-authority-data"].encode()).hexdigest()[:16]
+    shown["subject"], shown["uid"] = token_identity(claims)
+    shown["token_expires"] = claims.get("exp")
+    return shown
+
+
+# --- the systemd unit ----------------------------------------------------------------------------
+
+def writable_paths(config):
+    """What the agent writes: the key's and the CNI configuration's directories, the run dirs."""
+    settings, key = config.get("settings") or {}, config.get("key") or {}
+    paths = []
+    for path in (key.get("key_path") or settings.get("key_path"), settings.get("cni_path")):
+        if path:
+            paths.append(os.path.dirname(os.path.abspath(path)))
+    paths.extend(WRITABLE)
+    out = []
+    for path in paths:
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def unit_text(app, config_path, config, python=PYTHON):
+    """The systemd unit of the agent."""
+    rw = " ".join("-" + p for p in writable_paths(config))
+    caps = " ".join(CAPABILITIES)
+    return "\n".join([
+        "# Written by the Ansible module kilo.mesh.agent; changes here are undone by its next run.",
+        "[Unit]",
+        "Description=kilo.mesh agent: keeps this node in the WireGuard mesh",
+        "Documentation=https://github.com/squat/kilo",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        "ExecStart=%s %s --config %s" % (python, app, config_path),
+        "Restart=always",
+        "RestartSec=2",
+        "KillMode=mixed",
+        "TimeoutStopSec=%d" % int(STOP_TIMEOUT),
+        "CapabilityBoundingSet=%s" % caps,
+        "AmbientCapabilities=%s" % caps,
+        "NoNewPrivileges=yes",
+        "SecureBits=noroot-locked",
+        "ProtectSystem=strict",
+        "ReadWritePaths=%s" % rw,
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "ProtectKernelLogs=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "DevicePolicy=closed",
+        "DeviceAllow=/dev/net/tun rw",
+        "RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET AF_INET6",
+        "RestrictNamespaces=yes",
+        "RestrictRealtime=yes",
+        "RestrictSUIDSGID=yes",
+        "LockPersonality=yes",
+        "SystemCallArchitectures=native",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def systemctl(*args):
+    """(rc, stdout) of systemctl."""
+    proc = subprocess.run(["systemctl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=False)
+    return proc.returncode, proc.stdout.strip() + proc.stderr.strip()
+
+
+def systemctl_checked(*args):
+    rc, out = systemctl(*args)
+    if rc != 0:
+        raise AgentError("systemctl %s failed (rc %d): %s" % (" ".join(args), rc, out))
+    return out
+
+
+def unit_state():
+    """(active, enabled, main PID) of the unit."""
+    active = systemctl("is-active", UNIT_NAME)[1] == "active"
+    enabled = systemctl("is-enabled", UNIT_NAME)[1] == "enabled"
+    pid = systemctl("show", "-p", "MainPID", "--value", UNIT_NAME)[1]
+    return active, enabled, int(pid) if pid.isdigit() and int(pid) > 0 else None
+
+
+# --- the supervisor (no systemd) ------------------------------------------------------------------
+
+class Supervisor(object):
+    """The supervisor of ``app`` started by us, found by its PID file and its command line."""
+
+    def __init__(self, app, config_path, python=PYTHON, run_dir=None):
+        self.app = app
+        self.config_path = config_path
+        self.python = python
+        self.run_dir = run_dir or RUN_DIR
+
+    @property
+    def pidfile(self):
+        return os.path.join(self.run_dir, PID_NAME)
+
+    @property
+    def logfile(self):
+        return os.path.join(self.run_dir, LOG_NAME)
+
+    def argv(self):
+        return [self.python, self.app, "--supervise", "--config", self.config_path]
+
+    def _ours(self, pid, supervisor=True):
+        """Whether ``pid`` runs our app (the supervisor itself when ``supervisor``)."""
+        data = read_bytes("/proc/%d/cmdline" % pid)
+        if not data or not _alive(pid):
+            return False
+        args = data.split(b"\0")
+        return self.app.encode() in args and (not supervisor or b"--supervise" in args)
+
+    def pid(self):
+        """The supervisor's PID when it runs, else None."""
+        data = read_bytes(self.pidfile)
+        try:
+            pid = int((data or b"").split()[0])
+        except (ValueError, IndexError):
+            return None
+        return pid if pid > 1 and self._ours(pid) else None
+
+    def agent_pid(self):
+        """The PID of the agent the supervisor runs now, else None."""
+        sup = self.pid()
+        if sup is None:
+            return None
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            stat = read_bytes("/proc/%s/stat" % name)
+            try:
+                ppid = int(stat.rsplit(b")", 1)[1].split()[1])
+            except (AttributeError, IndexError, ValueError):
+                continue
+            if ppid == sup and self._ours(int(name), supervisor=False):
+                return int(name)
+        return None
+
+    def start(self):
+        if not os.path.isdir(self.run_dir):
+            os.makedirs(self.run_dir, 0o700)
+        with open(self.logfile, "ab") as log:
+            try:
+                proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                        close_fds=True, start_new_session=True, cwd="/")
+            except OSError as e:
+                raise AgentError("cannot start %s: %s" % (self.python, e))
+        write_atomic(self.pidfile, "%d\n" % proc.pid, 0o644)
+        # a supervisor that cannot even start (bad interpreter, broken app) fails the task
+        deadline = time.time() + 2.0
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                os.unlink(self.pidfile)
+                raise AgentError("the agent's supervisor exited at once (rc %s): %s" % (proc.returncode, self.log_tail()))
+            time.sleep(0.1)
+        return proc.pid
+
+    def log_tail(self):
+        data = read_bytes(self.logfile) or b""
+        return data[-600:].decode("utf-8", "replace").strip()
+
+    def stop(self):
+        """Stop the supervisor (it stops the agent) and whatever of its session stays; True when one ran."""
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.time() + STOP_TIMEOUT + 2
+            while time.time() < deadline and _alive(pid):
+                time.sleep(0.05)
+            if _alive(pid) and self._ours(pid):
+                os.kill(pid, signal.SIGKILL)
+            # an agent left behind by a supervisor that was killed: its session, our app only
+            for name in os.listdir("/proc"):
+                if name.isdigit() and int(name) != os.getpid() and self._in_session(int(name), pid):
+                    os.kill(int(name), signal.SIGKILL)
+        if os.path.exists(self.pidfile):
+            os.unlink(self.pidfile)
+        return pid is not None
+
+    def _in_session(self, pid, session):
+        stat = read_bytes("/proc/%d/stat" % pid)
+        try:
+            sid = int(stat.rsplit(b")", 1)[1].split()[4])
+        except (AttributeError, IndexError, ValueError):
+            return False
+        return sid == session and self._ours(pid, supervisor=False)
+
+
+# --- present and absent ---------------------------------------------------------------------------
+
+def paths_of(params):
+    return dict(app=params.get("app_path") or DEFAULT_AGENT_APP,
+                config=params.get("config_path") or DEFAULT_AGENT_CONFIG,
+                kubeconfig=params.get("kubeconfig_path") or DEFAULT_AGENT_KUBECONFIG)
+
+
+def use_systemd(manager):
+    if manager == "auto":
+        return systemd_running()
+    return manager == "systemd"
+
+
+def present(params, check_mode=False, now=None):
+    """Install, configure and start the agent.
+
+    ``params``: app_digest (sha256 of the zip), app_src (a file holding it, when the host needs
+    it), config (dict; its ``kubernetes.kubeconfig`` is set here), kubeconfig (server, ca_data or
+    insecure, subject, uid), token (only when the host needs one), python, service_manager,
+    app_path, config_path, kubeconfig_path.
+
+    Returns a dict: ``need`` (what the caller must send: "app", "token"; nothing was changed),
+    or changed, changes, service, pid, restarted and diff (before, after; no token).
+    """
+    paths = paths_of(params)
+    python = params.get("python") or PYTHON
+    systemd = use_systemd(params.get("service_manager") or "auto")
+    config = dict(params["config"])
+    config["kubernetes"] = {"kubeconfig": paths["kubeconfig"]}
+    config_new = config_text(config)
+    config_old = read_bytes(paths["config"])
+
+    app_old = file_digest(paths["app"])
+    app_changed = app_old != params["app_digest"]
+    kube_why = kubeconfig_verdict(paths["kubeconfig"], params["kubeconfig"], now)
+    need = []
+    if app_changed and not params.get("app_src"):
+        need.append("app")
+    if kube_why and not params.get("token"):
+        need.append("token")
+    if need and not check_mode:
+        return {"need": need, "changed": False}
+
+    unit_new = unit_text(paths["app"], paths["config"], config, python) if systemd else None
+    unit_old = read_bytes(UNIT_PATH) if systemd else None
+    unit_changed = systemd and (unit_old or b"").decode("utf-8", "replace") != unit_new
+    config_changed = (config_old or b"").decode("utf-8", "replace") != config_new
+    changes = []
+    if app_changed:
+        changes.append("write %s" % paths["app"])
+    if config_changed:
+        changes.append("write %s" % paths["config"])
+    if kube_why:
+        changes.append("write %s (%s)" % (paths["kubeconfig"], kube_why))
+    if unit_changed:
+        changes.append("write %s" % UNIT_PATH)
+    files_changed = app_changed or config_changed or bool(kube_why)
+
+    if systemd:
+        active, enabled, pid = unit_state() if unit_old is not None else (False, False, None)
+        running = active
+    else:
+        sup = Supervisor(paths["app"], paths["config"], python)
+        pid = sup.pid()
+        running, enabled = pid is not None, True
+    if not running:
+        changes.append("start the agent")
+    elif files_changed or unit_changed:
+        changes.append("restart the agent")
+    if systemd and not enabled:
+        changes.append("enable %s" % UNIT_NAME)
+    # a writable path must exist when the unit starts, or it stays read-only for the agent
+    missing_dirs = [p for p in writable_paths(config) if not os.path.isdir(p)] if systemd else []
+    changes.extend("create directory %s" % p for p in missing_dirs)
+
+    before = dict(app=app_old, config=(config_old or b"").decode("utf-8", "replace") or None,
+                  kubeconfig=kubeconfig_shown(paths["kubeconfig"]), running=running)
+    after = dict(app=params["app_digest"], config=config_new, running=True)
+    if systemd:
+        before["unit"], after["unit"] = (unit_old or b"").decode("utf-8", "replace") or None, unit_new
+
+    restarted = False
+    if not check_mode:
+        if app_changed:
+            app_data = read_bytes(params["app_src"])
+            if app_data is None or hashlib.sha256(app_data).hexdigest() != params["app_digest"]:
+                raise AgentError("%s does not hold the app of digest %s" % (params["app_src"], params["app_digest"]))
+            write_atomic(paths["app"], app_data, 0o644, make_dirs=0o755)
+        if config_changed:
+            write_atomic(paths["config"], config_new, 0o600, make_dirs=0o700)
+        if kube_why:
+            write_atomic(paths["kubeconfig"], kubeconfig_text(params["kubeconfig"], params["token"]), 0o600,
+                         make_dirs=0o700)
+        if systemd:
+            key_dir = os.path.dirname(os.path.abspath((config.get("key") or {}).get("key_path") or DEFAULT_KEY_PATH))
+            for path in missing_dirs:
+                os.makedirs(path, 0o700 if path == key_dir else 0o755)
+            if unit_changed:
+                write_atomic(UNIT_PATH, unit_new, 0o644)
+                systemctl_checked("daemon-reload")
+            if not enabled:
+                systemctl_checked("enable", UNIT_NAME)
+            if not running:
+                systemctl_checked("start", UNIT_NAME)
+            elif files_changed or unit_changed:
+                systemctl_checked("restart", UNIT_NAME)
+                restarted = True
+            pid = unit_state()[2]
+        else:
+            if running and files_changed:
+                sup.stop()
+                restarted = True
+            if not running or files_changed:
+                sup.start()
+            pid = sup.pid()
+    after["kubeconfig"] = kubeconfig_shown(paths["kubeconfig"]) if not check_mode else (
+        dict(before["kubeconfig"] or {}, note="a new token") if kube_why else before["kubeconfig"])
+    return dict(changed=bool(changes), changes=changes, service="systemd" if systemd else "supervisor",
+                pid=pid, restarted=restarted, need=[], diff=dict(before=before, after=after))
+
+
+def installed(params=None):
+    """Whether anything of the agent is on this host (its configuration, unit or supervisor)."""
+    paths = paths_of(params or {})
+    return any(os.path.exists(p) for p in (paths["config"], UNIT_PATH, os.path.join(RUN_DIR, PID_NAME)))
+
+
+def absent(params, check_mode=False):
+    """Stop the agent and remove its files; the mesh stays as the agent left it."""
+    paths = paths_of(params)
+    python = params.get("python") or PYTHON
+    sup = Supervisor(paths["app"], paths["config"], python)
+    unit = os.path.exists(UNIT_PATH)
+    changes = []
+    if unit:
+        changes.append("stop and disable %s" % UNIT_NAME)
+    if sup.pid() is not None:
+        changes.append("stop the agent's supervisor")
+    files = [p for p in (paths["app"], paths["kubeconfig"], sup.logfile, sup.pidfile, paths["config"]) if os.path.exists(p)]
+    changes.extend("remove %s" % p for p in files + ([UNIT_PATH] if unit else []))
+    if not check_mode:
+        if unit:
+            systemctl("disable", "--now", UNIT_NAME)
+            os.unlink(UNIT_PATH)
+            systemctl_checked("daemon-reload")
+        sup.stop()
+        for path in files:
+            if os.path.exists(path):
+                os.unlink(path)
+        for directory in (os.path.dirname(paths["app"]), os.path.dirname(paths["config"])):
+            try:
+                os.rmdir(directory)  # only when empty
+            except OSError:
+                pass
+    before = dict(installed=bool(changes), kubeconfig=kubeconfig_shown(paths["kubeconfig"]))
+    return dict(changed=bool(changes), changes=changes, need=[], pid=None, restarted=False,
+                diff=dict(before=before, after=dict(installed=False, kubeconfig=None)))
