@@ -31,7 +31,7 @@ import re
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, parse_key, split_endpoint, to_bool, to_int)
+    KiloError, format_endpoint, host_subject, parse_key, split_endpoint, to_bool, to_int)
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
 
@@ -348,3 +348,81 @@ def doc_lines():
 def engine_doc():
     """The keys of an item of the ``nodes`` option, for its documentation."""
     return ", ".join("C(%s)%s" % (f.name, " (%s)" % f.form if f.form else "") for f in FIELDS.values())
+
+
+# --- a node from one host's variables and the facts it reported --------------------------------
+# The push run reads the inventory (or the inventory plugin's Nodes) with these; the agent reads
+# the Node objects it watches with the same, so both compute the same node.
+
+# Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
+REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")
+
+
+class InputError(KiloError):
+    """Bad input of one host (its variables or what it reported); names the host and the field."""
+
+
+def node_from_host(name, hvars, facts, location, port):
+    """One topology node from a host's variables and what it reported (``facts``).
+
+    ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
+    it may be empty when every field is forced in the inventory. Each variable the host sets
+    is checked by its row of the node table (``nodes.check_host_vars``), as validate checks it.
+    """
+    facts = facts or {}
+    subject = host_subject(name)
+    given = check_host_vars(hvars, subject)
+    node = {"name": name, "location": given.get("location", location)}
+    node["public_key"] = given.get("public_key") or facts.get("public_key")
+
+    forced = hvars.get(FIELDS["internal_ip"].var) is not None
+    node["internal_ip"] = given["internal_ip"] if forced else facts.get("internal_ip")
+    if node["internal_ip"] and not forced:
+        try:
+            ipaddress.ip_interface(node["internal_ip"])
+        except ValueError:
+            raise InputError("%r is not an IP address in CIDR form" % (node["internal_ip"],), subject,
+                             "internal_ip (reported by kilo.mesh.key)")
+
+    if given.get("endpoint"):
+        node["endpoint"] = given["endpoint"]
+    elif facts.get("endpoint"):
+        # as written on the host's Kubernetes Node (annotation_facts)
+        node["endpoint"] = str(facts["endpoint"])
+    else:
+        # Kilo's endpoint is the external IP when the host has one, else its private IP.
+        ip = facts.get("external_ip")
+        if not ip and node["internal_ip"]:
+            ip = node["internal_ip"].split("/")[0]
+        node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
+
+    node["pod_cidr"] = given.get("pod_cidr")
+    # Kilo's cni-compatibility-ip annotation: the next hop towards this node under compatibility cilium
+    node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
+    # the leader annotation counts by its presence: absent is the only "no"
+    node["leader"] = given.get("leader", False)
+    node["persistent_keepalive"] = given.get("persistent_keepalive", 0)
+    node["allowed_location_ips"] = given.get("allowed_location_ips", [])
+    node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
+    return node
+
+
+def facts_from_result(result):
+    """The public part of a kilo.mesh.key result, or None when the host did not report."""
+    if not isinstance(result, dict) or result.get("failed") or result.get("skipped") or "public_key" not in result:
+        return None
+    return dict((k, result.get(k)) for k in REGISTRY_FIELDS)
+
+
+def annotation_facts(hvars):
+    """A host's facts as written on its Kubernetes Node (by Kilo's agent or kilo.mesh.annotate):
+    the host variable ``kilo_kubernetes_node`` of the inventory plugin kilo.mesh.kubernetes.
+
+    None unless it holds a public key and an endpoint (Kilo's agent needs both to use a node).
+    Its last-seen time and the Node's Ready condition are not consulted (README, Kubernetes).
+    """
+    written = hvars.get("kilo_kubernetes_node")
+    if not isinstance(written, dict) or not written.get("public_key") or not written.get("endpoint"):
+        return None
+    return dict(public_key=written["public_key"], internal_ip=written.get("internal_ip"),
+                endpoint=written["endpoint"], discovered_endpoints=dict(written.get("discovered_endpoints") or {}))

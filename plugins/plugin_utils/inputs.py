@@ -11,94 +11,21 @@ JSON file beside the inventory holding public data only (public keys, endpoints,
 from __future__ import annotations
 
 import fcntl
-import ipaddress
 import json
 import os
 import tempfile
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, format_endpoint, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS, check_host_vars
+from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
+# A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
+    FIELDS, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
 
 # A node's fields -> the host variables that set them (Kilo's node annotations): the node table's.
 NODE_VARS = dict((field.name, field.var) for field in FIELDS.values() if field.var)
 
 # Every variable of a host the mesh reads (host_inputs), besides the registered kilo.mesh.key result.
 INPUT_VARS = tuple(NODE_VARS.values()) + ("kilo_kubernetes_node",)
-
-# Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
-REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")
-
-
-class InputError(KiloError):
-    """Bad inventory input; names the host and the variable."""
-
-
-def node_from_host(name, hvars, facts, location, port):
-    """One topology node from a host's variables and what it reported (``facts``).
-
-    ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
-    it may be empty when every field is forced in the inventory. Each variable the host sets
-    is checked by its row of the node table (``nodes.check_host_vars``), as validate checks it.
-    """
-    facts = facts or {}
-    subject = host_subject(name)
-    given = check_host_vars(hvars, subject)
-    node = {"name": name, "location": given.get("location", location)}
-    node["public_key"] = given.get("public_key") or facts.get("public_key")
-
-    forced = hvars.get(FIELDS["internal_ip"].var) is not None
-    node["internal_ip"] = given["internal_ip"] if forced else facts.get("internal_ip")
-    if node["internal_ip"] and not forced:
-        try:
-            ipaddress.ip_interface(node["internal_ip"])
-        except ValueError:
-            raise InputError("%r is not an IP address in CIDR form" % (node["internal_ip"],), subject,
-                             "internal_ip (reported by kilo.mesh.key)")
-
-    if given.get("endpoint"):
-        node["endpoint"] = given["endpoint"]
-    elif facts.get("endpoint"):
-        # as written on the host's Kubernetes Node (annotation_facts)
-        node["endpoint"] = str(facts["endpoint"])
-    else:
-        # Kilo's endpoint is the external IP when the host has one, else its private IP.
-        ip = facts.get("external_ip")
-        if not ip and node["internal_ip"]:
-            ip = node["internal_ip"].split("/")[0]
-        node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
-
-    node["pod_cidr"] = given.get("pod_cidr")
-    # Kilo's cni-compatibility-ip annotation: the next hop towards this node under compatibility cilium
-    node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
-    # the leader annotation counts by its presence: absent is the only "no"
-    node["leader"] = given.get("leader", False)
-    node["persistent_keepalive"] = given.get("persistent_keepalive", 0)
-    node["allowed_location_ips"] = given.get("allowed_location_ips", [])
-    node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
-    return node
-
-
-def facts_from_result(result):
-    """The public part of a kilo.mesh.key result, or None when the host did not report."""
-    if not isinstance(result, dict) or result.get("failed") or result.get("skipped") or "public_key" not in result:
-        return None
-    return dict((k, result.get(k)) for k in REGISTRY_FIELDS)
-
-
-def annotation_facts(hvars):
-    """A host's facts as written on its Kubernetes Node (by Kilo's agent or kilo.mesh.annotate):
-    the host variable ``kilo_kubernetes_node`` of the inventory plugin kilo.mesh.kubernetes.
-
-    None unless it holds a public key and an endpoint (Kilo's agent needs both to use a node).
-    Its last-seen time and the Node's Ready condition are not consulted (README, Kubernetes).
-    """
-    written = hvars.get("kilo_kubernetes_node")
-    if not isinstance(written, dict) or not written.get("public_key") or not written.get("endpoint"):
-        return None
-    return dict(public_key=written["public_key"], internal_ip=written.get("internal_ip"),
-                endpoint=written["endpoint"], discovered_endpoints=dict(written.get("discovered_endpoints") or {}))
-
 
 def host_facts(hvars, facts_var, known):
     """(facts, fresh) of one host: this run's kilo.mesh.key result (fresh True), else its registry

@@ -43,7 +43,7 @@ def pod_cidr(h):
     return "10.50.%d.0/24" % (10 * h["location_index"] + h["index"])
 
 
-def register_nodes(lab, core, made=None):
+def register_nodes(lab, core, made=None, only=None, skip=()):
     """Every lab host becomes a Node: location by the topology label in location 1 and by Kilo's
     annotation elsewhere (a wrong label beside it, which the annotation beats), the first host of
     location 2 a forced leader, a pod CIDR, the management address as InternalIP (so Ansible
@@ -52,6 +52,8 @@ def register_nodes(lab, core, made=None):
     from kubernetes import client  # pylint: disable=import-outside-toplevel
     made = [] if made is None else made
     for name, h in sorted(lab.hosts.items()):
+        if (only is not None and name not in only) or name in skip:
+            continue
         i, k = h["location_index"], h["index"]
         labels, annotations = {}, dict(KUBELET_ANNOTATIONS)
         if i == 1:

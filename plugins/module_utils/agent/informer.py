@@ -1,0 +1,232 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""A local copy of one kind of cluster object, kept current by list + watch.
+
+The agent's view of Nodes and Peers: list once (page by page), then watch from the list's
+resourceVersion; a watch that ends is resumed from the last version seen, a 410 Gone (the
+version fell out of etcd's window) lists again, and a failed call waits with exponential backoff
+(1 s doubling up to ``backoff_max``) before it tries again. No polling: between changes the only
+traffic is the open watch, which the server ends every ``timeout`` seconds and we reopen.
+
+Objects are kept as the plain JSON the API server sends (no client model objects: a cluster of
+1,000 Nodes stays small). The transport, authentication and TLS are the official client's: the
+generated list call with ``watch=True`` and ``_preload_content=False``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import threading
+import time
+
+WATCH_TIMEOUT = 300  # seconds the server keeps one watch open before we reopen it
+BACKOFF_MAX = 30.0
+
+
+class Gone(Exception):
+    """The resourceVersion we watch from is too old (HTTP 410): list again."""
+
+
+class NotInstalled(Exception):
+    """The resource is not served (HTTP 404: Kilo's Peer CRD not applied)."""
+
+
+def _status_of(exc):
+    return getattr(exc, "status", None)
+
+
+def iter_lines(response):
+    """The newline-separated JSON events of a streamed watch response."""
+    pending = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending
+
+
+class Informer(object):
+    """Objects of one kind by name, kept current in a thread of their own.
+
+    ``call(**kwargs)`` is a generated list call of the client (``CoreV1Api.list_node``, or
+    ``CustomObjectsApi.list_cluster_custom_object`` with its group, version and plural bound).
+    ``on_change(kind)`` runs after every change, in the informer's thread; ``log(msg)`` reports.
+    ``synced`` is set once the first list has arrived; ``error`` holds the last failure, if any.
+    """
+
+    def __init__(self, kind, call, on_change=None, log=None, timeout=WATCH_TIMEOUT, backoff_max=BACKOFF_MAX,
+                 page=500, on_error=None):
+        self.kind = kind
+        self.call = call
+        self.on_change = on_change or (lambda kind: None)
+        self.on_error = on_error or (lambda kind, exc: None)
+        self.log = log or (lambda msg: None)
+        self.timeout = timeout
+        self.backoff_max = backoff_max
+        self.page = page
+        self.objects = {}
+        self.version = None
+        self.synced = threading.Event()
+        self.installed = True
+        self.error = None
+        # Whether the last call reached the server, and since when without a break: another
+        # node's last-seen cannot be judged while we could not see its check-ins.
+        self.connected = False
+        self.connected_since = None
+        self.lists = 0  # full lists made (the first, and one after every 410 or 404)
+        self.watches = 0  # watches opened
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._response = None
+        self._thread = None
+
+    # -- what the agent reads --------------------------------------------------------------------
+    def snapshot(self):
+        """{name: object} as of now (a shallow copy; objects are replaced, never changed)."""
+        with self._lock:
+            return dict(self.objects)
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def start(self):
+        self._thread = threading.Thread(target=self.run, name="informer-%s" % self.kind)
+        self._thread.daemon = True
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            try:
+                response.close()  # ends a blocked read of the watch
+            except Exception:  # pylint: disable=broad-exception-caught
+                pass
+
+    def run(self):
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                if self.version is None:
+                    self._list()
+                self._watch()
+                backoff = 1.0
+            except Gone:
+                self.log("%s: watch from version %s is gone (410): listing again" % (self.kind, self.version))
+                self.version = None
+            except NotInstalled:
+                if self.installed:
+                    self.log("%s: not served by the API server (404): treated as none; checking again every %ds"
+                             % (self.kind, int(self.backoff_max)))
+                self.installed = False
+                self._replace({})
+                self.synced.set()
+                self.version = None
+                self._stop.wait(self.backoff_max)
+            except Exception as exc:  # pylint: disable=broad-exception-caught
+                if self._stop.is_set():
+                    break
+                self.error = "%s: %s" % (type(exc).__name__, exc)
+                self.connected = False
+                self.on_error(self.kind, exc)
+                self.log("%s: %s; retrying in %.0fs" % (self.kind, self.error, backoff))
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+
+    # -- list and watch --------------------------------------------------------------------------
+    def _request(self, **kwargs):
+        try:
+            return self.call(_preload_content=False, **kwargs)
+        except Exception as exc:
+            status = _status_of(exc)
+            if status == 410:
+                raise Gone()
+            if status == 404:
+                raise NotInstalled()
+            raise
+
+    def _list(self):
+        items, token, version = {}, None, None
+        while True:
+            kwargs = {"limit": self.page}
+            if token:
+                kwargs["_continue"] = token
+            response = self._request(**kwargs)
+            page = json.loads(response.data)
+            for obj in page.get("items") or []:
+                items[obj["metadata"]["name"]] = obj
+            meta = page.get("metadata") or {}
+            version = meta.get("resourceVersion") or version
+            token = meta.get("continue")
+            if not token:
+                break
+        self.lists += 1
+        self._reached()
+        self.installed = True
+        self.error = None
+        self.version = version
+        self._replace(items)
+        self.synced.set()
+
+    def _reached(self):
+        if not self.connected:
+            self.connected, self.connected_since = True, time.time()
+
+    def _replace(self, items):
+        with self._lock:
+            changed = items != self.objects
+            self.objects = items
+        if changed:
+            self.on_change(self.kind)
+
+    def _watch(self):
+        response = self._request(watch=True, resource_version=self.version, timeout_seconds=self.timeout,
+                                 allow_watch_bookmarks=True)
+        self._response = response
+        self._reached()
+        self.watches += 1
+        try:
+            for line in iter_lines(response):
+                if self._stop.is_set():
+                    return
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise RuntimeError("watch error: %s" % (obj.get("message") or obj))
+                meta = obj.get("metadata") or {}
+                if meta.get("resourceVersion"):
+                    self.version = meta["resourceVersion"]
+                if kind == "BOOKMARK":
+                    continue
+                name = meta.get("name")
+                with self._lock:
+                    if kind == "DELETED":
+                        changed = self.objects.pop(name, None) is not None
+                    else:
+                        changed = self.objects.get(name) != obj
+                        self.objects[name] = obj
+                if changed:
+                    self.error = None
+                    self.on_change(self.kind)
+        finally:
+            self._response = None
+            try:
+                response.release_conn()
+            except Exception:  # pylint: disable=broad-exception-caught
+                pass
+
+
+def wait_synced(informers, timeout):
+    """True once every informer has its first list, False after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    for informer in informers:
+        if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+            return False
+    return True

@@ -1,0 +1,310 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""kilo-mesh-agent: keep this node in the mesh between Ansible runs, as Kilo's ``kg`` does.
+
+Watches Nodes and Peers (``informer.Informer``), and on every change, every resync period, and
+when another node's ``last-seen`` is about to go stale, computes this node's plan with the
+topology engine (``agent.mesh``) and converges the host by difference with the same backends the
+``kilo.mesh.converge`` module uses. It writes its own Node's annotations as
+``kilo.mesh.annotate`` does and refreshes ``last-seen`` every check-in, so Kilo's ``kgctl`` and
+Kilo's agents on other nodes see this node as live.
+
+When the API server is away the host keeps its last configuration: nothing is removed because
+a list failed. A failed converge is counted, logged and retried at the next wake-up.
+
+Run: ``python3 kilo-mesh-agent.pyz --config /etc/kilo-mesh/agent.json`` (the role kilo.mesh.agent
+writes the file and the zip application). The configuration is JSON:
+``node`` (this Node's name), ``kubernetes`` (client options: kubeconfig, host, ...),
+``options`` (the engine's options), ``settings`` (the host backends' options), ``key`` (key and
+discovery options), ``resync_period`` (30), ``checkin_period`` (30), ``liveness`` (seconds; 0
+off, default twice the resync period), ``listen`` (":1107"), ``topology_label``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import argparse
+import functools
+import hashlib
+import json
+import signal
+import sys
+import threading
+import time
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+
+DEFAULTS = {
+    "resync_period": 30,
+    "checkin_period": 30,
+    "listen": ":1107",
+    "topology_label": "topology.kubernetes.io/region",
+    "debounce": 0.2,
+    # this node's plan as last computed (public data: preshared keys are split off first), for
+    # operators and tests: `cat` it to see what the agent wants the host to be
+    "plan_file": "/run/kilo/agent-plan.json",
+}
+# After a failed reconcile, try again this soon (then at every wake-up).
+RETRY = 5.0
+
+
+def log(message):
+    sys.stderr.write("%s kilo-mesh-agent: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), message))
+    sys.stderr.flush()
+
+
+def load_config(path):
+    with open(path) as f:
+        config = json.load(f)
+    for key, value in DEFAULTS.items():
+        config.setdefault(key, value)
+    if not config.get("node"):
+        raise KiloError("missing", "agent configuration %s" % path, "node")
+    config.setdefault("liveness", 2 * int(config["resync_period"]))
+    config.setdefault("kubernetes", {})
+    # every option the config leaves out takes the table's default, as in a push run
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+    for part, scope in (("options", "mesh"), ("settings", "host"), ("key", "key")):
+        filled = defaults(scope)
+        filled.update((k, v) for k, v in (config.get(part) or {}).items() if v is not None)
+        config[part] = filled
+    # the key step and the backends name the same interface
+    config["key"]["interface"] = config["settings"]["interface"]
+    return config
+
+
+def _digest(*values):
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class Agent(object):
+    """The reconcile loop of one node."""
+
+    def __init__(self, config, client, metrics, clock=time.time):
+        from kubernetes import client as k8s  # the host's python3-kubernetes
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import Informer
+
+        self.config = config
+        self.name = config["node"]
+        self.client = client
+        self.metrics = metrics
+        self.clock = clock
+        self.wakeup = threading.Event()
+        self.stop_event = threading.Event()
+        core, custom = k8s.CoreV1Api(client), k8s.CustomObjectsApi(client)
+        self.informers = [
+            Informer("nodes", core.list_node, self.changed, log, on_error=self.api_error),
+            Informer("peers", functools.partial(custom.list_cluster_custom_object, "kilo.squat.ai", "v1alpha1", "peers"),
+                     self.changed, log, on_error=self.api_error),
+        ]
+        self.applied = None  # digest of the plan last converged
+        self.next_checkin = 0.0  # when last-seen is written again (Kilo's agent: every 30 s)
+        self.skipped = {}
+        self.next_expiry = None
+        self.retry_at = None
+        self._kept = None  # the plan file's text as last written
+
+    # -- events ----------------------------------------------------------------------------------
+    def changed(self, kind):
+        self.wakeup.set()
+
+    def api_error(self, kind, exc):
+        self.metrics.errors.inc()
+
+    def stop(self, *_args):
+        self.stop_event.set()
+        self.wakeup.set()
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self):
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
+        for informer in self.informers:
+            informer.start()
+        period = float(self.config["resync_period"])
+        if not wait_synced(self.informers, period):
+            log("the API server did not answer within %ds; keeping the host as it is until it does" % period)
+        next_resync = self.clock()
+        while not self.stop_event.is_set():
+            now = self.clock()
+            deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at) if t]
+            timeout = max(0.0, min(deadlines) - now)
+            if self.wakeup.wait(timeout):
+                # a burst of events (a Node and its Peers, a rolling update) is one reconcile
+                self.stop_event.wait(float(self.config["debounce"]))
+            self.wakeup.clear()
+            if self.stop_event.is_set():
+                break
+            now = self.clock()
+            resync = now >= next_resync
+            if resync:
+                next_resync = now + period
+            if not all(i.synced.is_set() for i in self.informers):
+                continue
+            if not self.informers[0].connected:
+                # The API server is away: keep the host as the last reconcile left it (no node
+                # can be judged, and nothing new can be learned) until the watch is back.
+                self.metrics.health = (False, "API server unreachable: %s" % self.informers[0].error)
+                continue
+            self.reconcile(force=resync)
+        for informer in self.informers:
+            informer.stop()
+
+    def reconcile(self, force=False):
+        """One pass: compute this node's plan, converge when it differs (or on resync), write
+        back. Returns True when it succeeded."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import converge
+
+        self.metrics.reconciles.inc()
+        now = self.clock()
+        self.retry_at = None
+        try:
+            facts, current = self.own_facts()
+            node_objects = self.informers[0].snapshot()
+            peer_objects = self.informers[1].snapshot()
+            options = self.config["options"]
+            watching = self.informers[0]
+            nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
+                                             self.config["topology_label"], now, self.config["liveness"],
+                                             watching.connected_since if watching.connected else None)
+            peers, skipped_peers = mesh.mesh_peers(peer_objects)
+            skipped.update(skipped_peers)
+            self.report_skipped(skipped)
+            self.next_expiry = self.expiry(node_objects, now, watching.connected_since) if watching.connected else None
+            plan, preshared, _computed = mesh.own_plan(nodes, peers, self.name, options)
+            if plan is None:
+                self.metrics.health = (False, "node %s is not in the mesh: %s" % (
+                    self.name, skipped.get(self.name, "no Node of that name")))
+                log(self.metrics.health[1])
+                return False
+            self.keep_plan(plan)
+            digest = _digest(plan, preshared, self.config["settings"])
+            if force or digest != self.applied:
+                result = converge(plan, self.config["settings"], preshared_keys=preshared)
+                if result["changed"]:
+                    log("converged: %s" % json.dumps(result["changes"], sort_keys=True))
+                self.applied = digest
+                current = None  # read again for the write-back: the interface may be new
+            self.write_back(facts, nodes, plan, now, current)
+            self.metrics.nodes.set(len(nodes))
+            self.metrics.peers.set(len(peers))
+            self.metrics.leader.set(1 if plan.get("leader") else 0)
+            self.metrics.last_reconcile.set(now)
+            self.metrics.health = (True, "ok")
+            return True
+        except Exception as e:  # pylint: disable=broad-exception-caught
+            # never exit for a failed pass: the host keeps what it has, the next pass retries
+            self.metrics.errors.inc()
+            self.metrics.health = (False, "last reconcile failed: %s" % e)
+            log("reconcile failed: %s: %s; retrying in %ds" % (type(e).__name__, e, RETRY))
+            self.applied = None
+            self.retry_at = self.clock() + RETRY
+            return False
+
+    def keep_plan(self, plan):
+        from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+        text = json.dumps(plan, sort_keys=True, indent=1) + "\n"
+        if self.config.get("plan_file") and text != self._kept:
+            write_atomic(self.config["plan_file"], text, 0o600, make_dirs=0o755)
+            self._kept = text
+
+    def own_facts(self):
+        """This host's public facts, as kilo.mesh.key reports them, and its WireGuard reading."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.host import report
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
+        key_options = self.config["key"]
+        key = ensure_key(key_options["key_path"])
+        ips, mtu, _host = report.addresses(key_options)
+        try:
+            current, discovered, _handshakes = report.wireguard_reading(key_options["interface"])
+        except Exception:  # pylint: disable=broad-exception-caught
+            current, discovered = None, {}
+        self.metrics.wireguard.peers = [
+            (p.get("name") or "", p["public_key"], p.get("latest_handshake") or 0, p.get("rx_bytes") or 0,
+             p.get("tx_bytes") or 0) for p in (current or {}).get("peers", [])]
+        facts = dict(public_key=key["public_key"], internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
+                     discovered_endpoints=discovered, mtu=mtu)
+        return facts, current
+
+    def expiry(self, node_objects, now, watching_since):
+        """When the next live node's last-seen goes stale (a reconcile then drops it)."""
+        window = self.config["liveness"]
+        if not window:
+            return None
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+        times = []
+        for name, obj in node_objects.items():
+            if name == self.name:
+                continue
+            seen = (obj.get("metadata", {}).get("annotations") or {}).get(kube_node.LAST_SEEN)
+            try:
+                stale = max(int(seen), watching_since) + window
+            except (TypeError, ValueError):
+                continue
+            if stale > now:
+                times.append(stale)
+        return min(times) + 0.5 if times else None
+
+    def report_skipped(self, skipped):
+        """Log each object left out once per reason, not at every pass."""
+        for name, reason in sorted(skipped.items()):
+            if self.skipped.get(name) != reason:
+                log("left out %s: %s" % (name if name.startswith("peer ") else "node " + name, reason))
+        for name in sorted(set(self.skipped) - set(skipped)):
+            log("%s is back in the mesh" % (name if name.startswith("peer ") else "node " + name))
+        self.skipped = dict(skipped)
+
+    def write_back(self, facts, nodes, plan, now, current):
+        """Our Node's agent annotations; patched when they differ, and last-seen every check-in."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
+        own = [n for n in nodes if n["name"] == self.name][0]
+        wanted = kube_node.write_back(own, plan, self.config["options"]["granularity"], int(now))
+        ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
+        node = self.informers[0].snapshot().get(self.name) or {}
+        have = (node.get("metadata", {}).get("annotations") or {})
+        differ = any(have.get(k) != v for k, v in ours.items())
+        if not (differ or now >= self.next_checkin):
+            return
+        kube_client.merge_patch_node(self.client, self.name, {"metadata": {"annotations": wanted}})
+        self.next_checkin = now + float(self.config["checkin_period"])
+        if differ:
+            log("wrote annotations of node %s" % self.name)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="kilo-mesh-agent", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="/etc/kilo-mesh/agent.json")
+    parser.add_argument("--once", action="store_true", help="one reconcile, then exit (for tests and debugging)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.metrics import Metrics, serve
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
+        client = kube_client.api_client(config["kubernetes"])
+        metrics = Metrics()
+        agent = Agent(config, client, metrics)
+    except (KiloError, OSError, ValueError) as e:
+        log("cannot start: %s" % e)
+        return 2
+    if args.once:
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
+        for informer in agent.informers:
+            informer.start()
+        ok = wait_synced(agent.informers, float(config["resync_period"])) and agent.reconcile(force=True)
+        for informer in agent.informers:
+            informer.stop()
+        return 0 if ok else 1
+    if config.get("listen"):
+        serve(metrics, config["listen"])
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    log("node %s: watching the API server %s" % (config["node"], client.configuration.host))
+    agent.run()
+    log("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""The agent's reading of the cluster: Node and Peer objects -> the engine's nodes and peers,
+then this node's plan, through the same functions the controller's push run uses.
+
+Push mode reads the same Nodes through the inventory plugin (``kube_node.host_vars``), turns each
+host into an engine node with the inventory reading (``nodes.node_from_host``) and computes the
+plans with ``build_plans``. The agent does exactly that for the Node objects its informers hold,
+with two differences that are Kilo's agent's: its own node's facts are read on this host (not
+from its annotations), and another node takes part only while its ``last-seen`` is fresh.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+from ansible_collections.kilo.mesh.plugins.module_utils import nodes as node_table
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
+
+
+def live(facts, now, window, watching_since=None):
+    """Kilo's liveness: the node checked in (``last-seen``) less than ``window`` seconds ago.
+    ``window`` 0 or None: every node with a key and an endpoint counts (push mode's rule).
+
+    Beyond Kilo: check-ins are only judged over time this agent could see them. A node's
+    age counts from ``watching_since`` (when our watch of Nodes last began without a break) when
+    that is later, so an API server that was away does not make every node look dead the
+    moment it comes back (Kilo's agents then drop each other until they all check in again);
+    ``watching_since`` None (not watching now) judges nobody."""
+    if not window:
+        return True
+    if watching_since is None:
+        return True
+    seen = (facts or {}).get("last_seen")
+    return now - max(seen or 0, watching_since) < window
+
+
+def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None):
+    """(nodes, skipped) of the Node objects: engine nodes, and {name: reason} of those left out.
+
+    A Node whose data cannot be read is left out with its reason, never fatal: one bad
+    annotation on another node must not stop this node's agent."""
+    nodes, skipped = [], {}
+    for name in sorted(node_objects):
+        try:
+            hvars = kube_node.host_vars(node_objects[name], topology_label)
+            if name == own:
+                facts = own_facts
+            else:
+                facts = node_table.annotation_facts(hvars)
+                if facts is None:
+                    skipped[name] = "no key or endpoint written on the Node yet"
+                    continue
+                if not live(hvars.get("kilo_kubernetes_node"), now, window, watching_since):
+                    skipped[name] = "last-seen older than %ds" % window
+                    continue
+            nodes.append(node_table.node_from_host(name, hvars, facts, "", port))
+        except KiloError as e:
+            skipped[name] = str(e)
+    return nodes, skipped
+
+
+def mesh_peers(peer_objects):
+    """(peers, skipped) of the Peer objects, as ``mesh_nodes``."""
+    peers, skipped = [], {}
+    for name in sorted(peer_objects):
+        try:
+            peers.append(kube_node.peer_from_resource(peer_objects[name]))
+        except KiloError as e:
+            skipped["peer " + name] = str(e)
+    return peers, skipped
+
+
+def own_plan(nodes, peers, own, options):
+    """(plan, preshared keys, computed) of node ``own``, as the push run hands it to the host:
+    roaming peers marked, preshared keys split off. plan is None when ``own`` is not a node."""
+    if own not in set(n["name"] for n in nodes):
+        return None, {}, None
+    computed = build_plans(nodes, peers, options, only=[own])
+    plan = computed["plans"][own]
+    mark_roaming([plan], computed)
+    return plan, split_preshared_keys(plan), computed

@@ -1,0 +1,242 @@
+"""A lab whose hosts are Nodes of a kube-apiserver of its own, listening on the lab's management
+bridge so that agents inside the lab hosts reach it: for the agent-mode tests.
+
+    with agent_cluster("kag", 2, 2) as (lab, server, inventory): ...
+
+The API server is the test's own (not the session's `kube` fixture) because the fault tests stop
+and start it. Everything is removed at the end, whatever happens; processes started in lab hosts
+die with the lab (each host's PID namespace).
+"""
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import yaml
+
+import labcluster  # pylint: disable=import-error
+from apiserver import ApiServer  # pylint: disable=import-error
+from lab.lab import Lab  # pylint: disable=import-error
+
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
+
+AGENT_LOG = "/var/log/kilo-mesh-agent.log"
+
+
+def host_kubeconfig(server, token=None):
+    """A kubeconfig a lab host can use: the server's bridge address, the CA inline (a host's /tmp
+    is its own, so no path into the controller's)."""
+    with open(server.ca_cert, "rb") as f:
+        ca = base64.b64encode(f.read()).decode()
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kilo",
+        "clusters": [{"name": "kilo", "cluster": {"server": server.host, "certificate-authority-data": ca}}],
+        "users": [{"name": "agent", "user": {"token": token or server.token}}],
+        "contexts": [{"name": "kilo", "context": {"cluster": "kilo", "user": "agent"}}],
+    })
+
+
+@contextlib.contextmanager
+def agent_cluster(prefix, locations, hosts, peer=None, skip=(), **lab_options):
+    """(lab, server, inventory): a lab, an API server on its bridge, the CRDs, every host a Node
+    (labcluster.register_nodes) but those in ``skip``, the inventory of the inventory plugin; all
+    removed after."""
+    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    lab = Lab(prefix)
+    lab.down()
+    lab.up(locations, hosts, 1, **lab_options)
+    server, tmp = None, tempfile.mkdtemp(prefix="kilo-%s-" % prefix)
+    try:
+        server = ApiServer(bind_address=lab.load()["mgmt_bridge_ip"]).start()
+        server.kubectl("apply", "-f", labcluster.CRDS)
+        with server.client() as api:
+            core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+            wait_for(lambda: custom.list_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL), 60)
+            labcluster.register_nodes(lab, core, skip=skip)
+            if peer:
+                custom.create_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL,
+                                                    labcluster.peer_resource(peer))
+        inventory = labcluster.write_inventory(lab, server.kubeconfig, os.path.join(tmp, "inventory"),
+                                               os.path.join(tmp, "kilo-registry.json"))
+        yield lab, server, inventory
+    finally:
+        lab.down()
+        if server is not None:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def wait_for(check, timeout, interval=0.2):
+    """check()'s first truthy value (exceptions count as not yet); AssertionError after timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:  # pylint: disable=broad-exception-caught
+            last = e
+        if time.monotonic() > deadline:
+            raise AssertionError("not within %ss (last error: %r)" % (timeout, last))
+        time.sleep(interval)
+
+
+def stopwatch(check, timeout, interval=0.2):
+    """Seconds until check() holds (see wait_for)."""
+    start = time.monotonic()
+    wait_for(check, timeout, interval)
+    return time.monotonic() - start
+
+
+def wg_dump(lab, host, interface="kilo0"):
+    """{public key: {"endpoint", "allowed_ips", "handshake"}} of a host's WireGuard interface."""
+    out = lab.run(host, ["wg", "show", interface, "dump"]).stdout.splitlines()
+    peers = {}
+    for line in out[1:]:
+        f = line.split("\t")
+        peers[f[0]] = {"endpoint": f[2], "allowed_ips": sorted(f[3].split(",")), "handshake": int(f[4])}
+    return peers
+
+
+def read_log(lab, host):
+    return lab.run(host, ["cat", AGENT_LOG]).stdout
+
+
+def pids(lab, host, pattern="kilo-mesh-agent|module_utils[.]agent[.]main"):
+    out = lab.run(host, ["pgrep", "-f", pattern]).stdout.split()
+    return [int(p) for p in out]
+
+
+def node_annotations(api, name):
+    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    return client.CoreV1Api(api).read_node(name).metadata.annotations or {}
+
+
+def dump_json(obj):
+    return json.dumps(obj, indent=1, sort_keys=True)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAN_FILE = "/run/kilo/agent-plan.json"
+
+
+def install_agents(lab, server, inventory, hosts):
+    """Start the agent on ``hosts`` with site.yml's options (the kilo_* variables of the inventory)."""
+    import sitetools  # pylint: disable=import-error,import-outside-toplevel
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults  # noqa
+    with open(os.path.join(os.path.dirname(inventory), "group_vars", "kilo.yml")) as f:
+        given = yaml.safe_load(f)
+    for name in hosts:
+        config = {"node": name, "kubernetes": {"kubeconfig": "/etc/kilo-mesh/kubeconfig"}, "listen": ":1107"}
+        for part, scope in (("options", "mesh"), ("settings", "host"), ("key", "key")):
+            config[part] = dict((k, given[OPTIONS[k]["var"]]) for k in defaults(scope)
+                                if OPTIONS[k].get("var") in given)
+        lab.run(name, ["sh", "-c", "mkdir -p /etc/kilo-mesh && umask 077 && cat > /etc/kilo-mesh/agent.json"],
+                input=json.dumps(config), check=True)
+        lab.run(name, ["sh", "-c", "umask 077 && cat > /etc/kilo-mesh/kubeconfig"], input=host_kubeconfig(server),
+                check=True)
+        lab.run(name, ["sh", "-c", "PYTHONPATH=%s/.collections setsid -f python3 -m "
+                                   "ansible_collections.kilo.mesh.plugins.module_utils.agent.main "
+                                   "--config /etc/kilo-mesh/agent.json >>%s 2>&1 </dev/null"
+                       % (ROOT, AGENT_LOG)], check=True)
+    _ = sitetools
+
+
+def controller_plans(inventory):
+    """{host: plan} as the controller's topology step computes them from the same Nodes."""
+    import sitetools  # pylint: disable=import-error,import-outside-toplevel
+    out_file = tempfile.mktemp(prefix="kilo-plans-", suffix=".json")
+    book = tempfile.mktemp(prefix="kilo-plans-", suffix=".yml")
+    with open(book, "w") as f:
+        f.write("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                "    - kilo.mesh.topology: {}\n      register: t\n"
+                "    - ansible.builtin.copy: {content: '{{ t.plans | to_json }}', dest: %s, mode: '0600'}\n"
+                % out_file)
+    try:
+        out = sitetools.playbook(inventory, os.path.abspath(book))
+        with open(out_file) as f:
+            return json.load(f)
+    except OSError:
+        raise AssertionError(out[-3000:])
+    finally:
+        for path in (book, out_file):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def agent_plan(lab, host):
+    done = lab.run(host, ["cat", PLAN_FILE])
+    return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
+
+
+def comparable(plan):
+    """A plan without what only the run that hands it over adds (roaming marks), in one order."""
+    plan = json.loads(json.dumps(plan))
+    for peer in plan.get("peers", []):
+        peer.pop("roaming", None)
+        peer.pop("preshared_key", None)
+    return plan
+
+
+def leaders(lab, hosts):
+    """Hosts that hold a WireGuard address on kilo0 (leaders; the others have none)."""
+    return [h for h in hosts
+            if lab.run(h, ["sh", "-c", "ip -o -4 addr show dev kilo0 2>/dev/null | grep -q inet"]).returncode == 0]
+
+
+DARK_TABLE = "kilo_test_dark"
+
+
+def go_dark(lab, host):
+    """Every packet in and out of the host dropped (management interface too: no API, no SSH)."""
+    lab.run(host, ["nft", "-f", "-"], check=True, input=(
+        "table inet %s {\n chain in { type filter hook input priority -300; policy drop; }\n"
+        " chain out { type filter hook output priority -300; policy drop; }\n}\n" % DARK_TABLE))
+
+
+def go_light(lab, host):
+    lab.run(host, ["nft", "delete", "table", "inet", DARK_TABLE], check=True)
+
+
+class PingWatch(object):
+    """Pings between every pair of hosts in different locations, 10 per second, while the block
+    runs; ``lost()`` maps (src, dst ip) -> packets lost."""
+
+    def __init__(self, lab, hosts, interval=0.1):
+        self.lab, self.hosts, self.interval = lab, hosts, interval
+        self.procs = []
+
+    def __enter__(self):
+        info = self.lab.hosts
+        for src in self.hosts:
+            for dst in self.hosts:
+                if info[dst]["location"] != info[src]["location"]:
+                    argv = self.lab.nsenter_argv(src, ["ping", "-i", str(self.interval), "-W", "1", "-q",
+                                                       info[dst]["lan_ip"]])
+                    self.procs.append(((src, info[dst]["lan_ip"]), subprocess.Popen(
+                        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        return self
+
+    def __exit__(self, *exc):
+        self.results = {}
+        for key, proc in self.procs:
+            proc.send_signal(signal.SIGINT)
+            out = proc.communicate(timeout=30)[0]
+            self.results[key] = out
+
+    def lost(self):
+        lost = {}
+        for key, out in self.results.items():
+            match = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+            if not match:
+                lost[key] = "no summary: %s" % out[-200:]
+            elif int(match.group(1)) - int(match.group(2)) > 0:
+                lost[key] = int(match.group(1)) - int(match.group(2))
+        return lost

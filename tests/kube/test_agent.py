@@ -1,0 +1,176 @@
+"""Agent mode on a real lab and a real kube-apiserver: every lab host is a Node, every host runs
+the agent (kilo-mesh-agent), and the mesh follows the cluster with no Ansible run.
+
+The API server is this module's own, on the lab's management bridge (agents in the hosts reach
+it there), so the fault tests can stop it. Tests run in file order and share the lab: the
+first brings the mesh up with site.yml and starts the agents; each later one changes the
+cluster (or breaks something) and waits for the mesh to follow, printing the time it took.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+import agentlab  # pylint: disable=import-error
+import labcluster  # pylint: disable=import-error
+
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
+import sitetools  # noqa: E402 pylint: disable=import-error,wrong-import-position
+
+PREFIX = "kag"
+JOINER = "gcp-3"  # a lab host that becomes a Node only in test_a_node_joins
+GROUP = (kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL)
+RESYNC = 30
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces)")
+    missing = __import__("apiserver").binaries_missing()
+    if missing:
+        if os.environ.get("KILO_REQUIRE_KUBE") == "1":
+            pytest.fail("no Kubernetes control plane: %s missing (run bash scripts/kube.sh)" % ", ".join(missing))
+        pytest.skip("no Kubernetes control plane: %s missing" % ", ".join(missing))
+    with agentlab.agent_cluster(PREFIX, 2, 3, skip=[JOINER]) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def api(cluster):
+    _lab, server, _inventory = cluster
+    with server.client() as api_client:
+        yield api_client
+
+
+def members(lab, api):
+    return sorted(n for n in lab.hosts if n in node_names(api))
+
+
+def node_names(api):
+    return set(n.metadata.name for n in client.CoreV1Api(api).list_node().items)
+
+
+def all_pairs_ping(lab, hosts, timeout=1):
+    """Every host reaches every host of another location at its LAN address (through the mesh)."""
+    info = lab.hosts
+    failed = []
+    for src in hosts:
+        targets = [info[d]["lan_ip"] for d in hosts if info[d]["location"] != info[src]["location"]]
+        done = lab.run(src, ["sh", "-c", "ok=0; for ip in %s; do ping -c 1 -W %d -q $ip >/dev/null || "
+                                         "{ ok=1; echo $ip; }; done; exit $ok" % (" ".join(targets), timeout)],
+                       timeout=60)
+        if done.returncode:
+            failed.append((src, done.stdout.split()))
+    return not failed
+
+
+def test_agents_take_over_after_site_and_compute_the_plans_site_computes(cluster, api):
+    lab, server, inventory = cluster
+    out = sitetools.site(inventory, "-e", "kilo_task_timeout=120")
+    counts = sitetools.recap(out)
+    hosts = members(lab, api)
+    assert set(counts) == set(hosts) and all(c["failed"] == 0 for c in counts.values()), out[-4000:]
+    agentlab.install_agents(lab, server, inventory, hosts)
+    agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in hosts), 30)
+    assert agentlab.wait_for(lambda: all_pairs_ping(lab, hosts), 30)
+    # The agent's plan is the push run's: the controller's topology step over the same Nodes.
+    site_plans = agentlab.controller_plans(inventory)
+    for host in hosts:
+        got = agentlab.wait_for(lambda: agentlab.agent_plan(lab, host), 30)
+        assert agentlab.comparable(got) == agentlab.comparable(site_plans[host]), host
+    # Kilo's kgctl and agents read last-seen: every agent keeps it fresh.
+    seen = dict((h, int(agentlab.node_annotations(api, h)[kn.LAST_SEEN])) for h in hosts)
+    time.sleep(RESYNC + 3)
+    for h in hosts:
+        assert int(agentlab.node_annotations(api, h)[kn.LAST_SEEN]) > seen[h], h
+
+
+def test_a_peer_applied_with_the_api_reaches_every_leader(cluster, api):
+    lab, _server, _inventory = cluster
+    custom = client.CustomObjectsApi(api)
+    leaders = agentlab.leaders(lab, members(lab, api))
+    custom.create_cluster_custom_object(*GROUP, labcluster.peer_resource("kag-laptop"))
+    took = agentlab.stopwatch(lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 30)
+    print("\nPeer applied -> on every leader: %.1f s" % took)
+    custom.delete_cluster_custom_object(*GROUP, "kag-laptop")
+    took = agentlab.stopwatch(lambda: not any(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 30)
+    print("Peer deleted -> off every leader: %.1f s" % took)
+
+
+def test_a_node_joins_with_one_limited_run(cluster, api):
+    lab, server, inventory = cluster
+    labcluster.register_nodes(lab, client.CoreV1Api(api), only=[JOINER])
+    out = sitetools.site(inventory, "--limit", JOINER, "-e", "kilo_task_timeout=120")
+    assert sitetools.recap(out)[JOINER]["failed"] == 0, out[-4000:]
+    agentlab.install_agents(lab, server, inventory, [JOINER])
+    hosts = members(lab, api)
+    assert JOINER in hosts
+    took = agentlab.stopwatch(lambda: all_pairs_ping(lab, hosts), 60)
+    print("\nNode joined (after its --limit run) -> every pair pings: %.1f s" % took)
+
+
+def test_bad_data_on_another_node_is_skipped_not_fatal(cluster, api):
+    lab, _server, _inventory = cluster
+    core = client.CoreV1Api(api)
+    core.patch_node("aws-2", {"metadata": {"annotations": {kn.PERSISTENT_KEEPALIVE: "often"}}})
+    try:
+        agentlab.wait_for(lambda: "left out node aws-2" in agentlab.read_log(lab, "gcp-1"), 30)
+        line = [x for x in agentlab.read_log(lab, "gcp-1").splitlines() if "left out node aws-2" in x][-1]
+        assert kn.PERSISTENT_KEEPALIVE in line, line
+        assert all(agentlab.pids(lab, h) for h in members(lab, api))  # nobody exited
+    finally:
+        core.patch_node("aws-2", {"metadata": {"annotations": {kn.PERSISTENT_KEEPALIVE: None}}})
+    agentlab.wait_for(lambda: "node aws-2 is back in the mesh" in agentlab.read_log(lab, "gcp-1"), 30)
+    assert agentlab.wait_for(lambda: all_pairs_ping(lab, members(lab, api)), 30)
+
+
+def test_the_api_server_away_for_a_minute_loses_no_packet(cluster, api):
+    lab, server, _inventory = cluster
+    hosts = members(lab, api)
+    with agentlab.PingWatch(lab, hosts) as watch:
+        server.stop_apiserver()
+        time.sleep(60)
+        server.start_apiserver()
+        time.sleep(RESYNC + 5)  # past a resync and the liveness window after the restart
+    assert watch.lost() == {}, watch.lost()
+    # a change made after the restart arrives
+    custom = client.CustomObjectsApi(api)
+    custom.create_cluster_custom_object(*GROUP, labcluster.peer_resource("kag-after"))
+    leaders = agentlab.leaders(lab, hosts)
+    took = agentlab.stopwatch(lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 60)
+    print("\nAPI server back -> a new Peer on every leader: %.1f s" % took)
+    custom.delete_cluster_custom_object(*GROUP, "kag-after")
+
+
+def test_a_node_deleted_leaves_every_plan(cluster, api):
+    lab, _server, _inventory = cluster
+    gone_cidr = labcluster.pod_cidr(lab.hosts[JOINER])
+    client.CoreV1Api(api).delete_node(JOINER)
+    took = agentlab.stopwatch(lambda: not any(
+        gone_cidr in ips for h in members(lab, api) for p in agentlab.wg_dump(lab, h).values()
+        for ips in [p["allowed_ips"]]), 30)
+    print("\nNode deleted -> out of every WireGuard config: %.1f s" % took)
+
+
+def test_a_dark_leader_is_replaced_and_comes_back(cluster, api):
+    lab, _server, _inventory = cluster
+    hosts = members(lab, api)
+    dark = [h for h in agentlab.leaders(lab, hosts) if lab.hosts[h]["location"] == "aws"][0]
+    others = [h for h in hosts if h != dark]
+    agentlab.go_dark(lab, dark)
+    try:
+        took = agentlab.stopwatch(lambda: all_pairs_ping(lab, others), 150, interval=1)
+        print("\nleader %s dark -> its location served again: %.1f s" % (dark, took))
+    finally:
+        agentlab.go_light(lab, dark)
+    took = agentlab.stopwatch(lambda: all_pairs_ping(lab, hosts), 150, interval=1)
+    print("leader %s back -> every pair pings: %.1f s" % (dark, took))
