@@ -13,9 +13,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import time
 
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
@@ -26,6 +26,7 @@ NODE_VARS = dict((field.name, field.var) for field in FIELDS.values() if field.v
 
 # Every variable of a host the mesh reads (host_inputs), besides the registered kilo.mesh.key result.
 INPUT_VARS = tuple(NODE_VARS.values()) + ("kilo_kubernetes_node",)
+
 
 def host_facts(hvars, facts_var, known):
     """(facts, fresh) of one host: this run's kilo.mesh.key result (fresh True), else its registry
@@ -190,12 +191,8 @@ def _change_registry(path, change):
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = read_registry(path)
         changed = change(data)
-        if changed:
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kilo-registry.")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=2, sort_keys=True)
-                f.write("\n")
-            os.replace(tmp, path)
+        if changed:  # 0600 as before (the temporary file's mode)
+            write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o600)
         return changed
 
 

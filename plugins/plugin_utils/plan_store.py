@@ -23,6 +23,7 @@ import tempfile
 
 from ansible import constants as C
 
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 # What the push run and the agent both do to a computed plan before a host gets it.
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys  # noqa: F401
 
@@ -74,10 +75,7 @@ def save_reading(key, inputs):
     path = _reading_file(key)
     if path is None:
         return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".kilo-reading-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(inputs, f, separators=(",", ":"), default=str)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(inputs, separators=(",", ":"), default=str), 0o600)
 
 
 def load_reading(key):
