@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result
@@ -24,10 +24,9 @@ class ActionModule(KiloAction):
 
     def run_kilo(self, args, task_vars):
         hosts = task_vars["groups"].get(args["group"], [])
-        # each host's variables, checked as that host's actions will read them
+        # each host's variables, checked as that host's actions will read them (the table's bounds too)
         per_host = dict((host, self.options_of(task_vars, source=host)) for host in hosts)
         for host, opts in per_host.items():
-            to_int(opts["task_timeout"], host_subject(host), OPTIONS["task_timeout"]["var"], low=1)
             bound = opts["leader_handshake_timeout"]
             if 0 < bound < MIN_HANDSHAKE_BOUND:
                 raise KiloError("%d s is below WireGuard's rekey interval (a live tunnel handshakes every 120 s);"
