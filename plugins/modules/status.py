@@ -215,13 +215,18 @@ def spec():
 
 
 def interface_addresses(interface):
-    """CIDRs on the interface (best effort: [] when it is gone or pyroute2 cannot say)."""
-    from pyroute2 import IPRoute
-    with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname=interface)
-        if not idx:
+    """CIDRs on the interface ([] when it is gone), read as every host reading is
+    (netlink_links.open_reader: the standard library's netlink, else pyroute2)."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import link, open_reader
+    reader, _strict = open_reader()
+    try:
+        found = link(interface, reader)
+        if found is None:
             return []
-        return ["%s/%s" % (a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ipr.get_addr(index=idx[0])]
+        return ["%s/%s" % (a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in reader.get_addr()
+                if a["index"] == found["index"]]
+    finally:
+        reader.close()
 
 
 def run_module():

@@ -105,3 +105,10 @@ def test_without_strict_checking_discovery_reads_through_pyroute2(monkeypatch):
                                      "addrs": [{"index": 2, "ifname": "eth0", "cidr": "10.1.0.5/24"}],
                                      "default_index": 2}
     assert whole.closed
+
+
+def test_status_reads_interface_addresses_through_open_reader():
+    """kilo.mesh.status reads its interface's addresses as every host reading does (loopback here)."""
+    from ansible_collections.kilo.mesh.plugins.modules import status
+    assert "127.0.0.1/8" in status.interface_addresses("lo")
+    assert status.interface_addresses("no-such-if0") == []
