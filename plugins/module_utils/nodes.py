@@ -404,6 +404,9 @@ def node_from_host(name, hvars, facts, location, port):
     node["persistent_keepalive"] = given.get("persistent_keepalive", 0)
     node["allowed_location_ips"] = given.get("allowed_location_ips", [])
     node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
+    # any other field of the table the host sets, as its row's check gave it (a new field needs no line here)
+    for field_name, value in given.items():
+        node.setdefault(field_name, value)
     return node
 
 

@@ -114,3 +114,23 @@ def test_every_integer_option_has_bounds():
 def test_the_docs_name_every_node_variable():
     lines = nodes.doc_lines()
     assert [line.split(")")[0][2:] for line in lines] == list(nodes.VARS)
+
+
+def test_a_new_field_is_one_table_row(monkeypatch):
+    """A row added to the table reaches the engine's input node without a line in node_from_host,
+    is checked by validate for every host, and is read from its Kubernetes annotation."""
+    row = nodes.NodeField("weight", "kilo_weight", "A test field.", check=lambda v, s, f: nodes.to_int(v, s, f, 0, 9),
+                          parse=lambda v, s, f: v, source=nodes.ANNOTATION_PREFIX + "weight",
+                          kube=lambda v, s, f: nodes.to_int(v, s, f, 0, 9))
+    fields = nodes.FIELDS.copy()
+    fields["weight"] = row
+    monkeypatch.setattr(nodes, "FIELDS", fields)
+    monkeypatch.setattr(nodes, "VARS", dict(nodes.VARS, kilo_weight="weight"))
+    monkeypatch.setattr(kube_node, "FIELDS", fields)
+    node = inputs.node_from_host("a", {"kilo_weight": "3"}, {"public_key": KEY, "external_ip": "203.0.113.1"}, "x",
+                                 51820)
+    assert node["weight"] == 3
+    with pytest.raises(KiloError, match="host 'a': kilo_weight: 10 out of range"):
+        validate.check_node_vars(["a"], {"a": {"kilo_weight": 10}})
+    hvars = kube_node.host_vars({"metadata": {"name": "n", "annotations": {nodes.ANNOTATION_PREFIX + "weight": "4"}}})
+    assert hvars["kilo_weight"] == 4
