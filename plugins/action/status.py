@@ -36,11 +36,8 @@ class ActionModule(KiloAction):
         result = self._execute_module(module_name="kilo.mesh.status", module_args=args, task_vars=task_vars)
         if result.get("failed") or result.get("skipped"):
             return result
-        location = locations.get(host)
-        found, forced = self.variable(task_vars, host, "kilo_location")
-        if found and forced:
-            location = forced
-        result["location"] = location
+        # as the host's node has it: kilo_location when set (even empty), else its location group
+        result["location"] = mesh.location(host)
         # the engine's (a node without an internal IP is a segment of its own); None when the
         # host is no node of the mesh (no key reported, none in the registry or on its Node)
         result["segment"] = mesh.segment(host)

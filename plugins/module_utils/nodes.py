@@ -362,6 +362,13 @@ class InputError(KiloError):
     """Bad input of one host (its variables or what it reported); names the host and the field."""
 
 
+def host_location(hvars, location, subject):
+    """A host's location as its node has it: its ``kilo_location`` when set at all (even empty),
+    else ``location`` (the location group holding it)."""
+    field = FIELDS["location"]
+    return field.check(hvars[field.var], subject, field.var) if field.var in hvars else location
+
+
 def node_from_host(name, hvars, facts, location, port):
     """One topology node from a host's variables and what it reported (``facts``).
 
@@ -372,7 +379,7 @@ def node_from_host(name, hvars, facts, location, port):
     facts = facts or {}
     subject = host_subject(name)
     given = check_host_vars(hvars, subject)
-    node = {"name": name, "location": given.get("location", location)}
+    node = {"name": name, "location": host_location(hvars, location, subject)}
     node["public_key"] = given.get("public_key") or facts.get("public_key")
 
     forced = hvars.get(FIELDS["internal_ip"].var) is not None

@@ -20,6 +20,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     TopologyError, build_plans, listen_port, node_segment)
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location
 from ansible_collections.kilo.mesh.plugins.module_utils.options import names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
@@ -141,6 +142,11 @@ class MeshReading(object):
         location = placed([host], lambda h: hvars, self.locations, self.group).get(host, "") if self.group else ""
         known = facts if facts is not None else self.registry["hosts"].get(host)
         return host_node(host, hvars, self.args.get("facts_var"), known, location, self.args["port"])[0]
+
+    def location(self, host):
+        """``host``'s location as its node has it (``nodes.host_location``): its kilo_location,
+        else its location group; None when neither says."""
+        return host_location(self.host_vars(host), (self.locations or {}).get(host), host_subject(host))
 
     def segment(self, host):
         """The engine's segment key of ``host`` (None when it is no node of the mesh)."""

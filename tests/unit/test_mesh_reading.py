@@ -142,3 +142,18 @@ def test_join_and_annotate_take_one_plan_from_the_reading(tmp_path):
     assert reading.segment("a") == plans[0]["segment"] == "location:x"
     # neither action borrows the other's methods any more
     assert not hasattr(join.ActionModule, "compute") and not hasattr(annotate, "JoinAction")
+
+
+def test_status_takes_the_location_the_node_has(tmp_path):
+    """kilo_location set to "" is the node's location (the engine's segment location:), not the
+    location group; status says what the node has."""
+    from ansible_collections.kilo.mesh.plugins.action import status
+    from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location
+    hostvars, registry = two_nodes(tmp_path, internal_a="10.0.0.1/24")
+    hostvars["a"]["kilo_location"] = ""
+    action = make_action(status, module_result={"interface": "kilo0"})
+    args = dict(summary=False, mesh_nodes=None, mesh_peers=None, interface="kilo0", stale_after=180,
+                textfile=None, status_var="kilo_status")
+    result = action.run_kilo(args, task_vars_of(hostvars, "a", registry=registry))
+    assert result["location"] == "" and result["segment"] == "location:"
+    assert host_location({}, "x", None) == "x" and host_location({"kilo_location": None}, "x", None) == ""
