@@ -36,7 +36,7 @@ molecule: setup
 	bash scripts/molecule.sh test --all
 
 vm: setup
-	KILO_TEST_STAGES="kernel-vm kernel-vm-debian-pyroute2 converge-vm-ipip" bash scripts/test.sh
+	KILO_TEST_STAGES="kernel-vm kernel-vm-debian-pyroute2 converge-vm-ipip agent-unit-vm" bash scripts/test.sh
 
 bench: setup
 	bash scripts/bench.sh

@@ -16,6 +16,7 @@ stages=(
   "kernel-vm|bash tests/vm/run.sh tests/vm/kernel_backend_check.py"
   "kernel-vm-debian-pyroute2|bash tests/vm/run.sh --pyroute2 debian tests/vm/kernel_backend_check.py"
   "converge-vm-ipip|bash tests/vm/run.sh --pyroute2 debian tests/vm/converge_check.py"
+  "agent-unit-vm|bash tests/vm/run.sh --systemd --pyroute2 debian tests/vm/agent_unit_check.py"
   "molecule|bash scripts/molecule.sh test --all"
 )
 [ -n "${KILO_TEST_STAGES:-}" ] && echo "only stages: $KILO_TEST_STAGES"

@@ -9,17 +9,22 @@
 #   rootfs/          the unpacked rootfs (kept so init or module changes only repack)
 #
 # Env: KV_VM_DIR (cache dir), KV_MIRROR (Debian mirror URL; default: read from apt sources),
-#      KV_PYROUTE2_SRC (pure-python pyroute2 package dir; default: the project's .venv).
+#      KV_PYROUTE2_SRC (pure-python pyroute2 package dir; default: the project's .venv),
+#      KV_SYSTEMD=1 (a second image, cached apart in .build/vm-systemd: systemd as PID 1 and the
+#      agent's libraries, for the agent's unit test; run.sh --systemd).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-vm=${KV_VM_DIR:-$repo/.build/vm}
+systemd=${KV_SYSTEMD:-0}
+if [ "$systemd" = 1 ]; then vm=${KV_VM_DIR:-$repo/.build/vm-systemd}; else vm=${KV_VM_DIR:-$repo/.build/vm}; fi
 suite=bookworm
 # python3-pyroute2 is Debian's 0.7.2 (what real hosts run); 0.9.7 sits beside it in
 # /opt/kv-pyroute2 and is picked by PYTHONPATH (run.sh --pyroute2). python3-cffi-backend is
 # listed because debootstrap does not resolve the virtual cffi API packages cryptography needs.
 packages=python3,python3-cryptography,python3-cffi-backend,python3-pyroute2,iproute2,wireguard-tools,iputils-ping,kmod,nftables,iptables
+# the agent's image: systemd as PID 1, the agent's libraries (python3-kubernetes, prometheus client)
+[ "$systemd" = 1 ] && packages=$packages,systemd-sysv,python3-kubernetes,python3-prometheus-client
 # Module roots; modules.dep adds their dependencies (crypto libs, udp_tunnel, ...). All crypto
 # algorithms are roots because some are only soft dependencies (libcrc32c needs crc32c for nf_tables).
 module_roots='kernel/net/core kernel/net/ipv4 kernel/net/ipv6 kernel/net/netfilter

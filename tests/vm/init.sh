@@ -7,6 +7,42 @@
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8 TERM=dumb KV_VM=1   # KV_VM: scripts may refuse to run elsewhere
 
+# run.sh --systemd: systemd becomes PID 1 and runs the script as the unit kv-test.service,
+# which reports and powers off as below.
+if grep -qx 'KV_SYSTEMD=1' /kv/run.env 2>/dev/null && [ -x /lib/systemd/systemd ]; then
+  cat >/kv/systemd-test.sh <<'SCRIPT'
+#!/bin/bash
+. /kv/run.env
+export HOME=/root LANG=C.UTF-8 TERM=dumb KV_VM=1 PYTHONPATH=$KV_PYTHONPATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+out=/dev/ttyS1
+stty -F "$out" raw -echo 2>/dev/null
+cd /opt/kilo/ansible_collections/kilo/mesh
+echo "KV-BEGIN" >"$out"
+python3 "$KV_SCRIPT" "${KV_ARGS[@]}" 2>&1 </dev/null | tee "$out" >/dev/ttyS0
+rc=${PIPESTATUS[0]}
+echo "kv-init: exit $rc" >/dev/ttyS0
+echo "KV-EXIT $rc" >"$out"
+sync
+echo o >/proc/sysrq-trigger
+SCRIPT
+  chmod 0755 /kv/systemd-test.sh
+  cat >/etc/systemd/system/kv-test.service <<'UNIT'
+[Unit]
+Description=kilo.mesh VM test script
+[Service]
+Type=oneshot
+ExecStart=/kv/systemd-test.sh
+UNIT
+  cat >/etc/systemd/system/kv.target <<'UNIT'
+[Unit]
+Description=kilo.mesh VM test
+Requires=kv-test.service
+After=kv-test.service
+UNIT
+  echo kv >/etc/hostname
+  exec /lib/systemd/systemd --unit=kv.target --log-level=warning
+fi
+
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev

@@ -2,8 +2,10 @@
 # Run a python3 script from this repo inside the kernel-test VM (Debian bookworm's kernel,
 # with WireGuard and IPIP modules) and exit with the script's exit code.
 #
-#   tests/vm/run.sh [--pyroute2 pypi|debian] [--timeout SECONDS] SCRIPT [ARGS...]
+#   tests/vm/run.sh [--pyroute2 pypi|debian] [--timeout SECONDS] [--systemd] SCRIPT [ARGS...]
 #
+# --systemd boots the second image (build.sh KV_SYSTEMD=1) with systemd as PID 1; the script
+# runs as the unit kv-test.service.
 # SCRIPT is a path relative to the repo root. In the VM the repo's plugins/ tree sits at
 # /opt/kilo/ansible_collections/kilo/mesh/plugins, PYTHONPATH=/opt/kilo, and the script runs
 # as root from the collection root (same relative path as here). --pyroute2 pypi (default)
@@ -14,7 +16,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-vm=${KV_VM_DIR:-$repo/.build/vm}
+systemd=0
 pyroute2=pypi
 timeout=${KV_TIMEOUT:-600}
 memory=${KV_MEMORY:-1024}
@@ -24,6 +26,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --pyroute2) pyroute2=${2:?}; shift 2 ;;
     --timeout) timeout=${2:?}; shift 2 ;;
+    --systemd) systemd=1; shift ;;
     -h|--help) usage ;;
     --) shift; break ;;
     -*) echo "kv-run: unknown option $1" >&2; usage ;;
@@ -37,11 +40,12 @@ case $pyroute2 in
   debian) pythonpath=/opt/kilo ;;
   *) echo "kv-run: --pyroute2 must be pypi or debian, not '$pyroute2'" >&2; exit 2 ;;
 esac
+if [ "$systemd" = 1 ]; then vm=${KV_VM_DIR:-$repo/.build/vm-systemd}; else vm=${KV_VM_DIR:-$repo/.build/vm}; fi
 script=${script#./}
 [ -f "$repo/$script" ] || { echo "kv-run: no script $repo/$script" >&2; exit 2; }
 case $script in /*|*..*) echo "kv-run: SCRIPT must be a path inside the repo, relative to its root" >&2; exit 2 ;; esac
 
-"$here/build.sh"
+KV_SYSTEMD=$systemd "$here/build.sh"
 
 run=$(mktemp -d "$vm/run.XXXXXX")
 qpid= tpid=
@@ -64,6 +68,7 @@ find "$repo/$(dirname "$script")" -maxdepth 1 -name '*.py' -exec cp {} "$coll/$(
 {
   printf 'KV_SCRIPT=%q\n' "$script"
   printf 'KV_PYTHONPATH=%q\n' "$pythonpath"
+  printf 'KV_SYSTEMD=%q\n' "$systemd"
   printf 'KV_ARGS=('; [ $# -gt 0 ] && printf '%q ' "$@"; printf ')\n'
 } >"$layer/kv/run.env"
 (cd "$layer" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) | gzip -1 >"$run/layer.cpio.gz"
