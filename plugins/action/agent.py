@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ansible_collections.kilo.mesh.plugins.action.annotate import ActionModule as AnnotateAction
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec, names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_identity, agent_zip
@@ -41,8 +40,6 @@ def _extra_spec():
 class ActionModule(KiloAction):
     SCOPES = ("mesh", "host", "key", "agent")
     EXTRA_SPEC = _extra_spec()
-    # the client options with kilo_kube_* as kilo.mesh.annotate reads them
-    client_options = AnnotateAction.client_options
 
     def run_kilo(self, args, task_vars):
         host = task_vars.get("inventory_hostname")

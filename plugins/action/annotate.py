@@ -6,8 +6,9 @@
 Runs on the controller only. The values are those the engine used for this run (the host's
 kilo.mesh.key result, else the registry, else the Node's own annotations; its stored plan for the
 WireGuard IP), in Kilo's formats (``kube_node.write_back``), sent as one JSON merge patch of the
-Node's annotations when one of them differs. ``last-seen`` alone never makes the task changed:
-it is refreshed by every run that reaches the host (not in check mode) and left out of the diff.
+Node's annotations when one of them differs. What the node observes (``last-seen``,
+``discovered-endpoints``: ``kube_node.OBSERVED_ANNOTATIONS``) never makes the task changed: it is
+refreshed by every run that reaches the host (not in check mode) and left out of the diff.
 """
 
 from __future__ import annotations
@@ -20,10 +21,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import node_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import not_a_node
-
-# A client option the task does not give comes from this host's variable kilo_kube_<option>.
-CLIENT_VAR = "kilo_kube_"
-
 
 def _extra_spec():
     # the client options keep kubernetes.core's alias names (verify_ssl, ssl_ca_cert)
@@ -67,16 +64,16 @@ class ActionModule(KiloAction):
                                 node_subject(name))
             raise
         current = (obj.get("metadata") or {}).get("annotations") or {}
-        ours = [k for k in kube_node.AGENT_ANNOTATIONS if k != kube_node.LAST_SEEN]
+        ours = [k for k in kube_node.AGENT_ANNOTATIONS if k not in kube_node.OBSERVED_ANNOTATIONS]
         differ = dict((k, wanted[k]) for k in ours if current.get(k) != wanted[k])
-        if args["state"] == "absent" and current.get(kube_node.LAST_SEEN) is not None:
-            differ[kube_node.LAST_SEEN] = None
         patch = dict(differ)
-        if args["state"] == "present":
-            patch[kube_node.LAST_SEEN] = wanted[kube_node.LAST_SEEN]  # refreshed, not a change
+        for k in kube_node.OBSERVED_ANNOTATIONS:
+            if args["state"] == "present":
+                patch[k] = wanted[k]  # refreshed, not a change
+            elif current.get(k) is not None:
+                differ[k] = patch[k] = None  # removing them is
         if patch and not self._task.check_mode:
-            kube_client.json_call(api.patch_node, "PATCH", path, name, {"metadata": {"annotations": patch}},
-                                  _content_type="application/merge-patch+json")
+            kube_client.merge_patch_node(client, name, {"metadata": {"annotations": patch}})
         after = dict((k, wanted[k] if k in wanted else current.get(k)) for k in ours)
         result.update(changed=bool(differ), node=name,
                       annotations=dict((k, v) for k, v in after.items() if v is not None),
@@ -89,11 +86,3 @@ class ActionModule(KiloAction):
     @staticmethod
     def shown(annotations, keys):
         return "".join("%s: %s\n" % (k, annotations[k]) for k in keys if annotations.get(k) is not None)
-
-    def client_options(self, args, task_vars):
-        """The client options of the task, each missing one from this host's kilo_kube_<option>."""
-        names = [n for n in kube_client.ENV if args.get(n) in (None, "")]
-        found = self.variables(task_vars, task_vars["inventory_hostname"], [CLIENT_VAR + n for n in names])
-        options = dict((n, args.get(n)) for n in kube_client.ENV)
-        options.update((n, found[CLIENT_VAR + n]) for n in names if found.get(CLIENT_VAR + n) not in (None, ""))
-        return options

@@ -289,6 +289,19 @@ class KiloAction(ActionBase):
         return dict((host, inputs) for host, inputs in plan_store.load_reading(key).items()
                     if host not in play and not touched(host))
 
+    # A Kubernetes client option the task does not give comes from this host's kilo_kube_<option>.
+    CLIENT_VAR = "kilo_kube_"
+
+    def client_options(self, args, task_vars):
+        """The Kubernetes client options of the task (kubernetes.core's names), each missing one
+        from this host's variable kilo_kube_<option>; actions that talk to the API use this."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import ENV
+        names = [n for n in ENV if args.get(n) in (None, "")]
+        found = self.variables(task_vars, task_vars["inventory_hostname"], [self.CLIENT_VAR + n for n in names])
+        options = dict((n, args.get(n)) for n in ENV)
+        options.update((n, found[self.CLIENT_VAR + n]) for n in names if found.get(self.CLIENT_VAR + n) not in (None, ""))
+        return options
+
     def module_args(self, args, scopes):
         """The options of ``scopes`` out of ``args``, for a module call."""
         return dict((k, v) for k, v in args.items() if k in argument_spec(*scopes))

@@ -26,7 +26,9 @@ from lab.lab import Lab  # pylint: disable=import-error
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
-AGENT_LOG = "/var/log/kilo-mesh-agent.log"
+AGENT_LOG = "/run/kilo/kilo-mesh-agent.log"  # where the supervisor (no systemd in lab hosts) logs
+# Lab hosts share the machine's /usr: each keeps its own copy of the agent's zip application.
+AGENT_ARGS = ("-e", "kilo_agent=true", "-e", "kilo_agent_app=/var/lib/kilo-mesh/kilo-mesh-agent.pyz")
 
 
 def host_kubeconfig(server, token=None):
@@ -127,26 +129,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PLAN_FILE = "/run/kilo/agent-plan.json"
 
 
-def install_agents(lab, server, inventory, hosts):
-    """Start the agent on ``hosts`` with site.yml's options (the kilo_* variables of the inventory)."""
+def install_agents(inventory, hosts, *extra):
+    """playbooks/agent.yml (the role kilo.mesh.agent) on ``hosts``: installs and starts the agent."""
     import sitetools  # pylint: disable=import-error,import-outside-toplevel
-    from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults  # noqa
-    with open(os.path.join(os.path.dirname(inventory), "group_vars", "kilo.yml")) as f:
-        given = yaml.safe_load(f)
-    for name in hosts:
-        config = {"node": name, "kubernetes": {"kubeconfig": "/etc/kilo-mesh/kubeconfig"}, "listen": ":1107"}
-        for part, scope in (("options", "mesh"), ("settings", "host"), ("key", "key")):
-            config[part] = dict((k, given[OPTIONS[k]["var"]]) for k in defaults(scope)
-                                if OPTIONS[k].get("var") in given)
-        lab.run(name, ["sh", "-c", "mkdir -p /etc/kilo-mesh && umask 077 && cat > /etc/kilo-mesh/agent.json"],
-                input=json.dumps(config), check=True)
-        lab.run(name, ["sh", "-c", "umask 077 && cat > /etc/kilo-mesh/kubeconfig"], input=host_kubeconfig(server),
-                check=True)
-        lab.run(name, ["sh", "-c", "PYTHONPATH=%s/.collections setsid -f python3 -m "
-                                   "ansible_collections.kilo.mesh.plugins.module_utils.agent.main "
-                                   "--config /etc/kilo-mesh/agent.json >>%s 2>&1 </dev/null"
-                       % (ROOT, AGENT_LOG)], check=True)
-    _ = sitetools
+    return sitetools.playbook(inventory, "agent.yml", "--limit", ",".join(hosts), *(AGENT_ARGS + extra))
+
+
+def agent_pid(lab, host):
+    """The agent's PID: the child of the supervisor whose PID file the role keeps."""
+    done = lab.run(host, ["sh", "-c", "pgrep -P $(cat /run/kilo/kilo-mesh-agent.pid)"])
+    return int(done.stdout.split()[0]) if done.returncode == 0 and done.stdout.split() else None
+
+
+def metrics(lab, host, path="/metrics"):
+    """(status, text) of the agent's HTTP listener inside the host."""
+    code = ("import urllib.request, urllib.error, sys\n"
+            "try:\n r = urllib.request.urlopen('http://127.0.0.1:1107%s', timeout=5); print(r.status); "
+            "print(r.read().decode())\n"
+            "except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n" % path)
+    done = lab.run(host, ["python3", "-c", code])
+    lines = done.stdout.split("\n", 1)
+    return int(lines[0]), lines[1] if len(lines) > 1 else ""
 
 
 def controller_plans(inventory):
@@ -221,13 +224,13 @@ class PingWatch(object):
                     argv = self.lab.nsenter_argv(src, ["ping", "-i", str(self.interval), "-W", "1", "-q",
                                                        info[dst]["lan_ip"]])
                     self.procs.append(((src, info[dst]["lan_ip"]), subprocess.Popen(
-                        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+                        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)))
         return self
 
     def __exit__(self, *exc):
         self.results = {}
         for key, proc in self.procs:
-            proc.send_signal(signal.SIGINT)
+            os.killpg(proc.pid, signal.SIGINT)  # nsenter forks into the PID namespace: ping is its child
             out = proc.communicate(timeout=30)[0]
             self.results[key] = out
 

@@ -74,13 +74,17 @@ def all_pairs_ping(lab, hosts, timeout=1):
 
 
 def test_agents_take_over_after_site_and_compute_the_plans_site_computes(cluster, api):
-    lab, server, inventory = cluster
-    out = sitetools.site(inventory, "-e", "kilo_task_timeout=120")
+    lab, _server, inventory = cluster
+    out = sitetools.site(inventory, "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
     counts = sitetools.recap(out)
     hosts = members(lab, api)
     assert set(counts) == set(hosts) and all(c["failed"] == 0 for c in counts.values()), out[-4000:]
-    agentlab.install_agents(lab, server, inventory, hosts)
     agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in hosts), 30)
+    pids = dict((h, agentlab.agent_pid(lab, h)) for h in hosts)
+    # a second run changes nothing and restarts no agent
+    out = sitetools.site(inventory, *agentlab.AGENT_ARGS)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in sitetools.recap(out).values()), out[-4000:]
+    assert dict((h, agentlab.agent_pid(lab, h)) for h in hosts) == pids
     assert agentlab.wait_for(lambda: all_pairs_ping(lab, hosts), 30)
     # The agent's plan is the push run's: the controller's topology step over the same Nodes.
     site_plans = agentlab.controller_plans(inventory)
@@ -107,11 +111,10 @@ def test_a_peer_applied_with_the_api_reaches_every_leader(cluster, api):
 
 
 def test_a_node_joins_with_one_limited_run(cluster, api):
-    lab, server, inventory = cluster
+    lab, _server, inventory = cluster
     labcluster.register_nodes(lab, client.CoreV1Api(api), only=[JOINER])
-    out = sitetools.site(inventory, "--limit", JOINER, "-e", "kilo_task_timeout=120")
+    out = sitetools.site(inventory, "--limit", JOINER, "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
     assert sitetools.recap(out)[JOINER]["failed"] == 0, out[-4000:]
-    agentlab.install_agents(lab, server, inventory, [JOINER])
     hosts = members(lab, api)
     assert JOINER in hosts
     took = agentlab.stopwatch(lambda: all_pairs_ping(lab, hosts), 60)
@@ -149,6 +152,35 @@ def test_the_api_server_away_for_a_minute_loses_no_packet(cluster, api):
     took = agentlab.stopwatch(lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 60)
     print("\nAPI server back -> a new Peer on every leader: %.1f s" % took)
     custom.delete_cluster_custom_object(*GROUP, "kag-after")
+
+
+def test_metrics_and_health(cluster, api):
+    lab, _server, _inventory = cluster
+    hosts = members(lab, api)
+    for host in hosts:
+        status, text = agentlab.metrics(lab, host)
+        assert status == 200, text
+        values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
+                      and "{" not in line)
+        assert float(values["kilo_nodes"]) == len(hosts), text
+        assert float(values["kilo_leader"]) == (1.0 if host in agentlab.leaders(lab, [host]) else 0.0)
+        assert float(values["kilo_reconciles_total"]) >= 1
+        assert "kilo_errors_total" in values
+        assert "kilo_peer_handshake_age_seconds{" in text
+        assert agentlab.metrics(lab, host, "/healthz")[0] == 200
+
+
+def test_a_killed_agent_is_restarted_and_no_packet_is_lost(cluster, api):
+    lab, _server, _inventory = cluster
+    hosts = members(lab, api)
+    victim = agentlab.leaders(lab, hosts)[0]
+    before = agentlab.agent_pid(lab, victim)
+    with agentlab.PingWatch(lab, hosts) as _watch:
+        lab.run(victim, ["kill", "-KILL", str(before)], check=True)
+        took = agentlab.stopwatch(lambda: agentlab.agent_pid(lab, victim) not in (None, before), 30)
+        time.sleep(5)  # the new agent's first reconcile
+    print("\nagent SIGKILLed -> running again: %.1f s" % took)
+    assert _watch.lost() == {}, _watch.lost()
 
 
 def test_a_node_deleted_leaves_every_plan(cluster, api):

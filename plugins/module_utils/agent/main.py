@@ -123,8 +123,12 @@ class Agent(object):
         for informer in self.informers:
             informer.start()
         period = float(self.config["resync_period"])
-        if not wait_synced(self.informers, period):
-            log("the API server did not answer within %ds; keeping the host as it is until it does" % period)
+        deadline = self.clock() + period
+        # the first lists, in short waits so that a stop request is seen at once
+        while not self.stop_event.is_set() and not wait_synced(self.informers, 0.5):
+            if deadline and self.clock() > deadline:
+                log("the API server did not answer within %ds; keeping the host as it is until it does" % period)
+                deadline = None
         next_resync = self.clock()
         while not self.stop_event.is_set():
             now = self.clock()

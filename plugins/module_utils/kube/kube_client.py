@@ -250,15 +250,20 @@ def json_call(call, method, path, *args, **kwargs):
 def merge_patch_node(client, name, body):
     """A JSON merge patch of Node ``name`` (a ``None`` value removes an annotation); the Node after it.
 
-    Called through the client's generic ``call_api`` with the content type named: the generated
-    ``patch_node`` of older clients (Debian 12's python3-kubernetes 22) picks a JSON patch for a
-    dict body and has no way to ask for another."""
+    Newer clients take the content type as ``_content_type``; the generated ``patch_node`` of
+    older ones (Debian 12's python3-kubernetes 22) has no way to ask for it and would send a JSON
+    patch for a dict body, so there the request goes through that client's generic ``call_api``."""
     path = "/api/v1/nodes/" + name
+    api = kubernetes.client.CoreV1Api(client)
     try:
-        response = client.call_api("/api/v1/nodes/{name}", "PATCH", {"name": name}, [],
-                                   {"Accept": "application/json", "Content-Type": "application/merge-patch+json"},
-                                   body=body, auth_settings=["BearerToken"], _preload_content=False,
-                                   _return_http_data_only=True)
+        try:
+            response = api.patch_node(name, body, _content_type="application/merge-patch+json",
+                                      _preload_content=False)
+        except TypeError:
+            response = client.call_api("/api/v1/nodes/{name}", "PATCH", {"name": name}, [],
+                                       {"Accept": "application/json", "Content-Type": "application/merge-patch+json"},
+                                       body=body, auth_settings=["BearerToken"], _preload_content=False,
+                                       _return_http_data_only=True)
     except ApiException as e:
         raise call_error(e, "PATCH", path, "node %r" % name)
     except Urllib3Error as e:

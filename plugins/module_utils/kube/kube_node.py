@@ -51,6 +51,10 @@ LAST_SEEN = PREFIX + "last-seen"
 GRANULARITY = PREFIX + "granularity"
 # What Kilo's agent removes when it leaves (its CleanUp), in that order.
 AGENT_ANNOTATIONS = (ENDPOINT, INTERNAL_IP, KEY, LAST_SEEN, WIREGUARD_IP, DISCOVERED_ENDPOINTS, GRANULARITY)
+# Of those, what the node observes rather than is configured to be: refreshed by every writer
+# (an Ansible run, the agent) without counting as a change (a NAT'd peer's learned endpoint moves
+# on its own; an idempotence check must not see it).
+OBSERVED_ANNOTATIONS = (LAST_SEEN, DISCOVERED_ENDPOINTS)
 
 REGION_LABEL = "topology.kubernetes.io/region"
 PEER_GROUP = "kilo.squat.ai"
