@@ -13,3 +13,5 @@ echo "== site.yml on 6 lab hosts, alone and inside a 1,000-host mesh"
 .venv/bin/python bench/bench_mesh.py
 echo "== host read beside 100,000 foreign routes (first converge and re-run; needs root)"
 .venv/bin/python bench/bench_netstate.py 100000
+echo "== agent mode: stopwatches on a 2x2 lab, then one agent's cost among 1,000 Nodes (needs root)"
+.venv/bin/python bench/bench_agent.py

@@ -61,10 +61,13 @@ class Informer(object):
     """
 
     def __init__(self, kind, call, on_change=None, log=None, timeout=WATCH_TIMEOUT, backoff_max=BACKOFF_MAX,
-                 page=500, on_error=None):
+                 page=500, on_error=None, relevant=None):
         self.kind = kind
         self.call = call
         self.on_change = on_change or (lambda kind: None)
+        # relevant(old, new): whether a changed object (old None: a new one) calls on_change;
+        # the copy is updated either way. None: every change does.
+        self.relevant = relevant
         self.on_error = on_error or (lambda kind, exc: None)
         self.log = log or (lambda msg: None)
         self.timeout = timeout
@@ -207,20 +210,41 @@ class Informer(object):
                     continue
                 name = meta.get("name")
                 with self._lock:
+                    old = self.objects.get(name)
                     if kind == "DELETED":
                         changed = self.objects.pop(name, None) is not None
                     else:
-                        changed = self.objects.get(name) != obj
+                        changed = old != obj
                         self.objects[name] = obj
                 if changed:
                     self.error = None
-                    self.on_change(self.kind)
+                    if kind == "DELETED" or old is None or self.relevant is None or self.relevant(old, obj):
+                        self.on_change(self.kind)
         finally:
             self._response = None
             try:
                 response.release_conn()
             except Exception:  # pylint: disable=broad-exception-caught
                 pass
+
+
+def _without(obj, annotations):
+    """A Node (or any object) without what a check-in changes: resourceVersion, managedFields,
+    the named annotations and the conditions' heartbeat times."""
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("resourceVersion", None)
+    meta.pop("managedFields", None)
+    meta["annotations"] = dict((k, v) for k, v in (meta.get("annotations") or {}).items() if k not in annotations)
+    status = dict(obj.get("status") or {})
+    status["conditions"] = [dict(c, lastHeartbeatTime=None) if isinstance(c, dict) else c
+                            for c in status.get("conditions") or []]
+    return dict(obj, metadata=meta, status=status)
+
+
+def only_checked_in(old, new, annotations):
+    """True when ``new`` differs from ``old`` in nothing but a check-in: the ``annotations``
+    (e.g. last-seen), resourceVersion, managedFields, heartbeat times."""
+    return _without(old, annotations) == _without(new, annotations)
 
 
 def wait_synced(informers, timeout):
