@@ -146,6 +146,9 @@ options:
       - 'Beyond Kilo (its issue 489: a leader that is up but cannot forward blackholes its location): a host of
         the play that failed or became unreachable earlier in this run is not chosen as leader when another node
         of its location can lead. Off by default, as Kilo chooses.'
+      - In agent mode, each leader's agent probes the other leaders through the tunnels and publishes those it sees
+        dead on its Node; a leader every other leader (at least two) sees dead for 20 s loses leadership to a healthy
+        member of its location for 10 minutes.
       - Defaults to the inventory variable C(kilo_leader_health), then to the default below.
     type: bool
     default: false
@@ -477,6 +480,17 @@ options:
 
     AGENT = r"""
 options:
+  leader_health:
+    description:
+      - 'Beyond Kilo (its issue 489: a leader that is up but cannot forward blackholes its location): a host of
+        the play that failed or became unreachable earlier in this run is not chosen as leader when another node
+        of its location can lead. Off by default, as Kilo chooses.'
+      - In agent mode, each leader's agent probes the other leaders through the tunnels and publishes those it sees
+        dead on its Node; a leader every other leader (at least two) sees dead for 20 s loses leadership to a healthy
+        member of its location for 10 minutes.
+      - Defaults to the inventory variable C(kilo_leader_health), then to the default below.
+    type: bool
+    default: false
   agent_node:
     description:
       - Name of this host's Kubernetes Node, which the agent watches and annotates; the inventory name when not

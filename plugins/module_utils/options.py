@@ -118,10 +118,13 @@ OPTIONS = dict([
         "The nodes, instead of the inventory. Each has C(name) and the fields of the node table: %s." % engine_doc(),
         "C(healthy) false: not chosen as leader while a healthy node of the location can lead."],
         elements="dict", var=None),
-    _option("leader_health", ("inputs",), "bool", [
+    _option("leader_health", ("inputs", "agent"), "bool", [
         "Beyond Kilo (its issue 489: a leader that is up but cannot forward blackholes its location):"
         " a host of the play that failed or became unreachable earlier in this run is not chosen as"
-        " leader when another node of its location can lead. Off by default, as Kilo chooses."],
+        " leader when another node of its location can lead. Off by default, as Kilo chooses.",
+        "In agent mode, each leader's agent probes the other leaders through the tunnels and publishes"
+        " those it sees dead on its Node; a leader every other leader (at least two) sees dead for 20 s"
+        " loses leadership to a healthy member of its location for 10 minutes."],
         default=False),
     _option("leader_handshake_timeout", ("inputs",), "int", [
         "With C(leader_health) - a host whose latest WireGuard handshakes with every other node it peers"

@@ -31,6 +31,20 @@ AGENT_LOG = "/run/kilo/kilo-mesh-agent.log"  # where the supervisor (no systemd 
 AGENT_ARGS = ("-e", "kilo_agent=true", "-e", "kilo_agent_app=/var/lib/kilo-mesh/kilo-mesh-agent.pyz")
 
 
+def require_lab_and_kube():
+    """Skip (or, with KILO_REQUIRE_KUBE=1 as in CI, fail) without root or the control plane's binaries."""
+    import pytest  # pylint: disable=import-outside-toplevel
+    from apiserver import binaries_missing  # pylint: disable=import-error,import-outside-toplevel
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces)")
+    missing = binaries_missing()
+    if missing:
+        message = "no Kubernetes control plane: %s missing (run bash scripts/kube.sh)" % ", ".join(missing)
+        if os.environ.get("KILO_REQUIRE_KUBE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def host_kubeconfig(server, token=None):
     """A kubeconfig a lab host can use: the server's bridge address, the CA inline (a host's /tmp
     is its own, so no path into the controller's)."""
@@ -45,14 +59,14 @@ def host_kubeconfig(server, token=None):
 
 
 @contextlib.contextmanager
-def agent_cluster(prefix, locations, hosts, peer=None, skip=(), **lab_options):
+def agent_cluster(prefix, locations, hosts, peer=None, skip=(), public=1, **lab_options):
     """(lab, server, inventory): a lab, an API server on its bridge, the CRDs, every host a Node
     (labcluster.register_nodes) but those in ``skip``, the inventory of the inventory plugin; all
     removed after."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
     lab = Lab(prefix)
     lab.down()
-    lab.up(locations, hosts, 1, **lab_options)
+    lab.up(locations, hosts, public, **lab_options)
     server, tmp = None, tempfile.mkdtemp(prefix="kilo-%s-" % prefix)
     try:
         server = ApiServer(bind_address=lab.load()["mgmt_bridge_ip"]).start()
@@ -208,6 +222,13 @@ def go_light(lab, host):
     lab.run(host, ["nft", "delete", "table", "inet", DARK_TABLE], check=True)
 
 
+def drop_wireguard(lab, host, port=51820):
+    """The host's WireGuard packets (UDP ``port`` either way) dropped; SSH and the API still work."""
+    lab.run(host, ["nft", "-f", "-"], check=True, input=(
+        "table inet %s {\n chain in { type filter hook input priority -300; udp dport %d drop; }\n"
+        " chain out { type filter hook output priority -300; udp sport %d drop; }\n}\n" % (DARK_TABLE, port, port)))
+
+
 class PingWatch(object):
     """Pings between every pair of hosts in different locations, 10 per second, while the block
     runs; ``lost()`` maps (src, dst ip) -> packets lost."""
@@ -243,3 +264,17 @@ class PingWatch(object):
             elif int(match.group(1)) - int(match.group(2)) > 0:
                 lost[key] = int(match.group(1)) - int(match.group(2))
         return lost
+
+
+def all_pairs_ping(lab, hosts, timeout=1):
+    """Every host reaches every host of another location at its LAN address (through the mesh)."""
+    info = lab.hosts
+    failed = []
+    for src in hosts:
+        targets = [info[d]["lan_ip"] for d in hosts if info[d]["location"] != info[src]["location"]]
+        done = lab.run(src, ["sh", "-c", "ok=0; for ip in %s; do ping -c 1 -W %d -q $ip >/dev/null || "
+                                         "{ ok=1; echo $ip; }; done; exit $ok" % (" ".join(targets), timeout)],
+                       timeout=60)
+        if done.returncode:
+            failed.append((src, done.stdout.split()))
+    return not failed

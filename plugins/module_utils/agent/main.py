@@ -95,7 +95,7 @@ class Agent(object):
         self.stop_event = threading.Event()
         core, custom = k8s.CoreV1Api(client), k8s.CustomObjectsApi(client)
         self.informers = [
-            Informer("nodes", core.list_node, self.changed, log, on_error=self.api_error),
+            Informer("nodes", core.list_node, self.changed, log, on_error=self.api_error, relevant=self.node_changed),
             Informer("peers", functools.partial(custom.list_cluster_custom_object, "kilo.squat.ai", "v1alpha1", "peers"),
                      self.changed, log, on_error=self.api_error),
         ]
@@ -105,10 +105,27 @@ class Agent(object):
         self.next_expiry = None
         self.retry_at = None
         self._kept = None  # the plan file's text as last written
+        self._noted = None  # the last message of note()
+        self._peer_names = {}  # public key -> the peer's name in the last plan (metrics labels)
+        # beyond Kilo (leader_health): probe the other leaders through the tunnels
+        self.prober = None
+        self._probe_lock = threading.Lock()
+        if config.get("leader_health"):
+            from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import Prober
+            self.prober = Prober()
 
     # -- events ----------------------------------------------------------------------------------
     def changed(self, kind):
         self.wakeup.set()
+
+    def node_changed(self, old, new):
+        """Whether a changed Node needs a reconcile: not when a node in the mesh only checked in
+        (last-seen; next_expiry wakes us before it goes stale). Among 1,000 Nodes that is ~33
+        events a second, each a full reconcile before (bench/bench_agent.py)."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import only_checked_in
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+        name = (new.get("metadata") or {}).get("name")
+        return name in self.skipped or not only_checked_in(old, new, (kube_node.LAST_SEEN,))
 
     def api_error(self, kind, exc):
         self.metrics.errors.inc()
@@ -122,6 +139,10 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
         for informer in self.informers:
             informer.start()
+        if self.prober:
+            thread = threading.Thread(target=self.probe_loop, name="probe")
+            thread.daemon = True
+            thread.start()
         period = float(self.config["resync_period"])
         deadline = self.clock() + period
         # the first lists, in short waits so that a stop request is seen at once
@@ -177,13 +198,19 @@ class Agent(object):
             skipped.update(skipped_peers)
             self.report_skipped(skipped)
             self.next_expiry = self.expiry(node_objects, now, watching.connected_since) if watching.connected else None
-            plan, preshared, _computed = mesh.own_plan(nodes, peers, self.name, options)
+            reports = mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None
+            plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports)
+            if self.prober:
+                self.note("leaders deposed (every other leader sees them dead): %s" % (", ".join(sorted(deposed))
+                                                                                        or "none"))
+                self.prober_targets(mesh.probe_targets(computed, self.name))
             if plan is None:
                 self.metrics.health = (False, "node %s is not in the mesh: %s" % (
                     self.name, skipped.get(self.name, "no Node of that name")))
                 log(self.metrics.health[1])
                 return False
             self.keep_plan(plan)
+            self._peer_names = dict((p["public_key"], p.get("name") or "") for p in plan.get("peers", []))
             digest = _digest(plan, preshared, self.config["settings"])
             if force or digest != self.applied:
                 result = converge(plan, self.config["settings"], preshared_keys=preshared)
@@ -207,6 +234,32 @@ class Agent(object):
             self.retry_at = self.clock() + RETRY
             return False
 
+    def prober_targets(self, targets):
+        with self._probe_lock:
+            self.prober.set_targets(targets, self.clock())
+
+    def probe_loop(self):
+        """Probe the other leaders every PROBE_INTERVAL; a change of who is dead wakes the loop
+        (to publish it)."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import PROBE_INTERVAL
+        seen = set()
+        while not self.stop_event.wait(PROBE_INTERVAL):
+            try:
+                with self._probe_lock:
+                    prober = self.prober
+                answered = prober.probe() if prober.targets else set()
+                with self._probe_lock:
+                    prober.record(answered, self.clock())
+                    dead = prober.dead(self.clock())
+            except Exception as e:  # pylint: disable=broad-exception-caught
+                self.metrics.errors.inc()
+                self.note("probe failed: %s: %s" % (type(e).__name__, e))
+                continue
+            if dead != seen:
+                log("leaders seen dead through the tunnels: %s" % (", ".join(sorted(dead)) or "none"))
+                seen = dead
+                self.wakeup.set()
+
     def keep_plan(self, plan):
         from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
         text = json.dumps(plan, sort_keys=True, indent=1) + "\n"
@@ -223,10 +276,13 @@ class Agent(object):
         ips, mtu, _host = report.addresses(key_options)
         try:
             current, discovered, _handshakes = report.wireguard_reading(key_options["interface"])
-        except Exception:  # pylint: disable=broad-exception-caught
+        except Exception as e:  # pylint: disable=broad-exception-caught
+            # no interface yet (the first converge makes it), or a broken one: the plan decides
             current, discovered = None, {}
+            self.note("WireGuard reading of %s: %s: %s" % (key_options["interface"], type(e).__name__, e))
         self.metrics.wireguard.peers = [
-            (p.get("name") or "", p["public_key"], p.get("latest_handshake") or 0, p.get("rx_bytes") or 0,
+            (self._peer_names.get(p["public_key"], ""), p["public_key"], p.get("latest_handshake") or 0,
+             p.get("rx_bytes") or 0,
              p.get("tx_bytes") or 0) for p in (current or {}).get("peers", [])]
         facts = dict(public_key=key["public_key"], internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
                      discovered_endpoints=discovered, mtu=mtu)
@@ -251,6 +307,12 @@ class Agent(object):
                 times.append(stale)
         return min(times) + 0.5 if times else None
 
+    def note(self, message):
+        """Log ``message`` once while it stays the same (a reconcile runs every few seconds)."""
+        if message != self._noted:
+            log(message)
+            self._noted = message
+
     def report_skipped(self, skipped):
         """Log each object left out once per reason, not at every pass."""
         for name, reason in sorted(skipped.items()):
@@ -265,6 +327,10 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
         own = [n for n in nodes if n["name"] == self.name][0]
         wanted = kube_node.write_back(own, plan, self.config["options"]["granularity"], int(now))
+        if self.prober:
+            from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import UNREACHABLE, format_names
+            with self._probe_lock:
+                wanted[UNREACHABLE] = format_names(self.prober.dead(now)) or None
         ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
         node = self.informers[0].snapshot().get(self.name) or {}
         have = (node.get("metadata", {}).get("annotations") or {})

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
@@ -75,12 +76,39 @@ def mesh_peers(peer_objects):
     return peers, skipped
 
 
-def own_plan(nodes, peers, own, options):
-    """(plan, preshared keys, computed) of node ``own``, as the push run hands it to the host:
-    roaming peers marked, preshared keys split off. plan is None when ``own`` is not a node."""
+def own_plan(nodes, peers, own, options, reports=None):
+    """(plan, preshared keys, computed, deposed) of node ``own``, as the push run hands it to the
+    host: roaming peers marked, preshared keys split off; plan is None when ``own`` is not a node.
+
+    ``reports`` ({node: names it publishes as dead}, with leader health on): leaders every other
+    leader sees dead are marked unhealthy, so their location elects another (``health.deposed``)."""
     if own not in set(n["name"] for n in nodes):
-        return None, {}, None
+        return None, {}, None, set()
     computed = build_plans(nodes, peers, options, only=[own])
+    out = set()
+    if reports is not None:
+        out = health.deposed([s["leader"] for s in computed["segments"] if s.get("leader")], reports)
+        if out:
+            nodes = [dict(n, healthy=False) if n["name"] in out else n for n in nodes]
+            computed = build_plans(nodes, peers, options, only=[own])
     plan = computed["plans"][own]
     mark_roaming([plan], computed)
-    return plan, split_preshared_keys(plan), computed
+    return plan, split_preshared_keys(plan), computed, out
+
+
+def reports_of(node_objects, names):
+    """{node: names it publishes as dead} of the nodes ``names`` (the live ones)."""
+    out = {}
+    for name in names:
+        annotations = (node_objects.get(name, {}).get("metadata") or {}).get("annotations") or {}
+        out[name] = health.parse_names(annotations.get(health.UNREACHABLE))
+    return out
+
+
+def probe_targets(computed, own):
+    """{leader: WireGuard address} of the other segments, when ``own`` leads its own; else {}."""
+    segments = computed["segments"] if computed else []
+    if not any(s.get("leader") == own for s in segments):
+        return {}
+    return dict((s["leader"], s["wireguard_ip"]) for s in segments
+                if s.get("leader") and s["leader"] != own and s.get("wireguard_ip"))

@@ -1,0 +1,151 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Leader health between agents, beyond Kilo (squat/kilo#489): a leader that is Ready and checks
+in, but whose tunnels every other location sees dead, loses leadership to a healthy member of its
+location. Kilo never fails over in that case; its location is cut off until someone notices.
+
+Each leader probes the other segments' leaders through the tunnel (ICMP echo to their WireGuard
+address, which only a working tunnel carries) and publishes on its own Node the leaders it has
+seen dead (annotation ``UNREACHABLE``, a sorted comma-separated list of node names). Every agent
+then decides from what the API holds alone, so all reach the same choice:
+
+* the judges are the leaders of the mesh computed with every node healthy;
+* a leader is deposed when every other judge names it, and at least two do (with two locations,
+  each end sees the other dead and nobody can tell which end is broken);
+* nobody is deposed when every judge is named (an idle or cut-off mesh, not one broken leader).
+
+A judge keeps naming a leader for ``HOLD_DOWN`` seconds after it last saw it dead: once deposed,
+a leader is no longer probed (it leads nothing), and without the hold-down it would be chosen
+again at once and flap. After the hold-down it leads again, and is deposed again only if it is
+still broken.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import os
+import select
+import socket
+import struct
+import time
+
+UNREACHABLE = "kilo.mesh/unreachable-leaders"  # our own annotation, never Kilo's
+PROBE_INTERVAL = 5.0
+PROBE_TIMEOUT = 1.0
+DEAD_AFTER = 20.0  # no answer for this long: dead
+HOLD_DOWN = 600.0
+
+
+def parse_names(value):
+    """The node names of an UNREACHABLE annotation (anything else reads as none)."""
+    if not isinstance(value, str):
+        return set()
+    return set(n.strip() for n in value.split(",") if n.strip())
+
+
+def format_names(names):
+    return ",".join(sorted(names))
+
+
+def deposed(leaders, reports):
+    """The leaders to depose. ``leaders``: names of the leaders of the mesh computed with every
+    node healthy (the judges); ``reports``: {node name: set of names it publishes as dead}."""
+    judges = set(leaders)
+    named = dict((leader, set(j for j in judges - {leader} if leader in reports.get(j, ()))) for leader in judges)
+    out = set(leader for leader, by in named.items() if len(by) >= 2 and by == judges - {leader})
+    if out and out == judges:
+        return set()
+    return out
+
+
+class Prober(object):
+    """What this leader sees of the other leaders: ``dead(now)`` names those that did not answer
+    for ``dead_after`` seconds while probed, and keeps naming them ``hold_down`` seconds after."""
+
+    def __init__(self, dead_after=DEAD_AFTER, hold_down=HOLD_DOWN):
+        self.dead_after = dead_after
+        self.hold_down = hold_down
+        self.targets = {}  # name -> address
+        self.since = {}  # name -> when probing it began
+        self.last_ok = {}  # name -> last answer
+        self.last_dead = {}  # name -> last time it was seen dead
+        self._ident = os.getpid() & 0xFFFF
+        self._seq = 0
+
+    def set_targets(self, targets, now):
+        """``targets``: {leader name: WireGuard address} to probe from now on."""
+        for name in targets:
+            if name not in self.targets or self.targets[name] != targets[name]:
+                self.since[name] = now
+                self.last_ok.pop(name, None)
+        for name in set(self.targets) - set(targets):
+            self.since.pop(name, None)
+            self.last_ok.pop(name, None)
+        self.targets = dict(targets)
+
+    def record(self, answered, now):
+        for name in answered:
+            self.last_ok[name] = now
+        for name in self.targets:
+            if now - max(self.last_ok.get(name, 0), self.since[name]) > self.dead_after:
+                self.last_dead[name] = now
+
+    def dead(self, now):
+        for name in [n for n, t in self.last_dead.items() if now - t > self.hold_down]:
+            del self.last_dead[name]
+        return set(self.last_dead)
+
+    def probe(self):
+        """One round of ICMP echoes to every target; returns the names that answered."""
+        by_family = {}
+        for name, address in self.targets.items():
+            by_family.setdefault(ipaddress.ip_address(address).version, {})[address] = name
+        answered = set()
+        for version, names in by_family.items():
+            answered |= self._probe_family(version, names)
+        return answered
+
+    def _probe_family(self, version, names):
+        if version == 4:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+            request, reply = 8, 0
+        else:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+            request, reply = 128, 129
+        answered = set()
+        try:
+            self._seq = (self._seq + 1) & 0xFFFF
+            for address in names:
+                sock.sendto(_echo(request, self._ident, self._seq), (address, 0))
+            deadline = time.monotonic() + PROBE_TIMEOUT
+            while len(answered) < len(names):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([sock], [], [], left)[0]:
+                    break
+                data, source = sock.recvfrom(2048)
+                if version == 4:
+                    data = data[(data[0] & 0x0F) * 4:]  # raw IPv4 sockets hand over the IP header
+                if len(data) >= 8:
+                    kind, _code, _sum, ident, seq = struct.unpack("!BBHHH", data[:8])
+                    if kind == reply and ident == self._ident and seq == self._seq and source[0] in names:
+                        answered.add(names[source[0]])
+        finally:
+            sock.close()
+        return answered
+
+
+def _echo(kind, ident, seq):
+    header = struct.pack("!BBHHH", kind, 0, 0, ident, seq)
+    payload = b"kilo.mesh probe"
+    if kind == 128:
+        return header + payload  # the kernel fills in the ICMPv6 checksum
+    data = header + payload
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data[:len(data) // 2 * 2]))
+    if len(data) % 2:
+        total += data[-1] << 8
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return struct.pack("!BBHHH", kind, 0, ~total & 0xFFFF, ident, seq) + payload

@@ -1,0 +1,93 @@
+"""Leader health between agents: who is deposed, from what the Nodes say; the prober's clock."""
+from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
+from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
+
+
+def test_a_leader_every_other_leader_names_is_deposed():
+    leaders = ["a1", "b1", "c1"]
+    reports = {"a1": {"c1"}, "b1": {"c1"}, "c1": {"a1", "b1"}}  # c1's tunnels are dead both ways
+    assert health.deposed(leaders, reports) == {"c1"}
+
+
+def test_one_judge_is_not_enough():
+    # two locations: each end sees the other dead; nobody can tell which end is broken
+    assert health.deposed(["a1", "b1"], {"a1": {"b1"}, "b1": {"a1"}}) == set()
+    assert health.deposed(["a1", "b1"], {"a1": {"b1"}}) == set()
+
+
+def test_a_leader_named_by_some_judges_only_stays():
+    assert health.deposed(["a1", "b1", "c1"], {"a1": {"c1"}, "b1": set()}) == set()
+
+
+def test_nobody_is_deposed_when_every_leader_is_named():
+    everyone = {"a1": {"b1", "c1"}, "b1": {"a1", "c1"}, "c1": {"a1", "b1"}}
+    assert health.deposed(["a1", "b1", "c1"], everyone) == set()
+
+
+def test_reports_of_nodes_outside_the_judges_do_not_count():
+    # a non-leader (a2) naming a leader changes nothing
+    assert health.deposed(["a1", "b1", "c1"], {"a2": {"c1"}, "a1": {"c1"}}) == set()
+
+
+def test_annotation_text_round_trip_and_bad_values():
+    assert health.parse_names(health.format_names({"b", "a"})) == {"a", "b"}
+    assert health.format_names(set()) == ""
+    assert health.parse_names(None) == set() and health.parse_names(42) == set()
+    assert health.parse_names(" a, ,b ") == {"a", "b"}
+
+
+def test_prober_names_a_silent_target_after_dead_after_and_holds_it_down():
+    p = health.Prober(dead_after=20, hold_down=600)
+    p.set_targets({"c1": "10.4.0.3"}, now=0)
+    p.record(set(), now=10)
+    assert p.dead(10) == set()  # not silent long enough
+    p.record({"c1"}, now=15)
+    p.record(set(), now=30)
+    assert p.dead(30) == set()  # answered 15 s ago
+    p.record(set(), now=36)
+    assert p.dead(36) == {"c1"}
+    p.set_targets({}, now=40)  # deposed: it leads nothing, so it is not probed any more
+    assert p.dead(500) == {"c1"}  # still named: no flap back
+    assert p.dead(637) == set()  # hold-down over
+
+
+def test_a_new_target_gets_its_full_grace():
+    p = health.Prober(dead_after=20, hold_down=600)
+    p.set_targets({"c1": "10.4.0.3"}, now=100)
+    p.record(set(), now=115)
+    assert p.dead(115) == set()
+
+
+def test_echo_request_checksum_is_valid():
+    packet = health._echo(8, 0x1234, 7)  # pylint: disable=protected-access
+    total = 0
+    data = packet + (b"\0" if len(packet) % 2 else b"")
+    for i in range(0, len(data), 2):
+        total += (data[i] << 8) + data[i + 1]
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    assert total == 0xFFFF
+
+
+def _node(name, location, n):
+    return dict(name=name, location=location, public_key=chr(65 + n) * 43 + "=",
+                endpoint="203.0.113.%d:51820" % (n + 1), internal_ip="10.%d.0.%d/24" % (n, n + 1),
+                pod_cidr="10.50.%d.0/24" % n)
+
+
+def test_own_plan_elects_another_leader_for_a_deposed_one():
+    nodes = [_node("a1", "a", 0), _node("b1", "b", 1), _node("c1", "c", 2), _node("c2", "c", 3)]
+    options = {"encapsulate": "never"}
+    _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], "a1", options, {})
+    leader_c = [s["leader"] for s in computed["segments"] if s["location"] == "c"][0]
+    other = "c2" if leader_c == "c1" else "c1"
+    reports = {"a1": {leader_c}, "b1": {leader_c}, leader_c: {"a1", "b1"}}
+    _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], "a1", options, reports)
+    assert deposed == {leader_c}
+    assert [s["leader"] for s in computed["segments"] if s["location"] == "c"] == [other]
+    # the deposed node computes the same
+    _plan, _psk, again, _ = mesh.own_plan(nodes, [], leader_c, options, reports)
+    assert [s["leader"] for s in again["segments"]] == [s["leader"] for s in computed["segments"]]
+    assert mesh.probe_targets(computed, "a1") == dict(
+        (s["leader"], s["wireguard_ip"]) for s in computed["segments"] if s["leader"] != "a1")
+    assert mesh.probe_targets(computed, leader_c) == {}
