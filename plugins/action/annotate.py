@@ -22,6 +22,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse im
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import not_a_node
 
+
 def _extra_spec():
     # the client options keep kubernetes.core's alias names (verify_ssl, ssl_ca_cert)
     spec = dict(node=dict(type="str"), topology_var=dict(type="str"), state=argument_spec("host")["state"])

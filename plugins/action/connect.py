@@ -16,8 +16,7 @@ import json
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan, peer_address
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
-from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_warning
 
@@ -41,7 +40,7 @@ class ActionModule(KiloAction):
         plan = None
         if args["connect_state"] == "present":
             plan = self.plan(args, task_vars, host, group, result)
-        module_args = dict(settings, plan=plan, preshared_keys=plan_store.split_preshared_keys(plan))
+        module_args = dict(settings, plan=plan, preshared_keys=split_preshared_keys(plan))
         result.update(self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
                                            task_vars=task_vars))
         if plan is not None and not result.get("failed"):

@@ -11,8 +11,7 @@ in this run come from the registry, so their peers survive.
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
-from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
 
@@ -27,7 +26,7 @@ class ActionModule(KiloAction):
             plan = self.mesh(task_vars, args).plan(task_vars["inventory_hostname"], args["topology_var"], result)
 
         module_args = dict(self.module_args(args, ("host",)), plan=plan,
-                           preshared_keys=plan_store.split_preshared_keys(plan))
+                           preshared_keys=split_preshared_keys(plan))
         converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
                                          task_vars=task_vars)
         result.update(converged)

@@ -10,6 +10,7 @@ host's kilo.mesh.join (plugin_utils/plan_store.py), returning only where they ar
 
 from __future__ import annotations
 
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
@@ -40,7 +41,7 @@ class ActionModule(KiloAction):
         result.update(missing_result(mesh.missing))
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
         for plan in computed["plans"].values():
-            plan_store.split_preshared_keys(plan)
+            split_preshared_keys(plan)
         return result
 
     def mark_down(self, args, task_vars, nodes):
@@ -66,7 +67,7 @@ class ActionModule(KiloAction):
         batch = task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]]
         play = [h for h in batch if h in names]
         computed = mesh.computed(only=play)
-        plan_store.mark_roaming(computed["plans"].values(), computed)
+        mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:
             update_registry(mesh.registry_file, mesh.fresh)
         result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(mesh.nodes),

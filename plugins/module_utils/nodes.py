@@ -274,7 +274,7 @@ FIELDS = OrderedDict((field.name, field) for field in (
               check=_location, parse=_location, source=_A + "location", kube=lambda v, s, f: v or ""),
     NodeField("leader", "kilo_leader",
               "Prefer this node as its location's leader; set at all (even empty) counts as V(true), as Kilo's annotation.",
-              check=_leader_var, parse=lambda v, s, f: to_bool(v, s, f), source=_A + "leader", kube=_leader_kube,
+              check=_leader_var, parse=to_bool, source=_A + "leader", kube=_leader_kube,
               form="bool"),
     NodeField("endpoint", "kilo_force_endpoint",
               "The endpoint other nodes reach this one at, V(host:port) or V([IPv6]:port); its port is the listen port.",

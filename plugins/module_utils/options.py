@@ -265,7 +265,7 @@ OPTIONS = dict([
     _option("agent_token_lifetime", ("agent",), "int", [
         "Seconds the agent's service account token is asked to live (the API server may cap it). A run renews"
         " the token once a third of its life has passed, and restarts the agent then."],
-        default=31536000, bounds=(600, None)),
+        default=31536000, bounds=(600, None), no_log=False),  # a lifetime, not a secret
     _option("agent_app", ("agent",), "path", [
         "Where the agent's zip application goes on the host (run by C(/usr/bin/python3))."],
         default=DEFAULT_AGENT_APP),

@@ -17,6 +17,7 @@ names that step's registered result.
 
 from __future__ import annotations
 
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     TopologyError, build_plans, listen_port, node_segment)
@@ -86,8 +87,8 @@ class MeshReading(object):
 
     @property
     def locations(self):
-        return self._once("locations", lambda: self._action.locations(self.task_vars, self.group,
-                                                                       self.location_groups))
+        return self._once("locations",
+                          lambda: self._action.locations(self.task_vars, self.group, self.location_groups))
 
     def _gathered(self):
         def gather():
@@ -177,7 +178,7 @@ class MeshReading(object):
                 raise
             raise not_a_node(self.group)
         plan = computed["plans"][host]
-        plan_store.mark_roaming([plan], computed)
+        mark_roaming([plan], computed)
         if self.missing and result is not None:
             result["warnings"] = [missing_warning(self.missing)]
         # Only this host's fresh facts: parallel workers each write their own entry.

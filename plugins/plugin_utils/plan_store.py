@@ -24,8 +24,6 @@ import tempfile
 from ansible import constants as C
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
-# What the push run and the agent both do to a computed plan before a host gets it.
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys  # noqa: F401
 
 
 def _file(directory, name, prefix=""):

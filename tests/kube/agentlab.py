@@ -28,6 +28,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as
 
 AGENT_LOG = "/run/kilo/kilo-mesh-agent.log"  # where the supervisor (no systemd in lab hosts) logs
 # Lab hosts share the machine's /usr: each keeps its own copy of the agent's zip application.
+# when site.yml last ran (tests that need the agents alone to keep the cluster current read it)
+LAST_RUN = [0.0]
 AGENT_ARGS = ("-e", "kilo_agent=true", "-e", "kilo_agent_app=/var/lib/kilo-mesh/kilo-mesh-agent.pyz")
 
 
@@ -166,6 +168,15 @@ def metrics(lab, host, path="/metrics"):
     return int(lines[0]), lines[1] if len(lines) > 1 else ""
 
 
+def metric(lab, host, name):
+    """The value of one unlabelled metric of the agent in ``host``."""
+    _status, text = metrics(lab, host)
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no metric %s in: %s" % (name, text[-2000:]))
+
+
 def controller_plans(inventory):
     """{host: plan} as the controller's topology step computes them from the same Nodes."""
     import sitetools  # pylint: disable=import-error,import-outside-toplevel
@@ -231,38 +242,41 @@ def drop_wireguard(lab, host, port=51820):
 
 class PingWatch(object):
     """Pings between every pair of hosts in different locations, 10 per second, while the block
-    runs; ``lost()`` maps (src, dst ip) -> packets lost."""
+    runs; ``lost()`` maps (src, dst ip) -> the sequence numbers never answered. The last echo sent
+    before the block ends may still be on its way: it is not counted (ping's own summary would)."""
 
     def __init__(self, lab, hosts, interval=0.1):
         self.lab, self.hosts, self.interval = lab, hosts, interval
         self.procs = []
+        self.results = {}
 
     def __enter__(self):
         info = self.lab.hosts
         for src in self.hosts:
             for dst in self.hosts:
                 if info[dst]["location"] != info[src]["location"]:
-                    argv = self.lab.nsenter_argv(src, ["ping", "-i", str(self.interval), "-W", "1", "-q",
+                    argv = self.lab.nsenter_argv(src, ["ping", "-n", "-i", str(self.interval), "-W", "1",
                                                        info[dst]["lan_ip"]])
                     self.procs.append(((src, info[dst]["lan_ip"]), subprocess.Popen(
                         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)))
         return self
 
     def __exit__(self, *exc):
-        self.results = {}
         for key, proc in self.procs:
             os.killpg(proc.pid, signal.SIGINT)  # nsenter forks into the PID namespace: ping is its child
-            out = proc.communicate(timeout=30)[0]
-            self.results[key] = out
+            self.results[key] = proc.communicate(timeout=30)[0]
 
     def lost(self):
         lost = {}
         for key, out in self.results.items():
-            match = re.search(r"(\d+) packets transmitted, (\d+) received", out)
-            if not match:
+            sent = re.search(r"(\d+) packets transmitted", out)
+            if not sent:
                 lost[key] = "no summary: %s" % out[-200:]
-            elif int(match.group(1)) - int(match.group(2)) > 0:
-                lost[key] = int(match.group(1)) - int(match.group(2))
+                continue
+            answered = set(int(n) for n in re.findall(r"icmp_seq=(\d+) ttl=", out))
+            missing = sorted(set(range(1, int(sent.group(1)))) - answered)  # the last one may be in flight
+            if missing:
+                lost[key] = missing
         return lost
 
 

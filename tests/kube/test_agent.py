@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
 import sitetools  # noqa: E402 pylint: disable=import-error,wrong-import-position
 
-PREFIX = "kag"
+PREFIX = os.environ.get("KILO_TEST_PREFIX_AGENT", "kag")  # overridable: two checkouts testing at once
 JOINER = "gcp-3"  # a lab host that becomes a Node only in test_a_node_joins
 GROUP = (kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL)
 RESYNC = 30
@@ -34,7 +34,8 @@ RESYNC = 30
 @pytest.fixture(scope="module")
 def cluster():
     agentlab.require_lab_and_kube()
-    with agentlab.agent_cluster(PREFIX, 2, 3, skip=[JOINER]) as made:
+    # two public hosts a location: a dark leader can be replaced by one the others can reach
+    with agentlab.agent_cluster(PREFIX, 2, 3, skip=[JOINER], public=2) as made:
         yield made
 
 
@@ -53,16 +54,22 @@ def node_names(api):
     return set(n.metadata.name for n in client.CoreV1Api(api).list_node().items)
 
 
+def site(inventory, *args):
+    out = sitetools.site(inventory, *args)
+    agentlab.LAST_RUN[0] = time.time()
+    return out
+
+
 def test_agents_take_over_after_site_and_compute_the_plans_site_computes(cluster, api):
     lab, _server, inventory = cluster
-    out = sitetools.site(inventory, "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
+    out = site(inventory, "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
     counts = sitetools.recap(out)
     hosts = members(lab, api)
     assert set(counts) == set(hosts) and all(c["failed"] == 0 for c in counts.values()), out[-4000:]
     agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in hosts), 30)
     pids = dict((h, agentlab.agent_pid(lab, h)) for h in hosts)
     # a second run changes nothing and restarts no agent
-    out = sitetools.site(inventory, *agentlab.AGENT_ARGS)
+    out = site(inventory, *agentlab.AGENT_ARGS)
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in sitetools.recap(out).values()), out[-4000:]
     assert dict((h, agentlab.agent_pid(lab, h)) for h in hosts) == pids
     assert agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 30)
@@ -93,7 +100,7 @@ def test_a_peer_applied_with_the_api_reaches_every_leader(cluster, api):
 def test_a_node_joins_with_one_limited_run(cluster, api):
     lab, _server, inventory = cluster
     labcluster.register_nodes(lab, client.CoreV1Api(api), only=[JOINER])
-    out = sitetools.site(inventory, "--limit", JOINER, "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
+    out = site(inventory, "--limit", JOINER, "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
     assert sitetools.recap(out)[JOINER]["failed"] == 0, out[-4000:]
     hosts = members(lab, api)
     assert JOINER in hosts
@@ -162,7 +169,7 @@ def test_a_killed_agent_is_restarted_and_no_packet_is_lost(cluster, api):
         took = agentlab.stopwatch(lambda: agentlab.agent_pid(lab, victim) not in (None, before), 30)
         time.sleep(5)  # the new agent's first reconcile
     print("\nagent SIGKILLed -> running again: %.1f s" % took)
-    assert _watch.lost() == {}, _watch.lost()
+    assert _watch.lost() == {}, (_watch.lost(), agentlab.read_log(lab, victim)[-3000:])
 
 
 def test_a_node_deleted_leaves_every_plan(cluster, api):
@@ -188,3 +195,56 @@ def test_a_dark_leader_is_replaced_and_comes_back(cluster, api):
         agentlab.go_light(lab, dark)
     took = agentlab.stopwatch(lambda: agentlab.all_pairs_ping(lab, hosts), 150, interval=1)
     print("leader %s back -> every pair pings: %.1f s" % (dark, took))
+
+
+def test_a_reconcile_that_cannot_be_done_is_reported_retried_and_breaks_nothing(cluster, api):
+    """A foreign route in the way of a new Peer's address on a leader: the agent's converge refuses
+    before changing anything (every backend compares first), counts and logs it, keeps every
+    tunnel, and retries; once the route is gone the Peer arrives without anybody doing anything."""
+    lab, _server, _inventory = cluster
+    hosts = members(lab, api)
+    leader = agentlab.leaders(lab, hosts)[0]
+    blocked = labcluster.PEER_ALLOWED_IPS[0]
+    errors = agentlab.metric(lab, leader, "kilo_errors_total")
+    lab.run(leader, ["ip", "route", "add", blocked, "dev", "lo", "proto", "static"], check=True)
+    custom = client.CustomObjectsApi(api)
+    custom.create_cluster_custom_object(*GROUP, labcluster.peer_resource("kag-blocked"))
+    try:
+        agentlab.wait_for(lambda: agentlab.metric(lab, leader, "kilo_errors_total") > errors, 30)
+        assert "reconcile failed" in agentlab.read_log(lab, leader)
+        assert agentlab.metrics(lab, leader, "/healthz")[0] == 503
+        assert labcluster.PEER_KEY not in agentlab.wg_dump(lab, leader)
+        assert agentlab.all_pairs_ping(lab, hosts)  # no tunnel lost
+        lab.run(leader, ["ip", "route", "del", blocked, "dev", "lo", "proto", "static"], check=True)
+        took = agentlab.stopwatch(lambda: labcluster.PEER_KEY in agentlab.wg_dump(lab, leader), 30)
+        print("\nroute out of the way -> retried and converged: %.1f s" % took)
+        assert agentlab.metrics(lab, leader, "/healthz")[0] == 200
+    finally:
+        lab.run(leader, ["ip", "route", "del", blocked, "dev", "lo", "proto", "static"])
+        custom.delete_cluster_custom_object(*GROUP, "kag-blocked")
+
+
+def test_kilos_kgctl_reads_the_cluster_long_after_the_last_run(cluster, api):
+    """With agents checking in, Kilo's kgctl (which counts only Nodes seen in the last 60 s) sees
+    every node at any time: showconf of every leader equals its interface. Needs $KILO_KGCTL."""
+    import kubelab  # pylint: disable=import-error,import-outside-toplevel
+    kgctl = os.environ.get("KILO_KGCTL")
+    if not kgctl or not os.access(kgctl, os.X_OK):
+        pytest.skip("KILO_KGCTL is not set: build Kilo's cmd/kgctl (github.com/squat/kilo), set KILO_KGCTL")
+    lab, server, _inventory = cluster
+    idle = time.time() - agentlab.LAST_RUN[0]
+    assert idle > 90, "not long enough since the last Ansible run (%.0f s)" % idle
+    hosts = members(lab, api)
+    for leader in kubelab.leaders(api, hosts):
+        done = subprocess.run([kgctl, "--kubeconfig", server.kubeconfig, "showconf", "node", leader],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0 and "[Interface]" in done.stdout, (leader, done.stderr)
+        want = dict((key, sorted(ips)) for key, ips in _showconf_peers(done.stdout).items())
+        have = dict((key, p["allowed_ips"]) for key, p in agentlab.wg_dump(lab, leader).items())
+        assert want == have, (leader, done.stdout, have)
+    print("\nkgctl showconf of every leader equals its interface %.0f s after the last Ansible run" % idle)
+
+
+def _showconf_peers(text):
+    from test_kgctl import showconf_peers  # pylint: disable=import-error,import-outside-toplevel
+    return showconf_peers(text)

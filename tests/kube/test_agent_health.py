@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
 import sitetools  # noqa: E402 pylint: disable=import-error,wrong-import-position
 
-PREFIX = "kah"
+PREFIX = os.environ.get("KILO_TEST_PREFIX_AGENT_HEALTH", "kah")
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,7 @@ def test_own_plan_elects_another_leader_for_a_deposed_one():
     assert deposed == {leader_c}
     assert [s["leader"] for s in computed["segments"] if s["location"] == "c"] == [other]
     # the deposed node computes the same
-    _plan, _psk, again, _ = mesh.own_plan(nodes, [], leader_c, options, reports)
+    _plan, _psk, again, _deposed = mesh.own_plan(nodes, [], leader_c, options, reports)
     assert [s["leader"] for s in again["segments"]] == [s["leader"] for s in computed["segments"]]
     assert mesh.probe_targets(computed, "a1") == dict(
         (s["leader"], s["wireguard_ip"]) for s in computed["segments"] if s["leader"] != "a1")

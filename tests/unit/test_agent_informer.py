@@ -38,6 +38,7 @@ def test_a_check_in_is_kept_but_wakes_nobody():
               {"type": "MODIFIED", "object": node("a", 3, 160, x="1")},  # a real change
               {"type": "ADDED", "object": node("b", 4, 160)},
               {"type": "MODIFIED", "object": node("b", 5, 190)}]  # b is skipped (say, stale): wakes
+
     def relevant(old, new):
         return new["metadata"]["name"] == "b" or not only_checked_in(old, new, (SEEN,))
     informer = Informer("nodes", lambda **kw: Response(events), woken.append, relevant=relevant)

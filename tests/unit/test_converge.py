@@ -3,7 +3,7 @@ hosts in tests/host and the VM): the plan is checked first, every backend compar
 any applies, an impossible plan fails in check mode too; keys travel apart."""
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.plugin_utils.plan_store import split_preshared_keys
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, converge, host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults

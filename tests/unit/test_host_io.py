@@ -89,7 +89,10 @@ class Whole(object):
 
 
 def test_open_reader_prefers_the_standard_library(monkeypatch):
-    monkeypatch.setattr(nl, "open_strict", lambda: type("S", (), {"close": lambda self: None})())
+    class Strict(object):
+        def close(self):
+            pass
+    monkeypatch.setattr(nl, "open_strict", Strict)
     reader, strict = nl.open_reader(lambda: pytest.fail("pyroute2 opened where strict checking works"))
     assert isinstance(reader, nl.NetlinkReader) and strict is True
 

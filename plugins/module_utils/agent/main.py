@@ -201,8 +201,8 @@ class Agent(object):
             reports = mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None
             plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports)
             if self.prober:
-                self.note("leaders deposed (every other leader sees them dead): %s" % (", ".join(sorted(deposed))
-                                                                                        or "none"))
+                self.note("leaders deposed (every other leader sees them dead): %s"
+                          % (", ".join(sorted(deposed)) or "none"))
                 self.prober_targets(mesh.probe_targets(computed, self.name))
             if plan is None:
                 self.metrics.health = (False, "node %s is not in the mesh: %s" % (
@@ -344,7 +344,7 @@ class Agent(object):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="kilo-mesh-agent", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="kilo-mesh-agent", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--config", default="/etc/kilo-mesh/agent.json")
     parser.add_argument("--once", action="store_true", help="one reconcile, then exit (for tests and debugging)")
     args = parser.parse_args(argv)
@@ -374,7 +374,3 @@ def main(argv=None):
     agent.run()
     log("stopped")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,8 +17,15 @@ __metaclass__ = type
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, CONTENT_TYPE_LATEST
-from prometheus_client.core import GaugeMetricFamily, CounterMetricFamily
+try:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, CONTENT_TYPE_LATEST
+    from prometheus_client.core import GaugeMetricFamily, CounterMetricFamily
+except ImportError:  # the host lacks python3-prometheus-client: Metrics() says so
+    HAS_PROMETHEUS_CLIENT = False
+else:
+    HAS_PROMETHEUS_CLIENT = True
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +61,9 @@ class Metrics(object):
     """The agent's metrics; ``health`` is (ok, reason) as /healthz answers."""
 
     def __init__(self):
+        if not HAS_PROMETHEUS_CLIENT:
+            raise KiloError("the agent needs the Prometheus client library on the host"
+                            " (Debian: python3-prometheus-client; kilo.mesh.key with prepare installs it)")
         self.registry = CollectorRegistry(auto_describe=True)
         self.nodes = Gauge("kilo_nodes", "Number of nodes in the mesh", registry=self.registry)
         self.peers = Gauge("kilo_peers", "Number of outside peers in the mesh", registry=self.registry)
@@ -75,7 +85,7 @@ class Metrics(object):
 
 def parse_listen(listen):
     """':1107' -> ('', 1107); '127.0.0.1:9107' -> ('127.0.0.1', 9107); '[::1]:1107' -> ('::1', 1107)."""
-    host, _, port = (listen or DEFAULT_LISTEN).rpartition(":")
+    host, _colon, port = (listen or DEFAULT_LISTEN).rpartition(":")
     host = host.strip("[]")
     port = int(port)
     if not 0 < port < 65536:

@@ -36,8 +36,8 @@ import time
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, _alive, systemd_running
-from ansible_collections.kilo.mesh.plugins.module_utils.options import (DEFAULT_AGENT_APP, DEFAULT_AGENT_CONFIG,
-                                                                         DEFAULT_AGENT_KUBECONFIG, DEFAULT_KEY_PATH)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (
+    DEFAULT_AGENT_APP, DEFAULT_AGENT_CONFIG, DEFAULT_AGENT_KUBECONFIG, DEFAULT_KEY_PATH)
 
 UNIT_NAME = "kilo-mesh-agent.service"
 UNIT_PATH = "/etc/systemd/system/" + UNIT_NAME

@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     Subject, check_interface_name, node_subject, peer_subject, parse_key, to_bool, to_int)
 # The value parsers and the error live with the node table; the engine's importers find them here too.
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 (re-exported)
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
     FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
 

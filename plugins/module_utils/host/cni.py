@@ -25,7 +25,8 @@ Here, with ``cni`` on and a pod CIDR in the plan:
 
 ``cni`` off or no pod CIDR: nothing is read or written (an earlier file stays, as with Kilo).
 ``state: absent`` removes the file only when it is ours (named ``kilo``); the bridge belongs to
-the CNI plugin and stays. Writes are atomic (``atomic_file.write_atomic``), mode 0644; the temporary name does not end in ``.conflist``, so runtimes never read it.
+the CNI plugin and stays. Writes are atomic (``atomic_file.write_atomic``), mode 0644; the
+temporary name does not end in ``.conflist``, so runtimes never read it.
 """
 
 from __future__ import absolute_import, division, print_function

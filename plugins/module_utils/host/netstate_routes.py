@@ -319,4 +319,3 @@ def _del_route(ipr, links, r):
         ipr.route("del", **kw)
     except Exception as exc:
         raise NetStateError("cannot remove route %s: %s" % (route_str(r), exc))
-

@@ -29,7 +29,7 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX as PREFIX, FIELDS, UNSET, discovered_json, parse_cidr, parse_endpoint, parse_interface)
+    ANNOTATION_PREFIX as PREFIX, FIELDS, UNSET, parse_cidr, parse_endpoint, parse_interface)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
