@@ -218,7 +218,8 @@ def test_a_reconcile_that_cannot_be_done_is_reported_retried_and_breaks_nothing(
         lab.run(leader, ["ip", "route", "del", blocked, "dev", "lo", "proto", "static"], check=True)
         took = agentlab.stopwatch(lambda: labcluster.PEER_KEY in agentlab.wg_dump(lab, leader), 30)
         print("\nroute out of the way -> retried and converged: %.1f s" % took)
-        assert agentlab.metrics(lab, leader, "/healthz")[0] == 200
+        # healthy again once that pass has finished (write-back included)
+        agentlab.wait_for(lambda: agentlab.metrics(lab, leader, "/healthz")[0] == 200, 15)
     finally:
         lab.run(leader, ["ip", "route", "del", blocked, "dev", "lo", "proto", "static"])
         custom.delete_cluster_custom_object(*GROUP, "kag-blocked")
