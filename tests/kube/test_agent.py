@@ -233,8 +233,9 @@ def test_kilos_kgctl_reads_the_cluster_long_after_the_last_run(cluster, api):
     if not kgctl or not os.access(kgctl, os.X_OK):
         pytest.skip("KILO_KGCTL is not set: build Kilo's cmd/kgctl (github.com/squat/kilo), set KILO_KGCTL")
     lab, server, _inventory = cluster
+    # past kgctl's 60 s window since the last Ansible run: only the agents keep last-seen fresh
+    time.sleep(max(0.0, 95 - (time.time() - agentlab.LAST_RUN[0])))
     idle = time.time() - agentlab.LAST_RUN[0]
-    assert idle > 90, "not long enough since the last Ansible run (%.0f s)" % idle
     hosts = members(lab, api)
     for leader in kubelab.leaders(api, hosts):
         done = subprocess.run([kgctl, "--kubeconfig", server.kubeconfig, "showconf", "node", leader],

@@ -31,10 +31,25 @@ def allowed(api, verb, resource, group=""):
     return client.AuthorizationV1Api(api).create_self_subject_access_review(review).status.allowed
 
 
-def test_agent_identity_patches_only_its_own_node(kube):
+@pytest.fixture
+def nodes(kube):
+    """Nodes agent-a and agent-b for this test only: the API server is the session's, and other
+    tests count its Nodes (the inventory plugin makes every Node a host)."""
     admin = kube.client()
     for name in ("agent-a", "agent-b"):
         ensure_node(admin, name)
+    yield admin
+    for name in ("agent-a", "agent-b"):
+        try:
+            client.CoreV1Api(admin).delete_node(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+    agent_identity.ensure({"kubeconfig": kube.kubeconfig}, "agent-a", NS, state="absent")
+
+
+def test_agent_identity_patches_only_its_own_node(kube, nodes):
+    admin = nodes
     options = {"kubeconfig": kube.kubeconfig}
 
     planned, uid = agent_identity.ensure(options, "agent-a", NS, check_mode=True)
