@@ -48,3 +48,16 @@ def test_a_check_in_is_kept_but_wakes_nobody():
     assert woken == ["nodes", "nodes", "nodes"]
     assert informer.objects["a"]["metadata"]["resourceVersion"] == "3"
     assert informer.version == "5"
+
+
+def test_a_watch_has_a_read_timeout_past_the_servers_own_end():
+    seen = []
+
+    def call(**kwargs):
+        seen.append(kwargs)
+        return Response([])
+    informer = Informer("nodes", call, timeout=300)
+    informer.version = "1"
+    informer._watch()  # pylint: disable=protected-access
+    connect, read = seen[0]["_request_timeout"]
+    assert seen[0]["timeout_seconds"] == 300 and read > 300 and 0 < connect <= 30

@@ -107,6 +107,9 @@ def test_unit_limits_capabilities_and_writable_paths():
     assert lines["NoNewPrivileges"] == lines["PrivateTmp"] == "yes"
     assert lines["ReadWritePaths"].split() == ["-/var/lib/kilo", "-/etc/cni/net.d", "-/run/kilo", "-/run/wireguard"]
     assert lines["DeviceAllow"] == "/dev/net/tun rw"
+    # made at every start (a reboot empties /run), kept at a stop (the push run's PID files)
+    assert lines["RuntimeDirectory"].split() == ["kilo", "wireguard"]
+    assert lines["RuntimeDirectoryPreserve"] == "yes"
     assert text == service.unit_text("/usr/lib/kilo-mesh/kilo-mesh-agent.pyz", "/etc/kilo-mesh/agent.json", config)
 
 

@@ -24,6 +24,7 @@ import time
 
 WATCH_TIMEOUT = 300  # seconds the server keeps one watch open before we reopen it
 BACKOFF_MAX = 30.0
+CONNECT_TIMEOUT = 10
 
 
 class Gone(Exception):
@@ -188,8 +189,11 @@ class Informer(object):
             self.on_change(self.kind)
 
     def _watch(self):
+        # A read timeout past the server's own end of the watch: a connection that died without a
+        # word (a partition, a lost FIN) would otherwise block this read for ever, the copy frozen
+        # and `connected` still True (every other node then looks dead to liveness).
         response = self._request(watch=True, resource_version=self.version, timeout_seconds=self.timeout,
-                                 allow_watch_bookmarks=True)
+                                 allow_watch_bookmarks=True, _request_timeout=(CONNECT_TIMEOUT, self.timeout + 30))
         self._response = response
         self._reached()
         self.watches += 1

@@ -151,10 +151,14 @@ class Agent(object):
                 log("the API server did not answer within %ds; keeping the host as it is until it does" % period)
                 deadline = None
         next_resync = self.clock()
+        # After a pass that failed or could not run, a deadline already past (a check-in that
+        # was due, a retry) would make the wait below return at once: wait RETRY s at least
+        # (an event still wakes the loop at once).
+        floor = 0.0
         while not self.stop_event.is_set():
             now = self.clock()
             deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at) if t]
-            timeout = max(0.0, min(deadlines) - now)
+            timeout = max(floor, min(deadlines) - now)
             if self.wakeup.wait(timeout):
                 # a burst of events (a Node and its Peers, a rolling update) is one reconcile
                 self.stop_event.wait(float(self.config["debounce"]))
@@ -171,8 +175,9 @@ class Agent(object):
                 # The API server is away: keep the host as the last reconcile left it (no node
                 # can be judged, and nothing new can be learned) until the watch is back.
                 self.metrics.health = (False, "API server unreachable: %s" % self.informers[0].error)
+                floor = RETRY
                 continue
-            self.reconcile(force=resync)
+            floor = 0.0 if self.reconcile(force=resync) else RETRY
         for informer in self.informers:
             informer.stop()
 
@@ -196,10 +201,12 @@ class Agent(object):
                                              watching.connected_since if watching.connected else None)
             peers, skipped_peers = mesh.mesh_peers(peer_objects)
             skipped.update(skipped_peers)
-            self.report_skipped(skipped)
             self.next_expiry = self.expiry(node_objects, now, watching.connected_since) if watching.connected else None
             reports = mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None
-            plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports)
+            plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped)
+            self.report_skipped(skipped)
+            nodes = [n for n in nodes if n["name"] not in skipped]
+            peers = [p for p in peers if "peer " + str(p.get("name")) not in skipped]
             if self.prober:
                 self.note("leaders deposed (every other leader sees them dead): %s"
                           % (", ".join(sorted(deposed)) or "none"))
@@ -207,7 +214,7 @@ class Agent(object):
             if plan is None:
                 self.metrics.health = (False, "node %s is not in the mesh: %s" % (
                     self.name, skipped.get(self.name, "no Node of that name")))
-                log(self.metrics.health[1])
+                self.note(self.metrics.health[1])
                 return False
             self.keep_plan(plan)
             self._peer_names = dict((p["public_key"], p.get("name") or "") for p in plan.get("peers", []))

@@ -76,15 +76,48 @@ def mesh_peers(peer_objects):
     return peers, skipped
 
 
-def own_plan(nodes, peers, own, options, reports=None):
+def without_conflicts(nodes, peers, own, options, skipped=None):
+    """(nodes, peers, computed): ``build_plans(..., only=[own])``, leaving out each other node or
+    peer the engine rejects against the rest (its key is another's, ...) with its reason in
+    ``skipped``, as ``mesh_nodes`` leaves out one it cannot read: one node's bad data must not
+    stop every agent of the cluster. An error about ``own`` (or no node or peer) is raised."""
+    while True:
+        try:
+            return nodes, peers, build_plans(nodes, peers, options, only=[own])
+        except KiloError as e:
+            kind, name = getattr(e, "kind", None), getattr(e, "name", None)
+            if kind == "node" and name == own and e.field == "public_key":
+                # another node or peer took our key: it is the one left out
+                key = dict((n["name"], n.get("public_key")) for n in nodes).get(own)
+                drop_nodes = set(n["name"] for n in nodes if n["name"] != own and n.get("public_key") == key)
+                drop_peers = set(p.get("name") for p in peers if p.get("public_key") == key)
+            elif kind == "node" and name and name != own:
+                drop_nodes, drop_peers = set([name]), set()
+            elif kind == "peer" and name:
+                drop_nodes, drop_peers = set(), set([name])
+            else:
+                raise
+            drop_nodes &= set(n["name"] for n in nodes)
+            drop_peers &= set(p.get("name") for p in peers)
+            if not drop_nodes and not drop_peers:
+                raise
+            nodes = [n for n in nodes if n["name"] not in drop_nodes]
+            peers = [p for p in peers if p.get("name") not in drop_peers]
+            if skipped is not None:
+                skipped.update((n, str(e)) for n in drop_nodes)
+                skipped.update(("peer " + p, str(e)) for p in drop_peers)
+
+
+def own_plan(nodes, peers, own, options, reports=None, skipped=None):
     """(plan, preshared keys, computed, deposed) of node ``own``, as the push run hands it to the
     host: roaming peers marked, preshared keys split off; plan is None when ``own`` is not a node.
+    Other nodes and peers the engine rejects are left out (``without_conflicts``, into ``skipped``).
 
     ``reports`` ({node: names it publishes as dead}, with leader health on): leaders every other
     leader sees dead are marked unhealthy, so their location elects another (``health.deposed``)."""
     if own not in set(n["name"] for n in nodes):
         return None, {}, None, set()
-    computed = build_plans(nodes, peers, options, only=[own])
+    nodes, peers, computed = without_conflicts(nodes, peers, own, options, skipped)
     out = set()
     if reports is not None:
         out = health.deposed([s["leader"] for s in computed["segments"] if s.get("leader")], reports)

@@ -220,6 +220,10 @@ def unit_text(app, config_path, config, python=PYTHON):
         "SecureBits=noroot-locked",
         "ProtectSystem=strict",
         "ReadWritePaths=%s" % rw,
+        # /run is a tmpfs: after a reboot /run/kilo and /run/wireguard are gone, and under
+        # ProtectSystem=strict the agent could not make them (the plan file, wireguard-go's socket)
+        "RuntimeDirectory=%s" % " ".join(os.path.relpath(p, "/run") for p in WRITABLE),
+        "RuntimeDirectoryPreserve=yes",
         "ProtectHome=yes",
         "PrivateTmp=yes",
         "ProtectKernelLogs=yes",
