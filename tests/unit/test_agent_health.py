@@ -91,3 +91,35 @@ def test_own_plan_elects_another_leader_for_a_deposed_one():
     assert mesh.probe_targets(computed, "a1") == dict(
         (s["leader"], s["wireguard_ip"]) for s in computed["segments"] if s["leader"] != "a1")
     assert mesh.probe_targets(computed, leader_c) == {}
+
+
+# --- liveness (mesh.live): Kilo's 60 s rule, judged only over time the agent could watch ------
+
+def test_live_is_kilos_rule_while_watching():
+    facts = {"last_seen": 1000}
+    assert mesh.live(facts, 1059, 60, watching_since=0, lost_at=0)
+    assert not mesh.live(facts, 1061, 60, watching_since=0, lost_at=0)
+
+
+def test_a_node_live_when_the_watch_broke_gets_the_window_again_from_its_return():
+    facts = {"last_seen": 1000}
+    # the watch broke at 1010 (the node was live), came back at 1100: judged from 1100
+    assert mesh.live(facts, 1150, 60, watching_since=1100, lost_at=1010)
+    assert not mesh.live(facts, 1161, 60, watching_since=1100, lost_at=1010)
+
+
+def test_a_node_dead_before_the_agent_started_is_not_brought_back():
+    facts = {"last_seen": 1000}  # dead for days when the agent starts at 500000
+    assert not mesh.live(facts, 500001, 60, watching_since=500000, lost_at=500000)
+    assert not mesh.live({}, 500001, 60, watching_since=500000, lost_at=500000)  # never checked in
+
+
+def test_not_watching_judges_nobody_and_window_zero_is_push_modes_rule():
+    assert mesh.live({"last_seen": 1}, 10 ** 6, 60, watching_since=None, lost_at=0)
+    assert mesh.live({}, 10 ** 6, 0)
+
+
+def test_a_restarted_prober_keeps_naming_whom_it_named_for_the_hold_down():
+    p = health.Prober(dead_after=20, hold_down=600)
+    p.remember({"c1"}, now=1000)
+    assert p.dead(1500) == {"c1"} and p.dead(1601) == set()

@@ -86,6 +86,11 @@ class Prober(object):
             self.last_ok.pop(name, None)
         self.targets = dict(targets)
 
+    def remember(self, names, now):
+        """Names published before this prober existed: held down as if seen dead ``now``."""
+        for name in names:
+            self.last_dead.setdefault(name, now)
+
     def record(self, answered, now):
         for name in answered:
             self.last_ok[name] = now

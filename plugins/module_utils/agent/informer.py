@@ -83,6 +83,8 @@ class Informer(object):
         # node's last-seen cannot be judged while we could not see its check-ins.
         self.connected = False
         self.connected_since = None
+        # when we last stopped seeing changes: the break of the watch, first the informer's start
+        self.lost_at = time.time()
         self.lists = 0  # full lists made (the first, and one after every 410 or 404)
         self.watches = 0  # watches opened
         self._lock = threading.Lock()
@@ -136,6 +138,8 @@ class Informer(object):
                 if self._stop.is_set():
                     break
                 self.error = "%s: %s" % (type(exc).__name__, exc)
+                if self.connected:
+                    self.lost_at = time.time()
                 self.connected = False
                 self.on_error(self.kind, exc)
                 self.log("%s: %s; retrying in %.0fs" % (self.kind, self.error, backoff))

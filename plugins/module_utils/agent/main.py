@@ -109,6 +109,7 @@ class Agent(object):
         self._peer_names = {}  # public key -> the peer's name in the last plan (metrics labels)
         # beyond Kilo (leader_health): probe the other leaders through the tunnels
         self.prober = None
+        self._seeded = False
         self._probe_lock = threading.Lock()
         if config.get("leader_health"):
             from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import Prober
@@ -198,11 +199,19 @@ class Agent(object):
             watching = self.informers[0]
             nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
                                              self.config["topology_label"], now, self.config["liveness"],
-                                             watching.connected_since if watching.connected else None)
+                                             watching.connected_since if watching.connected else None,
+                                             watching.lost_at)
             peers, skipped_peers = mesh.mesh_peers(peer_objects)
             skipped.update(skipped_peers)
-            self.next_expiry = self.expiry(node_objects, now, watching.connected_since) if watching.connected else None
+            self.next_expiry = (self.expiry(node_objects, now, watching.connected_since, watching.lost_at)
+                                if watching.connected else None)
             reports = mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None
+            if self.prober and not self._seeded:
+                # a restarted agent keeps naming whom it named before (the hold-down would
+                # otherwise end with every restart, and a deposed leader come back at once)
+                with self._probe_lock:
+                    self.prober.remember(mesh.reports_of(node_objects, [self.name])[self.name], now)
+                self._seeded = True
             plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped)
             self.report_skipped(skipped)
             nodes = [n for n in nodes if n["name"] not in skipped]
@@ -295,7 +304,7 @@ class Agent(object):
                      discovered_endpoints=discovered, mtu=mtu)
         return facts, current
 
-    def expiry(self, node_objects, now, watching_since):
+    def expiry(self, node_objects, now, watching_since, lost_at=None):
         """When the next live node's last-seen goes stale (a reconcile then drops it)."""
         window = self.config["liveness"]
         if not window:
@@ -307,7 +316,10 @@ class Agent(object):
                 continue
             seen = (obj.get("metadata", {}).get("annotations") or {}).get(kube_node.LAST_SEEN)
             try:
-                stale = max(int(seen), watching_since) + window
+                seen = int(seen)
+                # as mesh.live: the grace of watched time only for nodes live when we lost sight
+                graced = lost_at is not None and seen + window > lost_at
+                stale = (max(seen, watching_since) if graced else seen) + window
             except (TypeError, ValueError):
                 continue
             if stale > now:

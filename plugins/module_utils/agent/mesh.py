@@ -23,24 +23,29 @@ from ansible_collections.kilo.mesh.plugins.module_utils import nodes as node_tab
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
 
 
-def live(facts, now, window, watching_since=None):
+def live(facts, now, window, watching_since=None, lost_at=None):
     """Kilo's liveness: the node checked in (``last-seen``) less than ``window`` seconds ago.
     ``window`` 0 or None: every node with a key and an endpoint counts (push mode's rule).
 
-    Beyond Kilo: check-ins are only judged over time this agent could see them. A node's
-    age counts from ``watching_since`` (when our watch of Nodes last began without a break) when
-    that is later, so an API server that was away does not make every node look dead the
-    moment it comes back (Kilo's agents then drop each other until they all check in again);
-    ``watching_since`` None (not watching now) judges nobody."""
+    Beyond Kilo: check-ins are only judged over time this agent could see them. A node that was
+    live when we stopped seeing check-ins (``lost_at``: when our watch of Nodes broke, or when
+    the agent started) has its age counted from ``watching_since`` (when the watch began again
+    without a break) when that is later, so an API server that was away does not make every
+    node look dead the moment it comes back (Kilo's agents then drop each other until they all
+    check in again). A node already dead at ``lost_at`` gets no such grace (one dead for days is
+    not brought back, nor elected, at every start). ``watching_since`` None judges nobody."""
     if not window:
         return True
     if watching_since is None:
         return True
-    seen = (facts or {}).get("last_seen")
-    return now - max(seen or 0, watching_since) < window
+    seen = (facts or {}).get("last_seen") or 0
+    if lost_at is not None and seen + window > lost_at:
+        return now - max(seen, watching_since) < window
+    return now - seen < window
 
 
-def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None):
+def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None,
+               lost_at=None):
     """(nodes, skipped) of the Node objects: engine nodes, and {name: reason} of those left out.
 
     A Node whose data cannot be read is left out with its reason, never fatal: one bad
@@ -56,7 +61,7 @@ def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window
                 if facts is None:
                     skipped[name] = "no key or endpoint written on the Node yet"
                     continue
-                if not live(hvars.get("kilo_kubernetes_node"), now, window, watching_since):
+                if not live(hvars.get("kilo_kubernetes_node"), now, window, watching_since, lost_at):
                     skipped[name] = "last-seen older than %ds" % window
                     continue
             nodes.append(node_table.node_from_host(name, hvars, facts, "", port))

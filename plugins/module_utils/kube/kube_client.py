@@ -247,6 +247,9 @@ def json_call(call, method, path, *args, **kwargs):
         raise KubeError("%s %s: not JSON: %s" % (method, path, e))
 
 
+PATCH_TIMEOUT = 30  # seconds: a dead pooled connection must not hold the agent's loop for long
+
+
 def merge_patch_node(client, name, body):
     """A JSON merge patch of Node ``name`` (a ``None`` value removes an annotation); the Node after it.
 
@@ -258,12 +261,12 @@ def merge_patch_node(client, name, body):
     try:
         try:
             response = api.patch_node(name, body, _content_type="application/merge-patch+json",
-                                      _preload_content=False)
+                                      _preload_content=False, _request_timeout=PATCH_TIMEOUT)
         except TypeError:
             response = client.call_api("/api/v1/nodes/{name}", "PATCH", {"name": name}, [],
                                        {"Accept": "application/json", "Content-Type": "application/merge-patch+json"},
                                        body=body, auth_settings=["BearerToken"], _preload_content=False,
-                                       _return_http_data_only=True)
+                                       _return_http_data_only=True, _request_timeout=PATCH_TIMEOUT)
     except ApiException as e:
         raise call_error(e, "PATCH", path, "node %r" % name)
     except Urllib3Error as e:
