@@ -127,7 +127,5 @@ def has_client_config(client_options):
     """Whether the controller has any Kubernetes client configuration (options, environment,
     in-cluster files or the default config file)."""
     auth = kube_client.auth_options(client_options)
-    if auth["kubeconfig"] or auth["context"] or auth["host"] or kube_client.in_cluster():
-        return True
-    default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config"
-    return os.path.exists(os.path.expanduser(default))
+    return bool(auth["kubeconfig"] or auth["context"] or auth["host"] or kube_client.in_cluster()
+                or kube_client.default_kubeconfig())

@@ -94,6 +94,17 @@ def make_pki(directory, address="127.0.0.1"):
     return paths
 
 
+def _terminate(proc, timeout=15):
+    """Stop a process this module started: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+
+
 class ApiServer:
     """etcd + kube-apiserver for one test session (or the cluster of $KILO_TEST_KUBECONFIG).
 
@@ -148,13 +159,7 @@ class ApiServer:
         """Stop the processes this object started (by PID, newest first) and drop the tempdir."""
         while self._procs:
             _name, proc, _log = self._procs.pop()
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=15)
+            _terminate(proc)
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
@@ -265,12 +270,7 @@ class ApiServer:
         """Stop kube-apiserver alone (etcd keeps the cluster's state): the API server is away."""
         for i, (name, proc, _log) in enumerate(self._procs):
             if name == "kube-apiserver":
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=15)
+                _terminate(proc)
                 del self._procs[i]
                 return
 

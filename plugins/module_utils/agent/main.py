@@ -192,7 +192,7 @@ class Agent(object):
         now = self.clock()
         self.retry_at = None
         try:
-            facts, current = self.own_facts()
+            facts = self.own_facts()
             node_objects = self.informers[0].snapshot()
             peer_objects = self.informers[1].snapshot()
             options = self.config["options"]
@@ -233,8 +233,7 @@ class Agent(object):
                 if result["changed"]:
                     log("converged: %s" % json.dumps(result["changes"], sort_keys=True))
                 self.applied = digest
-                current = None  # read again for the write-back: the interface may be new
-            self.write_back(facts, nodes, plan, now, current)
+            self.write_back(nodes, plan, now)
             self.metrics.nodes.set(len(nodes))
             self.metrics.peers.set(len(peers))
             self.metrics.leader.set(1 if plan.get("leader") else 0)
@@ -284,7 +283,8 @@ class Agent(object):
             self._kept = text
 
     def own_facts(self):
-        """This host's public facts, as kilo.mesh.key reports them, and its WireGuard reading."""
+        """This host's public facts, as kilo.mesh.key reports them (its WireGuard reading feeds the
+        per-peer metrics)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.host import report
         from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
         key_options = self.config["key"]
@@ -300,15 +300,17 @@ class Agent(object):
             (self._peer_names.get(p["public_key"], ""), p["public_key"], p.get("latest_handshake") or 0,
              p.get("rx_bytes") or 0,
              p.get("tx_bytes") or 0) for p in (current or {}).get("peers", [])]
-        facts = dict(public_key=key["public_key"], internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
-                     discovered_endpoints=discovered, mtu=mtu)
-        return facts, current
+        # the public part of what kilo.mesh.key would report, in the same shape the push run uses
+        from ansible_collections.kilo.mesh.plugins.module_utils.nodes import facts_from_result
+        return facts_from_result(dict(public_key=key["public_key"], internal_ip=ips["internal_ip"],
+                                      external_ip=ips["external_ip"], discovered_endpoints=discovered, mtu=mtu))
 
     def expiry(self, node_objects, now, watching_since, lost_at=None):
         """When the next live node's last-seen goes stale (a reconcile then drops it)."""
         window = self.config["liveness"]
         if not window:
             return None
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.mesh import stale_at
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
         times = []
         for name, obj in node_objects.items():
@@ -316,10 +318,7 @@ class Agent(object):
                 continue
             seen = (obj.get("metadata", {}).get("annotations") or {}).get(kube_node.LAST_SEEN)
             try:
-                seen = int(seen)
-                # as mesh.live: the grace of watched time only for nodes live when we lost sight
-                graced = lost_at is not None and seen + window > lost_at
-                stale = (max(seen, watching_since) if graced else seen) + window
+                stale = stale_at(int(seen), window, watching_since, lost_at)
             except (TypeError, ValueError):
                 continue
             if stale > now:
@@ -341,7 +340,7 @@ class Agent(object):
             log("%s is back in the mesh" % (name if name.startswith("peer ") else "node " + name))
         self.skipped = dict(skipped)
 
-    def write_back(self, facts, nodes, plan, now, current):
+    def write_back(self, nodes, plan, now):
         """Our Node's agent annotations; patched when they differ, and last-seen every check-in."""
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
         own = [n for n in nodes if n["name"] == self.name][0]

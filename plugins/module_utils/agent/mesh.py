@@ -38,10 +38,13 @@ def live(facts, now, window, watching_since=None, lost_at=None):
         return True
     if watching_since is None:
         return True
-    seen = (facts or {}).get("last_seen") or 0
-    if lost_at is not None and seen + window > lost_at:
-        return now - max(seen, watching_since) < window
-    return now - seen < window
+    return now < stale_at((facts or {}).get("last_seen") or 0, window, watching_since, lost_at)
+
+
+def stale_at(seen, window, watching_since, lost_at):
+    """When a node that last checked in at ``seen`` goes stale (``live`` says how)."""
+    graced = lost_at is not None and seen + window > lost_at
+    return (max(seen, watching_since) if graced else seen) + window
 
 
 def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None,

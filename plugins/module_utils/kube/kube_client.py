@@ -80,6 +80,12 @@ def in_cluster(environ=None):
     return bool(environ.get("KUBERNETES_SERVICE_HOST")) and os.path.isfile(SERVICE_ACCOUNT_TOKEN)
 
 
+def default_kubeconfig():
+    """The client library's default config file ($KUBECONFIG's first, else ~/.kube/config) when it exists."""
+    path = os.path.expanduser(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config")
+    return path if os.path.exists(path) else None
+
+
 def _require():
     if not HAS_KUBERNETES:
         raise KubeError("the Python library 'kubernetes' is needed on the controller (pip install kubernetes): %s"
@@ -99,8 +105,7 @@ def configuration(options=None):
                                                client_configuration=cfg, persist_config=False)
         elif in_cluster():
             kubernetes.config.load_incluster_config(client_configuration=cfg)
-        elif os.path.exists(os.path.expanduser(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-                                               or "~/.kube/config")):
+        elif default_kubeconfig():
             kubernetes.config.load_kube_config(client_configuration=cfg, persist_config=False)
         elif not auth["host"]:
             raise KubeError("no Kubernetes client configuration: give kubeconfig, or host and api_key"
