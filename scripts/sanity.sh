@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dest=.build/sanity/ansible_collections/kilo/mesh
-rm -rf .build/sanity
+# A copy per run (several checkouts' or engineers' runs at once must not clobber each other).
+work=.build/sanity-$$
+dest=$work/ansible_collections/kilo/mesh
+rm -rf "$work"
+trap 'rm -rf "$root/$work"' EXIT
 mkdir -p "$dest"
 # What ships: tracked (or trackable) files minus galaxy.yml's build_ignore.
 .venv/bin/python - <<'PY' | rsync -a --from0 --files-from=- ./ "$dest/"

@@ -117,3 +117,28 @@ def stop(lab, host, pid, sig=signal.SIGTERM, timeout=30):
         assert time.monotonic() < deadline, "%s: pid %d still running %d s after signal %d" % (
             host, pid, timeout, sig)
         time.sleep(0.2)
+
+
+def kg_argv(kg, name, kubeconfig=KUBECONFIG_IN_HOST):
+    """kg's flags as Kilo's userspace DaemonSet passes them, for this lab (no IPIP, no CNI)."""
+    return [kg, "--kubeconfig=" + kubeconfig, "--hostname=" + name,
+            "--create-interface=false", "--encapsulate=never", "--cni=false",
+            "--mesh-granularity=location", "--listen=127.0.0.1:1107"]
+
+
+def prepare_node(lab, name):
+    """What a Kubernetes node with Kilo's userspace DaemonSet has and a bare lab host lacks."""
+    h = lab.hosts[name]
+    # Kilo picks its addresses from the default route's interface and refuses to start without one;
+    # the fabric has no route onward, so nothing leaves the lab.
+    uplink = "eth1" if h["public_ip"] else "eth0"
+    for argv in (["ip", "route", "replace", "default", "dev", uplink],
+                 ["sysctl", "-qw", "net.ipv4.ip_forward=1"]):  # kubeadm's preflight demands forwarding
+        done = lab.run(name, argv)
+        assert done.returncode == 0, (name, argv, done.stderr)
+    start(lab, name, ["wireguard-go", "-f", "kilo0"], "/var/log/wireguard-go.log",
+          env={"WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD": "1"})
+    deadline = time.monotonic() + 15
+    while lab.run(name, ["ip", "link", "show", "kilo0"]).returncode != 0:
+        assert time.monotonic() < deadline, "%s: wireguard-go made no kilo0 in 15 s" % name
+        time.sleep(0.2)

@@ -29,6 +29,7 @@ PREFIX = os.environ.get("KILO_TEST_PREFIX_AGENT", "kag")  # overridable: two che
 JOINER = "gcp-3"  # a lab host that becomes a Node only in test_a_node_joins
 GROUP = (kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL)
 RESYNC = 30
+KGCTL_IDLE = 300  # the issue asks for kgctl to agree 5 minutes after the last Ansible run
 
 
 @pytest.fixture(scope="module")
@@ -233,8 +234,9 @@ def test_kilos_kgctl_reads_the_cluster_long_after_the_last_run(cluster, api):
     if not kgctl or not os.access(kgctl, os.X_OK):
         pytest.skip("KILO_KGCTL is not set: build Kilo's cmd/kgctl (github.com/squat/kilo), set KILO_KGCTL")
     lab, server, _inventory = cluster
-    # past kgctl's 60 s window since the last Ansible run: only the agents keep last-seen fresh
-    time.sleep(max(0.0, 95 - (time.time() - agentlab.LAST_RUN[0])))
+    # five minutes past the last Ansible run (kgctl counts Nodes seen in the last 60 s): only the
+    # agents keep last-seen fresh
+    time.sleep(max(0.0, KGCTL_IDLE - (time.time() - agentlab.LAST_RUN[0])))
     idle = time.time() - agentlab.LAST_RUN[0]
     hosts = members(lab, api)
     for leader in kubelab.leaders(api, hosts):

@@ -44,25 +44,6 @@ class Cluster:
         self.lab, self.inventory, self.agents, self.kilo_keys = lab, inventory, {}, {}
 
 
-def prepare_node(lab, name):
-    """What a Kubernetes node with Kilo's userspace DaemonSet has and a bare lab host lacks."""
-    h = lab.hosts[name]
-    # Kilo picks its addresses from the default route's interface and refuses to start without one;
-    # the fabric has no route onward, so nothing leaves the lab.
-    uplink = "eth1" if h["public_ip"] else "eth0"
-    for argv in (["ip", "route", "replace", "default", "dev", uplink],
-                 ["sysctl", "-qw", "net.ipv4.ip_forward=1"]):  # kubeadm's preflight demands forwarding
-        done = lab.run(name, argv)
-        assert done.returncode == 0, (name, argv, done.stderr)
-    kubelab.start(lab, name, ["wireguard-go", "-f", "kilo0"], "/var/log/wireguard-go.log",
-                  env={"WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD": "1"})
-    eventually(lambda: _assert_ok(lab.run(name, ["ip", "link", "show", "kilo0"])), 15)
-
-
-def _assert_ok(done):
-    assert done.returncode == 0, done.stderr
-
-
 def _assert_equal(got, want):
     assert got == want, (got, want)
 
@@ -76,23 +57,16 @@ def cluster(kube, admin):
         with kubelab.ApiTunnels(lab, kube):
             for name in lab.hosts:
                 kubelab.install_kubeconfig(lab, name, kube)
-                prepare_node(lab, name)
+                kubelab.prepare_node(lab, name)
             try:
                 yield state
             finally:
                 stop_agents(state, signal.SIGKILL)
 
 
-def kg_argv(name):
-    """kg's flags as Kilo's userspace DaemonSet passes them, for this lab (no IPIP, no CNI)."""
-    return [KG, "--kubeconfig=" + kubelab.KUBECONFIG_IN_HOST, "--hostname=" + name,
-            "--create-interface=false", "--encapsulate=never", "--cni=false",
-            "--mesh-granularity=location", "--listen=127.0.0.1:1107"]
-
-
 def start_agents(cluster, phase):
     for name in sorted(cluster.lab.hosts):
-        cluster.agents[name] = kubelab.start(cluster.lab, name, kg_argv(name), "/var/log/kg-%s.log" % phase)
+        cluster.agents[name] = kubelab.start(cluster.lab, name, kubelab.kg_argv(KG, name), "/var/log/kg-%s.log" % phase)
 
 
 def stop_agents(cluster, sig):
