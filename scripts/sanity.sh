@@ -43,4 +43,12 @@ subprocess.check_call([sys.executable, "-m", "ensurepip", "--default-pip"], stdo
 args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
 subprocess.check_call([sys.executable, "-m", "pip", "install", "-q"] + args)
 PY
+# The collection's docs as the Ansible docsite builds them: the extra docs (docs/docsite) and every
+# plugin's and role's documentation (markup, references), on the same copy of what ships.
+docs_rc=0
+PATH="$root/.venv/bin:$PATH" "$root/.venv/bin/antsibull-docs" lint-collection-docs --plugin-docs \
+  --check-extra-docs-refs . || docs_rc=$?
+[ "$docs_rc" -eq 0 ] && echo "sanity: antsibull-docs lint-collection-docs: ok" \
+  || echo "sanity: antsibull-docs lint-collection-docs failed (exit $docs_rc)" >&2
 "$venv/bin/ansible-test" sanity --local --requirements --python 3.12 --color no "$@"
+exit "$docs_rc"

@@ -6,7 +6,8 @@ table (plugins/module_utils/nodes.py):
   and PLAN (literal YAML: ansible-test reads doc fragments as text), and NODE_VARS (the node
   variables as notes, for kilo.mesh.topology and the inventory plugin kilo.mesh.kubernetes);
 * roles/*/meta/argument_specs.yml - the roles' variables;
-* README.md - the node variables between its "node variables" markers.
+* docs/docsite/rst/guide_push.rst - the node variables between its "node variables" markers (the
+  collection docs' page on the inventory's variables).
 
 `make specs` runs it; tests/unit/test_options.py fails when the files differ from the table.
 `--check` only compares.
@@ -77,28 +78,31 @@ def role_file(role):
     return "---\n" + dump(options.role_argument_specs(role))
 
 
-README_BEGIN = "<!-- node variables: written by scripts/specs.py from plugins/module_utils/nodes.py -->\n"
-README_END = "<!-- end of node variables -->\n"
+NODE_VARS_PAGE = os.path.join("docs", "docsite", "rst", "guide_push.rst")
+NODE_VARS_BEGIN = ".. node variables: written by scripts/specs.py from plugins/module_utils/nodes.py\n"
+NODE_VARS_END = ".. end of node variables\n"
 
 
-def readme_file(path):
-    """README.md with the node variables between its markers, one list item each."""
+def node_vars_page(path):
+    """The docs page with the node variables between its markers (RST comments), one list item each."""
     text = open(path).read()
-    head, begin, rest = text.partition(README_BEGIN)
-    dummy, end, tail = rest.partition(README_END)
-    assert begin and end, "README.md lacks the node variable markers"
-    items = "".join("- %s\n" % _markdown(line) for line in nodes.doc_lines())
-    return head + begin + items + end + tail
+    head, begin, rest = text.partition(NODE_VARS_BEGIN)
+    dummy, end, tail = rest.partition(NODE_VARS_END)
+    assert begin and end, "%s lacks the node variable markers" % path
+    items = "".join("- %s\n" % _rst(line) for line in nodes.doc_lines())
+    return head + begin + "\n" + items + "\n" + end + tail
 
 
-def _markdown(line):
-    """ansible-doc's C(), V() and M() markup as Markdown code."""
-    return re.sub(r"\b[CVM]\(([^)]*)\)", r"`\1`", line)
+def _rst(line):
+    """ansible-doc's C(), V() and M() markup as the docsite's RST: literals, values, module links."""
+    line = re.sub(r"\bC\(([^)]*)\)", r"``\1``", line)
+    line = re.sub(r"\bV\(([^)]*)\)", r":ansval:`\1`", line)
+    return re.sub(r"\bM\(([^)]*)\)", r":ansplugin:`\1#module`", line)
 
 
 def targets():
     yield os.path.join(ROOT, "plugins", "doc_fragments", "options.py"), fragment_file()
-    yield os.path.join(ROOT, "README.md"), readme_file(os.path.join(ROOT, "README.md"))
+    yield os.path.join(ROOT, NODE_VARS_PAGE), node_vars_page(os.path.join(ROOT, NODE_VARS_PAGE))
     for role in options.ROLES:
         yield os.path.join(ROOT, "roles", role, "meta", "argument_specs.yml"), role_file(role)
 

@@ -429,7 +429,7 @@ def annotation_facts(hvars):
     the host variable ``kilo_kubernetes_node`` of the inventory plugin kilo.mesh.kubernetes.
 
     None unless it holds a public key and an endpoint (Kilo's agent needs both to use a node).
-    Its last-seen time and the Node's Ready condition are not consulted (README, Kubernetes).
+    Its last-seen time and the Node's Ready condition are not consulted (docs/docsite/rst/guide_kubernetes.rst, Liveness).
     """
     written = hvars.get("kilo_kubernetes_node")
     if not isinstance(written, dict) or not written.get("public_key") or not written.get("endpoint"):

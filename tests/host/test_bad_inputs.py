@@ -1,7 +1,7 @@
 """Bad inventory input stops site.yml before any host is touched, with the host and the variable
 named. The example inventory's hosts do not exist, so reaching any of them would show as
 UNREACHABLE: every case below must fail in kilo.mesh.validate, the play's first task.
-README's "Bad inputs" table lists these cases."""
+docs/docsite/rst/guide_bad_inputs.rst lists these cases (tests/unit/test_docs.py keeps the two equal)."""
 import os
 import subprocess
 

@@ -104,7 +104,7 @@ def pinned_routes(entries, covered, main_routes, interface, subject):
         try:
             ip = ipaddress.ip_address(host)
         except ValueError:
-            continue  # a DNS name: resolved by WireGuard, not pinned (README: a limit)
+            continue  # a DNS name: resolved by WireGuard, not pinned (a limit: docs/docsite/rst/guide_connect.rst)
         if not any(ip in net for net in covered):
             continue
         table = main_routes() if table is None else table
