@@ -116,4 +116,4 @@ class ActionModule(KiloAction):
         key = dict((k, args[k]) for k in names("key") if k in argument_spec("key") and k != "prepare")
         return dict(node=node, options=engine_options(args), settings=settings, key=key,
                     resync_period=args["agent_resync_period"], listen=args["agent_listen"],
-                    leader_health=args["leader_health"])
+                    leader_health=args["leader_health"], leader_handshake_timeout=args["leader_handshake_timeout"])

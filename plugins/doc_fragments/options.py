@@ -157,6 +157,9 @@ options:
       - With C(leader_health) - a host whose latest WireGuard handshakes with every other node it peers with (as
         reported by M(kilo.mesh.key) in this run) are older than this many seconds, or never happened, counts as
         down too. V(0) turns this test off.
+      - 'In agent mode, a value other than V(0) makes the agents judge the other leaders by the age of their latest
+        handshake alone, instead of probing them: for meshes that filter ICMP through the tunnel. Use V(180) or
+        more (a live session handshakes every 2 minutes).'
       - 'Set persistent keepalive on the nodes (C(kilo_persistent_keepalive)) when using it: without traffic WireGuard
         does not handshake, and an idle healthy leader would look stale.'
       - At least V(0).
@@ -491,6 +494,20 @@ options:
       - Defaults to the inventory variable C(kilo_leader_health), then to the default below.
     type: bool
     default: false
+  leader_handshake_timeout:
+    description:
+      - With C(leader_health) - a host whose latest WireGuard handshakes with every other node it peers with (as
+        reported by M(kilo.mesh.key) in this run) are older than this many seconds, or never happened, counts as
+        down too. V(0) turns this test off.
+      - 'In agent mode, a value other than V(0) makes the agents judge the other leaders by the age of their latest
+        handshake alone, instead of probing them: for meshes that filter ICMP through the tunnel. Use V(180) or
+        more (a live session handshakes every 2 minutes).'
+      - 'Set persistent keepalive on the nodes (C(kilo_persistent_keepalive)) when using it: without traffic WireGuard
+        does not handshake, and an idle healthy leader would look stale.'
+      - At least V(0).
+      - Defaults to the inventory variable C(kilo_leader_handshake_timeout), then to the default below.
+    type: int
+    default: 0
   agent_node:
     description:
       - Name of this host's Kubernetes Node, which the agent watches and annotates; the inventory name when not

@@ -126,10 +126,13 @@ OPTIONS = dict([
         " those it sees dead on its Node; a leader every other leader (at least two) sees dead for 20 s"
         " loses leadership to a healthy member of its location for 10 minutes."],
         default=False),
-    _option("leader_handshake_timeout", ("inputs",), "int", [
+    _option("leader_handshake_timeout", ("inputs", "agent"), "int", [
         "With C(leader_health) - a host whose latest WireGuard handshakes with every other node it peers"
         " with (as reported by M(kilo.mesh.key) in this run) are older than this many seconds, or never"
         " happened, counts as down too. V(0) turns this test off.",
+        "In agent mode, a value other than V(0) makes the agents judge the other leaders by the age of"
+        " their latest handshake alone, instead of probing them: for meshes that filter ICMP through"
+        " the tunnel. Use V(180) or more (a live session handshakes every 2 minutes).",
         "Set persistent keepalive on the nodes (C(kilo_persistent_keepalive)) when using it: without"
         " traffic WireGuard does not handshake, and an idle healthy leader would look stale."],
         default=0, bounds=(0, None)),

@@ -123,3 +123,50 @@ def test_a_restarted_prober_keeps_naming_whom_it_named_for_the_hold_down():
     p = health.Prober(dead_after=20, hold_down=600)
     p.remember({"c1"}, now=1000)
     assert p.dead(1500) == {"c1"} and p.dead(1601) == set()
+
+
+def test_handshake_watch_names_a_leader_whose_latest_handshake_is_too_old():
+    times = {"KEY-B": 1000, "KEY-C": 1000}
+    watch = health.HandshakeWatch("kilo0", timeout=180, hold_down=600, read=lambda interface: dict(times))
+    watch.set_targets({"b": "KEY-B", "c": "KEY-C", "d": "KEY-D"}, now=1000)
+    watch.record(watch.probe(), now=1100)
+    assert watch.dead(1100) == set()  # b and c handshook 100 s ago; d is still in its grace
+    times["KEY-B"] = 1250  # b keeps handshaking, c stops, d never starts
+    watch.record(watch.probe(), now=1300)
+    assert watch.dead(1300) == {"c", "d"}
+    times["KEY-C"] = 1310  # c is back: held down all the same
+    watch.record(watch.probe(), now=1320)
+    assert watch.dead(1320) == {"c", "d"}
+    assert watch.dead(1300 + 601) == {"d"}  # c's hold-down is over; d was last seen dead at 1320
+    assert watch.dead(1320 + 601) == set()
+
+
+def test_probe_targets_give_keys_for_the_handshake_judge():
+    computed = {"segments": [
+        {"leader": "a", "wireguard_ip": "10.4.0.1", "public_key": "KA"},
+        {"leader": "b", "wireguard_ip": "10.4.0.2", "public_key": "KB"}]}
+    assert mesh.probe_targets(computed, "a", "public_key") == {"b": "KB"}
+    assert mesh.probe_targets(computed, "a") == {"b": "10.4.0.2"}
+    assert mesh.probe_targets(computed, "x", "public_key") == {}
+
+
+def test_a_deposition_applies_once_it_has_held_the_settle_time():
+    settle = health.Settle(after=10)
+    assert settle({"gcp-1"}, now=100) == set()
+    assert settle.due(100) == 110.1  # the agent wakes then to apply it
+    assert settle({"gcp-1"}, now=105) == set()
+    assert settle({"gcp-1"}, now=110) == {"gcp-1"}
+    assert settle.due(110) is None  # nothing pending: no wake-up (no busy loop)
+
+
+def test_a_moment_of_one_sided_reports_deposes_nobody():
+    # every tunnel dies at once: two judges publish before the third, whose report names them all
+    settle = health.Settle(after=10)
+    judges = ["a", "b", "c"]
+    first = health.deposed(judges, {"a": {"b", "c"}, "b": {"a", "c"}, "c": set()})
+    assert first == {"c"}  # the rule alone would depose c for that moment
+    assert settle(first, now=0) == set()
+    then = health.deposed(judges, {"a": {"b", "c"}, "b": {"a", "c"}, "c": {"a", "b"}})
+    assert then == set()
+    assert settle(then, now=1) == set() and settle.due(1) is None
+    assert settle(set(), now=20) == set()

@@ -6,14 +6,16 @@ in, but whose tunnels every other location sees dead, loses leadership to a heal
 location. Kilo never fails over in that case; its location is cut off until someone notices.
 
 Each leader probes the other segments' leaders through the tunnel (ICMP echo to their WireGuard
-address, which only a working tunnel carries) and publishes on its own Node the leaders it has
+address, which only a working tunnel carries; or, with a handshake timeout set, reads the age of
+its latest WireGuard handshake with each: ``HandshakeWatch``) and publishes on its own Node the leaders it has
 seen dead (annotation ``UNREACHABLE``, a sorted comma-separated list of node names). Every agent
 then decides from what the API holds alone, so all reach the same choice:
 
 * the judges are the leaders of the mesh computed with every node healthy;
 * a leader is deposed when every other judge names it, and at least two do (with two locations,
   each end sees the other dead and nobody can tell which end is broken);
-* nobody is deposed when every judge is named (an idle or cut-off mesh, not one broken leader).
+* nobody is deposed when every judge is named (an idle or cut-off mesh, not one broken leader);
+* a deposition applies once it has held ``SETTLE`` seconds (reports arrive one at a time).
 
 A judge keeps naming a leader for ``HOLD_DOWN`` seconds after it last saw it dead: once deposed,
 a leader is no longer probed (it leads nothing), and without the hold-down it would be chosen
@@ -37,6 +39,7 @@ PROBE_INTERVAL = 5.0
 PROBE_TIMEOUT = 1.0
 DEAD_AFTER = 20.0  # no answer for this long: dead
 HOLD_DOWN = 600.0
+SETTLE = 2 * PROBE_INTERVAL  # a deposition applies once it has held this long (Settle)
 
 
 def parse_names(value):
@@ -59,6 +62,28 @@ def deposed(leaders, reports):
     if out and out == judges:
         return set()
     return out
+
+
+class Settle(object):
+    """Deposition once it has held ``after`` seconds: the reports reach the API one by one, and when
+    several tunnels die at once (a cut-off mesh, an idle one) the first reports can name one leader
+    by every other judge for the moment before its own report, naming them all, arrives. Without
+    the wait that moment deposes it and elects it again a second later. Every agent sees the same
+    reports within the watch's latency, so all still decide alike, ``after`` seconds later."""
+
+    def __init__(self, after=SETTLE):
+        self.after = after
+        self.since = {}  # name -> when this agent first saw it deposable
+
+    def __call__(self, names, now):
+        self.since = dict((n, self.since.get(n, now)) for n in names)
+        return set(n for n, t in self.since.items() if now - t >= self.after)
+
+    def due(self, now):
+        """When the next deposition still pending at ``now`` settles (a reconcile then applies
+        it), or None."""
+        pending = [t + self.after for t in self.since.values() if t + self.after > now]
+        return min(pending) + 0.1 if pending else None
 
 
 class Prober(object):
@@ -92,8 +117,10 @@ class Prober(object):
             self.last_dead.setdefault(name, now)
 
     def record(self, answered, now):
-        for name in answered:
-            self.last_ok[name] = now
+        """``answered``: the names that answered now, or {name: when it last answered}."""
+        times = answered if isinstance(answered, dict) else dict.fromkeys(answered, now)
+        for name, when in times.items():
+            self.last_ok[name] = max(when, self.last_ok.get(name, 0))
         for name in self.targets:
             if now - max(self.last_ok.get(name, 0), self.since[name]) > self.dead_after:
                 self.last_dead[name] = now
@@ -140,6 +167,33 @@ class Prober(object):
         finally:
             sock.close()
         return answered
+
+
+class HandshakeWatch(Prober):
+    """The same judge by WireGuard handshake ages alone, for meshes where probes cannot pass (ICMP
+    filtered) or are not wanted: a leader whose latest handshake with us is older than ``timeout``
+    seconds is dead. A live WireGuard session handshakes again every 2 minutes while traffic flows
+    (persistent keepalive is traffic), so a timeout of 180 s or more needs keepalive set on the
+    leaders and names a dead tunnel within about ``timeout`` + one read.
+
+    Targets are {leader name: its public key}; ``probe`` reads our interface instead of sending."""
+
+    def __init__(self, interface, timeout, hold_down=HOLD_DOWN, read=None):
+        super(HandshakeWatch, self).__init__(dead_after=timeout, hold_down=hold_down)
+        self.interface = interface
+        self._read = read or _handshake_times
+
+    def probe(self):
+        """{leader name: epoch of its latest handshake with us} (leaders never met are left out)."""
+        times = self._read(self.interface)
+        return dict((name, times[key]) for name, key in self.targets.items() if times.get(key))
+
+
+def _handshake_times(interface):
+    """{public key: epoch of the latest handshake} of our WireGuard interface."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import report
+    current = report.wireguard_reading(interface)[0]
+    return dict((p["public_key"], p["latest_handshake"]) for p in current.get("peers", []) if p.get("latest_handshake"))
 
 
 def _echo(kind, ident, seq):

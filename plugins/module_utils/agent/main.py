@@ -111,9 +111,16 @@ class Agent(object):
         self.prober = None
         self._seeded = False
         self._probe_lock = threading.Lock()
+        self._probe_field = "wireguard_ip"
         if config.get("leader_health"):
-            from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import Prober
-            self.prober = Prober()
+            from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
+            self.settle = health.Settle()
+            if config.get("leader_handshake_timeout"):
+                # handshake ages alone: no probe leaves the host
+                self.prober = health.HandshakeWatch(config["key"]["interface"], config["leader_handshake_timeout"])
+                self._probe_field = "public_key"
+            else:
+                self.prober = health.Prober()
 
     # -- events ----------------------------------------------------------------------------------
     def changed(self, kind):
@@ -158,7 +165,8 @@ class Agent(object):
         floor = 0.0
         while not self.stop_event.is_set():
             now = self.clock()
-            deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at) if t]
+            settles = self.settle.due(now) if self.prober else None
+            deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at, settles) if t]
             timeout = max(floor, min(deadlines) - now)
             if self.wakeup.wait(timeout):
                 # a burst of events (a Node and its Peers, a rolling update) is one reconcile
@@ -212,14 +220,16 @@ class Agent(object):
                 with self._probe_lock:
                     self.prober.remember(mesh.reports_of(node_objects, [self.name])[self.name], now)
                 self._seeded = True
-            plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped)
+            settle = functools.partial(self.settle, now=now) if self.prober else None
+            plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped,
+                                                               settle)
             self.report_skipped(skipped)
             nodes = [n for n in nodes if n["name"] not in skipped]
             peers = [p for p in peers if "peer " + str(p.get("name")) not in skipped]
             if self.prober:
                 self.note("leaders deposed (every other leader sees them dead): %s"
                           % (", ".join(sorted(deposed)) or "none"))
-                self.prober_targets(mesh.probe_targets(computed, self.name))
+                self.prober_targets(mesh.probe_targets(computed, self.name, self._probe_field))
             if plan is None:
                 self.metrics.health = (False, "node %s is not in the mesh: %s" % (
                     self.name, skipped.get(self.name, "no Node of that name")))

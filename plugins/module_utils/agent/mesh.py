@@ -116,19 +116,22 @@ def without_conflicts(nodes, peers, own, options, skipped=None):
                 skipped.update(("peer " + p, str(e)) for p in drop_peers)
 
 
-def own_plan(nodes, peers, own, options, reports=None, skipped=None):
+def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None):
     """(plan, preshared keys, computed, deposed) of node ``own``, as the push run hands it to the
     host: roaming peers marked, preshared keys split off; plan is None when ``own`` is not a node.
     Other nodes and peers the engine rejects are left out (``without_conflicts``, into ``skipped``).
 
     ``reports`` ({node: names it publishes as dead}, with leader health on): leaders every other
-    leader sees dead are marked unhealthy, so their location elects another (``health.deposed``)."""
+    leader sees dead are marked unhealthy, so their location elects another (``health.deposed``);
+    ``settle(names)`` keeps those whose deposition has held long enough (``health.Settle``)."""
     if own not in set(n["name"] for n in nodes):
         return None, {}, None, set()
     nodes, peers, computed = without_conflicts(nodes, peers, own, options, skipped)
     out = set()
     if reports is not None:
         out = health.deposed([s["leader"] for s in computed["segments"] if s.get("leader")], reports)
+        if settle is not None:
+            out = settle(out)
         if out:
             nodes = [dict(n, healthy=False) if n["name"] in out else n for n in nodes]
             computed = build_plans(nodes, peers, options, only=[own])
@@ -146,10 +149,12 @@ def reports_of(node_objects, names):
     return out
 
 
-def probe_targets(computed, own):
-    """{leader: WireGuard address} of the other segments, when ``own`` leads its own; else {}."""
+def probe_targets(computed, own, field="wireguard_ip"):
+    """{leader: its segment's ``field``} of the other segments, when ``own`` leads its own; else {}.
+    ``field`` is what the judge needs: the WireGuard address (probes) or the public key
+    (handshake ages)."""
     segments = computed["segments"] if computed else []
     if not any(s.get("leader") == own for s in segments):
         return {}
-    return dict((s["leader"], s["wireguard_ip"]) for s in segments
-                if s.get("leader") and s["leader"] != own and s.get("wireguard_ip"))
+    return dict((s["leader"], s[field]) for s in segments
+                if s.get("leader") and s["leader"] != own and s.get(field))
