@@ -15,3 +15,5 @@ echo "== host read beside 100,000 foreign routes (first converge and re-run; nee
 .venv/bin/python bench/bench_netstate.py 100000
 echo "== agent mode: stopwatches on a 2x2 lab, then one agent's cost among 1,000 Nodes (needs root)"
 .venv/bin/python bench/bench_agent.py
+echo "== agent mode: a leader dark, a leader not forwarding: p50/p95 of the time its location is cut off (needs root)"
+.venv/bin/python bench/bench_failover.py

@@ -170,3 +170,24 @@ def test_a_moment_of_one_sided_reports_deposes_nobody():
     assert then == set()
     assert settle(then, now=1) == set() and settle.due(1) is None
     assert settle(set(), now=20) == set()
+
+
+def test_a_second_broken_leader_is_deposed_by_the_leaders_that_replaced_the_first():
+    nodes = [_node("a1", "a", 0), _node("a2", "a", 4), _node("b1", "b", 1), _node("b2", "b", 5),
+             _node("c1", "c", 2), _node("c2", "c", 3)]
+    options = {"encapsulate": "never"}
+    _plan, _psk, computed, _deposed = mesh.own_plan(nodes, [], "a1", options, {})
+    first = dict((s["location"], s["leader"]) for s in computed["segments"])
+    # c's leader broke first and was deposed (the others still name it: hold-down); its stand-in
+    # leads c and judges. Then a's leader breaks: the judges now are b's leader and c's stand-in.
+    _plan, _psk, computed, _deposed = mesh.own_plan(nodes, [], "a1", options, {
+        first["a"]: {first["c"]}, first["b"]: {first["c"]}})
+    stand_in = [s["leader"] for s in computed["segments"] if s["location"] == "c"][0]
+    assert stand_in != first["c"]
+    reports = {first["a"]: {first["c"], first["b"], stand_in}, first["b"]: {first["c"], first["a"]},
+               stand_in: {first["a"]}}
+    for own in ("b1", "b2", "c1", "c2", "a1", "a2"):  # every node reaches the same choice
+        _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], own, options, reports)
+        assert deposed == {first["a"], first["c"]}, own
+        leaders = dict((s["location"], s["leader"]) for s in computed["segments"])
+        assert leaders["a"] != first["a"] and leaders["c"] == stand_in and leaders["b"] == first["b"], own

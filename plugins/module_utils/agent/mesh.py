@@ -129,15 +129,34 @@ def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None
     nodes, peers, computed = without_conflicts(nodes, peers, own, options, skipped)
     out = set()
     if reports is not None:
-        out = health.deposed([s["leader"] for s in computed["segments"] if s.get("leader")], reports)
+        out = deposed_leaders(nodes, peers, own, options, computed, reports)
         if settle is not None:
             out = settle(out)
         if out:
-            nodes = [dict(n, healthy=False) if n["name"] in out else n for n in nodes]
-            computed = build_plans(nodes, peers, options, only=[own])
+            computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
     plan = computed["plans"][own]
     mark_roaming([plan], computed)
     return plan, split_preshared_keys(plan), computed, out
+
+
+def deposed_leaders(nodes, peers, own, options, computed, reports):
+    """The leaders to depose (``health.deposed``), judged first by the leaders of the mesh with
+    every node healthy, then again by the leaders that replace the deposed ones, until nobody new
+    is deposed: a deposed leader leads nothing and so judges nobody, and without the second round
+    a second broken leader could not be deposed while the first is held down (10 minutes). Each
+    round is computed from the API's state alone, so every agent still reaches the same set."""
+    out = set()
+    while True:
+        judges = [s["leader"] for s in computed["segments"] if s.get("leader")]
+        more = health.deposed(judges, reports) - out
+        if not more:
+            return out
+        out |= more
+        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
+
+
+def _unhealthy(nodes, names):
+    return [dict(n, healthy=False) if n["name"] in names else n for n in nodes]
 
 
 def reports_of(node_objects, names):
