@@ -83,7 +83,26 @@ class ActionModule(KiloAction):
         result["changes"] = identity + list(result.get("changes") or [])
         result["changed"] = bool(result.get("changed") or identity)
         result["app_digest"] = digest
+        warnings = self.drift_warnings(client, node, task_vars)
+        if warnings:
+            result["warnings"] = list(result.get("warnings") or []) + warnings
         return self.finish(result, node)
+
+    @staticmethod
+    def drift_warnings(client, node, task_vars):
+        """A warning per node variable of the host that its Node says otherwise: the agents read
+        node fields from the Node, so they would undo it between runs."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+        from ansible_collections.kilo.mesh.plugins.module_utils.nodes import UNSET
+        try:
+            found = kube_node.drift(kube_client.read_node(kube_client.api_client(client), node), task_vars)
+        except KiloError:
+            return []  # the Node's own errors are validate's and the agent's to report
+        return ["host %s: %s is %r but its Node says %s: agents read node fields from the Node and will use"
+                " that between runs; set it on the Node (Kilo's annotation) instead" % (
+                    task_vars.get("inventory_hostname"), var, value,
+                    "nothing" if have is UNSET else repr(have)) for var, value, have in found]
 
     def finish(self, result, node):
         result["node"] = node

@@ -351,3 +351,14 @@ def test_round_trip_ipv6_and_no_internal_ip():
     facts = kn.host_vars(node(kn.write_back(n, None, "location", 1)))["kilo_kubernetes_node"]
     assert facts["endpoint"] == n["endpoint"] and facts["internal_ip"] is None
     assert facts["discovered_endpoints"] == n["discovered_endpoints"]
+
+
+def test_drift_names_node_variables_the_node_says_otherwise():
+    obj = node(annotations={kn.PREFIX + "persistent-keepalive": "10", kn.PREFIX + "location": "aws"})
+    # what the inventory plugin made of the Node itself: no drift
+    assert kn.drift(obj, kn.host_vars(obj)) == []
+    hvars = dict(kn.host_vars(obj), kilo_persistent_keepalive="25", kilo_force_endpoint="203.0.113.9:51820",
+                 kilo_location="aws")
+    got = dict((var, (value, have)) for var, value, have in kn.drift(obj, hvars))
+    assert got == {"kilo_persistent_keepalive": ("25", 10),
+                   "kilo_force_endpoint": ("203.0.113.9:51820", kn.UNSET)}

@@ -184,6 +184,11 @@ def list_nodes(client):
     return _pages(kubernetes.client.CoreV1Api(client).list_node, "/api/v1/nodes")
 
 
+def read_node(client, name):
+    """Node ``name`` as plain JSON; KubeError (status 404 when there is none)."""
+    return json_call(kubernetes.client.CoreV1Api(client).read_node, "GET", "/api/v1/nodes/" + name, name)
+
+
 def list_cluster_objects(client, group, version, plural):
     """Every object of a cluster-scoped custom resource; KubeError with status 404 when it is not installed."""
     return _pages(kubernetes.client.CustomObjectsApi(client).list_cluster_custom_object,

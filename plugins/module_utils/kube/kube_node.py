@@ -29,7 +29,7 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX as PREFIX, FIELDS, UNSET, parse_cidr, parse_endpoint, parse_interface)
+    ANNOTATION_PREFIX as PREFIX, FIELDS, UNSET, VARS, check_host_vars, parse_cidr, parse_endpoint, parse_interface)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
@@ -188,6 +188,23 @@ def _read_discovered(value, subject):
         if port is None:
             raise KiloError("%r has no port" % (addr,), subject, field)
         out[parse_key(key, subject, field)] = parse_endpoint(format_endpoint(ip, port), subject, field, allow_dns=False)[0]
+    return out
+
+
+def drift(node, hvars, topology_label=REGION_LABEL):
+    """[(variable, its value, the Node's reading)] of the node variables ``hvars`` sets that the
+    Node object says otherwise (or not at all): push runs take the variable, agents read node fields
+    from the Node, so such a variable would be undone by the agents between runs."""
+    name, _meta = _metadata(node, "Node")
+    subject = "host %s" % name
+    from_node = host_vars(node, topology_label)
+    wanted = check_host_vars(dict((v, hvars[v]) for v in VARS if v in hvars and hvars[v] is not None), subject)
+    have = check_host_vars(dict((v, from_node[v]) for v in VARS if v in from_node), "node %s" % name)
+    out = []
+    for field_name, value in sorted(wanted.items()):
+        if have.get(field_name, UNSET) != value:
+            var = FIELDS[field_name].var
+            out.append((var, hvars[var], from_node.get(var, UNSET)))
     return out
 
 
