@@ -47,6 +47,9 @@ class FakeInformer(object):
     def snapshot(self):
         return {}
 
+    def echo_due(self):
+        return None
+
 
 class FakeMetrics(object):
     def __init__(self):

@@ -10,8 +10,16 @@ version fell out of etcd's window) lists again, and a failed call waits with exp
 traffic is the open watch, which the server ends every ``timeout`` seconds and we reopen.
 
 Objects are kept as the plain JSON the API server sends (no client model objects: a cluster of
-1,000 Nodes stays small). The transport, authentication and TLS are the official client's: the
-generated list call with ``watch=True`` and ``_preload_content=False``.
+1,000 Nodes stays small), less what nothing here reads and a real cluster makes big (``slim``).
+The transport, authentication and TLS are the official client's: the generated list call with
+``watch=True`` and ``_preload_content=False``.
+
+A watch can also hang without a word (no FIN, no data: a dead NAT entry, a partition): the read
+timeout then ends it only after ``timeout`` + 30 s, with the copy frozen all that time. A write of
+our own that the server acknowledged with a resourceVersion must come back on the watch: the
+agent announces each such write (``expect_echo``, its own Node's check-in) and, when the echo is
+``overdue``, ``reopen`` ends the connection; the thread watches again from the last version seen
+(and lists again if that is gone).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,6 +27,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import socket
 import threading
 import time
 
@@ -37,6 +46,31 @@ class NotInstalled(Exception):
 
 def _status_of(exc):
     return getattr(exc, "status", None)
+
+
+def slim(obj):
+    """``obj`` without what the agent never reads and a real cluster makes big: ``metadata.managedFields``
+    (the server's field bookkeeping: a third of a bare Node's JSON) and ``status.images`` (a kubelet
+    lists up to 50 images on its Node, often most of a real Node's size)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj["metadata"] = dict((k, v) for k, v in meta.items() if k != "managedFields")
+    status = obj.get("status")
+    if isinstance(status, dict) and "images" in status:
+        obj["status"] = dict((k, v) for k, v in status.items() if k != "images")
+    return obj
+
+
+def later_or_same(version, than):
+    """Whether resourceVersion ``version`` is ``than`` or comes after it. Versions are opaque to
+    clients, but etcd's are increasing integers: compared as numbers when both are, else only
+    equality counts."""
+    if version is None or than is None:
+        return False
+    version, than = str(version), str(than)
+    if version.isdigit() and than.isdigit():
+        return int(version) >= int(than)
+    return version == than
 
 
 def iter_lines(response):
@@ -87,6 +121,12 @@ class Informer(object):
         self.lost_at = time.time()
         self.lists = 0  # full lists made (the first, and one after every 410 or 404)
         self.watches = 0  # watches opened
+        self.reopened = 0  # watches ended by reopen() (taken for dead)
+        # The echo of our last acknowledged write not yet seen on the watch: (name, version,
+        # when it was sent); and when the copy was last proven current (an echo came back).
+        self._echo = None
+        self.proven_at = None
+        self._reopening = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._response = None
@@ -107,12 +147,7 @@ class Informer(object):
 
     def stop(self):
         self._stop.set()
-        response = self._response
-        if response is not None:
-            try:
-                response.close()  # ends a blocked read of the watch
-            except Exception:  # pylint: disable=broad-exception-caught
-                pass
+        _shut(self._response)  # ends a blocked read of the watch
 
     def run(self):
         backoff = 1.0
@@ -121,6 +156,7 @@ class Informer(object):
                 if self.version is None:
                     self._list()
                 self._watch()
+                self._reopening = False
                 backoff = 1.0
             except Gone:
                 self.log("%s: watch from version %s is gone (410): listing again" % (self.kind, self.version))
@@ -137,6 +173,9 @@ class Informer(object):
             except Exception as exc:  # pylint: disable=broad-exception-caught
                 if self._stop.is_set():
                     break
+                if self._reopening:  # the end reopen() asked for: watch again at once
+                    self._reopening = False
+                    continue
                 self.error = "%s: %s" % (type(exc).__name__, exc)
                 if self.connected:
                     self.lost_at = time.time()
@@ -167,7 +206,7 @@ class Informer(object):
             response = self._request(**kwargs)
             page = json.loads(response.data)
             for obj in page.get("items") or []:
-                items[obj["metadata"]["name"]] = obj
+                items[obj["metadata"]["name"]] = slim(obj)
             meta = page.get("metadata") or {}
             version = meta.get("resourceVersion") or version
             token = meta.get("continue")
@@ -189,6 +228,7 @@ class Informer(object):
         with self._lock:
             changed = items != self.objects
             self.objects = items
+            self._echoed()
         if changed:
             self.on_change(self.kind)
 
@@ -215,8 +255,11 @@ class Informer(object):
                 if meta.get("resourceVersion"):
                     self.version = meta["resourceVersion"]
                 if kind == "BOOKMARK":
+                    with self._lock:
+                        self._echoed()
                     continue
                 name = meta.get("name")
+                obj = slim(obj)
                 with self._lock:
                     old = self.objects.get(name)
                     if kind == "DELETED":
@@ -224,6 +267,7 @@ class Informer(object):
                     else:
                         changed = old != obj
                         self.objects[name] = obj
+                    self._echoed()
                 if changed:
                     self.error = None
                     if kind == "DELETED" or old is None or self.relevant is None or self.relevant(old, obj):
@@ -234,6 +278,65 @@ class Informer(object):
                 response.release_conn()
             except Exception:  # pylint: disable=broad-exception-caught
                 pass
+
+
+    # -- the echo of our own writes -------------------------------------------------------------
+    def expect_echo(self, name, version, sent_at):
+        """Our write of object ``name``, acknowledged by the server with ``version``, sent at
+        ``sent_at``: the watch must deliver it (or anything later). The oldest echo not yet seen
+        is the one that counts."""
+        with self._lock:
+            if self._echo is None:
+                self._echo = (name, version, sent_at)
+            self._echoed()
+
+    def _echoed(self):
+        """(under the lock) Clear the awaited echo when the watch has delivered it: an event of
+        that object at that version or later, or any event or bookmark past it."""
+        if self._echo is None:
+            return
+        name, version, sent_at = self._echo
+        have = ((self.objects.get(name) or {}).get("metadata") or {}).get("resourceVersion")
+        if later_or_same(self.version, version) or have == version or later_or_same(have, version):
+            self._echo = None
+            self.proven_at = sent_at
+
+    def echo_due(self):
+        """When the awaited echo's write was sent, None when no echo is awaited."""
+        echo = self._echo
+        return echo[2] if echo else None
+
+    def reopen(self, reason):
+        """Take the open watch for dead: the copy counts as seen only up to when it was last
+        proven current (``lost_at``, so liveness grants the grace of a broken watch), ``connected``
+        is False until the next watch answers, and the connection is shut down so the blocked
+        read returns; the thread then watches again from the last version seen."""
+        with self._lock:
+            self._echo = None
+        if self.connected:
+            self.lost_at = max(t for t in (self.proven_at, self.connected_since, self.lost_at) if t is not None)
+        self.connected = False
+        self.error = reason
+        self.reopened += 1
+        self._reopening = True
+        self.on_error(self.kind, RuntimeError(reason))
+        self.log("%s: %s: reopening the watch" % (self.kind, reason))
+        _shut(self._response)
+
+
+def _shut(response):
+    """End a streamed response from another thread: shutting its socket down wakes the thread
+    blocked reading it (closing alone does not on Linux)."""
+    if response is None:
+        return
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+        else:
+            response.close()
+    except (OSError, ValueError):
+        pass
 
 
 def _without(obj, annotations):

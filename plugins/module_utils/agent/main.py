@@ -48,6 +48,10 @@ DEFAULTS = {
 }
 # After a failed reconcile, try again this soon (then at every wake-up).
 RETRY = 5.0
+# A check-in (our Node's PATCH) must come back on the watch of Nodes within this many seconds
+# (it takes milliseconds), else the watch is taken for silently dead and reopened: the copy is
+# then stale for at most a check-in period plus this (the read timeout alone: 330 s).
+ECHO_TIMEOUT = 10.0
 
 
 def log(message):
@@ -167,6 +171,9 @@ class Agent(object):
             now = self.clock()
             settles = self.settle.due(now) if self.prober else None
             deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at, settles) if t]
+            echo = self.informers[0].echo_due()
+            if echo is not None:
+                deadlines.append(echo + ECHO_TIMEOUT)
             timeout = max(floor, min(deadlines) - now)
             if self.wakeup.wait(timeout):
                 # a burst of events (a Node and its Peers, a rolling update) is one reconcile
@@ -180,6 +187,7 @@ class Agent(object):
                 next_resync = now + period
             if not all(i.synced.is_set() for i in self.informers):
                 continue
+            self.check_echo(now)
             if not self.informers[0].connected:
                 # The API server is away: keep the host as the last reconcile left it (no node
                 # can be judged, and nothing new can be learned) until the watch is back.
@@ -189,6 +197,13 @@ class Agent(object):
             floor = 0.0 if self.reconcile(force=resync) else RETRY
         for informer in self.informers:
             informer.stop()
+
+    def check_echo(self, now):
+        """Reopen the watch of Nodes when our last check-in has not come back on it in time."""
+        watching = self.informers[0]
+        sent = watching.echo_due()
+        if sent is not None and now - sent > ECHO_TIMEOUT:
+            watching.reopen("our check-in of %.0f s ago never came back on the watch (silently dead)" % (now - sent))
 
     def reconcile(self, force=False):
         """One pass: compute this node's plan, converge when it differs (or on resync), write
@@ -352,7 +367,7 @@ class Agent(object):
 
     def write_back(self, nodes, plan, now):
         """Our Node's agent annotations; patched when they differ, and last-seen every check-in."""
-        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
         own = [n for n in nodes if n["name"] == self.name][0]
         wanted = kube_node.write_back(own, plan, self.config["options"]["granularity"], int(now))
         if self.prober:
@@ -365,10 +380,20 @@ class Agent(object):
         differ = any(have.get(k) != v for k, v in ours.items())
         if not (differ or now >= self.next_checkin):
             return
-        kube_client.merge_patch_node(self.client, self.name, {"metadata": {"annotations": wanted}})
+        self.check_in(wanted)
         self.next_checkin = now + float(self.config["checkin_period"])
         if differ:
             log("wrote annotations of node %s" % self.name)
+
+    def check_in(self, annotations):
+        """Patch our Node's annotations; the watch of Nodes must then echo the new version
+        within ECHO_TIMEOUT (``check_echo``)."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
+        sent = self.clock()
+        after = kube_client.merge_patch_node(self.client, self.name, {"metadata": {"annotations": annotations}})
+        version = ((after or {}).get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.informers[0].expect_echo(self.name, version, sent)
 
 
 def main(argv=None):
@@ -376,6 +401,10 @@ def main(argv=None):
     parser.add_argument("--config", default="/etc/kilo-mesh/agent.json")
     parser.add_argument("--once", action="store_true", help="one reconcile, then exit (for tests and debugging)")
     args = parser.parse_args(argv)
+    # before anything imports the client: only the classes the agent uses get imported (Debian's
+    # client imports every API and model class: a third of the agent's memory)
+    from ansible_collections.kilo.mesh.plugins.module_utils.kube import lazy_client
+    lazy_client.install()
     try:
         config = load_config(args.config)
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.metrics import Metrics, serve
