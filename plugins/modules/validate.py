@@ -56,8 +56,18 @@ nodes:
   returned: success
   type: int
 missing:
-  description: Hosts not known yet.
+  description:
+    - Hosts not known yet that this play does not reach (outside the play or C(--limit)), or that leave the
+      mesh. They are left out, with a warning, until they have run M(kilo.mesh.key).
   returned: when some are missing
+  type: list
+  elements: str
+joining:
+  description:
+    - Hosts not known yet that are hosts of this play with O(state=present) (C(kilo_state)). The play's
+      M(kilo.mesh.key) step reports their key and addresses later in this run (as in C(playbooks/site.yml)),
+      so they are not warned of here. One that fails that step is warned of by M(kilo.mesh.topology).
+  returned: when some are joining
   type: list
   elements: str
 """

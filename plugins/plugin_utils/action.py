@@ -21,7 +21,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec, out_of_bounds
-from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, keepalive, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import MeshReading
 
@@ -114,6 +114,8 @@ class KiloAction(ActionBase):
         # each garbage collection walks all of it again (at a thousand hosts, a run-once step
         # spent about a third of its time there). The worker exits after this task.
         gc.freeze()
+        if getattr(self, "_requires_connection", True):
+            keepalive.apply(self._connection)  # a dark host ends its call within keepalive.BOUND
         result = super().run(tmp, task_vars)
         if "hostvars" in task_vars and not isinstance(task_vars["hostvars"], HostVarsOnce):
             task_vars = dict(task_vars, hostvars=HostVarsOnce(task_vars["hostvars"]))

@@ -244,6 +244,13 @@ def missing_warning(missing):
     return "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing)
 
 
-def missing_result(missing):
-    """What a controller-side result says of the hosts left out: nothing when none are."""
-    return dict(missing=missing, warnings=[missing_warning(missing)]) if missing else {}
+def missing_result(missing, joining=()):
+    """What a controller-side result says of the hosts without a key or endpoint: nothing when
+    none are. Those in ``joining`` (hosts that report theirs later in this run: the play's hosts
+    before its kilo.mesh.key step) are listed as such, without a warning; the rest are left out."""
+    joining = set(joining)
+    left_out = [host for host in missing if host not in joining]
+    result = dict(joining=[host for host in missing if host in joining]) if len(left_out) < len(missing) else {}
+    if left_out:
+        result.update(missing=left_out, warnings=[missing_warning(left_out)])
+    return result

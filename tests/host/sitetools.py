@@ -3,15 +3,19 @@ import contextlib
 import os
 import re
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The Ansible under test: the one installed beside the Python running the tests (.venv, or the
+# venv of an ansible-core stage of scripts/test.sh, such as .venv-core-2.17).
+ANSIBLE_BIN = os.path.dirname(os.path.abspath(sys.executable))
 
 
 def playbook(inventory, name, *extra, **kw):
     """Run playbooks/NAME over real SSH; asserts the exit code (expect_rc, default 0); returns
     the output. ``timeout`` (seconds, default none) bounds the run."""
     expect_rc = kw.pop("expect_rc", 0)
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory,
+    argv = [os.path.join(ANSIBLE_BIN, "ansible-playbook"), "-i", inventory,
             os.path.join(REPO, "playbooks", name)] + list(extra)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
@@ -42,7 +46,8 @@ RUN_FILES = ("kilo-registry.json", "kilo-registry.json.lock", "kilo-topology.dot
 def fresh_lab(prefix, *shape, **options):
     """A lab made anew (a leftover of the same prefix torn down first) and always torn down,
     without the files an earlier run of site.yml left in its state dir (so no host keeps a place
-    in the mesh from another test). ``shape`` and ``options`` are Lab.up's."""
+    in the mesh from another test). ``shape`` and ``options`` are Lab.up's, but for
+    ``lab_keepalive=False``: the lab's SSH without keepalives of its own (without_keepalive)."""
     from lab.lab import Lab  # pylint: disable=import-outside-toplevel
     lab = Lab(prefix)
 
@@ -51,9 +56,31 @@ def fresh_lab(prefix, *shape, **options):
             if os.path.exists(lab.path(name)):
                 os.remove(lab.path(name))
         lab.down()
+    lab_keepalive = options.pop("lab_keepalive", True)
     clean()
     try:
         lab.up(*shape, **options)
+        if not lab_keepalive:
+            without_keepalive(lab)
         yield lab
     finally:
         clean()
+
+
+def without_keepalive(lab):
+    """Take the lab's own SSH keepalive (ServerAlive* in its ssh_config) away, so the lab's SSH
+    is as a user's machine has it: OpenSSH's defaults (no probe, or one every 300 s with
+    Debian's BatchMode), so a connection to a host gone silent ends after TCP's 15 minutes. What
+    bounds a dark host there is what the collection sets itself (plugin_utils/keepalive.py)."""
+    with open(lab.ssh_config) as f:
+        lines = f.read().splitlines()
+    with open(lab.ssh_config, "w") as f:
+        f.write("\n".join(line for line in lines if "serveralive" not in line.lower()) + "\n")
+
+
+def close_masters(directory):
+    """Close the SSH master connections whose sockets are in ``directory`` (a lab's ControlPath
+    directory): the next command to a host opens a new one, with that run's options."""
+    for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        subprocess.run(["ssh", "-o", "ControlPath=%s" % os.path.join(directory, name), "-O", "exit", "x"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=30)

@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from sitetools import REPO, fresh_lab, recap, site
+from sitetools import REPO, close_masters, fresh_lab, recap, site
 
 PREFIX = "klh"
 
@@ -238,12 +238,6 @@ def test_host_checks_fail_the_host_before_its_converge_changes_anything(lab):
         sh(lab, host, "ip addr del 10.4.200.1/24 dev lo")
     assert recap(playbook(lab, "--limit", host))[host]["changed"] > 0
     foreign_intact(lab, host)
-
-
-def close_masters(directory):
-    for name in os.listdir(directory) if os.path.isdir(directory) else []:
-        subprocess.run(["ssh", "-o", "ControlPath=%s" % os.path.join(directory, name), "-O", "exit", "x"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=30)
 
 
 def test_a_host_gone_dark_mid_run_is_bounded_and_keeps_its_peers(lab):
