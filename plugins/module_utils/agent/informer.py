@@ -279,7 +279,6 @@ class Informer(object):
             except Exception:  # pylint: disable=broad-exception-caught
                 pass
 
-
     # -- the echo of our own writes -------------------------------------------------------------
     def expect_echo(self, name, version, sent_at):
         """Our write of object ``name``, acknowledged by the server with ``version``, sent at
