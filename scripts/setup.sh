@@ -55,6 +55,8 @@ fi
 # Make the checkout importable as ansible_collections.kilo.mesh (ansible.cfg points here).
 mkdir -p .collections/ansible_collections/kilo
 ln -sfn ../../.. .collections/ansible_collections/kilo/mesh
+# The collections it depends on (galaxy.yml: kubernetes.core), beside it, from PyPI's ansible wheel.
+bash scripts/collections.sh
 # etcd, kube-apiserver, kubectl for tests/kube (.cache/kube, built once); the lab and the demo
 # do not need them, so a failed build only warns here (the kubernetes test stage then fails).
 bash scripts/kube.sh || echo "setup: WARNING: the Kubernetes API server build failed (see above)" >&2

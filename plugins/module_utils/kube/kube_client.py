@@ -19,7 +19,6 @@ __metaclass__ = type
 
 import json
 import os
-import time
 import traceback
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, to_bool
@@ -195,7 +194,7 @@ def list_cluster_objects(client, group, version, plural):
                   "/apis/%s/%s/%s" % (group, version, plural), group, version, plural)
 
 
-# -- modules: kilo.mesh.peer and kilo.mesh.manifest ----------------------------------------------
+# -- kilo.mesh.peer, annotate, agent (and its identity: apply_object) ----------------------------
 
 FIELD_MANAGER = "kilo-mesh"
 DRY_RUN = "All"
@@ -284,27 +283,6 @@ def merge_patch_node(client, name, body):
     return json.loads(response.data)
 
 
-def manifest_objects(documents, source="definition"):
-    """The objects of parsed YAML documents: ``List`` kinds expanded, empty documents dropped, each checked."""
-    if isinstance(documents, dict):
-        documents = [documents]
-    objects = []
-    for index, doc in enumerate(documents or []):
-        if doc is None:
-            continue
-        field = "%s[%d]" % (source, index)
-        if not isinstance(doc, dict):
-            raise KubeError("expected a Kubernetes object (a mapping)", None, field)
-        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-            objects.extend(manifest_objects(doc.get("items") or [], field + ".items"))
-            continue
-        meta = doc.get("metadata")
-        if not doc.get("apiVersion") or not doc.get("kind") or not isinstance(meta, dict) or not meta.get("name"):
-            raise KubeError("needs apiVersion, kind and metadata.name", None, field)
-        objects.append(doc)
-    return objects
-
-
 def object_key(obj):
     meta = obj.get("metadata") or {}
     return "%s/%s" % (obj.get("kind"), "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p))
@@ -374,31 +352,3 @@ def apply_object(dyn, obj, state="present", check_mode=False):
         raise call_error(e, method, path, key)
     except Urllib3Error as e:
         raise KubeError("cannot reach the API server: %s" % e, key)
-
-
-def wait_established(dyn, name, timeout, interval=0.5):
-    """Wait until the CustomResourceDefinition ``name`` is Established and its first served version lists."""
-    from kubernetes.dynamic.exceptions import DynamicApiError  # pylint: disable=import-outside-toplevel
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + name
-    deadline = time.monotonic() + timeout
-    last = "not Established"
-    while True:
-        try:
-            crd = dyn.request("get", path).to_dict()
-            conditions = dict((c.get("type"), c) for c in (crd.get("status") or {}).get("conditions") or [])
-            established = conditions.get("Established") or {}
-            if established.get("status") == "True":
-                spec = crd["spec"]
-                version = next(v["name"] for v in spec["versions"] if v.get("served"))
-                dyn.request("get", "/apis/%s/%s/%s" % (spec["group"], version, spec["names"]["plural"]), limit=1)
-                return crd
-            last = established.get("message") or last
-        except DynamicApiError as e:
-            if e.status not in (404, 503):
-                raise call_error(e, "GET", path, "CustomResourceDefinition/" + name)
-            last = "%s %s" % (e.status, e.reason)
-        except Urllib3Error as e:
-            raise KubeError("cannot reach the API server: %s" % e, "CustomResourceDefinition/" + name)
-        if time.monotonic() >= deadline:
-            raise KubeError("not Established after %d s: %s" % (timeout, last), "CustomResourceDefinition/" + name)
-        time.sleep(interval)
