@@ -105,7 +105,7 @@ def test_every_reference_between_docs_pages_has_its_label():
 def test_every_repository_path_the_docs_name_exists():
     """Paths of the repository (not examples of a user's own files such as inventory/cluster.kubernetes.yml):
     files (a dot in the last part) and directories written with their slash."""
-    pattern = re.compile(r"(?<![\w./-])((?:playbooks|plugins|roles|scripts|tests|manifests|lab|bench|molecule|docs|meta)/[\w./-]*\w)(/?)")
+    pattern = re.compile(r"(?<![\w./-])((?:playbooks|plugins|roles|scripts|tests|manifests|lab|bench|extensions|docs|meta)/[\w./-]*\w)(/?)")
     missing = []
     for doc, text in _docs().items():
         for path, slash in pattern.findall(text):
