@@ -46,8 +46,11 @@ def _shipped():
 
     def stems(*parts):
         return [os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, *parts)) if not p.endswith("__init__.py")]
-    for stem in stems("plugins", "modules", "*.py"):
+    modules = stems("plugins", "modules", "*.py")
+    for stem in modules:
         found.add(("kilo.mesh." + stem, "module"))
+    for stem in set(stems("plugins", "action", "*.py")) - set(modules):
+        found.add(("kilo.mesh." + stem, "action plugin"))  # one without a module of its name
     for stem in stems("plugins", "inventory", "*.py"):
         found.add(("kilo.mesh." + stem, "inventory plugin"))
     for stem in stems("plugins", "doc_fragments", "*.py"):
@@ -56,6 +59,11 @@ def _shipped():
         module = importlib.import_module("ansible_collections.kilo.mesh.plugins.filter." + stem)
         for name in module.FilterModule().filters():
             found.add(("kilo.mesh." + name, "filter"))
+    known_dirs = {"modules", "action", "inventory", "doc_fragments", "filter", "module_utils", "plugin_utils", "__pycache__"}
+    for path in glob.glob(os.path.join(ROOT, "plugins", "*", "*.py")):
+        kind = os.path.basename(os.path.dirname(path))
+        if kind not in known_dirs and not path.endswith("__init__.py"):
+            found.add(("kilo.mesh." + os.path.basename(path)[:-3], kind))  # a new plugin type: the table names it
     for path in glob.glob(os.path.join(ROOT, "roles", "*", "tasks")):
         found.add(("kilo.mesh." + os.path.basename(os.path.dirname(path)), "role"))
     for path in glob.glob(os.path.join(ROOT, "playbooks", "*.yml")):
