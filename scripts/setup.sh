@@ -42,15 +42,31 @@ find_python() {
   done
   return 1
 }
-if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/.requirements.txt; then
+# controller_venv DIR REQUIREMENTS [CONSTRAINTS]: the virtualenv DIR with REQUIREMENTS installed
+# (versions from CONSTRAINTS where it names them). DIR/.requirements.txt keeps a copy of both
+# files; the venv is installed again only when they changed.
+controller_venv() {
+  local dir=$1 want=$2 pins=${3:-} py
+  local -a args=(-r "$want")
+  [ -z "$pins" ] || args+=(-c "$pins")
+  if [ -x "$dir/bin/python" ] && cmp -s <(cat "$want" $pins) "$dir/.requirements.txt"; then return; fi
   py=$(find_python) || { echo "setup: need Python >= 3.12 for the controller (set PYTHON=...)" >&2; exit 1; }
-  echo "setup: controller virtualenv .venv with $py"
-  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  echo "setup: controller virtualenv $dir with $py"
+  [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
   # (this machine's pip.conf names local indexes that may be absent: hide those warnings only)
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt 2>.venv/pip.log \
-    || { grep -v "is ignored: it is neither" .venv/pip.log >&2; exit 1; }
-  cp requirements.txt .venv/.requirements.txt
-fi
+  "$dir/bin/pip" install -q --disable-pip-version-check "${args[@]}" 2>"$dir/pip.log" \
+    || { grep -v "is ignored: it is neither" "$dir/pip.log" >&2; exit 1; }
+  cat "$want" $pins >"$dir/.requirements.txt"
+}
+controller_venv .venv requirements.txt
+# The oldest and the newest ansible-core that meta/runtime.yml admits, each in a venv of its own
+# for the test stages ansible-core-2.17 and ansible-core-2.21; every other version is .venv's.
+for want in requirements-core-*.txt; do
+  dir=.venv-core-${want#requirements-core-} dir=${dir%.txt}
+  mkdir -p "$dir"
+  grep -v '^ansible-core[=<>~! ]' requirements.txt >"$dir/.constraints.txt"
+  controller_venv "$dir" "$want" "$dir/.constraints.txt"
+done
 
 # Make the checkout importable as ansible_collections.kilo.mesh (ansible.cfg points here).
 mkdir -p .collections/ansible_collections/kilo

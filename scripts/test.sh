@@ -7,12 +7,20 @@ export ANSIBLE_CONFIG=$PWD/ansible.cfg PATH=$PWD/.venv/bin:$PATH
 export ANSIBLE_COLLECTIONS_PATH=$PWD/.collections
 export PYTHONDONTWRITEBYTECODE=1
 
+core_stage() {  # the command of the stage ansible-core-$1, run by .venv-core-$1's Python and Ansible
+  echo "PATH=$PWD/.venv-core-$1/bin:\$PATH KILO_REQUIRE_KUBE=1 .venv-core-$1/bin/python -m pytest -q" \
+       "-p no:cacheprovider tests/unit tests/core"
+}
 stages=(
   "unit|.venv/bin/python -m pytest -q -p no:cacheprovider tests/unit"
   "sanity|bash scripts/sanity.sh"
   "lint|.venv/bin/ansible-lint --profile production -q"
   "hosts|.venv/bin/python -m pytest -q -p no:cacheprovider tests/lab tests/host"
   "kubernetes|KILO_REQUIRE_KUBE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kube"
+  # the oldest and newest ansible-core of meta/runtime.yml's range (scripts/setup.sh's venvs):
+  # the unit tests and tests/core (every action and the inventory plugin on a small lab)
+  "ansible-core-2.17|$(core_stage 2.17)"
+  "ansible-core-2.21|$(core_stage 2.21)"
   "kernel-vm|bash tests/vm/run.sh tests/vm/kernel_backend_check.py"
   "kernel-vm-debian-pyroute2|bash tests/vm/run.sh --pyroute2 debian tests/vm/kernel_backend_check.py"
   "converge-vm-ipip|bash tests/vm/run.sh --pyroute2 debian tests/vm/converge_check.py"

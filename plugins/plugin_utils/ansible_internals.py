@@ -42,14 +42,25 @@ def set_in_run(hostvars):
     manager = getattr(hostvars, "_variable_manager", None)
     registered = getattr(manager, "_nonpersistent_fact_cache", None)
     included = getattr(manager, "_vars_cache", None)
-    facts = getattr(manager, "_fact_cache", None)
-    if registered is None or included is None or facts is None:
+    has_facts = _has_facts(getattr(manager, "_fact_cache", None))
+    if registered is None or included is None or has_facts is None:
         return None
     injected = C.INJECT_FACTS_AS_VARS
 
     def touched(host):
-        return bool(registered.get(host)) or bool(included.get(host)) or (injected and host in facts)
+        return bool(registered.get(host)) or bool(included.get(host)) or (injected and has_facts(host))
     return touched
+
+
+def _has_facts(cache):
+    """``host -> bool`` for the variable manager's fact cache, or None: a cache plugin itself
+    (ansible-core >= 2.19: ``contains``, no ``in``) or the FactCache mapping of 2.17 and 2.18."""
+    contains = getattr(cache, "contains", None)
+    if callable(contains):
+        return contains
+    if hasattr(cache, "__contains__"):
+        return cache.__contains__
+    return None
 
 
 def play_id(task):

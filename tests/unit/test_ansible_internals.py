@@ -40,6 +40,19 @@ def test_real_hostvars_give_the_inventory_and_the_hosts_this_run_touched(ansible
     assert touched("a1") and not touched("g1")
 
 
+@pytest.mark.parametrize("injected", [True, False])
+def test_gathered_facts_count_where_ansible_injects_them_as_variables(ansible_hostvars, monkeypatch, injected):
+    """Ansible's default injects facts as variables; the fact cache is a mapping on 2.17 and 2.18
+    and a cache plugin without ``in`` from 2.19 on: both are asked."""
+    from ansible import constants as C
+    monkeypatch.setattr(C, "INJECT_FACTS_AS_VARS", injected)
+    hostvars, manager = ansible_hostvars
+    touched = internals.set_in_run(hostvars)
+    assert touched is not None and not touched("g1")
+    manager.set_host_facts("g1", {"kilo_fact": 1})                           # gathered facts
+    assert touched("g1") is injected and not touched("a1")
+
+
 def test_without_the_inventory_locations_are_unknown_and_every_host_must_set_one():
     plain = {"a1": {}, "g1": {"kilo_location": "gcp"}}
     assert internals.inventory_of(plain) is None
@@ -62,6 +75,8 @@ def test_without_the_variable_manager_nothing_read_earlier_is_trusted():
 
     class Hostvars(dict):
         _variable_manager = Manager()
+    assert internals.set_in_run(Hostvars()) is None
+    Manager._fact_cache = object()               # a fact cache that cannot tell whose facts it has
     assert internals.set_in_run(Hostvars()) is None
 
 

@@ -29,7 +29,8 @@ class FakeHostvars(dict):
 
 
 def make_action(module, args=None, module_result=None, check_mode=False):
-    action = module.ActionModule(FakeTask(args, check_mode), None, None, None, FakeTemplar())
+    # (shared_loader_obj: a required positional argument on ansible-core 2.17)
+    action = module.ActionModule(FakeTask(args, check_mode), None, None, None, FakeTemplar(), None)
     calls = []
 
     def execute_module(module_name=None, module_args=None, task_vars=None):
