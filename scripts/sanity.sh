@@ -44,9 +44,12 @@ args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
 subprocess.check_call([sys.executable, "-m", "pip", "install", "-q"] + args)
 PY
 # The collection's docs as the Ansible docsite builds them: the extra docs (docs/docsite) and every
-# plugin's and role's documentation (markup, references), on the same copy of what ships.
+# plugin's and role's documentation (markup, references), on the same copy of what ships: found
+# first on the collections path, before the checkout's link, with the dependencies (galaxy.yml)
+# make setup put in .collections/.
 docs_rc=0
-PATH="$root/.venv/bin:$PATH" "$root/.venv/bin/antsibull-docs" lint-collection-docs --plugin-docs \
+PATH="$root/.venv/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$root/.build/sanity:$root/.collections" \
+  "$root/.venv/bin/antsibull-docs" lint-collection-docs --plugin-docs \
   --check-extra-docs-refs . || docs_rc=$?
 [ "$docs_rc" -eq 0 ] && echo "sanity: antsibull-docs lint-collection-docs: ok" \
   || echo "sanity: antsibull-docs lint-collection-docs failed (exit $docs_rc)" >&2
