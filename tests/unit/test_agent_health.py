@@ -46,7 +46,7 @@ def test_prober_names_a_silent_target_after_dead_after_and_holds_it_down():
     assert p.dead(30) == set()  # answered 15 s ago
     p.record(set(), now=36)
     assert p.dead(36) == {"c1"}
-    p.set_targets({}, now=40)  # deposed: it leads nothing, so it is not probed any more
+    p.set_targets({"c2": "10.4.0.4"}, now=40)  # deposed: c1 leads nothing, its stand-in is probed instead
     assert p.dead(500) == {"c1"}  # still named: no flap back
     assert p.dead(637) == set()  # hold-down over
 
@@ -191,3 +191,14 @@ def test_a_second_broken_leader_is_deposed_by_the_leaders_that_replaced_the_firs
         assert deposed == {first["a"], first["c"]}, own
         leaders = dict((s["location"], s["leader"]) for s in computed["segments"])
         assert leaders["a"] != first["a"] and leaders["c"] == stand_in and leaders["b"] == first["b"], own
+
+
+def test_a_node_that_leads_nothing_forgets_whom_it_saw_dead():
+    # a leader whose tunnels broke saw every other leader dead; once deposed it judges nobody, and
+    # its held-down names must not stand against the healthy leaders later
+    p = health.Prober(dead_after=20, hold_down=600)
+    p.set_targets({"a1": "10.4.0.1", "b1": "10.4.0.2"}, now=0)
+    p.record(set(), now=30)
+    assert p.dead(30) == {"a1", "b1"}
+    p.set_targets({}, now=40)
+    assert p.dead(40) == set()

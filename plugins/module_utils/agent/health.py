@@ -101,7 +101,12 @@ class Prober(object):
         self._seq = 0
 
     def set_targets(self, targets, now):
-        """``targets``: {leader name: WireGuard address} to probe from now on."""
+        """``targets``: {leader name: WireGuard address} to probe from now on. None (this node
+        leads nothing, so judges nobody) also forgets whom it saw dead: a deposed leader saw
+        every other leader dead from its broken end, and those names, held down, would later
+        stand against healthy leaders and stop a second broken one from being deposed."""
+        if not targets:
+            self.last_dead.clear()
         for name in targets:
             if name not in self.targets or self.targets[name] != targets[name]:
                 self.since[name] = now
