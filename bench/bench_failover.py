@@ -13,6 +13,8 @@ a kube-apiserver of its own on the lab's bridge, every host running the agent
    replaced, every pair pings. Repaired, it stays deposed for the hold-down (10 minutes), so the
    next repetition breaks the leader of another location; the leaders that replaced a deposed one
    judge the next (agent.mesh.deposed_leaders).
+3. the same with the agents judging by handshake ages alone (kilo_leader_handshake_timeout=180),
+   on a lab of its own (goal: under 4 minutes).
 
 A benchmark: it prints figures and never fails on time. `bench failover <what> key=value ...`.
 Goals (issue 22): 60 s for both with probing (Kilo: about a minute for the first, never for the second).
@@ -30,7 +32,7 @@ import sitetools  # noqa: E402  pylint: disable=import-error,wrong-import-positi
 
 PREFIX = "kbf"
 REPS = int(os.environ.get("BENCH_FAILOVER_REPS", "3"))
-CASES = os.environ.get("BENCH_FAILOVER_CASES", "dark,not-forwarding").split(",")
+CASES = os.environ.get("BENCH_FAILOVER_CASES", "dark,not-forwarding,handshake").split(",")
 LIMIT = 300  # a repetition that takes longer is reported as such, and the bench goes on
 
 
@@ -78,7 +80,7 @@ def dark(lab, hosts, locations):
     return values
 
 
-def not_forwarding(lab, hosts, locations):
+def not_forwarding(lab, hosts, locations, what="leader-not-forwarding"):
     values = []
     for rep in range(REPS):
         leader = location_leader(lab, hosts, locations[rep % len(locations)])
@@ -87,7 +89,7 @@ def not_forwarding(lab, hosts, locations):
             took = timed(lambda: leader not in agentlab.leaders(lab, hosts) and agentlab.all_pairs_ping(lab, hosts))
         finally:
             agentlab.go_light(lab, leader)
-        line("leader-not-forwarding", rep=rep, leader=leader, replaced_s=took)
+        line(what, rep=rep, leader=leader, replaced_s=took)
         if took is not None:
             values.append(took)
         timed(lambda: agentlab.all_pairs_ping(lab, hosts))
@@ -108,6 +110,25 @@ def main():
         forwarding_values = not_forwarding(lab, hosts, locations) if "not-forwarding" in CASES else []
     summary("leader-dark-served-again", dark_values)
     summary("leader-not-forwarding-replaced", forwarding_values)
+    if "handshake" in CASES:
+        summary("leader-not-forwarding-replaced-by-handshake-ages", handshake_ages())
+
+
+def handshake_ages():
+    """Case 2 with the agents judging by handshake ages alone (kilo_leader_handshake_timeout=180,
+    keepalive 25 s as Kilo's annotation on every Node), on a lab of its own."""
+    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    with agentlab.agent_cluster(PREFIX, 3, 2, public=2) as (lab, server, inventory):
+        hosts = sorted(lab.hosts)
+        locations = sorted(set(h["location"] for h in lab.hosts.values()))
+        with server.client() as api:
+            for host in hosts:
+                client.CoreV1Api(api).patch_node(
+                    host, {"metadata": {"annotations": {"kilo.squat.ai/persistent-keepalive": "25"}}})
+        sitetools.site(inventory, "-e", "kilo_task_timeout=120", "-e", "kilo_leader_health=true",
+                       "-e", "kilo_leader_handshake_timeout=180", *agentlab.AGENT_ARGS)
+        agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 90)
+        return not_forwarding(lab, hosts, locations, "leader-not-forwarding-handshake")
 
 
 if __name__ == "__main__":
