@@ -202,3 +202,45 @@ def test_a_node_that_leads_nothing_forgets_whom_it_saw_dead():
     assert p.dead(30) == {"a1", "b1"}
     p.set_targets({}, now=40)
     assert p.dead(40) == set()
+
+
+def test_a_mark_holds_for_the_hold_down_and_is_renewed_only_while_deposed():
+    assert health.held({"a1": "1000", "b1": "bad", "c1": None}, now=1000 + health.HOLD_DOWN - 1) == {"a1"}
+    assert health.held({"a1": "1000"}, now=1000 + health.HOLD_DOWN) == set()
+    assert health.mark("a1", {"a1"}, None, now=1000) == "1000"  # deposed now: marked now
+    assert health.mark("a1", {"a1"}, "1000", now=1300) == "1000"  # the mark it has holds
+    assert health.mark("a1", set(), "1000", now=1000 + health.HOLD_DOWN) is None  # over: removed
+    assert health.mark("a1", {"a1"}, "1000", now=1000 + health.HOLD_DOWN) == str(1000 + int(health.HOLD_DOWN))
+
+
+def test_failures_one_after_another_are_each_replaced_and_the_marks_keep_them_out():
+    nodes = [_node("a1", "a", 0), _node("a2", "a", 4), _node("b1", "b", 1), _node("b2", "b", 5),
+             _node("c1", "c", 2), _node("c2", "c", 3)]
+    options = {"encapsulate": "never"}
+
+    def choice(reports, held):
+        seen = set()
+        for own in sorted(n["name"] for n in nodes):  # every node reaches the same choice
+            _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], own, options, reports, held=held)
+            seen.add((frozenset(deposed), tuple(sorted((s["location"], s["leader"]) for s in computed["segments"]))))
+        assert len(seen) == 1, seen
+        deposed, leaders = seen.pop()
+        return set(deposed), dict(leaders)
+
+    _d, first = choice({}, ())
+    a, b, c = first["a"], first["b"], first["c"]
+    # a's leader breaks; the other leaders name it; it is deposed and marks itself
+    deposed, leaders = choice({b: {a}, c: {a}, a: {b, c}}, ())
+    assert deposed == {a} and leaders["a"] != a
+    # the judges' names lapse (NAME_HOLD), the deposed one names nobody: its mark keeps it out
+    deposed, leaders = choice({}, {a})
+    assert deposed == {a} and leaders["a"] != a
+    # then b's leader breaks: the stand-in of a judges with c's leader
+    stand_in = leaders["a"]
+    deposed, leaders = choice({stand_in: {b}, c: {b}, b: {stand_in, c}}, {a})
+    assert deposed == {a, b} and leaders["b"] != b and leaders["a"] == stand_in
+    deposed, leaders = choice({}, {a, b})
+    assert deposed == {a, b}
+    # the hold-down of a is over: a leads again (repaired), b stays out
+    deposed, leaders = choice({}, {b})
+    assert deposed == {b} and leaders["a"] == a

@@ -17,10 +17,14 @@ then decides from what the API holds alone, so all reach the same choice:
 * nobody is deposed when every judge is named (an idle or cut-off mesh, not one broken leader);
 * a deposition applies once it has held ``SETTLE`` seconds (reports arrive one at a time).
 
-A judge keeps naming a leader for ``HOLD_DOWN`` seconds after it last saw it dead: once deposed,
-a leader is no longer probed (it leads nothing), and without the hold-down it would be chosen
+A deposed leader's own agent marks its Node (annotation ``DEPOSED``, the time it was deposed), and
+every agent keeps a marked node out of the lead for ``HOLD_DOWN`` seconds from the mark: once
+deposed, a leader is no longer probed (it leads nothing), and without the mark it would be chosen
 again at once and flap. After the hold-down it leads again, and is deposed again only if it is
-still broken.
+still broken. The mark lives on the deposed node, not in the judges' reports: judges change
+(a deposed leader's stand-in judges the next failure) and a report from a broken end is worthless,
+so a judge names only what it saw dead in the last ``NAME_HOLD`` seconds (time enough for the mark
+to land), and a node that leads nothing names nobody.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -34,11 +38,13 @@ import socket
 import struct
 import time
 
-UNREACHABLE = "kilo.mesh/unreachable-leaders"  # our own annotation, never Kilo's
+UNREACHABLE = "kilo.mesh/unreachable-leaders"  # our own annotations, never Kilo's
+DEPOSED = "kilo.mesh/deposed-at"
 PROBE_INTERVAL = 5.0
 PROBE_TIMEOUT = 1.0
 DEAD_AFTER = 20.0  # no answer for this long: dead
-HOLD_DOWN = 600.0
+HOLD_DOWN = 600.0  # a deposed leader stays out of the lead this long from its mark
+NAME_HOLD = 60.0  # a judge keeps naming a leader this long after it last saw it dead
 SETTLE = 2 * PROBE_INTERVAL  # a deposition applies once it has held this long (Settle)
 
 
@@ -62,6 +68,26 @@ def deposed(leaders, reports):
     if out and out == judges:
         return set()
     return out
+
+
+def held(marks, now):
+    """The nodes whose deposed mark ({name: annotation value}) is younger than HOLD_DOWN."""
+    out = set()
+    for name, value in marks.items():
+        try:
+            if 0 <= now - int(value) < HOLD_DOWN:
+                out.add(name)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def mark(own, deposed, have, now):
+    """The DEPOSED annotation our node should carry: the mark it has while that holds, a new one
+    when it is deposed now, else none (None removes it)."""
+    if own in held({own: have}, now):
+        return have
+    return str(int(now)) if own in deposed else None
 
 
 class Settle(object):
@@ -90,7 +116,7 @@ class Prober(object):
     """What this leader sees of the other leaders: ``dead(now)`` names those that did not answer
     for ``dead_after`` seconds while probed, and keeps naming them ``hold_down`` seconds after."""
 
-    def __init__(self, dead_after=DEAD_AFTER, hold_down=HOLD_DOWN):
+    def __init__(self, dead_after=DEAD_AFTER, hold_down=NAME_HOLD):
         self.dead_after = dead_after
         self.hold_down = hold_down
         self.targets = {}  # name -> address
@@ -183,7 +209,7 @@ class HandshakeWatch(Prober):
 
     Targets are {leader name: its public key}; ``probe`` reads our interface instead of sending."""
 
-    def __init__(self, interface, timeout, hold_down=HOLD_DOWN, read=None):
+    def __init__(self, interface, timeout, hold_down=NAME_HOLD, read=None):
         super(HandshakeWatch, self).__init__(dead_after=timeout, hold_down=hold_down)
         self.interface = interface
         self._read = read or _handshake_times

@@ -116,6 +116,7 @@ class Agent(object):
         self._seeded = False
         self._probe_lock = threading.Lock()
         self._probe_field = "wireguard_ip"
+        self._deposed = set()  # the leaders deposed in the last reconcile (our own mark follows)
         if config.get("leader_health"):
             from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
             self.settle = health.Settle()
@@ -208,7 +209,7 @@ class Agent(object):
     def reconcile(self, force=False):
         """One pass: compute this node's plan, converge when it differs (or on resync), write
         back. Returns True when it succeeded."""
-        from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import health, mesh
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import converge
 
         self.metrics.reconciles.inc()
@@ -236,8 +237,10 @@ class Agent(object):
                     self.prober.remember(mesh.reports_of(node_objects, [self.name])[self.name], now)
                 self._seeded = True
             settle = functools.partial(self.settle, now=now) if self.prober else None
+            held = health.held(mesh.marks_of(node_objects, [n["name"] for n in nodes]), now) if self.prober else ()
             plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped,
-                                                               settle)
+                                                               settle, held)
+            self._deposed = deposed
             self.report_skipped(skipped)
             nodes = [n for n in nodes if n["name"] not in skipped]
             peers = [p for p in peers if "peer " + str(p.get("name")) not in skipped]
@@ -369,14 +372,19 @@ class Agent(object):
         """Our Node's agent annotations; patched when they differ, and last-seen every check-in."""
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
         own = [n for n in nodes if n["name"] == self.name][0]
+        # as Kilo's agent (and annotate): only what was learned from peers behind NAT
+        own = dict(own, discovered_endpoints=kube_node.nat_endpoints(own.get("discovered_endpoints"), plan))
         wanted = kube_node.write_back(own, plan, self.config["options"]["granularity"], int(now))
         if self.prober:
             from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import UNREACHABLE, format_names
             with self._probe_lock:
                 wanted[UNREACHABLE] = format_names(self.prober.dead(now)) or None
-        ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
         node = self.informers[0].snapshot().get(self.name) or {}
         have = (node.get("metadata", {}).get("annotations") or {})
+        if self.prober:
+            from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
+            wanted[health.DEPOSED] = health.mark(self.name, self._deposed, have.get(health.DEPOSED), now)
+        ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
         differ = any(have.get(k) != v for k, v in ours.items())
         if not (differ or now >= self.next_checkin):
             return

@@ -116,22 +116,23 @@ def without_conflicts(nodes, peers, own, options, skipped=None):
                 skipped.update(("peer " + p, str(e)) for p in drop_peers)
 
 
-def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None):
+def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None, held=()):
     """(plan, preshared keys, computed, deposed) of node ``own``, as the push run hands it to the
     host: roaming peers marked, preshared keys split off; plan is None when ``own`` is not a node.
     Other nodes and peers the engine rejects are left out (``without_conflicts``, into ``skipped``).
 
     ``reports`` ({node: names it publishes as dead}, with leader health on): leaders every other
     leader sees dead are marked unhealthy, so their location elects another (``health.deposed``);
-    ``settle(names)`` keeps those whose deposition has held long enough (``health.Settle``)."""
+    ``settle(names)`` keeps those whose deposition has held long enough (``health.Settle``);
+    ``held``: nodes whose deposed mark still holds (``health.held``), out of the lead from the start."""
     if own not in set(n["name"] for n in nodes):
         return None, {}, None, set()
     nodes, peers, computed = without_conflicts(nodes, peers, own, options, skipped)
     out = set()
     if reports is not None:
-        out = deposed_leaders(nodes, peers, own, options, computed, reports)
-        if settle is not None:
-            out = settle(out)
+        held = set(held)
+        fresh = deposed_leaders(nodes, peers, own, options, computed, reports, held) - held
+        out = held | (settle(fresh) if settle is not None else fresh)
         if out:
             computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
     plan = computed["plans"][own]
@@ -139,13 +140,15 @@ def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None
     return plan, split_preshared_keys(plan), computed, out
 
 
-def deposed_leaders(nodes, peers, own, options, computed, reports):
-    """The leaders to depose (``health.deposed``), judged first by the leaders of the mesh with
-    every node healthy, then again by the leaders that replace the deposed ones, until nobody new
+def deposed_leaders(nodes, peers, own, options, computed, reports, held=()):
+    """The leaders to depose (``health.deposed``), with those ``held`` (marked) out from the start,
+    judged first by the leaders of the mesh with the others healthy, then again by the leaders that replace the deposed ones, until nobody new
     is deposed: a deposed leader leads nothing and so judges nobody, and without the second round
     a second broken leader could not be deposed while the first is held down (10 minutes). Each
     round is computed from the API's state alone, so every agent still reaches the same set."""
-    out = set()
+    out = set(held)
+    if out:
+        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
     while True:
         judges = [s["leader"] for s in computed["segments"] if s.get("leader")]
         more = health.deposed(judges, reports) - out
@@ -157,6 +160,16 @@ def deposed_leaders(nodes, peers, own, options, computed, reports):
 
 def _unhealthy(nodes, names):
     return [dict(n, healthy=False) if n["name"] in names else n for n in nodes]
+
+
+def marks_of(node_objects, names):
+    """{node: its DEPOSED annotation} of the nodes ``names`` that carry one."""
+    out = {}
+    for name in names:
+        annotations = (node_objects.get(name, {}).get("metadata") or {}).get("annotations") or {}
+        if health.DEPOSED in annotations:
+            out[name] = annotations[health.DEPOSED]
+    return out
 
 
 def reports_of(node_objects, names):
