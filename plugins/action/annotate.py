@@ -47,10 +47,8 @@ class ActionModule(KiloAction):
             node = mesh.node(host)
             if node is None or not node.get("public_key"):
                 raise not_a_node(args["group"])
-            # As Kilo's agent: only the endpoints learned from peers that send keepalives (NAT), the
-            # peers the plan marks roaming; the key result reports every learned endpoint.
-            roaming = set(p["public_key"] for p in plan.get("peers", []) if p.get("roaming"))
-            node["discovered_endpoints"] = dict((k, v) for k, v in node["discovered_endpoints"].items() if k in roaming)
+            # as Kilo's agent: only what was learned from peers behind NAT (the key result has all)
+            node["discovered_endpoints"] = kube_node.nat_endpoints(node["discovered_endpoints"], plan)
             wanted = kube_node.write_back(node, plan, args["granularity"], int(time.time()))
         else:
             wanted = kube_node.remove_agent_annotations()

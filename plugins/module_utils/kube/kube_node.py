@@ -359,6 +359,14 @@ def _peer_endpoint(endpoint, subject):
     return parse_endpoint(format_endpoint(address, port), subject, field)[0]
 
 
+def nat_endpoints(discovered, plan):
+    """What Kilo's agent writes as ``discovered-endpoints``: of the endpoints WireGuard learned
+    ({public key: "ip:port"}), those of the peers that keep alive (behind NAT: the peers ``plan``
+    marks roaming, ``plan.mark_roaming``); WireGuard reports every peer it had a handshake with."""
+    roaming = set(p["public_key"] for p in (plan or {}).get("peers", []) if p.get("roaming"))
+    return dict((k, v) for k, v in (discovered or {}).items() if k in roaming)
+
+
 def write_back(node, plan, granularity, last_seen):
     """The annotations Kilo's agent writes on its Node, in Kilo's formats.
 
