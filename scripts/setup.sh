@@ -53,6 +53,8 @@ controller_venv() {
   py=$(find_python) || { echo "setup: need Python >= 3.12 for the controller (set PYTHON=...)" >&2; exit 1; }
   echo "setup: controller virtualenv $dir with $py"
   [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
+  # (a venv cut short by an interrupted set-up has a python but no pip yet)
+  [ -x "$dir/bin/pip" ] || "$dir/bin/python" -m ensurepip --default-pip >/dev/null
   # (this machine's pip.conf names local indexes that may be absent: hide those warnings only)
   "$dir/bin/pip" install -q --disable-pip-version-check "${args[@]}" 2>"$dir/pip.log" \
     || { grep -v "is ignored: it is neither" "$dir/pip.log" >&2; exit 1; }
