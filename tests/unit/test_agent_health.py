@@ -119,12 +119,6 @@ def test_not_watching_judges_nobody_and_window_zero_is_push_modes_rule():
     assert mesh.live({}, 10 ** 6, 0)
 
 
-def test_a_restarted_prober_keeps_naming_whom_it_named_for_the_hold_down():
-    p = health.Prober(dead_after=20, hold_down=600)
-    p.remember({"c1"}, now=1000)
-    assert p.dead(1500) == {"c1"} and p.dead(1601) == set()
-
-
 def test_handshake_watch_names_a_leader_whose_latest_handshake_is_too_old():
     times = {"KEY-B": 1000, "KEY-C": 1000}
     watch = health.HandshakeWatch("kilo0", timeout=180, hold_down=600, read=lambda interface: dict(times))
@@ -244,3 +238,19 @@ def test_failures_one_after_another_are_each_replaced_and_the_marks_keep_them_ou
     # the hold-down of a is over: a leads again (repaired), b stays out
     deposed, leaders = choice({}, {b})
     assert deposed == {b} and leaders["a"] == a
+
+
+def test_a_held_node_that_still_leads_judges_nobody():
+    # a's only node is marked (deposed, broken, but nobody else can lead a): from its broken end it
+    # names everyone; c alone naming b must not depose b (two judges at least, a is none)
+    nodes = [_node("a1", "a", 0), _node("b1", "b", 1), _node("b2", "b", 4), _node("c1", "c", 2)]
+    options = {"encapsulate": "never"}
+    _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], "c1", options, {
+        "a1": {"b1", "c1"}, "c1": {"b1"}}, held={"a1"})
+    assert deposed == {"a1"}
+    assert dict((s["location"], s["leader"]) for s in computed["segments"])["b"] == "b1"
+
+
+def test_a_mark_ahead_of_the_readers_clock_holds_too():
+    assert health.held({"a1": "1100"}, now=1000) == {"a1"}
+    assert health.held({"a1": str(1000 + int(health.HOLD_DOWN))}, now=1000) == set()

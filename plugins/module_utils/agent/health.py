@@ -75,7 +75,8 @@ def held(marks, now):
     out = set()
     for name, value in marks.items():
         try:
-            if 0 <= now - int(value) < HOLD_DOWN:
+            # (a mark ahead of our clock counts too: the deposed node's clock may run ahead)
+            if abs(now - int(value)) < HOLD_DOWN:
                 out.add(name)
         except (TypeError, ValueError):
             continue
@@ -141,11 +142,6 @@ class Prober(object):
             self.since.pop(name, None)
             self.last_ok.pop(name, None)
         self.targets = dict(targets)
-
-    def remember(self, names, now):
-        """Names published before this prober existed: held down as if seen dead ``now``."""
-        for name in names:
-            self.last_dead.setdefault(name, now)
 
     def record(self, answered, now):
         """``answered``: the names that answered now, or {name: when it last answered}."""

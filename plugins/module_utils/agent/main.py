@@ -113,7 +113,6 @@ class Agent(object):
         self._peer_names = {}  # public key -> the peer's name in the last plan (metrics labels)
         # beyond Kilo (leader_health): probe the other leaders through the tunnels
         self.prober = None
-        self._seeded = False
         self._probe_lock = threading.Lock()
         self._probe_field = "wireguard_ip"
         self._deposed = set()  # the leaders deposed in the last reconcile (our own mark follows)
@@ -122,10 +121,19 @@ class Agent(object):
             self.settle = health.Settle()
             if config.get("leader_handshake_timeout"):
                 # handshake ages alone: no probe leaves the host
-                self.prober = health.HandshakeWatch(config["key"]["interface"], config["leader_handshake_timeout"])
+                self.prober = health.HandshakeWatch(config["key"]["interface"], config["leader_handshake_timeout"],
+                                                    hold_down=self.name_hold(config))
                 self._probe_field = "public_key"
             else:
-                self.prober = health.Prober()
+                self.prober = health.Prober(hold_down=self.name_hold(config))
+
+    @staticmethod
+    def name_hold(config):
+        """How long a judge names a leader after it last saw it dead: until the deposed node's own
+        mark lands, and at least as long as a node dark to the API still counts as live (it
+        cannot write its mark; without the names it would be elected again and again)."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
+        return max(health.NAME_HOLD, float(config.get("liveness") or 0))
 
     # -- events ----------------------------------------------------------------------------------
     def changed(self, kind):
@@ -230,12 +238,6 @@ class Agent(object):
             self.next_expiry = (self.expiry(node_objects, now, watching.connected_since, watching.lost_at)
                                 if watching.connected else None)
             reports = mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None
-            if self.prober and not self._seeded:
-                # a restarted agent keeps naming whom it named before (the hold-down would
-                # otherwise end with every restart, and a deposed leader come back at once)
-                with self._probe_lock:
-                    self.prober.remember(mesh.reports_of(node_objects, [self.name])[self.name], now)
-                self._seeded = True
             settle = functools.partial(self.settle, now=now) if self.prober else None
             held = health.held(mesh.marks_of(node_objects, [n["name"] for n in nodes]), now) if self.prober else ()
             plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped,
@@ -381,9 +383,13 @@ class Agent(object):
                 wanted[UNREACHABLE] = format_names(self.prober.dead(now)) or None
         node = self.informers[0].snapshot().get(self.name) or {}
         have = (node.get("metadata", {}).get("annotations") or {})
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
         if self.prober:
-            from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
             wanted[health.DEPOSED] = health.mark(self.name, self._deposed, have.get(health.DEPOSED), now)
+        else:
+            # leader health off: what an earlier configuration published goes (a None only
+            # patches when the annotation is there)
+            wanted[health.UNREACHABLE] = wanted[health.DEPOSED] = None
         ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
         differ = any(have.get(k) != v for k, v in ours.items())
         if not (differ or now >= self.next_checkin):

@@ -150,7 +150,8 @@ def deposed_leaders(nodes, peers, own, options, computed, reports, held=()):
     if out:
         computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
     while True:
-        judges = [s["leader"] for s in computed["segments"] if s.get("leader")]
+        # a deposed node still leads where its location has nobody else; it judges nobody all the same
+        judges = [s["leader"] for s in computed["segments"] if s.get("leader") and s["leader"] not in out]
         more = health.deposed(judges, reports) - out
         if not more:
             return out
