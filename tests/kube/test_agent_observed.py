@@ -307,6 +307,14 @@ def test_a_watch_from_a_version_gone_410_lists_again(cluster):
         took = agentlab.stopwatch(lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h)
                                               for h in leaders(lab)), 30)
         print("after the re-list -> a new Peer on every leader: %.1f s" % took)
-        assert all(agentlab.metrics(lab, h, "/healthz")[0] == 200 for h in hosts)
+        # every agent healthy again: one whose watch came back after the leaders' passes is healthy
+        # after its own next pass (in CI, under load, one still answered 503 when the Peer was on
+        # the leaders); the reasons are in the failure
+        deadline, sick = time.monotonic() + 30, None
+        while sick is None or (sick and time.monotonic() < deadline):
+            if sick:
+                time.sleep(1)
+            sick = dict((h, r) for h, r in ((h, agentlab.metrics(lab, h, "/healthz")) for h in hosts) if r[0] != 200)
+        assert not sick, sick
     finally:
         custom.delete_cluster_custom_object(*GROUP, "kan-after")
