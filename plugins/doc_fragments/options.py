@@ -136,8 +136,8 @@ options:
     description:
       - 'The nodes, instead of the inventory. Each has C(name) and the fields of the node table: C(location), C(leader)
         (bool), C(endpoint) (V(host:port)), C(internal_ip) (CIDR or null), C(persistent_keepalive) (seconds), C(allowed_location_ips)
-        (CIDRs), C(pod_cidr) (CIDR or null), C(public_key), C(cni_compatibility_ip) (CIDR or null), C(discovered_endpoints)
-        (public key to V(ip:port)), C(healthy) (bool).'
+        (CIDRs), C(pod_cidr) (CIDR, list of CIDRs, or null), C(public_key), C(cni_compatibility_ip) (CIDR or null),
+        C(discovered_endpoints) (public key to V(ip:port)), C(healthy) (bool).'
       - 'C(healthy) false: not chosen as leader while a healthy node of the location can lead.'
     type: list
     elements: dict
@@ -571,8 +571,9 @@ options:
       - 'C(internal_ip) (address): The host''s private address with prefix; null when it has none.'
       - 'C(listen_port) (port, required): WireGuard UDP port.'
       - 'C(tunnel_address) (address): Address of C(tunl0) when encapsulating; null otherwise.'
-      - 'C(pod_cidr) (network): The node''s pod CIDR; null when it has none.'
-      - 'C(cni) (bool): Kilo''s C(--cni): keep the node''s CNI configuration on C(pod_cidr).'
+      - 'C(pod_cidr) (network_or_networks): The node''s pod CIDR, or the list of its pod ranges when it has several;
+        null when it has none.'
+      - 'C(cni) (bool): Kilo''s C(--cni): keep the node''s CNI configuration on C(pod_cidr) (its first range).'
       - 'C(compatibility) (str): Kilo''s C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host
         that has C(cilium_tunl) routes the C(tunl0) routes through it.'
       - 'C(peers) (list of dicts with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive),
@@ -625,7 +626,8 @@ notes:
     keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.
   - C(kilo_allowed_location_ips) (Kilo's annotation C(kilo.squat.ai/allowed-location-ips)) - Further CIDRs routed
     to this node's location (a list, or text separated by commas).
-  - 'C(kilo_pod_cidr) (Kubernetes: C(spec.podCIDR)) - The node''s pod CIDR.'
+  - 'C(kilo_pod_cidr) (Kubernetes: C(spec.podCIDR)) - The node''s pod CIDR, or several (a list, or text separated
+    by commas: each its own route and allowed IP; one IP family).'
   - C(kilo_public_key) - The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.
   - C(kilo_cni_compatibility_ip) (Kilo's annotation C(kilo.squat.ai/cni-compatibility-ip)) - Under compatibility
     V(cilium), the address traffic to this node goes to (its C(cilium_host) address).

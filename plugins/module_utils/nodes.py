@@ -241,8 +241,45 @@ def _cni_ip_kube(value, subject, field):
         return UNSET
 
 
+def _pod_cidrs_var(value, subject, field):
+    """``kilo_pod_cidr``: one CIDR, or several (a list, or text separated by commas); kept as
+    given (one CIDR stays text, so a node of one pod CIDR reads exactly as before)."""
+    if _absent(value) or value == []:
+        return None
+    if isinstance(value, str):
+        parse_network_list(value, subject, field)
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise KiloError("expected a CIDR or a list of CIDRs, got %r" % (value,), subject, field)
+    items = [str(v) for v in value]
+    parse_network_list(items, subject, field)
+    return items
+
+
+def parse_pod_cidrs(value, subject, field):
+    """A node's pod ranges (one CIDR, a list, or text separated by commas) -> [network], in the
+    order given; empty when it has none."""
+    if _absent(value):
+        return []
+    if not isinstance(value, (str, list, tuple)):
+        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+    return parse_network_list(value, subject, field)
+
+
+def pod_cidr_value(cidrs):
+    """The engine's and the variable's form of a node's pod ranges: None for none, the CIDR itself
+    for one (as Kilo's single ``spec.podCIDR``), the list for several."""
+    cidrs = list(cidrs or ())
+    if not cidrs:
+        return None
+    return cidrs[0] if len(cidrs) == 1 else cidrs
+
+
 def _pod_cidr_kube(value, subject, field):
-    return parse_cidr(value, subject, field) if value else UNSET
+    if _absent(value) or value == []:
+        return UNSET
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return pod_cidr_value([parse_cidr(item, subject, field) for item in items])
 
 
 def _interface_text(value, subject, field):
@@ -292,9 +329,11 @@ FIELDS = OrderedDict((field.name, field) for field in (
               "Further CIDRs routed to this node's location (a list, or text separated by commas).",
               check=_list_var, parse=parse_network_list, source=_A + "allowed-location-ips", kube=_list_kube,
               form="CIDRs"),
-    NodeField("pod_cidr", "kilo_pod_cidr", "The node's pod CIDR.",
-              check=_checked_by(parse_network), parse=_optional(parse_network), source="spec.podCIDR",
-              kube=_pod_cidr_kube, form="CIDR or null"),
+    NodeField("pod_cidr", "kilo_pod_cidr",
+              "The node's pod CIDR, or several (a list, or text separated by commas: each its own route and allowed IP;"
+              " one IP family).",
+              check=_pod_cidrs_var, parse=parse_pod_cidrs, source="spec.podCIDR",
+              kube=_pod_cidr_kube, form="CIDR, list of CIDRs, or null"),
     NodeField("public_key", "kilo_public_key",
               "The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.",
               check=_key_var, parse=parse_key, written=_A + "key", write=parse_key),

@@ -33,7 +33,8 @@ FIREWALL_LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", 
 
 # field -> (kind, required, description). Kinds: str, bool, int, port, key, endpoint, ifname,
 # network (CIDR, host bits cleared), address (host address with prefix), ip, table, networks
-# (list of networks), or a nested schema ({...} for a dict, [{...}] for a list of dicts).
+# (list of networks), network_or_networks (one network, or a list of them), or a nested schema
+# ({...} for a dict, [{...}] for a list of dicts).
 PEER = {
     "name": ("str", True, "Segment (C(location:NAME), C(node:NAME)) or outside peer name."),
     "public_key": ("key", True, "WireGuard public key (base64)."),
@@ -69,8 +70,9 @@ SCHEMA = {
     "internal_ip": ("address", False, "The host's private address with prefix; null when it has none."),
     "listen_port": ("port", True, "WireGuard UDP port."),
     "tunnel_address": ("address", False, "Address of C(tunl0) when encapsulating; null otherwise."),
-    "pod_cidr": ("network", False, "The node's pod CIDR; null when it has none."),
-    "cni": ("bool", False, "Kilo's C(--cni): keep the node's CNI configuration on C(pod_cidr)."),
+    "pod_cidr": ("network_or_networks", False, "The node's pod CIDR, or the list of its pod ranges when it has"
+                 " several; null when it has none."),
+    "cni": ("bool", False, "Kilo's C(--cni): keep the node's CNI configuration on C(pod_cidr) (its first range)."),
     "compatibility": ("str", False, "Kilo's C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host"
                                     " that has C(cilium_tunl) routes the C(tunl0) routes through it."),
     "peers": ([PEER], False, "WireGuard peers."),
@@ -116,6 +118,12 @@ def _value(kind, value, subject, field):
     if kind == "ifname":
         return check_interface_name(value, subject, field)
     if kind == "network":
+        return _network(value, subject, field)
+    if kind == "network_or_networks":
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise KiloError("an empty list of CIDRs", subject, field)
+            return _value("networks", value, subject, field)
         return _network(value, subject, field)
     if kind == "destinations":
         if isinstance(value, (list, tuple)) and not value:
@@ -231,6 +239,7 @@ def doc():
 CONVERGE_SPEC = dict(
     plan=dict(type="dict"),
     preshared_keys=dict(type="dict", no_log=True),
+    switch_at=dict(type="float"),
 )
 
 

@@ -28,6 +28,12 @@ deliberate and marked "beyond Kilo" below:
 * nodes without an endpoint may join a location (as non-leaders); a segment with no endpoint at
   all is an error (Kilo would simply skip such nodes).
 
+Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs; issue
+23). Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever
+Kilo has the one pod CIDR, in the node's order; the first is Kilo's pod CIDR where only one can
+count (tunl0's address, the add-on gateway, the CNI conflist). No two ranges may overlap. A node of
+one range gives exactly Kilo's output.
+
 Routes and rules are Kilo's Routes() lists, duplicates included (e.g. a peer's allowed IP equal to
 a pod CIDR); Kilo's route table collapses entries equal in (dst, gateway, source, device) when it
 applies them, which is the applier's job here. A node without an internal IP is treated like a
@@ -75,6 +81,7 @@ import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
     OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
@@ -127,8 +134,7 @@ class Segment(object):
             return cached[1]
         dsts = []
         for node in self.members:
-            if node.pod_str is not None:
-                dsts.append(node.pod_str)
+            dsts.extend(node.pod_strs)
             if node.internal_ip is not None and node.internal_ip != endpoint_ip:
                 dsts.append(node.internal_host_cidr)
         dsts.extend(self.alip_strs)
@@ -202,8 +208,7 @@ class Topology(object):
             alips = {}
             for node in seg.members:
                 node.segment = seg
-                if node.pod_str is not None:
-                    allowed.append(node.pod_str)
+                allowed.extend(node.pod_strs)
                 for net in node.alips:
                     alips.setdefault(str(net), net)
                 if node.internal_host_cidr is not None:
@@ -274,8 +279,8 @@ class Topology(object):
         if has_alips:
             for seg in self.segments:
                 for node in seg.members:
-                    if node.pod is not None:
-                        add(node.pod, -1)
+                    for pod in node.pods:
+                        add(pod, -1)
                     if node.internal is not None:
                         add(_host_net(node.internal.ip), -1)
                 add(_host_net(seg.wg_ip), seg.index)
@@ -290,8 +295,7 @@ class Topology(object):
             seg.alips = kept
             seg.alip_strs = [str(n) for n in kept]
             seg.wg_allowed = seg.allowed + seg.alip_strs
-            seg.remote_dsts = ([n.pod_str for n in seg.members if n.pod_str is not None]
-                               + seg.privates + seg.alip_strs)
+            seg.remote_dsts = [s for n in seg.members for s in n.pod_strs] + seg.privates + seg.alip_strs
 
     def _alip_rejected(self, net, position, current, index):
         for other, nets in enumerate(current):
@@ -383,7 +387,7 @@ class Topology(object):
         plan["tunnel_address"] = (
             "%s/%d" % (node.pod.network_address + 1, node.pod.max_prefixlen)
             if encapsulating and node.pod is not None and node.pod.num_addresses > 1 else None)
-        plan["pod_cidr"] = node.pod_str
+        plan["pod_cidr"] = pod_cidr_value(node.pod_strs)
         plan["cni"] = bool(opts["cni"])
         plan["compatibility"] = self.compat
         return plan
@@ -455,15 +459,15 @@ class Topology(object):
             # beyond Kilo: the member's WireGuard IP answers over the private network too
             routes.append({"dst": member.segment.wg_host, "gateway": gateway, "device": device,
                            "source": source, "table": MAIN_TABLE, "onlink": True})
-        if member.pod_str is not None:
-            routes.append({"dst": member.pod_str, "gateway": gateway, "device": device,
+        for pod in member.pod_strs:
+            routes.append({"dst": pod, "gateway": gateway, "device": device,
                            "source": source, "table": MAIN_TABLE, "onlink": True})
         # Kilo's Routes(): the table-1107 route and rules test the member's internal IP
         if encap if gateway_ip is member.internal_ip else self._encapsulates(node, member.internal_ip):
             dst = member.internal_host_cidr
             new_rules = []
-            if node.pod_str is not None:
-                new_rules.append({"src": node.pod_str, "dst": dst, "iif": None, "table": KILO_TABLE})
+            for pod in node.pod_strs:
+                new_rules.append({"src": pod, "dst": dst, "iif": None, "table": KILO_TABLE})
             if leader:
                 new_rules.append({"src": None, "dst": dst, "iif": self.opts["interface"], "table": KILO_TABLE})
             if new_rules:
@@ -550,14 +554,12 @@ class Topology(object):
         nat_sources = []
         forward = []
         if opts["cni"]:
-            if node.pod_str is not None:
-                nat_sources.append(node.pod_str)
+            nat_sources.extend(node.pod_strs)
             if opts["forward_rules"]:
                 if leader:
-                    forward = _dedup([n.pod_str for n in seg.members if n.pod_str is not None]
-                                     + seg.alip_strs + seg.privates)
-                elif node.pod_str is not None:
-                    forward = [node.pod_str]
+                    forward = _dedup([s for n in seg.members for s in n.pod_strs] + seg.alip_strs + seg.privates)
+                elif node.pods:
+                    forward = list(node.pod_strs)
         nat_sources = _dedup(nat_sources + self.peer_allowed)
         # Kilo's enc.Rules(): flannel's is empty, cilium's is IPIP's
         ipip = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
@@ -589,7 +591,7 @@ class Topology(object):
                 "public_key": seg.leader.key,
                 "persistent_keepalive": seg.leader.keepalive,
                 "group": seg.group,
-                "members": [{"name": n.name, "pod_cidr": n.pod_str, "internal_ip": n.internal_ip_str,
+                "members": [{"name": n.name, "pod_cidr": pod_cidr_value(n.pod_strs), "internal_ip": n.internal_ip_str,
                              "endpoint": n.endpoint} for n in seg.members],
             })
         return out

@@ -80,7 +80,10 @@ def to_dot(result, mesh_edges="auto"):
         leader_id = _quote("node/" + seg["leader"])
         for member in seg.get("members") or [{"name": n} for n in seg["nodes"]]:
             is_leader = member["name"] == seg["leader"]
-            parts = [seg["key"], member["name"], member.get("pod_cidr"), member.get("internal_ip")]
+            pods = member.get("pod_cidr")
+            # a node of several pod ranges: one line each
+            parts = [seg["key"], member["name"]] + (list(pods) if isinstance(pods, list) else [pods]) + [
+                member.get("internal_ip")]
             attrs = ["shape=ellipse"]
             if is_leader:
                 parts += [seg.get("wireguard_ip"), seg.get("endpoint")]

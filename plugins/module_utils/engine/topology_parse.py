@@ -63,7 +63,7 @@ class Node(object):
     """One parsed node; strings are normalised once here."""
 
     __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
-                 "internal_ip_str", "internal_host_cidr", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
+                 "internal_ip_str", "internal_host_cidr", "pods", "pod_strs", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
                  "keepalive", "alips", "discovered", "segment", "index")
 
 
@@ -89,8 +89,13 @@ def parse_node(item, index, default_port):
         node.internal_ip = node.internal.ip
         node.internal_ip_str = str(node.internal.ip)
         node.internal_host_cidr = "%s/%d" % (node.internal_ip_str, node.internal.ip.max_prefixlen)
-    node.pod = value["pod_cidr"]
-    node.pod_str = None if node.pod is None else str(node.pod)
+    # a node's pod ranges (several: Calico's blocks, Cilium's pool CIDRs), each its own route and
+    # allowed IP; the first is Kilo's one pod CIDR (tunnel address, CNI, the add-on gateway)
+    node.pods = value["pod_cidr"]
+    _check_pod_family(node.pods, subject)
+    node.pod_strs = [str(net) for net in node.pods]
+    node.pod = node.pods[0] if node.pods else None
+    node.pod_str = node.pod_strs[0] if node.pods else None
     # Kilo's cni-compatibility-ip annotation (cilium_host's address): only its address is used
     node.cni_ip = value["cni_compatibility_ip"]
     node.key = value["public_key"]
@@ -102,6 +107,30 @@ def parse_node(item, index, default_port):
     node.discovered = value["discovered_endpoints"]
     node.index = index
     return node
+
+
+def _check_pod_family(pods, subject):
+    """A node's pod ranges are of one IP family (a second family is a dual-stack mesh's)."""
+    for net in pods[1:]:
+        if net.version != pods[0].version:
+            raise TopologyError(subject, "pod_cidr", "%s is IPv%d but %s is IPv%d: a node's pod ranges are of one"
+                                " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version))
+
+
+def check_pod_overlaps(nodes):
+    """No two pod ranges overlap, of one node or of two (two nodes claiming one block, a block
+    inside another's range): each range is a route to exactly one node."""
+    ranges = sorted(((int(net.network_address), -net.prefixlen, net.version, net, node)
+                     for node in nodes for net in node.pods), key=lambda r: r[:3])
+    last = {}  # version -> (last address covered so far, its network, its node)
+    for start, dummy, version, net, node in ranges:
+        seen = last.get(version)
+        if seen is not None and start <= seen[0]:
+            other = "its own %s" % seen[1] if seen[2] is node else "%s of node %r" % (seen[1], seen[2].name)
+            raise TopologyError(node_subject(node.name), "pod_cidr", "%s overlaps %s" % (net, other))
+        end = int(net.broadcast_address)
+        if seen is None or end > seen[0]:
+            last[version] = (end, net, node)
 
 
 def parse_peer(item, index):
@@ -153,5 +182,6 @@ def parse_inputs(nodes, peers, options):
                               node_subject, keys)
     parsed_peers = _parse_all(peers, "peer", parse_peer, peer_subject, keys)
     parsed_nodes.sort(key=lambda n: n.name)
+    check_pod_overlaps(parsed_nodes)
     parsed_peers.sort(key=lambda p: p.name)
     return opts, parsed_nodes, parsed_peers

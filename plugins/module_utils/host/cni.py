@@ -23,6 +23,9 @@ Here, with ``cni`` on and a pod CIDR in the plan:
   left alone, with a warning. Kilo would also leave unparsable or IPAM-less files, but rewrites
   the subnet of any other conflist at its path; a file named otherwise belongs to someone else.
 
+A node of several pod ranges (``pod_cidr`` a list) keeps its conflist on the first; where the
+IPAM is Calico's or Cilium's their own CNI configuration is the one that counts.
+
 ``cni`` off or no pod CIDR: nothing is read or written (an earlier file stays, as with Kilo).
 ``state: absent`` removes the file only when it is ours (named ``kilo``); the bridge belongs to
 the CNI plugin and stays. Writes are atomic (``atomic_file.write_atomic``), mode 0644; the
@@ -157,7 +160,9 @@ class CNIBackend(Backend):
         return read(self.path)
 
     def desired(self, plan, current):
-        subnet = plan["pod_cidr"] if plan["cni"] else None
+        pods = plan["pod_cidr"] if plan["cni"] else None
+        # a node of several pod ranges (Calico's blocks, Cilium's pool CIDRs): the conflist takes the first
+        subnet = (pods[0] if pods else None) if isinstance(pods, list) else pods
         if not subnet:
             # cni off or no pod CIDR: not managed, whatever is there stays
             return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
