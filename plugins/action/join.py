@@ -15,9 +15,33 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes,
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
 
+def unswitched_keys(task_vars, facts_var, rotation_var):
+    """{new public key: the key its interface still runs} of the play's hosts whose key step
+    reported a rotation (``facts_var``) and whose earlier converge (``rotation_var``, the role's
+    first converge task) did not succeed: their peers must keep the old key until they switch."""
+    hostvars, keep = task_vars["hostvars"], {}
+    if not facts_var:
+        return keep
+    for host in task_vars.get("ansible_play_hosts_all") or ():
+        facts = hostvars[host].get(facts_var) or {}
+        if not (facts.get("rotating") and facts.get("previous_public_key")):
+            continue
+        switched = hostvars[host].get(rotation_var) or {}
+        if switched.get("failed") or switched.get("unreachable") or switched.get("skipped") or "changed" not in switched:
+            keep[facts["public_key"]] = facts["previous_public_key"]
+    return keep
+
+
+def keep_unswitched_keys(plan, keep):
+    """Put back the old key of peers that did not switch (``unswitched_keys``) in ``plan``."""
+    for peer in plan.get("peers") or ():
+        if peer.get("public_key") in keep:
+            peer["public_key"] = keep[peer["public_key"]]
+
+
 class ActionModule(KiloAction):
     SCOPES = ("mesh", "inputs", "host")
-    EXTRA_SPEC = dict(topology_var=dict(type="str"))
+    EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"))
 
     def run_kilo(self, args, task_vars):
         result = {}
@@ -25,8 +49,15 @@ class ActionModule(KiloAction):
         if args["state"] == "present":
             plan = self.mesh(task_vars, args).plan(task_vars["inventory_hostname"], args["topology_var"], result)
 
+        rotation = (task_vars.get(args["topology_var"]) or {}).get("rotation") if args["topology_var"] else None
+        if plan is not None and args["rotation_var"] and not (rotation or {}).get("scheduled"):
+            keep_unswitched_keys(plan, unswitched_keys(task_vars, args["facts_var"], args["rotation_var"]))
         module_args = dict(self.module_args(args, ("host",)), plan=plan,
                            preshared_keys=split_preshared_keys(plan))
+        if plan is not None and rotation and rotation.get("at") and not self._task.check_mode:
+            # the rotating hosts switch first, their peers a step later (kilo.mesh.topology's schedule)
+            own = task_vars["inventory_hostname"] in rotation["hosts"]
+            module_args["switch_at"] = rotation["at"] + (0 if own else rotation["step"])
         converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
                                          task_vars=task_vars)
         result.update(converged)

@@ -10,13 +10,24 @@ host's kilo.mesh.join (plugin_utils/plan_store.py), returning only where they ar
 
 from __future__ import annotations
 
+import time
+
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result, stale_leaders, update_registry
+
+
+# A key rotation's schedule (``rotation`` in the result; kilo.mesh.join hands each host its moment):
+# the rotating hosts switch ROTATION_LEAD seconds after the plans are made, by when every host's
+# converge call of the next task is under way, and their peers SWITCH_STEP seconds later. In that
+# step what a rotating host sends waits in WireGuard's queue (128 packets a peer) while its peers
+# still reach it over the old sessions; the step covers clocks a little apart.
+ROTATION_LEAD = 5.0
+SWITCH_STEP = 0.25
 
 
 class ActionModule(KiloAction):
@@ -29,7 +40,7 @@ class ActionModule(KiloAction):
         if args["leader_health"]:
             self.mark_down(args, task_vars, mesh.nodes)
         if args["save_plans"]:
-            return self.save_plans(task_vars, mesh)
+            return self.save_plans(task_vars, mesh, args["facts_var"])
         computed = mesh.computed()
         sections = peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
@@ -60,7 +71,7 @@ class ActionModule(KiloAction):
             if node["name"] in down:
                 node["healthy"] = False
 
-    def save_plans(self, task_vars, mesh):
+    def save_plans(self, task_vars, mesh, facts_var):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
@@ -72,6 +83,24 @@ class ActionModule(KiloAction):
             update_registry(mesh.registry_file, mesh.fresh)
         result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(mesh.nodes),
                       segments=len(computed["segments"]), plans=len(play),
-                      leaders=sorted(s["leader"] for s in computed["segments"]))
+                      leaders=sorted(s["leader"] for s in computed["segments"]),
+                      rotation=self.rotation(task_vars, play, facts_var))
         result.update(missing_result(mesh.missing))
         return result
+
+    def rotation(self, task_vars, play, facts_var):
+        """Which hosts of the play switch to a new key in this run, and how: ``scheduled`` (one
+        converge task for every host, each at its moment, ``at``) when the task runs on every
+        host of the play at once (forks), else in order (the role converges them in a task of
+        their own before the others). Check mode switches nothing: no schedule."""
+        rotating = []
+        for host in play:
+            found, facts = self.variable(task_vars, host, facts_var)
+            if found and isinstance(facts, dict) and facts.get("rotating"):
+                rotating.append(host)
+        forks = ansible_internals.forks()
+        scheduled = bool(rotating) and not self._task.check_mode and forks is not None and len(play) <= forks
+        out = dict(hosts=sorted(rotating), scheduled=scheduled)
+        if scheduled:
+            out.update(at=round(time.time() + ROTATION_LEAD, 3), step=SWITCH_STEP)
+        return out

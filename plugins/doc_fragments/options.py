@@ -290,6 +290,24 @@ options:
       - Defaults to the inventory variable C(kilo_key_path), then to the default below.
     type: path
     default: /var/lib/kilo/key
+  key_rotate:
+    description:
+      - 'Replace the host''s WireGuard key in this run: a new private key is made on the host (0600, written atomically),
+        the old one is gone from the disk, and every peer, the registry and the Node''s C(key) annotation follow
+        in the same run. The host switches first, its peers right after, so tunnels keep their traffic (see the
+        rotation guide). C(playbooks/rotate.yml -e hosts=PATTERN) sets it for one run; set in the inventory it rotates
+        on every run.'
+      - Defaults to the inventory variable C(kilo_key_rotate), then to the default below.
+    type: bool
+    default: false
+  key_max_age:
+    description:
+      - Seconds a WireGuard key may live (counted from when its file was written); an older key is rotated by the
+        next C(site.yml) run and, in agent mode, by the agent itself. V(0) never rotates by age.
+      - At least V(0).
+      - Defaults to the inventory variable C(kilo_key_max_age), then to the default below.
+    type: int
+    default: 0
   ignore_interfaces:
     description:
       - Interfaces whose addresses must not be chosen as internal or external IP, for example a management NIC whose
@@ -506,6 +524,14 @@ options:
         does not handshake, and an idle healthy leader would look stale.'
       - At least V(0).
       - Defaults to the inventory variable C(kilo_leader_handshake_timeout), then to the default below.
+    type: int
+    default: 0
+  key_max_age:
+    description:
+      - Seconds a WireGuard key may live (counted from when its file was written); an older key is rotated by the
+        next C(site.yml) run and, in agent mode, by the agent itself. V(0) never rotates by age.
+      - At least V(0).
+      - Defaults to the inventory variable C(kilo_key_max_age), then to the default below.
     type: int
     default: 0
   agent_node:

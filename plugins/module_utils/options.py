@@ -148,6 +148,17 @@ OPTIONS = dict([
             default="wireguard-go"),
     _option("key_path", ("host", "key"), "path", ["Path of the private key file made by M(kilo.mesh.key); it never leaves the host."],
             default=DEFAULT_KEY_PATH, no_log=False),
+    _option("key_rotate", ("key",), "bool", [
+        "Replace the host's WireGuard key in this run: a new private key is made on the host (0600, written"
+        " atomically), the old one is gone from the disk, and every peer, the registry and the Node's C(key)"
+        " annotation follow in the same run. The host switches first, its peers right after, so tunnels"
+        " keep their traffic (see the rotation guide). C(playbooks/rotate.yml -e hosts=PATTERN) sets it for"
+        " one run; set in the inventory it rotates on every run."],
+        default=False, no_log=False),
+    _option("key_max_age", ("key", "agent"), "int", [
+        "Seconds a WireGuard key may live (counted from when its file was written); an older key is rotated by"
+        " the next C(site.yml) run and, in agent mode, by the agent itself. V(0) never rotates by age."],
+        default=0, bounds=(0, None), no_log=False),
     _option("mtu", ("host",), "int", ["MTU of the interface; V(0) means Kilo's auto value (default-route MTU - 80, else 1420)."],
             default=0, bounds=(0, 65535)),
     _option("firewall", ("host",), "str", ["Firewall backend for the NAT, forward and IPIP rules of the plan."],

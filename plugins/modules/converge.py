@@ -28,6 +28,14 @@ options:
       - Preshared keys of the plan's WireGuard peers, by public key. They travel apart from O(plan)
         because module arguments are logged on the host, and this option is never logged.
     type: dict
+  switch_at:
+    description:
+      - A key rotation's moment for this host, in seconds since the epoch (the controller's clock; hosts
+        keep theirs in step with NTP). The changes are computed at once and applied at that moment, so
+        a host whose key rotates switches just before its peers switch to its new key. A moment more
+        than 30 s ahead, or past, applies at once.
+      - M(kilo.mesh.join) sets it in a run that rotates keys; there is no need to set it by hand.
+    type: float
 extends_documentation_fragment:
   - kilo.mesh.options.plan
   - kilo.mesh.options.host
@@ -67,6 +75,11 @@ leader:
   description: Whether this host leads its segment.
   returned: when state is present
   type: bool
+late:
+  description: Seconds past O(switch_at) at which the changes were applied (0 - on time).
+  returned: when O(switch_at) is set and something changed
+  type: float
+  sample: 0.0
 """
 
 import traceback
@@ -91,7 +104,8 @@ def main():
         # The plan is logged on the host as it arrives: a key inside it would be in syslog.
         module.fail_json(msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead")
     try:
-        result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys)
+        result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys,
+                          switch_at=module.params.pop("switch_at"))
     except KiloError as e:
         module.fail_json(msg=str(e))
     except Exception as e:  # pylint: disable=broad-exception-caught

@@ -38,6 +38,15 @@ options:
         mesh is computed once per run instead of once per host (the role C(kilo.mesh.node) does this).
       - Without it, or when the variable holds no plan store, this action computes the mesh itself.
     type: str
+  rotation_var:
+    description:
+      - Name of the variable holding the registered result of an earlier M(kilo.mesh.join) task that
+        converged only the hosts whose key rotates (their M(kilo.mesh.key) result, O(facts_var), says
+        C(rotating)); the role C(kilo.mesh.node) runs that task first, so a rotating host switches
+        before its peers.
+      - A rotating host whose result there is not a success (failed, unreachable, skipped) keeps the
+        key its interface still runs in this host's plan, so this host does not cut it off.
+    type: str
 attributes:
   check_mode:
     support: full

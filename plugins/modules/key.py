@@ -181,7 +181,8 @@ def run_module():
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.host.discovery import parse_cidrs
         parse_cidrs(p["internal_cidrs"])
-        key = ensure_key(p["key_path"], check_mode=module.check_mode)
+        key = ensure_key(p["key_path"], check_mode=module.check_mode, rotate=p["key_rotate"],
+                         max_age=p["key_max_age"])
     except (KiloError, ValueError) as e:
         module.fail_json(msg=str(e))
 
@@ -199,18 +200,30 @@ def run_module():
         # before the converge call: nothing of the mesh changed on this host yet
         module.fail_json(msg="; ".join(errors), public_key=key["public_key"])
 
-    discovered, handshakes = {}, {}
+    discovered, handshakes, live_key = {}, {}, None
     try:
-        _current, discovered, handshakes = report.wireguard_reading(p["interface"])
+        current, discovered, handshakes = report.wireguard_reading(p["interface"])
+        live_key = current.get("public_key")
     except Exception as e:  # reading is best effort: a broken interface must not block keys
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
+    # The interface still runs another key than the file: rotated now, or a rotation cut short
+    # before its converge. The role converges such a host before its peers either way.
+    rotating = bool(live_key) and live_key != key["public_key"]
+    previous = live_key if rotating else key.get("previous_public_key")
 
     extra = {}
     if prepared is not None:
         extra = dict(diff_of(prepared), prepared=prepared)
+    if key.get("rotated") or rotating:
+        # public keys only: which key goes, and that a new one comes (check mode: a stand-in)
+        before, after = extra.get("diff", {}).get("before", {}), extra.get("diff", {}).get("after", {})
+        before = dict(before, public_key=previous)
+        after = dict(after, public_key="(new key, made in the run)" if module.check_mode else key["public_key"])
+        extra["diff"] = {"before": before, "after": after}
     module.exit_json(changed=key["changed"] or bool(prepared and prepared["changes"]), msg=key["msg"],
                      public_key=key["public_key"],
-                     pending=bool(key.get("pending")),
+                     pending=bool(key.get("pending")), rotated=key.get("rotated"),
+                     rotating=rotating or bool(key.get("rotated")), previous_public_key=previous,
                      internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
                      candidates=ips["candidates"], mtu=mtu, discovered_endpoints=discovered,
                      handshakes=handshakes, **extra)

@@ -20,6 +20,10 @@ caller takes its documented fallback. What each fallback gives up:
     cannot trust what kilo.mesh.validate read of the hosts outside the play, so it reads every
     host again: slower at scale (one variable computation per host), never stale.
 
+``forks()`` (``ansible.context.CLIARGS``, the command line as parsed): how many hosts a task runs
+    on at once. Without it a key rotation takes the ordered way (rotating hosts converge in a
+    task of their own before their peers) rather than the scheduled one.
+
 ``play_id(task)`` (the play's ``_uuid``): a key telling this play apart from the run's other
     plays, under which validate hands its reading to the topology step. Without it nothing is
     handed over: the topology step reads every host itself (slower, same result).
@@ -71,3 +75,13 @@ def play_id(task):
     except AttributeError:
         return None
     return getattr(play, "_uuid", None)
+
+
+def forks():
+    """The run's ``--forks`` (hosts a task runs on at once), or None."""
+    try:
+        from ansible import context
+        value = context.CLIARGS.get("forks")
+    except (ImportError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None

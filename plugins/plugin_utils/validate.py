@@ -66,3 +66,23 @@ def check_topology(nodes, peers, options, hostvars, first):
                 raise KiloError(e.message, host_subject(host), var)
             raise KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
         raise
+
+
+def outside_play(hosts, per_host, play):
+    """Hosts of the mesh staying in it that this play leaves out (--limit): they are not
+    converged in this run, so they would keep a rotating host's old key."""
+    return sorted(host for host in hosts if host not in play and per_host[host]["state"] == "present")
+
+
+def check_rotation(hosts, per_host, play):
+    """A key rotates only in a run that converges every host of the mesh; else refuse it before
+    any host changes, naming the rotating host, its variable and the hosts left out."""
+    outside = outside_play(hosts, per_host, play)
+    if not outside:
+        return
+    for host in hosts:
+        if host in play and per_host[host]["key_rotate"]:
+            raise KiloError("this host's key would rotate, but %s outside the play (--limit) would keep its old key"
+                            " and cut it off; rotate in a run of every host of the mesh"
+                            % ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else ""),
+                            host_subject(host), OPTIONS["key_rotate"]["var"])

@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
+
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
@@ -79,7 +81,23 @@ def host_settings(given):
     return settings
 
 
-def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None):
+# The longest a converge waits for its moment in a key rotation's schedule (switch_at): a moment
+# further off is a clock far from the controller's, and waiting would only stall the run.
+MAX_SWITCH_WAIT = 30
+
+
+def wait_for(switch_at, now=None, sleep=time.sleep):
+    """Sleep until ``switch_at`` (seconds since the epoch) when it is ahead and within
+    MAX_SWITCH_WAIT; returns how late the moment is met (negative: early, never in practice)."""
+    now = time.time() if now is None else now
+    ahead = switch_at - now
+    if 0 < ahead <= MAX_SWITCH_WAIT:
+        sleep(ahead)
+        return 0.0
+    return round(max(0.0, -ahead), 3)
+
+
+def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
@@ -87,6 +105,10 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     a foreign route in the way) fails before anything changes, in check mode too.
     Returns ``{"changed", "changes": {backend: [str]}, "diff": {"before", "after"}}``;
     nothing in it carries a private or preshared key.
+
+    ``switch_at``: a key rotation's moment for this host (kilo.mesh.join's schedule): changes
+    are applied then, not as soon as they are known, so a rotating host switches its key just
+    before its peers switch to the new one (``late``: seconds past the moment, in the result).
     """
     settings = host_settings(settings)
     absent = settings["state"] == "absent"
@@ -122,6 +144,8 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     if check_mode:
         return result
 
+    if switch_at and steps:
+        result["late"] = wait_for(switch_at)
     applied = False
     for backend, current, desired in steps:
         if absent:

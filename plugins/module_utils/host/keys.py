@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import base64
 import os
+import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
@@ -94,23 +95,55 @@ def read_private_key(path=DEFAULT_KEY_PATH):
         raise KeyFileError(e.message, _subject(path), e.field)
 
 
-def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False):
-    """Make sure a private key exists at path; return {'public_key', 'changed', 'msg'}.
+def key_age(path, now=None):
+    """Seconds since the key at ``path`` was written (its mtime: write_atomic gives every new
+    key a new file, and a chmod does not touch the mtime)."""
+    return max(0, int((time.time() if now is None else now) - os.stat(path).st_mtime))
 
-    An existing valid key is kept (its file mode is tightened to 0600 if looser). An existing
-    invalid file is an error rather than silently replaced: it may be someone's real key.
-    In check mode nothing is written; a key that would be created is stood in for by an
-    unsaved one (``pending``), so plans can still be computed. Failures are KeyFileError.
+
+def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False, rotate=False, max_age=0):
+    """Make sure a private key exists at path; return {'public_key', 'changed', 'msg'} and, when
+    the key is replaced, 'rotated' (why: 'requested' or 'age') and 'previous_public_key'.
+
+    An existing valid key is kept (its file mode is tightened to 0600 if looser) unless
+    ``rotate`` is true or it is older than ``max_age`` seconds (0: no limit); then a new key
+    replaces it atomically (write_atomic: never half-written, 0600 from the first byte) and the
+    old one is gone from the disk (the interface keeps it until the converge switches). An
+    existing invalid file is an error rather than silently replaced: it may be someone's real key.
+    In check mode nothing is written; a key that would be created or rotated is stood in for by
+    an unsaved one (``pending``), so plans can still be computed. Failures are KeyFileError.
     """
     try:
-        return _ensure_key(path, check_mode)
+        return _ensure_key(path, check_mode, rotate, max_age)
     except (IOError, OSError) as e:
         raise KeyFileError(e.strerror or str(e), _subject(path))
 
 
-def _ensure_key(path, check_mode):
+def _rotation(path, rotate, max_age):
+    """Why the key at ``path`` is to be replaced now ('requested', 'age') or None."""
+    if rotate:
+        return "requested"
+    if max_age and key_age(path) >= max_age:
+        return "age"
+    return None
+
+
+def _ensure_key(path, check_mode, rotate, max_age):
     if os.path.exists(path):
         priv = read_private_key(path)
+        why = _rotation(path, rotate, max_age)
+        if why:
+            old = public_key(priv)
+            del priv
+            verb = "would rotate" if check_mode else "rotated"
+            msg = "%s key %s (%s)" % (verb, path, "requested" if why == "requested" else "older than kilo_key_max_age")
+            if check_mode:
+                return {"public_key": public_key(generate_private_key()), "pending": True, "changed": True,
+                        "rotated": why, "previous_public_key": old, "msg": msg}
+            new = generate_private_key()
+            write_atomic(path, new + "\n", 0o600)
+            return {"public_key": public_key(new), "changed": True, "rotated": why, "previous_public_key": old,
+                    "msg": msg}
         changed = False
         mode = os.stat(path).st_mode & 0o777
         if mode & 0o077:

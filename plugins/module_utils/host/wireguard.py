@@ -138,6 +138,15 @@ def render(state):
     return out
 
 
+def rekeyed(current, peer_ops):
+    """The peer ops adding a peer in place of one they remove (allowed IPs in common): a node
+    that changed its key, as a key rotation does."""
+    removed = set(op["public_key"] for op in peer_ops if op.get("remove"))
+    freed = set(ip for p in current["peers"] if p["public_key"] in removed for ip in p["allowed_ips"])
+    return [op for op in peer_ops if not op.get("remove") and not op.get("update_only")
+            and freed.intersection(op.get("allowed_ips") or ())]
+
+
 # ---------------------------------------------------------------- backend
 
 class WireGuardBackend(Backend):
@@ -389,16 +398,9 @@ class WireGuardBackend(Backend):
             if not device.get("private_key"):
                 priv = None
             listen_port = desired["listen_port"] if device.get("listen_port") else None
-            if impl == "userspace":
-                try:
-                    UAPIClient(self._socket()).set(build_set(priv, listen_port, None, peer_ops))
-                except (OSError, socket.error) as e:
-                    raise WireGuardError("configuring over %s: %s" % (self._socket(), e), self.subject)
-                except UAPIError as e:
-                    raise WireGuardError("configuring over %s: %s" % (self._socket(), e.message), self.subject)
-            else:
-                KernelWG(self.interface).set(private_key=priv, listen_port=listen_port, peers=peer_ops)
+            self._set(impl, priv, listen_port, peer_ops)
             del priv
+            self._nudge(impl, rekeyed(current, peer_ops))
         link_ops = set(op[1] for dummy, op in ops if op[0] == "link")
         if link_ops:
             from pyroute2 import IPRoute
@@ -410,6 +412,37 @@ class WireGuardBackend(Backend):
                     ipr.link("set", index=idx[0], mtu=int(desired["mtu"]))
                 if "up" in link_ops:
                     ipr.link("set", index=idx[0], state="up" if desired["up"] else "down")
+
+    def _set(self, impl, priv, listen_port, peer_ops):
+        """One configuration request (UAPI set or netlink) for the device and ``peer_ops``."""
+        if impl == "userspace":
+            try:
+                UAPIClient(self._socket()).set(build_set(priv, listen_port, None, peer_ops))
+            except (OSError, socket.error) as e:
+                raise WireGuardError("configuring over %s: %s" % (self._socket(), e), self.subject)
+            except UAPIError as e:
+                raise WireGuardError("configuring over %s: %s" % (self._socket(), e.message), self.subject)
+        else:
+            KernelWG(self.interface).set(private_key=priv, listen_port=listen_port, peers=peer_ops)
+
+    def _nudge(self, impl, added):
+        """Start the handshake with re-keyed peers now.
+
+        A re-keyed peer switched to its new key before this host (the role converges rotating
+        hosts first); what it sends meanwhile waits in its queue (WireGuard keeps up to 128
+        packets per peer) until a handshake under the new key. This host has no session with the
+        new key, so its own next packet would start one; with no traffic of its own the remote's
+        retry would come only after its 5 s rekey timeout, past what that queue holds. Turning
+        persistent keepalive on sends a keepalive at once, in the kernel and in wireguard-go,
+        which starts the handshake; a peer added with a keepalive already got one, and one
+        without gets it switched on and off again.
+        """
+        quiet = [op["public_key"] for op in added if not op.get("persistent_keepalive")]
+        if not quiet:
+            return
+        for keepalive in (1, 0):
+            self._set(impl, None, None, [{"public_key": pub, "update_only": True, "persistent_keepalive": keepalive}
+                                         for pub in quiet])
 
     # ---- create / remove
 

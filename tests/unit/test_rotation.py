@@ -1,0 +1,116 @@
+"""Key rotation's pure parts: the key file, the schedule's wait, re-keyed peers, the order's
+fallback (peers keep the old key of a host that did not switch), and the --limit refusal."""
+import os
+import stat
+
+import pytest
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import MAX_SWITCH_WAIT, wait_for
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import rekeyed
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_rotation
+
+
+def test_rotate_replaces_the_key_atomically_and_reports_both_public_keys(tmp_path):
+    path = str(tmp_path / "key")
+    first = keys.ensure_key(path)
+    old_text = open(path).read()
+    res = keys.ensure_key(path, rotate=True)
+    new_text = open(path).read()
+    assert new_text != old_text
+    assert res["changed"] is True and res["rotated"] == "requested"
+    assert res["previous_public_key"] == first["public_key"]
+    assert res["public_key"] == keys.public_key(new_text.strip()) != first["public_key"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert os.listdir(str(tmp_path)) == ["key"]  # no temporary file left, no copy of the old key
+    assert old_text.strip() not in repr(res) and new_text.strip() not in repr(res)
+
+
+def test_check_mode_rotation_writes_nothing_and_stands_in(tmp_path):
+    path = str(tmp_path / "key")
+    first = keys.ensure_key(path)
+    text = open(path).read()
+    res = keys.ensure_key(path, check_mode=True, rotate=True)
+    assert open(path).read() == text
+    assert res["pending"] is True and res["changed"] is True and res["rotated"] == "requested"
+    assert res["previous_public_key"] == first["public_key"] != res["public_key"]
+    assert "would rotate" in res["msg"]
+
+
+def test_max_age_rotates_an_old_key_only(tmp_path):
+    path = str(tmp_path / "key")
+    keys.ensure_key(path)
+    assert "rotated" not in keys.ensure_key(path, max_age=3600)
+    old = os.stat(path).st_mtime - 7200
+    os.utime(path, (old, old))
+    assert keys.key_age(path) >= 7200
+    res = keys.ensure_key(path, max_age=3600)
+    assert res["rotated"] == "age" and "older than kilo_key_max_age" in res["msg"]
+    assert keys.key_age(path) < 60
+    assert "rotated" not in keys.ensure_key(path, max_age=3600)
+
+
+def test_tightening_the_mode_does_not_reset_the_age(tmp_path):
+    path = str(tmp_path / "key")
+    keys.ensure_key(path)
+    old = os.stat(path).st_mtime - 7200
+    os.utime(path, (old, old))
+    os.chmod(path, 0o644)
+    keys.ensure_key(path)  # tightens to 0600
+    assert keys.key_age(path) >= 7200
+
+
+def test_wait_for_sleeps_until_the_moment_within_the_bound():
+    slept = []
+    assert wait_for(100.5, now=100.0, sleep=slept.append) == 0.0
+    assert slept == [0.5]
+    slept[:] = []
+    assert wait_for(99.0, now=100.25, sleep=slept.append) == 1.25  # late: applied at once
+    assert wait_for(100.0 + MAX_SWITCH_WAIT + 1, now=100.0, sleep=slept.append) == 0.0
+    assert slept == []  # a moment too far ahead (a clock far off) does not stall the run
+
+
+def _peer(pub, ips):
+    return {"public_key": pub, "allowed_ips": ips}
+
+
+def test_rekeyed_peers_are_added_in_place_of_a_removed_one():
+    current = {"peers": [_peer("OLD", ["10.4.0.1/32", "10.1.0.0/24"]), _peer("GONE", ["10.9.0.0/24"]),
+                         _peer("KEPT", ["10.2.0.0/24"])]}
+    ops = [{"public_key": "OLD", "remove": True}, {"public_key": "GONE", "remove": True},
+           {"public_key": "NEW", "allowed_ips": ["10.4.0.1/32", "10.1.0.0/24"]},
+           {"public_key": "JOINED", "allowed_ips": ["10.3.0.0/24"]},
+           {"public_key": "KEPT", "update_only": True, "allowed_ips": ["10.2.0.0/24", "10.9.0.0/24"]}]
+    assert [op["public_key"] for op in rekeyed(current, ops)] == ["NEW"]
+
+
+def test_peers_keep_the_old_key_of_a_host_that_did_not_switch():
+    from ansible_collections.kilo.mesh.plugins.action.join import keep_unswitched_keys, unswitched_keys
+    hostvars = {
+        "a": {"kh": {"rotating": True, "public_key": "A2", "previous_public_key": "A1"},
+              "rot": {"changed": True}},
+        "b": {"kh": {"rotating": True, "public_key": "B2", "previous_public_key": "B1"},
+              "rot": {"failed": True, "msg": "x"}},
+        "c": {"kh": {"rotating": True, "public_key": "C2", "previous_public_key": "C1"}},  # unreachable: nothing registered
+        "d": {"kh": {"rotating": False, "public_key": "D1"}, "rot": {"skipped": True}},
+    }
+    task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b", "c", "d"]}
+    keep = unswitched_keys(task_vars, "kh", "rot")
+    assert keep == {"B2": "B1", "C2": "C1"}
+    plan = {"peers": [{"public_key": k} for k in ("A2", "B2", "C2", "D1")]}
+    keep_unswitched_keys(plan, keep)
+    assert [p["public_key"] for p in plan["peers"]] == ["A2", "B1", "C1", "D1"]
+
+
+def test_rotation_under_a_limit_is_refused_naming_host_variable_and_who_is_left_out():
+    per_host = dict((h, {"state": "present", "key_rotate": h == "a"}) for h in ("a", "b", "c"))
+    check_rotation(["a", "b", "c"], per_host, {"a", "b", "c"})  # every host in the play: fine
+    per_host["c"]["state"] = "absent"
+    check_rotation(["a", "b", "c"], per_host, {"a", "b"})  # a host leaving the mesh does not count
+    per_host["c"]["state"] = "present"
+    with pytest.raises(KiloError) as e:
+        check_rotation(["a", "b", "c"], per_host, {"a", "b"})
+    assert e.value.name == "a" and e.value.field == "kilo_key_rotate" and "c" in e.value.message
+    per_host["a"]["key_rotate"] = False
+    check_rotation(["a", "b", "c"], per_host, {"a", "b"})  # no rotation asked: a limit is fine
