@@ -132,7 +132,9 @@ class ActionModule(KiloAction):
     def agent_config(args, node):
         """The agent's configuration: the push run's options of this host, and the agent's own."""
         settings = dict((k, args[k]) for k in names("host") if k != "state")
-        key = dict((k, args[k]) for k in names("key") if k in argument_spec("key") and k != "prepare")
+        # kilo_key_rotate is one run's request (rotate.yml), never the agent's: it would rotate on every pass
+        key = dict((k, args[k]) for k in names("key") if k in argument_spec("key") and k not in ("prepare", "key_rotate"))
         return dict(node=node, options=engine_options(args), settings=settings, key=key,
                     resync_period=args["agent_resync_period"], listen=args["agent_listen"],
-                    leader_health=args["leader_health"], leader_handshake_timeout=args["leader_handshake_timeout"])
+                    leader_health=args["leader_health"], leader_handshake_timeout=args["leader_handshake_timeout"],
+                    pod_cidr_source=args["pod_cidr_source"])

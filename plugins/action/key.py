@@ -35,6 +35,7 @@ class ActionModule(KiloAction):
             result["warnings"] = list(result.get("warnings") or []) + [held]
         if result.get("failed") or result.get("skipped"):
             return result
+        self.refuse_unfinished_rotation(result, task_vars)
         host = task_vars.get("inventory_hostname")
         # this host's node as the mesh will make it from what the key step just reported
         node = self.mesh(task_vars, args).node(host, facts=facts_from_result(result))
@@ -44,21 +45,38 @@ class ActionModule(KiloAction):
                             host_subject(host), "kilo_force_endpoint")
         return result
 
+    def left_out(self, task_vars):
+        """Hosts of the mesh this play leaves out (--limit), when this host is one of the mesh
+        (a machine connecting as a peer is not: its peers follow from the registry or its Peer)."""
+        hosts = task_vars["groups"].get(self.mesh_group(task_vars), [])
+        if task_vars.get("inventory_hostname") not in hosts:
+            return []
+        play = set(task_vars.get("ansible_play_hosts_all") or ())
+        return sorted(host for host in hosts if host not in play)
+
     def hold_rotation_under_limit(self, args, task_vars):
         """No rotation by age in a run that leaves hosts of the mesh out (--limit): they would keep
         this host's old key. The next full run rotates it (kilo.mesh.validate refuses an
         explicit kilo_key_rotate there, before any host changes)."""
         if not args.get("key_max_age"):
             return None
-        group = self.mesh_group(task_vars)
-        hosts = task_vars["groups"].get(group, [])
-        play = set(task_vars.get("ansible_play_hosts_all") or ())
-        outside = [host for host in hosts if host not in play]
+        outside = self.left_out(task_vars)
         if not outside:
             return None
         args["key_max_age"] = 0
         return ("kilo_key_max_age is not applied in this run: %s outside the play (--limit) would keep this host's"
-                " old key" % ", ".join(sorted(outside)[:5]))
+                " old key" % ", ".join(outside[:5]))
+
+    def refuse_unfinished_rotation(self, result, task_vars):
+        """A rotation cut short earlier (the key file holds the new key, the interface the old one)
+        finishes only in a run of every host: under --limit this host would switch and the hosts
+        left out would cut it off. Its converge is refused; the interface keeps the old key."""
+        outside = self.left_out(task_vars) if result.get("rotating") else []
+        if outside:
+            raise KiloError("the key rotation of this host is unfinished (an earlier run was cut short) and %s outside"
+                            " the play (--limit) would keep its old key; finish it with a run of every host of the mesh"
+                            % ", ".join(outside[:5]), host_subject(task_vars.get("inventory_hostname")),
+                            "kilo_key_rotate")
 
     def install_then_key(self, args, prepared, task_vars):
         """Install ``prepared["missing"]``, then the key step alone; one result for the task."""

@@ -12,12 +12,15 @@ import shutil
 import subprocess
 
 import pytest
+from kubernetes import client
 # tests/kube is on sys.path (conftest.py).
 from test_apiserver import admin  # noqa: F401 pylint: disable=import-error,unused-import
 from test_site_kubernetes import sitetools, wg_peers  # pylint: disable=import-error
 
 import kubelab  # pylint: disable=import-error
 import labcluster  # pylint: disable=import-error
+
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
 KGCTL = kubelab.binary("KILO_KGCTL", "build Kilo's cmd/kgctl (github.com/squat/kilo), set KILO_KGCTL")
 PREFIX = "kgc"  # this machine's labs are global: this prefix is this file's only
@@ -93,3 +96,30 @@ def test_showconf_refuses_a_node_that_is_not_a_leader(cluster, admin):
         rc, out, err = kgctl(kubeconfig, "showconf", "node", name)
         # kgctl says so on stderr, prints no configuration, and still exits 0
         assert rc == 0 and "[Interface]" not in out and 'Node "%s" is not a leader node' % name in err, (name, out, err)
+
+
+def test_a_rotated_key_is_on_the_node_and_in_kgctls_showconf(cluster, admin):
+    """playbooks/rotate.yml on a leader: its Node's key annotation is the new key, and kgctl
+    (which reads only the annotations) gives every other leader a [Peer] with the new key, the
+    same as its interface holds."""
+    lab, inventory, kubeconfig = cluster
+    converge(inventory)
+    leaders = kubelab.leaders(admin, lab.hosts)
+    victim = leaders[0]
+    key_of = lambda: client.CoreV1Api(admin).read_node(victim).metadata.annotations.get(kn.KEY)  # noqa: E731
+    old = key_of()
+    counts = sitetools.recap(sitetools.playbook(inventory, "rotate.yml", "-e", "hosts=%s" % victim,
+                                                "-e", "kilo_task_timeout=120"))
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
+    new = lab.run(victim, ["wg", "show", "kilo0", "public-key"]).stdout.strip()
+    assert new and new != old and key_of() == new, (old, new, key_of())
+    for leader in leaders:
+        if leader == victim:
+            continue
+        rc, conf, err = kgctl(kubeconfig, "showconf", "node", leader)
+        assert rc == 0, (leader, err)
+        want = showconf_peers(conf)
+        assert new in want and old not in want, (leader, conf)
+        assert want == wg_peers(lab, leader), (leader, conf, wg_peers(lab, leader))
+    print("rotated %s: Node key %s... -> %s..., kgctl showconf of every other leader names the new key"
+          % (victim, old[:8], new[:8]))

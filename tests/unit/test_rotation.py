@@ -114,3 +114,14 @@ def test_rotation_under_a_limit_is_refused_naming_host_variable_and_who_is_left_
     assert e.value.name == "a" and e.value.field == "kilo_key_rotate" and "c" in e.value.message
     per_host["a"]["key_rotate"] = False
     check_rotation(["a", "b", "c"], per_host, {"a", "b"})  # no rotation asked: a limit is fine
+
+
+def test_the_agent_gets_the_key_age_but_never_one_run_s_rotation_request():
+    from ansible_collections.kilo.mesh.plugins.action.agent import ActionModule
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+    args = defaults("mesh", "host", "key", "agent", "inputs")
+    args.update(key_rotate=True, key_max_age=86400)
+    config = ActionModule.agent_config(args, "node-1")
+    assert config["key"]["key_max_age"] == 86400
+    assert "key_rotate" not in config["key"]  # it would rotate on every pass
+

@@ -257,7 +257,9 @@ class Agent(object):
                 return False
             self.keep_plan(plan)
             self._peer_names = dict((p["public_key"], p.get("name") or "") for p in plan.get("peers", []))
-            digest = _digest(plan, preshared, self.config["settings"])
+            # the own key is in the digest: a key the agent just rotated is converged in this pass,
+            # before write_back tells the other nodes (they must switch after this host does)
+            digest = _digest(plan, preshared, self.config["settings"], facts.get("public_key"))
             if force or digest != self.applied:
                 result = converge(plan, self.config["settings"], preshared_keys=preshared)
                 if result["changed"]:
@@ -318,7 +320,11 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.host import report
         from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
         key_options = self.config["key"]
-        key = ensure_key(key_options["key_path"])
+        # kilo_key_max_age: the agent rotates its own key; this pass converges the interface to it
+        # and writes the Node's key annotation, and every other agent follows on that event
+        key = ensure_key(key_options["key_path"], max_age=key_options.get("key_max_age") or 0)
+        if key.get("rotated"):
+            log("rotated the WireGuard key (older than kilo_key_max_age): new public key %s" % key["public_key"])
         ips, mtu, _host = report.addresses(key_options)
         try:
             current, discovered, _handshakes = report.wireguard_reading(key_options["interface"])
