@@ -58,7 +58,8 @@ class ActionModule(KiloAction):
                 result["changed"] = bool(result.get("changed") or changes)
             return self.finish(result, node)
 
-        identity, uid = agent_identity.ensure(client, node, args["agent_namespace"], "present", self._task.check_mode)
+        identity, uid = agent_identity.ensure(client, node, args["agent_namespace"], "present", self._task.check_mode,
+                                              pod_source=args["pod_cidr_source"])
         server, ca_data, insecure = agent_identity.cluster_of(client, args["agent_api_server"])
         data, digest = agent_zip.build()
         module_args.update(

@@ -581,6 +581,24 @@ options:
       - Defaults to the inventory variable C(kilo_agent_app), then to the default below.
     type: path
     default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz
+  pod_cidr_source:
+    description:
+      - 'Beyond Kilo (issue 23): where the nodes'' pod ranges come from, for the mesh (a group variable; the agents
+        take it from their configuration) - V(node), the Node''s C(spec.podCIDRs) of C(spec.podCIDR)''s family,
+        else C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects of
+        C(crd.projectcalico.org/v1), several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs)
+        of the node''s C(CiliumNode) (C(cilium.io/v2), cluster-pool IPAM).'
+      - A node's own C(kilo.mesh/pod-cidr-source) annotation (or the variable on one host, push runs only) picks
+        its source; its C(kilo.mesh/pod-cidrs) annotation (CIDRs separated by commas) or C(kilo_pod_cidr) forces
+        its ranges, for any other IPAM.
+      - The agents may list and watch the objects of the source in effect (their ClusterRole follows it).
+      - Defaults to the inventory variable C(kilo_pod_cidr_source), then to the default below.
+    type: str
+    choices:
+      - node
+      - calico
+      - cilium
+    default: node
 """
 
     PLAN = r"""
@@ -652,8 +670,9 @@ notes:
     keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.
   - C(kilo_allowed_location_ips) (Kilo's annotation C(kilo.squat.ai/allowed-location-ips)) - Further CIDRs routed
     to this node's location (a list, or text separated by commas).
-  - 'C(kilo_pod_cidr) (Kubernetes: C(spec.podCIDR)) - The node''s pod CIDR, or several (a list, or text separated
-    by commas: each its own route and allowed IP; one IP family).'
+  - 'C(kilo_pod_cidr) (annotation C(kilo.mesh/pod-cidrs), beyond Kilo) - The node''s pod CIDR, or several (a list,
+    or text separated by commas: each its own route and allowed IP; one IP family); set, it wins over the source
+    of C(kilo_pod_cidr_source).'
   - C(kilo_public_key) - The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.
   - C(kilo_cni_compatibility_ip) (Kilo's annotation C(kilo.squat.ai/cni-compatibility-ip)) - Under compatibility
     V(cilium), the address traffic to this node goes to (its C(cilium_host) address).

@@ -14,12 +14,17 @@ description:
     location, so the locations are the inventory groups as in a hand-written inventory.
   - Location names that are not valid Ansible group names (Kubernetes allows V(-) and V(.)) are changed to
     one for the group only; the host variable C(kilo_location) keeps the exact location.
-  - Host variables from Kilo's annotations and the Node's C(spec.podCIDR), as the notes list. C(kilo_location)
+  - Host variables from Kilo's annotations, as the notes list. C(kilo_location)
     is the annotation C(kilo.squat.ai/location) when present, even empty, else the label O(topology_label),
     else empty; the annotation C(kilo.squat.ai/leader) counts by its presence.
   - C(kilo_kubernetes_node) holds what Kilo's agent wrote on the Node (C(public_key), C(endpoint),
     C(internal_ip), C(wireguard_ip), C(discovered_endpoints), C(last_seen), C(granularity); null when not
-    written) and C(ready), the Node's Ready condition.
+    written), C(ready), the Node's Ready condition, and C(pod_cidrs), the node's pod ranges per source
+    (C(kilo_pod_cidr_source)) - V(node) (C(spec.podCIDRs) of C(spec.podCIDR)'s family, else C(spec.podCIDR)),
+    V(calico) (its confirmed C(BlockAffinity) blocks) and V(cilium) (its C(CiliumNode)'s C(spec.ipam.podCIDRs)),
+    each IPAM source only where its resource type is installed and readable.
+  - The annotation C(kilo.mesh/pod-cidrs) (CIDRs separated by commas) sets C(kilo_pod_cidr), forcing the node's
+    pod ranges; C(kilo.mesh/pod-cidr-source) sets C(kilo_pod_cidr_source), the node's own source.
   - C(kubernetes_labels) and C(kubernetes_annotations) hold the Node's labels and annotations, for
     O(compose), O(groups) and O(keyed_groups).
   - A value the collection cannot use (a bad annotation, an invalid Peer with O(invalid_peers=error)) fails
@@ -121,13 +126,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             client = kube_client.api_client(dict((name, self.get_option(name)) for name in kube_client.ENV))
             nodes = kube_client.list_nodes(client)
             peers = self._peers(client) if self.get_option("peers") else None
+            ipam = self._ipam(client)
         except KiloError as e:
             raise AnsibleParserError("%s: %s" % (self.NAME, e))
         group = self.inventory.add_group(self.get_option("group"))
         locations = {}
         for node in sorted(nodes, key=lambda n: (n.get("metadata") or {}).get("name") or ""):
             try:
-                self._add_node(node, group, locations)
+                self._add_node(node, group, locations, ipam)
             except KiloError as e:
                 raise AnsibleParserError("%s: %s" % (self.NAME, e))
         if peers is not None:
@@ -152,6 +158,22 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
                 self.display.warning("%s: leaving out %s" % (self.NAME, e))
         return peers
 
+    def _ipam(self, client):
+        """{source: {node: [CIDR]}} of every IPAM source whose objects can be listed (a type not
+        installed or not readable is left out: only a node of that source then fails)."""
+        out = {}
+        for source, (api_group, version, plural) in sorted(kube_node.IPAM_KINDS.items()):
+            try:
+                items = kube_client.list_cluster_objects(client, api_group, version, plural)
+            except kube_client.KubeError as e:
+                if e.status == 403:
+                    self.display.warning("%s: %s not read (%s)" % (self.NAME, plural, e))
+                if e.status in (403, 404):
+                    continue
+                raise
+            out[source] = kube_node.IPAM_READERS[source](items)
+        return out
+
     def _location_group(self, host, location, group, locations):
         name = to_safe_group_name(location, force=True, silent=True)
         if name == group or name in RESERVED_GROUPS:
@@ -164,8 +186,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         self.inventory.add_child(group, name)
         return name
 
-    def _add_node(self, node, group, locations):
-        hvars = kube_node.host_vars(node, self.get_option("topology_label"))
+    def _add_node(self, node, group, locations, ipam):
+        hvars = kube_node.host_vars(node, self.get_option("topology_label"), ipam)
         meta = node["metadata"]
         name = self.inventory.add_host(meta["name"], group=group)
         if hvars["kilo_location"]:

@@ -34,6 +34,14 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, host_subject, parse_key, split_endpoint, to_bool, to_int)
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
+# Annotations of our own on a Node (beyond Kilo): a node's pod ranges forced, and the source of its pod ranges.
+OWN_PREFIX = "kilo.mesh/"
+POD_CIDRS_ANNOTATION = OWN_PREFIX + "pod-cidrs"
+POD_SOURCE_ANNOTATION = OWN_PREFIX + "pod-cidr-source"
+# Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
+# Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
+POD_SOURCES = ("node", "calico", "cilium")
+POD_SOURCE_VAR = "kilo_pod_cidr_source"
 
 # RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
@@ -276,9 +284,10 @@ def pod_cidr_value(cidrs):
 
 
 def _pod_cidr_kube(value, subject, field):
-    if _absent(value) or value == []:
+    """The annotation's text (CIDRs separated by commas) -> ``kilo_pod_cidr``."""
+    items = [item.strip() for item in (value or "").split(",") if item.strip()] if isinstance(value, str) else value
+    if not items:
         return UNSET
-    items = value if isinstance(value, (list, tuple)) else [value]
     return pod_cidr_value([parse_cidr(item, subject, field) for item in items])
 
 
@@ -300,8 +309,8 @@ class NodeField(object):
 
     @property
     def annotation(self):
-        """The Node annotation an operator sets (None: a Node field such as spec.podCIDR, or none)."""
-        return self.source if self.source and self.source.startswith(ANNOTATION_PREFIX) else None
+        """The Node annotation an operator sets, Kilo's or ours (None: a Node field, or none)."""
+        return self.source if self.source and self.source.startswith((ANNOTATION_PREFIX, OWN_PREFIX)) else None
 
 
 _A = ANNOTATION_PREFIX
@@ -331,8 +340,8 @@ FIELDS = OrderedDict((field.name, field) for field in (
               form="CIDRs"),
     NodeField("pod_cidr", "kilo_pod_cidr",
               "The node's pod CIDR, or several (a list, or text separated by commas: each its own route and allowed IP;"
-              " one IP family).",
-              check=_pod_cidrs_var, parse=parse_pod_cidrs, source="spec.podCIDR",
+              " one IP family); set, it wins over the source of C(kilo_pod_cidr_source).",
+              check=_pod_cidrs_var, parse=parse_pod_cidrs, source=POD_CIDRS_ANNOTATION,
               kube=_pod_cidr_kube, form="CIDR, list of CIDRs, or null"),
     NodeField("public_key", "kilo_public_key",
               "The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.",
@@ -376,7 +385,9 @@ def doc_lines():
         if not field.var:
             continue
         where = ""
-        if field.annotation:
+        if field.annotation and field.annotation.startswith(OWN_PREFIX):
+            where = " (annotation C(%s), beyond Kilo)" % field.annotation
+        elif field.annotation:
             where = " (Kilo's annotation C(%s))" % field.annotation
         elif field.source:
             where = " (Kubernetes: C(%s))" % field.source
@@ -408,12 +419,43 @@ def host_location(hvars, location, subject):
     return field.check(hvars[field.var], subject, field.var) if field.var in hvars else location
 
 
-def node_from_host(name, hvars, facts, location, port):
+def pod_source_of(hvars, default, subject):
+    """The source of a host's pod ranges: its ``kilo_pod_cidr_source`` (a variable, or the inventory
+    plugin's reading of the Node's annotation), else ``default`` (the mesh's), else V(node)."""
+    source = hvars.get(POD_SOURCE_VAR) or default or POD_SOURCES[0]
+    if source not in POD_SOURCES:
+        raise InputError("%r unknown; one of %s" % (source, ", ".join(POD_SOURCES)), subject, POD_SOURCE_VAR)
+    return source
+
+
+def source_pod_cidrs(hvars, default, subject):
+    """A host's pod ranges from its source, as its Kubernetes Node's reading holds them
+    (``kilo_kubernetes_node.pod_cidrs``: source -> CIDRs); None without a Node (a hand-written
+    inventory: only ``kilo_pod_cidr`` gives pod ranges there) or without ranges."""
+    source = pod_source_of(hvars, default, subject)
+    written = hvars.get("kilo_kubernetes_node")
+    if not isinstance(written, dict):
+        if source != POD_SOURCES[0]:
+            raise InputError("%s needs the host's Kubernetes Node (the inventory plugin kilo.mesh.kubernetes);"
+                             " set kilo_pod_cidr instead" % source, subject, POD_SOURCE_VAR)
+        return None
+    ranges = written.get("pod_cidrs") or {}
+    if source not in ranges:
+        if source == POD_SOURCES[0]:
+            return None
+        raise InputError("%s: its objects were not read (their resource type is not installed, or this reader"
+                         " may not list them)" % source, subject, POD_SOURCE_VAR)
+    return pod_cidr_value(ranges[source])
+
+
+def node_from_host(name, hvars, facts, location, port, pod_source=None):
     """One topology node from a host's variables and what it reported (``facts``).
 
     ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
     it may be empty when every field is forced in the inventory. Each variable the host sets
     is checked by its row of the node table (``nodes.check_host_vars``), as validate checks it.
+    Its pod ranges: ``kilo_pod_cidr`` when set, else those of its source (``source_pod_cidrs``;
+    ``pod_source`` is the mesh's, for a host that names none: the agent's configuration).
     """
     facts = facts or {}
     subject = host_subject(name)
@@ -442,7 +484,8 @@ def node_from_host(name, hvars, facts, location, port):
             ip = node["internal_ip"].split("/")[0]
         node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
-    node["pod_cidr"] = given.get("pod_cidr")
+    node["pod_cidr"] = given["pod_cidr"] if given.get("pod_cidr") is not None else source_pod_cidrs(
+        hvars, pod_source, subject)
     # Kilo's cni-compatibility-ip annotation: the next hop towards this node under compatibility cilium
     node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
     # the leader annotation counts by its presence: absent is the only "no"

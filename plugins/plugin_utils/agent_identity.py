@@ -5,7 +5,8 @@
 ServiceAccount may patch every Node):
 
 * a ServiceAccount ``kilo-mesh-agent-<node>`` in the agents' namespace;
-* the shared ClusterRole ``kilo-mesh-agent`` (get, list, watch Nodes and Kilo's Peers), bound to
+* the shared ClusterRole ``kilo-mesh-agent`` (get, list, watch Nodes and Kilo's Peers; list and
+  watch the objects of the mesh's IPAM source of pod ranges, when ``pod_cidr_source`` names one), bound to
   it by the ClusterRoleBinding ``kilo-mesh-agent-<node>-read``;
 * the ClusterRole ``kilo-mesh-agent-<node>`` (get and patch of that one Node, ``resourceNames``)
   bound to it by the ClusterRoleBinding ``kilo-mesh-agent-<node>``.
@@ -22,7 +23,7 @@ import base64
 import hashlib
 import os
 
-from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
 
 NAME = "kilo-mesh-agent"
 LABELS = {"app.kubernetes.io/managed-by": "kilo-mesh", "app.kubernetes.io/component": "agent"}
@@ -53,10 +54,17 @@ def _meta(name, node=None, namespace=None):
     return meta
 
 
-def shared_role():
+def shared_role(pod_source="node"):
+    """The agents' shared reading rights: Nodes and Peers, and the objects of the mesh's IPAM
+    source of pod ranges when it has one (``pod_cidr_source``: Calico's blockaffinities, Cilium's
+    ciliumnodes), list and watch only."""
+    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+             {"apiGroups": ["kilo.squat.ai"], "resources": ["peers"], "verbs": ["get", "list", "watch"]}]
+    if pod_source in kube_node.IPAM_KINDS:
+        group, dummy, plural = kube_node.IPAM_KINDS[pod_source]
+        rules.append({"apiGroups": [group], "resources": [plural], "verbs": ["list", "watch"]})
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(NAME),
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-                      {"apiGroups": ["kilo.squat.ai"], "resources": ["peers"], "verbs": ["get", "list", "watch"]}]}
+            "rules": rules}
 
 
 def node_objects(node, namespace):
@@ -78,12 +86,12 @@ def node_objects(node, namespace):
     ]
 
 
-def ensure(client_options, node, namespace, state="present", check_mode=False):
+def ensure(client_options, node, namespace, state="present", check_mode=False, pod_source="node"):
     """Apply (or delete) ``node``'s identity. Returns (changes, ServiceAccount UID or None)."""
     dyn = kube_client.dynamic_client(client_options)
     objects = node_objects(node, namespace)
     if state == "present":
-        objects = [shared_role()] + objects
+        objects = [shared_role(pod_source)] + objects
     else:
         objects = list(reversed(objects))  # bindings before what they name
     changes, uid = [], None

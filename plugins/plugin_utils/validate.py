@@ -13,7 +13,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, names
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_host_vars, var_of_field
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_host_vars, pod_source_of, var_of_field
 
 
 def agree(per_host):
@@ -64,6 +64,9 @@ def check_topology(nodes, peers, options, hostvars, first):
             var = var_of_field(e.field.split("[")[0])
             if var and var in hostvars[host]:
                 raise KiloError(e.message, host_subject(host), var)
+            if e.field == "pod_cidr":  # not a variable: the ranges of the host's source (its Kubernetes Node)
+                source = pod_source_of(hostvars[host], None, host_subject(host))
+                raise KiloError(e.message, host_subject(host), "pod_cidr (kilo_pod_cidr_source %s)" % source)
             raise KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
         raise
 

@@ -110,6 +110,36 @@ def test_a_node_joins_with_one_limited_run(cluster, api):
     print("\nNode joined (after its --limit run) -> every pair pings: %.1f s" % took)
 
 
+def test_agents_follow_a_calico_block_that_moves(cluster, api):
+    """Issue 23: with kilo_pod_cidr_source=calico the agents watch Calico's block affinities (their
+    ClusterRole lets them list and watch those only then); a block moved to a node of the other
+    location leaves one leader's peer and joins the other's, by the event, with no Ansible run.
+    Every node's blocks are its spec.podCIDR and one extra block (removed at the end), so the later
+    tests (and kgctl, which reads spec.podCIDR) see the ranges they expect."""
+    from test_site_kubernetes import CALICO, IPAM_CRDS, block  # pylint: disable=import-error,import-outside-toplevel
+    lab, server, inventory = cluster
+    hosts = members(lab, api)
+    server.kubectl("apply", "-f", IPAM_CRDS)
+    custom = client.CustomObjectsApi(api)
+    agentlab.wait_for(lambda: custom.list_cluster_custom_object(*CALICO) is not None, 60)
+    for host in hosts:
+        block(custom, host, labcluster.pod_cidr(lab.hosts[host]))
+    extra = "10.60.9.0/26"
+    moved = block(custom, "aws-2", extra)
+    site(inventory, "-e", "kilo_pod_cidr_source=calico", *agentlab.AGENT_ARGS)
+    aws, gcp = [[h for h in agentlab.leaders(lab, hosts) if lab.hosts[h]["location"] == loc][0] for loc in ("aws", "gcp")]
+
+    def peers_with(leader):
+        return [k for k, p in agentlab.wg_dump(lab, leader).items() if extra in p["allowed_ips"]]
+    assert peers_with(gcp) and not peers_with(aws)
+    agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in hosts), 30)
+    custom.patch_cluster_custom_object(*CALICO, moved, {"spec": {"node": "gcp-2"}})
+    took = agentlab.stopwatch(lambda: peers_with(aws) and not peers_with(gcp), 30)
+    print("\nCalico block moved -> on the other location's leader: %.1f s" % took)
+    custom.delete_cluster_custom_object(*CALICO, moved)
+    agentlab.wait_for(lambda: not peers_with(aws), 30)
+
+
 def test_bad_data_on_another_node_is_skipped_not_fatal(cluster, api):
     lab, _server, _inventory = cluster
     core = client.CoreV1Api(api)

@@ -5,8 +5,13 @@ its pod CIDR in spec.podCIDR, its management address as InternalIP (so Ansible r
 its location by label on some Nodes and by Kilo's annotation on others, one forced leader, and
 one Peer resource. The inventory is the plugin's config plus group_vars with the lab's SSH
 settings. Tests run in file order and share the lab and the Nodes, removed at the end.
+
+The last tests take the pod ranges from IPAM objects (issue 23): Calico's BlockAffinity and
+Cilium's CiliumNode, their resource types from tests/kube/ipam_crds.yaml (written here).
 """
 import os
+
+import yaml
 
 import pytest
 from kubernetes import client
@@ -48,9 +53,9 @@ def wg_peers(lab, host):
     return dict((f[0], sorted(f[3].split(","))) for f in (line.split("\t") for line in out[1:]))
 
 
-def pings(lab):
-    """Every host pings every host of the other location at its LAN address."""
-    hosts = lab.hosts
+def pings(lab, only=None):
+    """Every host (of ``only``) pings every host of the other location at its LAN address."""
+    hosts = dict((n, h) for n, h in lab.hosts.items() if only is None or n in only)
     for src, h in sorted(hosts.items()):
         targets = [d["lan_ip"] for d in hosts.values() if d["location"] != h["location"]]
         done = lab.run(src, ["sh", "-c", "ok=0; for ip in %s; do ping -c 2 -i 0.3 -W 2 -q $ip >/dev/null || ok=1; done;"
@@ -130,3 +135,100 @@ def test_a_deleted_node_leaves_the_mesh_whatever_the_registry_says(cluster, admi
     out = sitetools.site(inventory)
     assert set(sitetools.recap(out)) == set(lab.hosts) - {gone}
     assert not any(pod_cidr in ips for ips in wg_peers(lab, "aws-1").values()), wg_peers(lab, "aws-1")
+
+
+# --- pod ranges from the IPAM (issue 23): Calico's blocks, Cilium's CiliumNode -----------------
+
+IPAM_CRDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ipam_crds.yaml")
+CALICO = kn.IPAM_KINDS["calico"]
+CILIUM = kn.IPAM_KINDS["cilium"]
+LIVE = ("aws-1", "aws-2", "gcp-1")  # gcp-2's Node is gone (the test above)
+
+
+@pytest.fixture(scope="module")
+def ipam(kube, admin, cluster):
+    """The two resource types installed (removed after, with every object of theirs)."""
+    from test_apiserver import eventually  # pylint: disable=import-error,import-outside-toplevel
+    custom = client.CustomObjectsApi(admin)
+    kube.kubectl("apply", "-f", IPAM_CRDS)
+    try:
+        for kind in (CALICO, CILIUM):
+            eventually(lambda kind=kind: custom.list_cluster_custom_object(*kind), 60)
+        yield custom
+    finally:
+        kube.kubectl("delete", "-f", IPAM_CRDS, "--ignore-not-found")
+
+
+def block(custom, node, cidr, state="confirmed"):
+    name = "%s-%s" % (node, cidr.replace(".", "-").replace("/", "-"))
+    custom.create_cluster_custom_object(*CALICO, {
+        "apiVersion": "%s/%s" % CALICO[:2], "kind": "BlockAffinity", "metadata": {"name": name},
+        "spec": {"node": node, "cidr": cidr, "state": state, "deleted": "false"}})
+    return name
+
+
+def pod_routes(lab, host):
+    """The pod ranges this host routes (our routes, protocol 107), sorted."""
+    out = lab.run(host, ["ip", "-o", "route", "show", "proto", "107"]).stdout.splitlines()
+    return sorted(line.split()[0] for line in out if line.startswith(("10.50.", "10.60.", "10.70.")))
+
+
+def assert_ranges(lab, ranges):
+    """Every live host routes exactly the other nodes' ranges, and each leader's peer for the other
+    location allows exactly that location's ranges (besides internal and WireGuard IPs)."""
+    for host in LIVE:
+        assert pod_routes(lab, host) == sorted(c for n in LIVE if n != host for c in ranges[n]), host
+    keys = dict((n, lab.run(n, ["wg", "show", "kilo0", "public-key"]).stdout.strip()) for n in ("aws-1", "gcp-1"))
+    for leader, other, members in (("aws-1", "gcp-1", ["gcp-1"]), ("gcp-1", "aws-1", ["aws-1", "aws-2"])):
+        allowed = wg_peers(lab, leader)[keys[other]]
+        assert sorted(ip for ip in allowed if ip.startswith(("10.50.", "10.60.", "10.70."))) == sorted(
+            c for n in members for c in ranges[n]), (leader, allowed)
+
+
+def set_group_var(inventory, name, value):
+    path = os.path.join(os.path.dirname(inventory), "group_vars", "kilo.yml")
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    data[name] = value
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f, default_flow_style=False)
+
+
+def test_calico_blocks_are_the_routes_and_allowed_ips(cluster, ipam):
+    lab, inventory = cluster
+    for node, cidr in (("aws-1", "10.60.0.0/26"), ("aws-1", "10.60.0.64/26"), ("aws-2", "10.60.1.0/26"),
+                       ("gcp-1", "10.60.2.0/26"), ("gcp-1", "10.60.2.128/26")):
+        block(ipam, node, cidr)
+    block(ipam, "aws-2", "10.60.3.0/26", state="pending")  # not the node's yet
+    set_group_var(inventory, "kilo_pod_cidr_source", "calico")
+    sitetools.site(inventory)
+    assert_ranges(lab, {"aws-1": ["10.60.0.0/26", "10.60.0.64/26"], "aws-2": ["10.60.1.0/26"],
+                        "gcp-1": ["10.60.2.0/26", "10.60.2.128/26"]})
+    pings(lab, LIVE)
+
+
+def test_a_moved_block_moves_its_route_and_a_node_may_name_its_own_source(cluster, admin, ipam):
+    lab, inventory = cluster
+    moved = "aws-1-10-60-0-64-26"
+    ipam.patch_cluster_custom_object(*CALICO, moved, {"spec": {"node": "aws-2"}})
+    ipam.create_cluster_custom_object(*CILIUM, {
+        "apiVersion": "%s/%s" % CILIUM[:2], "kind": "CiliumNode", "metadata": {"name": "gcp-1"},
+        "spec": {"ipam": {"podCIDRs": ["10.70.2.0/24", "10.70.3.0/24"]}}})
+    client.CoreV1Api(admin).patch_node("gcp-1", {"metadata": {"annotations": {"kilo.mesh/pod-cidr-source": "cilium"}}})
+    sitetools.site(inventory)
+    assert_ranges(lab, {"aws-1": ["10.60.0.0/26"], "aws-2": ["10.60.0.64/26", "10.60.1.0/26"],
+                        "gcp-1": ["10.70.2.0/24", "10.70.3.0/24"]})
+
+
+def test_two_nodes_claiming_one_range_fail_before_any_host_changes(cluster, ipam):
+    lab, inventory = cluster
+    before = dict((n, pod_routes(lab, n)) for n in LIVE)
+    name = block(ipam, "aws-1", "10.60.1.0/27")  # inside aws-2's block
+    try:
+        out = sitetools.site(inventory, expect_rc=2)
+        assert ("host 'aws-2': pod_cidr (kilo_pod_cidr_source calico): 10.60.1.0/26 overlaps 10.60.1.0/27 of"
+                " node 'aws-1'") in out, out[-3000:]
+        assert "changed=0" in out and "changed=1" not in out
+    finally:
+        ipam.delete_cluster_custom_object(*CALICO, name)
+    assert dict((n, pod_routes(lab, n)) for n in LIVE) == before

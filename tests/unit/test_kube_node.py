@@ -135,11 +135,79 @@ def test_bad_allowed_location_ip():
     assert err.field == kn.ALLOWED_LOCATION_IPS and "192.168.1.7" in str(err)
 
 
+def pod_cidr(hv, source=None):
+    """The node's pod CIDR as the inventory reading gives it (node_from_host)."""
+    return inputs.node_from_host("n1", hv, {}, "", 51820, pod_source=source)["pod_cidr"]
+
+
 def test_pod_cidr_from_spec():
-    assert kn.host_vars(node(pod_cidr="10.244.1.0/24"))["kilo_pod_cidr"] == "10.244.1.0/24"
-    assert "kilo_pod_cidr" not in kn.host_vars(node())
+    hv = kn.host_vars(node(pod_cidr="10.244.1.0/24"))
+    assert "kilo_pod_cidr" not in hv  # not forced: the source's (the Node's spec here)
+    assert hv["kilo_kubernetes_node"]["pod_cidrs"] == {"node": ["10.244.1.0/24"]}
+    assert pod_cidr(hv) == "10.244.1.0/24"
+    assert pod_cidr(kn.host_vars(node())) is None
     err = raises(kn.host_vars, node(pod_cidr="10.244.1.0"))
     assert err.field == "spec.podCIDR"
+
+
+def test_pod_cidrs_from_spec_of_the_first_family():
+    obj = node(pod_cidr="10.244.1.0/24")
+    obj["spec"]["podCIDRs"] = ["10.244.1.0/24", "fd10:244:1::/64", "10.245.1.0/24"]
+    assert pod_cidr(kn.host_vars(obj)) == ["10.244.1.0/24", "10.245.1.0/24"]
+    obj["spec"]["podCIDRs"] = ["10.244.1.0/24", "10.245.1.0"]
+    assert raises(kn.host_vars, obj).field == "spec.podCIDRs"
+
+
+CALICO = [
+    {"metadata": {"name": "n1-10-2-0-64-26"}, "spec": {"node": "n1", "cidr": "10.2.0.64/26", "state": "confirmed"}},
+    {"metadata": {"name": "n1-10-2-0-0-26"}, "spec": {"node": "n1", "cidr": "10.2.0.0/26", "state": "confirmed"}},
+    {"metadata": {"name": "n1-10-2-1-0-26"}, "spec": {"node": "n1", "cidr": "10.2.1.0/26", "state": "pending"}},
+    {"metadata": {"name": "n1-10-2-2-0-26"},
+     "spec": {"node": "n1", "cidr": "10.2.2.0/26", "state": "confirmed", "deleted": "true"}},
+    {"metadata": {"name": "n2-10-2-3-0-26"}, "spec": {"node": "n2", "cidr": "10.2.3.0/26", "state": "confirmed"}},
+]
+CILIUM = [{"metadata": {"name": "n1"}, "spec": {"ipam": {"podCIDRs": ["10.8.1.0/24", "10.9.1.0/24"]}}},
+          {"metadata": {"name": "n2"}, "spec": {}}]
+
+
+def test_calico_blocks_confirmed_only_in_address_order():
+    assert kn.calico_pod_cidrs(CALICO) == {"n1": ["10.2.0.0/26", "10.2.0.64/26"], "n2": ["10.2.3.0/26"]}
+    bad = [{"metadata": {"name": "b"}, "spec": {"node": "n1", "cidr": "10.2.0.0", "state": "confirmed"}}]
+    err = raises(kn.calico_pod_cidrs, bad)
+    assert (err.subject, err.field) == ("BlockAffinity 'b'", "spec.cidr")
+
+
+def test_cilium_pod_cidrs_in_their_order():
+    assert kn.cilium_pod_cidrs(CILIUM) == {"n1": ["10.8.1.0/24", "10.9.1.0/24"]}
+    err = raises(kn.cilium_pod_cidrs, [{"metadata": {"name": "n3"}, "spec": {"ipam": {"podCIDRs": "10.8.0.0/24"}}}])
+    assert (err.subject, err.field) == ("CiliumNode 'n3'", "spec.ipam.podCIDRs")
+
+
+def test_the_source_the_annotation_and_the_variable():
+    ipam = {"calico": kn.calico_pod_cidrs(CALICO), "cilium": kn.cilium_pod_cidrs(CILIUM)}
+    hv = kn.host_vars(node(pod_cidr="10.244.1.0/24"), ipam=ipam)
+    assert pod_cidr(hv) == "10.244.1.0/24"
+    assert pod_cidr(hv, "calico") == ["10.2.0.0/26", "10.2.0.64/26"]
+    assert pod_cidr(hv, "cilium") == ["10.8.1.0/24", "10.9.1.0/24"]
+    # a node's own source wins over the mesh's
+    hv = kn.host_vars(node({"kilo.mesh/pod-cidr-source": "cilium"}, pod_cidr="10.244.1.0/24"), ipam=ipam)
+    assert hv["kilo_pod_cidr_source"] == "cilium" and pod_cidr(hv, "calico") == ["10.8.1.0/24", "10.9.1.0/24"]
+    # forced ranges win over any source
+    hv = kn.host_vars(node({"kilo.mesh/pod-cidrs": "10.7.0.0/24, 10.7.1.0/24"}, pod_cidr="10.244.1.0/24"), ipam=ipam)
+    assert hv["kilo_pod_cidr"] == ["10.7.0.0/24", "10.7.1.0/24"] and pod_cidr(hv, "calico") == hv["kilo_pod_cidr"]
+    assert kn.host_vars(node({"kilo.mesh/pod-cidrs": "10.7.0.0/24"}))["kilo_pod_cidr"] == "10.7.0.0/24"
+    # a source whose objects were not read, a hand-written inventory naming an IPAM source
+    err = raises(pod_cidr, kn.host_vars(node(pod_cidr="10.244.1.0/24")), "calico")
+    assert (err.subject, err.field) == ("host 'n1'", "kilo_pod_cidr_source")
+    assert raises(pod_cidr, {}, "cilium").field == "kilo_pod_cidr_source"
+    assert raises(pod_cidr, {"kilo_pod_cidr_source": "weave"}).field == "kilo_pod_cidr_source"
+
+
+def test_a_malformed_pod_annotation_names_node_and_annotation():
+    err = raises(kn.host_vars, node({"kilo.mesh/pod-cidrs": "10.7.0.0/24,10.7.1.300/24"}))
+    assert (err.subject, err.field) == ("node 'n1'", "kilo.mesh/pod-cidrs")
+    err = raises(kn.host_vars, node({"kilo.mesh/pod-cidr-source": "weave"}))
+    assert (err.subject, err.field) == ("node 'n1'", "kilo.mesh/pod-cidr-source")
 
 
 def test_host_vars_names_are_the_inventory_paths():
@@ -147,6 +215,7 @@ def test_host_vars_names_are_the_inventory_paths():
                             kn.FORCE_INTERNAL_IP: "-", kn.PERSISTENT_KEEPALIVE: "5",
                             kn.ALLOWED_LOCATION_IPS: "10.0.0.0/8", kn.CNI_COMPATIBILITY_IP: "10.244.0.7/32"},
                            pod_cidr="10.244.0.0/24"))
+    hv.update(kn.host_vars(node({"kilo.mesh/pod-cidrs": "10.244.0.0/24"})))
     assert hv["kilo_cni_compatibility_ip"] == "10.244.0.7/32"
     # as Kilo: a value that does not parse is dropped, not an error
     assert "kilo_cni_compatibility_ip" not in kn.host_vars(node({kn.CNI_COMPATIBILITY_IP: "10.244.0.7"}))
@@ -164,13 +233,13 @@ def test_agent_annotations_parsed():
     assert hv["kilo_kubernetes_node"] == {
         "public_key": KEY, "endpoint": "203.0.113.5:51820", "internal_ip": "10.1.0.5/24",
         "wireguard_ip": "10.4.0.1/16", "last_seen": 1700000000, "granularity": "location",
-        "discovered_endpoints": {KEY2: "198.51.100.7:40112"}, "ready": True}
+        "discovered_endpoints": {KEY2: "198.51.100.7:40112"}, "ready": True, "pod_cidrs": {"node": []}}
 
 
 def test_agent_annotations_empty_or_absent_are_none():
     facts = kn.host_vars(node({kn.INTERNAL_IP: "", kn.WIREGUARD_IP: "", kn.DISCOVERED_ENDPOINTS: ""}))[
         "kilo_kubernetes_node"]
-    assert facts == dict(dict.fromkeys(kn.NODE_FIELDS), discovered_endpoints={})
+    assert facts == dict(dict.fromkeys(kn.NODE_FIELDS), discovered_endpoints={}, pod_cidrs={"node": []})
 
 
 def test_discovered_endpoints_go_field_names_any_case_ipv6_and_null():

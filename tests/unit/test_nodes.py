@@ -14,7 +14,7 @@ KEY = "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M="
 
 def test_inventory_variables_are_the_tables():
     assert inputs.NODE_VARS == dict((f.name, f.var) for f in nodes.FIELDS.values() if f.var)
-    assert set(inputs.INPUT_VARS) == set(nodes.VARS) | {"kilo_kubernetes_node"}
+    assert set(inputs.INPUT_VARS) == set(nodes.VARS) | {"kilo_kubernetes_node", nodes.POD_SOURCE_VAR}
 
 
 def test_the_engine_parses_every_field_of_the_table():
@@ -33,8 +33,9 @@ def test_kubernetes_reads_and_writes_the_tables_annotations():
     hvars = kube_node.host_vars({"metadata": {"name": "n", "annotations": annotations},
                                  "spec": {"podCIDR": "10.244.0.0/24"}})
     readable = set(f.var for f in nodes.FIELDS.values() if f.kube)
-    # Kilo ignores an empty force-endpoint and cni-compatibility-ip
-    assert set(hvars) - {"kilo_kubernetes_node"} == readable - {"kilo_force_endpoint", "kilo_cni_compatibility_ip"}
+    # Kilo ignores an empty force-endpoint and cni-compatibility-ip; an empty kilo.mesh/pod-cidrs forces nothing
+    assert set(hvars) - {"kilo_kubernetes_node"} == readable - {"kilo_force_endpoint", "kilo_cni_compatibility_ip",
+                                                                "kilo_pod_cidr"}
     written = kube_node.write_back({"name": "n", "public_key": KEY}, None, "location", 1)
     assert set(f.written for f in nodes.FIELDS.values() if f.written) <= set(written)
 

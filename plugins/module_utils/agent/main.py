@@ -42,6 +42,7 @@ DEFAULTS = {
     "listen": ":1107",
     "topology_label": "topology.kubernetes.io/region",
     "debounce": 0.2,
+    "pod_cidr_source": "node",
     # this node's plan as last computed (public data: preshared keys are split off first), for
     # operators and tests: `cat` it to see what the agent wants the host to be
     "plan_file": "/run/kilo/agent-plan.json",
@@ -103,6 +104,17 @@ class Agent(object):
             Informer("peers", functools.partial(custom.list_cluster_custom_object, "kilo.squat.ai", "v1alpha1", "peers"),
                      self.changed, log, on_error=self.api_error),
         ]
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+        # beyond Kilo (issue 23): the objects of the mesh's IPAM source, watched as Nodes are, so a
+        # block that moves reaches the plan on the next event
+        self.ipam = {}
+        source = config.get("pod_cidr_source")
+        if source in kube_node.IPAM_KINDS:
+            self.ipam[source] = Informer(kube_node.IPAM_KINDS[source][2],
+                                         functools.partial(custom.list_cluster_custom_object,
+                                                           *kube_node.IPAM_KINDS[source]),
+                                         self.changed, log, on_error=self.api_error)
+            self.informers.append(self.ipam[source])
         self.applied = None  # digest of the plan last converged
         self.next_checkin = 0.0  # when last-seen is written again (Kilo's agent: every 30 s)
         self.skipped = {}
@@ -217,8 +229,9 @@ class Agent(object):
     def reconcile(self, force=False):
         """One pass: compute this node's plan, converge when it differs (or on resync), write
         back. Returns True when it succeeded."""
-        from ansible_collections.kilo.mesh.plugins.module_utils.agent import health, mesh
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import health, mesh, rotation
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import converge
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 
         self.metrics.reconciles.inc()
         now = self.clock()
@@ -226,13 +239,21 @@ class Agent(object):
         try:
             facts = self.own_facts()
             node_objects = self.informers[0].snapshot()
+            # other nodes' announced keys, applied a step after their switch (agent/rotation.py)
+            node_objects, switch_at = rotation.pending(node_objects, self.name, now)
+            if self._rotated:
+                # ours: announced first, switched at the moment, then Kilo's key annotation (write_back)
+                switch_at = self.clock() + rotation.LEAD
+                self.check_in({rotation.NEXT_KEY: rotation.announcement(facts["public_key"], switch_at)})
             peer_objects = self.informers[1].snapshot()
             options = self.config["options"]
             watching = self.informers[0]
+            ipam = dict((source, kube_node.IPAM_READERS[source](informer.snapshot().values()))
+                        for source, informer in self.ipam.items())
             nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
                                              self.config["topology_label"], now, self.config["liveness"],
                                              watching.connected_since if watching.connected else None,
-                                             watching.lost_at)
+                                             watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"))
             peers, skipped_peers = mesh.mesh_peers(peer_objects)
             skipped.update(skipped_peers)
             self.next_expiry = (self.expiry(node_objects, now, watching.connected_since, watching.lost_at)
@@ -261,7 +282,7 @@ class Agent(object):
             # before write_back tells the other nodes (they must switch after this host does)
             digest = _digest(plan, preshared, self.config["settings"], facts.get("public_key"))
             if force or digest != self.applied:
-                result = converge(plan, self.config["settings"], preshared_keys=preshared)
+                result = converge(plan, self.config["settings"], preshared_keys=preshared, switch_at=switch_at)
                 if result["changed"]:
                     log("converged: %s" % json.dumps(result["changes"], sort_keys=True))
                 self.applied = digest
@@ -323,7 +344,8 @@ class Agent(object):
         # kilo_key_max_age: the agent rotates its own key; this pass converges the interface to it
         # and writes the Node's key annotation, and every other agent follows on that event
         key = ensure_key(key_options["key_path"], max_age=key_options.get("key_max_age") or 0)
-        if key.get("rotated"):
+        self._rotated = bool(key.get("rotated"))
+        if self._rotated:
             log("rotated the WireGuard key (older than kilo_key_max_age): new public key %s" % key["public_key"])
         ips, mtu, _host = report.addresses(key_options)
         try:
@@ -378,6 +400,7 @@ class Agent(object):
 
     def write_back(self, nodes, plan, now):
         """Our Node's agent annotations; patched when they differ, and last-seen every check-in."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
         own = [n for n in nodes if n["name"] == self.name][0]
         # as Kilo's agent (and annotate): only what was learned from peers behind NAT
@@ -396,6 +419,7 @@ class Agent(object):
             # leader health off: what an earlier configuration published goes (a None only
             # patches when the annotation is there)
             wanted[health.UNREACHABLE] = wanted[health.DEPOSED] = None
+        wanted[rotation.NEXT_KEY] = None  # a rotation this node announced is done: its key is written
         ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
         differ = any(have.get(k) != v for k, v in ours.items())
         if not (differ or now >= self.next_checkin):

@@ -48,15 +48,17 @@ def stale_at(seen, window, watching_since, lost_at):
 
 
 def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None,
-               lost_at=None):
+               lost_at=None, ipam=None, pod_source=None):
     """(nodes, skipped) of the Node objects: engine nodes, and {name: reason} of those left out.
+    ``ipam`` and ``pod_source``: the pod ranges of the IPAM objects watched ({source: {node: [CIDR]}},
+    ``kube_node.host_vars``) and the mesh's source of pod ranges (``pod_cidr_source``).
 
     A Node whose data cannot be read is left out with its reason, never fatal: one bad
     annotation on another node must not stop this node's agent."""
     nodes, skipped = [], {}
     for name in sorted(node_objects):
         try:
-            hvars = kube_node.host_vars(node_objects[name], topology_label)
+            hvars = kube_node.host_vars(node_objects[name], topology_label, ipam)
             if name == own:
                 facts = own_facts
             else:
@@ -67,7 +69,7 @@ def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window
                 if not live(hvars.get("kilo_kubernetes_node"), now, window, watching_since, lost_at):
                     skipped[name] = "last-seen older than %ds" % window
                     continue
-            nodes.append(node_table.node_from_host(name, hvars, facts, "", port))
+            nodes.append(node_table.node_from_host(name, hvars, facts, "", port, pod_source=pod_source))
         except KiloError as e:
             skipped[name] = str(e)
     return nodes, skipped

@@ -29,7 +29,8 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX as PREFIX, FIELDS, UNSET, VARS, check_host_vars, parse_cidr, parse_endpoint, parse_interface)
+    ANNOTATION_PREFIX as PREFIX, FIELDS, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS,
+    check_host_vars, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
@@ -69,10 +70,16 @@ PEER_OPTION_OF = (("spec.publicKey", "public_key"), ("spec.allowedIPs", "allowed
                   ("spec.persistentKeepalive", "persistent_keepalive"), ("spec.presharedKey", "preshared_key"),
                   ("metadata.name", "name"))
 
+# Where the pod ranges of the IPAM sources live (pod_cidr_source): (group, version, plural), all
+# cluster-scoped. Calico: BlockAffinity (spec.node, spec.cidr, spec.state; a node owns several);
+# Cilium: CiliumNode, named as its Node (spec.ipam.podCIDRs).
+IPAM_KINDS = {"calico": ("crd.projectcalico.org", "v1", "blockaffinities"),
+              "cilium": ("cilium.io", "v2", "ciliumnodes")}
+
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 # Fields of the host variable kilo_kubernetes_node (registry names where there is one).
 NODE_FIELDS = ("public_key", "internal_ip", "endpoint", "discovered_endpoints", "last_seen", "granularity",
-               "wireguard_ip", "ready")
+               "wireguard_ip", "ready", "pod_cidrs")
 
 
 def _metadata(obj, kind):
@@ -157,7 +164,65 @@ def _agent_facts(name, annotations, node):
         facts["granularity"] = text(GRANULARITY)
     facts["discovered_endpoints"] = _read_discovered(text(DISCOVERED_ENDPOINTS), subject)
     facts["ready"] = node_ready(node)
+    facts["pod_cidrs"] = {"node": spec_pod_cidrs(node, subject)}
     return facts
+
+
+def spec_pod_cidrs(node, subject):
+    """The Node's own pod ranges: ``spec.podCIDRs`` of ``spec.podCIDR``'s family where it has them
+    (a dual-stack cluster's second family is not a single-stack mesh's), else ``spec.podCIDR``."""
+    spec = node.get("spec") or {}
+    first = spec.get("podCIDR")
+    listed = spec.get("podCIDRs")
+    if listed is not None and not isinstance(listed, list):
+        raise KiloError("expected a list of CIDRs", subject, "spec.podCIDRs")
+    if not listed:
+        return [parse_cidr(first, subject, "spec.podCIDR")] if first else []
+    cidrs = [parse_cidr(item, subject, "spec.podCIDRs") for item in listed]
+    family = ipaddress.ip_network(parse_cidr(first, subject, "spec.podCIDR") if first else cidrs[0]).version
+    return [c for c in cidrs if ipaddress.ip_network(c).version == family]
+
+
+def _ipam_error(kind, name, field, message):
+    return KiloError(message, "%s %r" % (kind, name), field)
+
+
+def calico_pod_cidrs(items):
+    """{node name: [CIDR, ...]} of Calico's BlockAffinity objects: the confirmed ones not marked
+    deleted, each node's blocks in address order."""
+    out = {}
+    for obj in items:
+        name, _meta = _metadata(obj, "BlockAffinity")
+        spec = obj.get("spec") or {}
+        if spec.get("state") != "confirmed" or str(spec.get("deleted")).lower() == "true":
+            continue
+        node = spec.get("node")
+        if not isinstance(node, str) or not node:
+            raise _ipam_error("BlockAffinity", name, "spec.node", "missing or not a string")
+        out.setdefault(node, []).append(parse_cidr(spec.get("cidr"), "BlockAffinity %r" % name, "spec.cidr"))
+    for node, cidrs in out.items():
+        cidrs.sort(key=lambda c: (ipaddress.ip_network(c).version, ipaddress.ip_network(c)))
+    return out
+
+
+def cilium_pod_cidrs(items):
+    """{node name: [CIDR, ...]} of CiliumNode objects (named as their Node): ``spec.ipam.podCIDRs``
+    in their order (the first is the node's primary range)."""
+    out = {}
+    for obj in items:
+        name, _meta = _metadata(obj, "CiliumNode")
+        ipam = (obj.get("spec") or {}).get("ipam") or {}
+        cidrs = ipam.get("podCIDRs") if isinstance(ipam, dict) else None
+        if cidrs is None:
+            continue
+        if not isinstance(cidrs, list):
+            raise _ipam_error("CiliumNode", name, "spec.ipam.podCIDRs", "expected a list of CIDRs")
+        out[name] = [parse_cidr(c, "CiliumNode %r" % name, "spec.ipam.podCIDRs") for c in cidrs]
+    return out
+
+
+# source -> the reader of its objects
+IPAM_READERS = {"calico": calico_pod_cidrs, "cilium": cilium_pod_cidrs}
 
 
 def _read_discovered(value, subject):
@@ -198,6 +263,14 @@ def drift(node, hvars, topology_label=REGION_LABEL):
     name, _meta = _metadata(node, "Node")
     subject = "host %s" % name
     from_node = host_vars(node, topology_label)
+    pod_var = FIELDS["pod_cidr"].var
+    if pod_var not in from_node:  # the agents take the ranges of the node's source, spec.podCIDR(s) here
+        if (from_node.get(POD_SOURCE_VAR) or hvars.get(POD_SOURCE_VAR) or POD_SOURCES[0]) == POD_SOURCES[0]:
+            spec = from_node["kilo_kubernetes_node"]["pod_cidrs"][POD_SOURCES[0]]
+            if spec:
+                from_node[pod_var] = pod_cidr_value(spec)
+        else:  # an IPAM source's objects are not read here
+            hvars = dict((k, v) for k, v in hvars.items() if k != pod_var)
     wanted = check_host_vars(dict((v, hvars[v]) for v in VARS if v in hvars and hvars[v] is not None), subject)
     have = check_host_vars(dict((v, from_node[v]) for v in VARS if v in from_node), "node %s" % name)
     out = []
@@ -208,13 +281,19 @@ def drift(node, hvars, topology_label=REGION_LABEL):
     return out
 
 
-def host_vars(node, topology_label=REGION_LABEL):
+def host_vars(node, topology_label=REGION_LABEL, ipam=None):
     """Inventory host variables of a Node object (the rows of ``nodes.FIELDS`` with a source) and
     ``kilo_kubernetes_node``.
 
     As Kilo: the location annotation wins whenever it is present (even empty), else the
     topology label, else ""; the leader annotation counts by its presence alone, whatever its
     value; force-internal-ip "" or "-" means the node has no internal IP (kept as given).
+
+    Pod ranges (beyond Kilo, issue 23): ``kilo_kubernetes_node.pod_cidrs`` holds them per source,
+    ``node`` (``spec_pod_cidrs``) and each source of ``ipam`` ({source: {node name: [CIDR]}}, as
+    ``IPAM_READERS`` read its objects); ``nodes.node_from_host`` takes those of the node's source
+    (annotation ``kilo.mesh/pod-cidr-source``, read into ``kilo_pod_cidr_source``) unless
+    ``kilo_pod_cidr`` (annotation ``kilo.mesh/pod-cidrs``) forces them.
     """
     name, meta = _metadata(node, "Node")
     subject = node_subject(name)
@@ -229,14 +308,21 @@ def host_vars(node, topology_label=REGION_LABEL):
             if field.annotation not in annotations:
                 continue
             value, where = annotations[field.annotation], field.annotation
-        else:  # a field of the Node: spec.podCIDR
+        else:  # a field of the Node
             value, where = spec.get(field.source.split(".", 1)[1]), field.source
         value = field.kube(value, subject, where)
         if value is not UNSET:
             hvars[field.var] = value
     if "kilo_location" not in hvars:  # Kilo's --topology-label: the location when no annotation says
         hvars["kilo_location"] = labels.get(topology_label) or ""
-    hvars["kilo_kubernetes_node"] = _agent_facts(name, annotations, node)
+    if annotations.get(POD_SOURCE_ANNOTATION):  # beyond Kilo: this node's source of pod ranges
+        source = annotations[POD_SOURCE_ANNOTATION]
+        if source not in POD_SOURCES:
+            raise KiloError("%r unknown; one of %s" % (source, ", ".join(POD_SOURCES)), subject, POD_SOURCE_ANNOTATION)
+        hvars[POD_SOURCE_VAR] = source
+    hvars["kilo_kubernetes_node"] = facts = _agent_facts(name, annotations, node)
+    for source, by_node in sorted((ipam or {}).items()):
+        facts["pod_cidrs"][source] = list(by_node.get(name, ()))
     return hvars
 
 
