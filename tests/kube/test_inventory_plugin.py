@@ -178,7 +178,9 @@ def test_nodes_become_hosts_in_location_groups_with_kilos_annotations(kube, tmp_
     assert hv[a]["kilo_force_internal_ip"] == "-"
     assert hv[a]["kilo_persistent_keepalive"] == 25
     assert hv[a]["kilo_allowed_location_ips"] == ["192.168.7.0/24", "192.168.8.0/24"]
-    assert hv[a]["kilo_pod_cidr"] == "10.244.1.0/24"
+    # not forced: the pod ranges of each source (issue 23), the Node's own here
+    assert "kilo_pod_cidr" not in hv[a]
+    assert hv[a]["kilo_kubernetes_node"].pop("pod_cidrs")["node"] == ["10.244.1.0/24"]
     assert hv[a]["ansible_host"] == "10.1.0.5"
     assert hv[a]["kilo_kubernetes_node"] == {
         "public_key": KEY, "endpoint": "203.0.113.5:51820", "internal_ip": "10.1.0.5/24",
@@ -190,6 +192,7 @@ def test_nodes_become_hosts_in_location_groups_with_kilos_annotations(kube, tmp_
     assert hv[b]["ansible_host"] == "172.16.2.2" and hv[b]["kilo_kubernetes_node"]["ready"] is False
     assert hv[b]["kilo_kubernetes_node"]["public_key"] is None
     assert hv[c]["kilo_location"] == "" and "ansible_host" not in hv[c] and "kilo_pod_cidr" not in hv[c]
+    assert hv[c]["kilo_kubernetes_node"]["pod_cidrs"]["node"] == []
     assert hv[c]["kilo_kubernetes_node"]["ready"] is None
 
     # Other group, other label, other address.
