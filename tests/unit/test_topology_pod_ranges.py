@@ -101,8 +101,8 @@ def test_graph_and_showconf_list_every_block():
 
 
 @pytest.mark.parametrize("a_pods, c_pods, message", [
-    (["10.2.0.0/26"], ["10.2.0.0/26"], "10.2.0.0/26 overlaps 10.2.0.0/26 of node 'a'"),
-    (["10.2.0.0/24"], ["10.2.0.64/26"], "10.2.0.64/26 overlaps 10.2.0.0/24 of node 'a'"),
+    (["10.2.0.0/26", "10.2.9.0/26"], ["10.2.0.0/26"], "10.2.0.0/26 overlaps 10.2.0.0/26 of node 'a'"),
+    (["10.2.0.0/24", "10.2.9.0/26"], ["10.2.0.64/26"], "10.2.0.64/26 overlaps 10.2.0.0/24 of node 'a'"),
     (["10.2.0.64/26", "10.2.0.0/25"], ["10.3.0.0/26"], "10.2.0.64/26 overlaps its own 10.2.0.0/25"),
     (["10.2.0.0/26"], ["10.3.0.0/26", "10.2.1.128/25"], "10.2.1.128/25 overlaps 10.2.1.0/24 of node 'b'"),
 ])
@@ -111,6 +111,12 @@ def test_overlapping_pod_ranges_are_refused_naming_node_and_field(a_pods, c_pods
         raw_plans(mesh(a_pods, c_pods), [], {})
     assert error.value.field == "pod_cidr" and message in str(error.value)
     assert error.value.kind == "node"
+
+
+def test_two_nodes_of_one_range_each_may_overlap_as_kilo_takes_them():
+    """Kilo accepts two Nodes whose spec.podCIDR overlap; its output is matched on what it accepts."""
+    plans = raw_plans(mesh(["10.2.0.0/24"], ["10.2.0.64/26"]), [], {})["plans"]
+    assert plans["a"]["pod_cidr"] == "10.2.0.0/24"
 
 
 def test_a_second_family_is_refused_in_a_single_stack_mesh():
