@@ -125,3 +125,36 @@ def test_the_agent_gets_the_key_age_but_never_one_run_s_rotation_request():
     assert config["key"]["key_max_age"] == 86400
     assert "key_rotate" not in config["key"]  # it would rotate on every pass
 
+
+
+def _node(name, key, next_key=None):
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
+    annotations = {rotation.KEY: key}
+    if next_key is not None:
+        annotations[rotation.NEXT_KEY] = next_key
+    return {"metadata": {"name": name, "annotations": annotations}}
+
+
+def test_an_announced_key_is_used_at_once_and_applied_a_step_after_the_switch():
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
+    old, new = keys.public_key(keys.generate_private_key()), keys.public_key(keys.generate_private_key())
+    objects = {"a": _node("a", old, rotation.announcement(new, 102.0)), "b": _node("b", old),
+               "me": _node("me", old, rotation.announcement(new, 102.0))}
+    out, switch_at = rotation.pending(objects, "me", now=100.0)
+    assert out["a"]["metadata"]["annotations"][rotation.KEY] == new
+    assert objects["a"]["metadata"]["annotations"][rotation.KEY] == old  # the informer's object untouched
+    assert out["b"] is objects["b"] and out["me"] is objects["me"]  # our own announcement is not ours to follow
+    assert switch_at == 102.0 + rotation.STEP
+    # the moment passed (the node has switched): applied at once; the key written: nothing pending
+    assert rotation.pending(objects, "me", now=110.0)[1] is None
+    assert rotation.pending(objects, "me", now=110.0)[0]["a"]["metadata"]["annotations"][rotation.KEY] == new
+    done = {"a": _node("a", new, rotation.announcement(new, 102.0))}
+    assert rotation.pending(done, "me", now=100.0) == (done, None)
+
+
+def test_a_malformed_announcement_is_ignored():
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
+    old = keys.public_key(keys.generate_private_key())
+    for bad in ("nokey", "x@1", "%s@soon" % old, 42):
+        objects = {"a": _node("a", old, bad)}
+        assert rotation.pending(objects, "me", now=0.0) == (objects, None)

@@ -128,6 +128,7 @@ class Agent(object):
         self._probe_lock = threading.Lock()
         self._probe_field = "wireguard_ip"
         self._deposed = set()  # the leaders deposed in the last reconcile (our own mark follows)
+        self._rotated = False  # this pass rotated our key (kilo_key_max_age): announce, then switch
         if config.get("leader_health"):
             from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
             self.settle = health.Settle()
