@@ -15,14 +15,16 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes,
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
 
-def unswitched_keys(task_vars, facts_var, rotation_var):
+def unswitched_keys(task_vars, facts_var, rotation_var, rotating=None):
     """{new public key: the key its interface still runs} of the play's hosts whose key step
     reported a rotation (``facts_var``) and whose earlier converge (``rotation_var``, the role's
     first converge task) did not succeed: their peers must keep the old key until they switch."""
     hostvars, keep = task_vars["hostvars"], {}
     if not facts_var:
         return keep
-    for host in task_vars.get("ansible_play_hosts_all") or ():
+    # only the rotating hosts (kilo.mesh.topology names them): every hostvars[] look-up computes
+    # a host's variables, which a plain run must not pay per host and per host
+    for host in (task_vars.get("ansible_play_hosts_all") or ()) if rotating is None else rotating:
         facts = hostvars[host].get(facts_var) or {}
         if not (facts.get("rotating") and facts.get("previous_public_key")):
             continue
@@ -50,8 +52,9 @@ class ActionModule(KiloAction):
             plan = self.mesh(task_vars, args).plan(task_vars["inventory_hostname"], args["topology_var"], result)
 
         rotation = (task_vars.get(args["topology_var"]) or {}).get("rotation") if args["topology_var"] else None
-        if plan is not None and args["rotation_var"] and not (rotation or {}).get("scheduled"):
-            keep_unswitched_keys(plan, unswitched_keys(task_vars, args["facts_var"], args["rotation_var"]))
+        if plan is not None and args["rotation_var"] and (rotation or {}).get("hosts") and not rotation.get("scheduled"):
+            keep_unswitched_keys(plan, unswitched_keys(task_vars, args["facts_var"], args["rotation_var"],
+                                                       rotation["hosts"]))
         module_args = dict(self.module_args(args, ("host",)), plan=plan,
                            preshared_keys=split_preshared_keys(plan))
         if plan is not None and rotation and rotation.get("at") and not self._task.check_mode:

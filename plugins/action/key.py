@@ -51,7 +51,8 @@ class ActionModule(KiloAction):
         hosts = task_vars["groups"].get(self.mesh_group(task_vars), [])
         if task_vars.get("inventory_hostname") not in hosts:
             return []
-        play = set(task_vars.get("ansible_play_hosts_all") or ())
+        # a batch of a serial play is converged alone: the other batches' hosts count as left out
+        play = set(task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts_all") or ())
         return sorted(host for host in hosts if host not in play)
 
     def hold_rotation_under_limit(self, args, task_vars):

@@ -33,7 +33,9 @@ class ActionModule(KiloAction):
                                 " use 0 (off) or at least %d" % (bound, MIN_HANDSHAKE_BOUND),
                                 host_subject(host), OPTIONS["leader_handshake_timeout"]["var"])
         agree(per_host)
-        check_rotation(hosts, per_host, set(task_vars.get("ansible_play_hosts_all") or ()))
+        # a batch of a serial play is converged alone: the hosts of other batches count as left out
+        check_rotation(hosts, per_host, set(task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts_all")
+                                            or ()))
         groups = self.location_groups(task_vars, args["group"])
         one_location_each(groups, task_vars["hostvars"])
         check_node_vars(hosts, task_vars["hostvars"])

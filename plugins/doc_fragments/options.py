@@ -171,6 +171,24 @@ options:
       - Name of the registered result of M(kilo.mesh.key) on each host.
     type: str
     default: kilo_host
+  pod_cidr_source:
+    description:
+      - 'Beyond Kilo (issue 23): where the nodes'' pod ranges come from, for the whole mesh (a group variable: every
+        host must agree, M(kilo.mesh.validate) checks it; the agents take it from their configuration) - V(node),
+        the Node''s C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects
+        of C(crd.projectcalico.org/v1), several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs)
+        of the node''s C(CiliumNode) (C(cilium.io/v2), cluster-pool IPAM).'
+      - A node's own C(kilo.mesh/pod-cidr-source) annotation (or C(kilo_node_pod_cidr_source) on its host, push
+        runs only) picks its source; its C(kilo.mesh/pod-cidrs) annotation (CIDRs separated by commas) or C(kilo_pod_cidr)
+        forces its ranges, for any other IPAM.
+      - The agents may list and watch the objects of the source in effect (their ClusterRole follows it).
+      - Defaults to the inventory variable C(kilo_pod_cidr_source), then to the default below.
+    type: str
+    choices:
+      - node
+      - calico
+      - cilium
+    default: node
 """
 
     HOST = r"""
@@ -583,14 +601,14 @@ options:
     default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz
   pod_cidr_source:
     description:
-      - 'Beyond Kilo (issue 23): where the nodes'' pod ranges come from, for the mesh (a group variable; the agents
-        take it from their configuration) - V(node), the Node''s C(spec.podCIDRs) of C(spec.podCIDR)''s family,
-        else C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects of
-        C(crd.projectcalico.org/v1), several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs)
+      - 'Beyond Kilo (issue 23): where the nodes'' pod ranges come from, for the whole mesh (a group variable: every
+        host must agree, M(kilo.mesh.validate) checks it; the agents take it from their configuration) - V(node),
+        the Node''s C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects
+        of C(crd.projectcalico.org/v1), several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs)
         of the node''s C(CiliumNode) (C(cilium.io/v2), cluster-pool IPAM).'
-      - A node's own C(kilo.mesh/pod-cidr-source) annotation (or the variable on one host, push runs only) picks
-        its source; its C(kilo.mesh/pod-cidrs) annotation (CIDRs separated by commas) or C(kilo_pod_cidr) forces
-        its ranges, for any other IPAM.
+      - A node's own C(kilo.mesh/pod-cidr-source) annotation (or C(kilo_node_pod_cidr_source) on its host, push
+        runs only) picks its source; its C(kilo.mesh/pod-cidrs) annotation (CIDRs separated by commas) or C(kilo_pod_cidr)
+        forces its ranges, for any other IPAM.
       - The agents may list and watch the objects of the source in effect (their ClusterRole follows it).
       - Defaults to the inventory variable C(kilo_pod_cidr_source), then to the default below.
     type: str

@@ -20,11 +20,11 @@ description:
   - C(kilo_kubernetes_node) holds what Kilo's agent wrote on the Node (C(public_key), C(endpoint),
     C(internal_ip), C(wireguard_ip), C(discovered_endpoints), C(last_seen), C(granularity); null when not
     written), C(ready), the Node's Ready condition, and C(pod_cidrs), the node's pod ranges per source
-    (C(kilo_pod_cidr_source)) - V(node) (C(spec.podCIDRs) of C(spec.podCIDR)'s family, else C(spec.podCIDR)),
+    (C(kilo_pod_cidr_source)) - V(node) (C(spec.podCIDR), as Kilo),
     V(calico) (its confirmed C(BlockAffinity) blocks) and V(cilium) (its C(CiliumNode)'s C(spec.ipam.podCIDRs)),
     each IPAM source only where its resource type is installed and readable.
   - The annotation C(kilo.mesh/pod-cidrs) (CIDRs separated by commas) sets C(kilo_pod_cidr), forcing the node's
-    pod ranges; C(kilo.mesh/pod-cidr-source) sets C(kilo_pod_cidr_source), the node's own source.
+    pod ranges; C(kilo.mesh/pod-cidr-source) sets C(kilo_node_pod_cidr_source), the node's own source.
   - C(kubernetes_labels) and C(kubernetes_annotations) hold the Node's labels and annotations, for
     O(compose), O(groups) and O(keyed_groups).
   - A value the collection cannot use (a bad annotation, an invalid Peer with O(invalid_peers=error)) fails

@@ -41,7 +41,9 @@ POD_SOURCE_ANNOTATION = OWN_PREFIX + "pod-cidr-source"
 # Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
 # Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
 POD_SOURCES = ("node", "calico", "cilium")
-POD_SOURCE_VAR = "kilo_pod_cidr_source"
+POD_SOURCE_VAR = "kilo_pod_cidr_source"  # the mesh's (option pod_cidr_source; every host agrees)
+# one node's own source: a host variable, or the inventory plugin's reading of the annotation
+NODE_POD_SOURCE_VAR = "kilo_node_pod_cidr_source"
 
 # RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
@@ -420,11 +422,13 @@ def host_location(hvars, location, subject):
 
 
 def pod_source_of(hvars, default, subject):
-    """The source of a host's pod ranges: its ``kilo_pod_cidr_source`` (a variable, or the inventory
-    plugin's reading of the Node's annotation), else ``default`` (the mesh's), else V(node)."""
-    source = hvars.get(POD_SOURCE_VAR) or default or POD_SOURCES[0]
+    """The source of a host's pod ranges: its own ``kilo_node_pod_cidr_source`` (a variable, or the
+    inventory plugin's reading of the Node's annotation), else the mesh's ``kilo_pod_cidr_source``
+    (``default`` where the host has no variables: the agent's configuration), else V(node)."""
+    var = NODE_POD_SOURCE_VAR if hvars.get(NODE_POD_SOURCE_VAR) else POD_SOURCE_VAR
+    source = hvars.get(var) or default or POD_SOURCES[0]
     if source not in POD_SOURCES:
-        raise InputError("%r unknown; one of %s" % (source, ", ".join(POD_SOURCES)), subject, POD_SOURCE_VAR)
+        raise InputError("%r unknown; one of %s" % (source, ", ".join(POD_SOURCES)), subject, var)
     return source
 
 

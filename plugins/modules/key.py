@@ -181,8 +181,6 @@ def run_module():
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.host.discovery import parse_cidrs
         parse_cidrs(p["internal_cidrs"])
-        key = ensure_key(p["key_path"], check_mode=module.check_mode, rotate=p["key_rotate"],
-                         max_age=p["key_max_age"])
     except (KiloError, ValueError) as e:
         module.fail_json(msg=str(e))
 
@@ -193,6 +191,14 @@ def run_module():
         module.fail_json(msg="IP discovery needs pyroute2 on the host: %s" % e)
     except (OSError, ValueError) as e:  # netlink errors: say what failed, not a traceback
         module.fail_json(msg="IP discovery: %s: %s" % (type(e).__name__, e))
+
+    try:
+        # after the host checks: a host that fails them leaves the run with its key as it was,
+        # rather than a rotation cut short
+        key = ensure_key(p["key_path"], check_mode=module.check_mode, rotate=p["key_rotate"] and not errors,
+                         max_age=0 if errors else p["key_max_age"])
+    except (KiloError, ValueError) as e:
+        module.fail_json(msg=str(e))
 
     for warning in warnings:
         module.warn(warning)

@@ -19,13 +19,13 @@ from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
-    FIELDS, POD_SOURCE_VAR, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
+    FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_VAR, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
 
 # A node's fields -> the host variables that set them (Kilo's node annotations): the node table's.
 NODE_VARS = dict((field.name, field.var) for field in FIELDS.values() if field.var)
 
 # Every variable of a host the mesh reads (host_inputs), besides the registered kilo.mesh.key result.
-INPUT_VARS = tuple(NODE_VARS.values()) + ("kilo_kubernetes_node", POD_SOURCE_VAR)
+INPUT_VARS = tuple(NODE_VARS.values()) + ("kilo_kubernetes_node", POD_SOURCE_VAR, NODE_POD_SOURCE_VAR)
 
 
 def host_facts(hvars, facts_var, known):

@@ -22,7 +22,8 @@ def agree(per_host):
     if not hosts:
         return
     first = hosts[0]
-    for name in names("mesh") + ["group", "registry", "peers"]:
+    # pod_cidr_source: the mesh's (the agents' one informer and shared role); a node's own is kilo_node_pod_cidr_source
+    for name in names("mesh") + ["group", "registry", "peers", "pod_cidr_source"]:
         for host in hosts[1:]:
             if per_host[host].get(name) != per_host[first].get(name):
                 if name == "peers":
@@ -85,7 +86,7 @@ def check_rotation(hosts, per_host, play):
         return
     for host in hosts:
         if host in play and per_host[host]["key_rotate"]:
-            raise KiloError("this host's key would rotate, but %s outside the play (--limit) would keep its old key"
-                            " and cut it off; rotate in a run of every host of the mesh"
-                            % ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else ""),
-                            host_subject(host), OPTIONS["key_rotate"]["var"])
+            shown = ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else "")
+            raise KiloError("this host's key would rotate, but %s outside the play or its batch (--limit, serial) would"
+                            " keep its old key and cut it off; rotate in a run of every host of the mesh at once"
+                            % shown, host_subject(host), OPTIONS["key_rotate"]["var"])

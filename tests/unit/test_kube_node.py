@@ -146,16 +146,18 @@ def test_pod_cidr_from_spec():
     assert hv["kilo_kubernetes_node"]["pod_cidrs"] == {"node": ["10.244.1.0/24"]}
     assert pod_cidr(hv) == "10.244.1.0/24"
     assert pod_cidr(kn.host_vars(node())) is None
-    err = raises(kn.host_vars, node(pod_cidr="10.244.1.0"))
-    assert err.field == "spec.podCIDR"
+    # as Kilo: a spec.podCIDR that is not a CIDR is no range, not an error
+    assert pod_cidr(kn.host_vars(node(pod_cidr="10.244.1.0"))) is None
 
 
-def test_pod_cidrs_from_spec_of_the_first_family():
+def test_only_spec_pod_cidr_counts_as_kilo_reads_it():
+    """spec.podCIDRs (a dual-stack cluster's list) is not read: Kilo reads spec.podCIDR alone, and
+    a Node Kilo accepts gives Kilo's range whatever its podCIDRs say."""
     obj = node(pod_cidr="10.244.1.0/24")
-    obj["spec"]["podCIDRs"] = ["10.244.1.0/24", "fd10:244:1::/64", "10.245.1.0/24"]
-    assert pod_cidr(kn.host_vars(obj)) == ["10.244.1.0/24", "10.245.1.0/24"]
-    obj["spec"]["podCIDRs"] = ["10.244.1.0/24", "10.245.1.0"]
-    assert raises(kn.host_vars, obj).field == "spec.podCIDRs"
+    obj["spec"]["podCIDRs"] = ["10.9.0.0/24", "fd10:244:1::/64", "bogus"]
+    assert pod_cidr(kn.host_vars(obj)) == "10.244.1.0/24"
+    del obj["spec"]["podCIDR"]
+    assert pod_cidr(kn.host_vars(obj)) is None
 
 
 CALICO = [
@@ -191,7 +193,8 @@ def test_the_source_the_annotation_and_the_variable():
     assert pod_cidr(hv, "cilium") == ["10.8.1.0/24", "10.9.1.0/24"]
     # a node's own source wins over the mesh's
     hv = kn.host_vars(node({"kilo.mesh/pod-cidr-source": "cilium"}, pod_cidr="10.244.1.0/24"), ipam=ipam)
-    assert hv["kilo_pod_cidr_source"] == "cilium" and pod_cidr(hv, "calico") == ["10.8.1.0/24", "10.9.1.0/24"]
+    assert hv["kilo_node_pod_cidr_source"] == "cilium" and pod_cidr(hv, "calico") == ["10.8.1.0/24", "10.9.1.0/24"]
+    assert "kilo_pod_cidr_source" not in hv  # the mesh's stays the mesh's (the agents' one informer and role)
     # forced ranges win over any source
     hv = kn.host_vars(node({"kilo.mesh/pod-cidrs": "10.7.0.0/24, 10.7.1.0/24"}, pod_cidr="10.244.1.0/24"), ipam=ipam)
     assert hv["kilo_pod_cidr"] == ["10.7.0.0/24", "10.7.1.0/24"] and pod_cidr(hv, "calico") == hv["kilo_pod_cidr"]
@@ -201,6 +204,7 @@ def test_the_source_the_annotation_and_the_variable():
     assert (err.subject, err.field) == ("host 'n1'", "kilo_pod_cidr_source")
     assert raises(pod_cidr, {}, "cilium").field == "kilo_pod_cidr_source"
     assert raises(pod_cidr, {"kilo_pod_cidr_source": "weave"}).field == "kilo_pod_cidr_source"
+    assert raises(pod_cidr, {"kilo_node_pod_cidr_source": "weave"}).field == "kilo_node_pod_cidr_source"
 
 
 def test_a_malformed_pod_annotation_names_node_and_annotation():

@@ -14,7 +14,8 @@ KEY = "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M="
 
 def test_inventory_variables_are_the_tables():
     assert inputs.NODE_VARS == dict((f.name, f.var) for f in nodes.FIELDS.values() if f.var)
-    assert set(inputs.INPUT_VARS) == set(nodes.VARS) | {"kilo_kubernetes_node", nodes.POD_SOURCE_VAR}
+    assert set(inputs.INPUT_VARS) == set(nodes.VARS) | {
+        "kilo_kubernetes_node", nodes.POD_SOURCE_VAR, nodes.NODE_POD_SOURCE_VAR}
 
 
 def test_the_engine_parses_every_field_of_the_table():

@@ -2,6 +2,8 @@
 """Pod ranges from the IPAM in agent mode (issue 23): the agent's reading of the Nodes with the
 objects of the mesh's source, and the agents' rights, which follow that source."""
 
+import pytest
+
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_identity
@@ -45,3 +47,17 @@ def test_the_agents_may_list_and_watch_only_the_source_in_effect():
     assert rules("node") == base
     assert rules("calico") == base + [(["crd.projectcalico.org"], ["blockaffinities"], ["list", "watch"])]
     assert rules("cilium") == base + [(["cilium.io"], ["ciliumnodes"], ["list", "watch"])]
+
+
+def test_every_host_of_a_mesh_agrees_on_its_pod_source():
+    """The mesh's source is one (the agents watch one kind and share one role); a node's own is
+    kilo_node_pod_cidr_source."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import agree
+    per_host = {"a": defaults("mesh", "inputs"), "b": defaults("mesh", "inputs")}
+    agree(per_host)
+    per_host["b"]["pod_cidr_source"] = "calico"
+    with pytest.raises(KiloError) as e:
+        agree(per_host)
+    assert e.value.name == "b" and e.value.field == "kilo_pod_cidr_source"

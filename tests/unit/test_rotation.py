@@ -126,7 +126,6 @@ def test_the_agent_gets_the_key_age_but_never_one_run_s_rotation_request():
     assert "key_rotate" not in config["key"]  # it would rotate on every pass
 
 
-
 def _node(name, key, next_key=None):
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
     annotations = {rotation.KEY: key}
@@ -158,3 +157,14 @@ def test_a_malformed_announcement_is_ignored():
     for bad in ("nokey", "x@1", "%s@soon" % old, 42):
         objects = {"a": _node("a", old, bad)}
         assert rotation.pending(objects, "me", now=0.0) == (objects, None)
+
+
+def test_a_moment_far_ahead_is_clamped_and_ages_are_spread_per_node():
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
+    old, new = keys.public_key(keys.generate_private_key()), keys.public_key(keys.generate_private_key())
+    objects = {"a": _node("a", old, rotation.announcement(new, 10000.0))}  # its clock far ahead
+    assert rotation.pending(objects, "me", now=100.0)[1] == 100.0 + rotation.LEAD + rotation.STEP
+    assert rotation.spread(0, "n1") == 0
+    spread = set(rotation.spread(86400, "n%d" % i) for i in range(20))
+    assert len(spread) > 1 and all(86400 <= s < 86400 + 600 for s in spread)
+    assert rotation.spread(86400, "n1") == rotation.spread(86400, "n1")  # the same node, the same delay

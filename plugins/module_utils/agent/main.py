@@ -238,10 +238,11 @@ class Agent(object):
         now = self.clock()
         self.retry_at = None
         try:
-            facts = self.own_facts()
             node_objects = self.informers[0].snapshot()
-            # other nodes' announced keys, applied a step after their switch (agent/rotation.py)
+            # other nodes' announced keys, applied a step after their switch (agent/rotation.py);
+            # our own rotation waits while another is under way
             node_objects, switch_at = rotation.pending(node_objects, self.name, now)
+            facts = self.own_facts(hold_rotation=switch_at is not None)
             if self._rotated:
                 # ours: announced first, switched at the moment, then Kilo's key annotation (write_back)
                 switch_at = self.clock() + rotation.LEAD
@@ -336,7 +337,7 @@ class Agent(object):
             write_atomic(self.config["plan_file"], text, 0o600, make_dirs=0o755)
             self._kept = text
 
-    def own_facts(self):
+    def own_facts(self, hold_rotation=False):
         """This host's public facts, as kilo.mesh.key reports them (its WireGuard reading feeds the
         per-peer metrics)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.host import report
@@ -344,9 +345,10 @@ class Agent(object):
         key_options = self.config["key"]
         # kilo_key_max_age: the agent rotates its own key; this pass converges the interface to it
         # and writes the Node's key annotation, and every other agent follows on that event
-        key = ensure_key(key_options["key_path"], max_age=key_options.get("key_max_age") or 0)
-        self._rotated = bool(key.get("rotated"))
-        if self._rotated:
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.rotation import spread
+        max_age = 0 if hold_rotation else spread(key_options.get("key_max_age") or 0, self.name)
+        key = ensure_key(key_options["key_path"], max_age=max_age)
+        if key.get("rotated"):
             log("rotated the WireGuard key (older than kilo_key_max_age): new public key %s" % key["public_key"])
         ips, mtu, _host = report.addresses(key_options)
         try:
@@ -355,6 +357,10 @@ class Agent(object):
             # no interface yet (the first converge makes it), or a broken one: the plan decides
             current, discovered = None, {}
             self.note("WireGuard reading of %s: %s: %s" % (key_options["interface"], type(e).__name__, e))
+        # the interface runs another key than the file: rotated now, or by a pass or a push run cut
+        # short; announced before the switch either way
+        live = (current or {}).get("public_key")
+        self._rotated = bool(live) and live != key["public_key"]
         self.metrics.wireguard.peers = [
             (self._peer_names.get(p["public_key"], ""), p["public_key"], p.get("latest_handshake") or 0,
              p.get("rx_bytes") or 0,

@@ -16,8 +16,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import zlib
+
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
-from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import MAX_SWITCH_WAIT
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
 
 NEXT_KEY = "kilo.mesh/next-key"  # our own annotation, never Kilo's
@@ -50,8 +51,8 @@ def parse(value):
 def pending(node_objects, own, now):
     """(node objects, switch_at): other nodes announcing a new key get it in place of their ``key``
     annotation (copies; the informer's objects are left alone), and the moment this node
-    applies them (STEP after the latest announced switch; None when there is none ahead, or
-    none at all: apply at once)."""
+    applies them (STEP after the latest announced switch, at most LEAD + STEP ahead; None when
+    there is none ahead, or none at all: apply at once)."""
     out, moments = {}, []
     for name, obj in node_objects.items():
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -62,6 +63,16 @@ def pending(node_objects, own, now):
         key, at = announced
         metadata = dict(obj.get("metadata") or {}, annotations=dict(annotations, **{KEY: key}))
         out[name] = dict(obj, metadata=metadata)
-        if now < at + STEP <= now + MAX_SWITCH_WAIT:
-            moments.append(at + STEP)
+        if at + STEP > now:
+            # a moment far ahead is a clock far off: no later than this node's own lead would give
+            moments.append(min(at + STEP, now + LEAD + STEP))
     return out, (max(moments) if moments else None)
+
+
+def spread(max_age, node):
+    """``max_age`` plus a delay of this node's own (up to a tenth of it, at most 10 minutes): keys
+    written in one run share their age, and agents rotating one by one each keep the order that
+    loses nothing, where all at once would not."""
+    if not max_age:
+        return 0
+    return max_age + zlib.crc32(node.encode("utf-8")) % max(1, min(600, max_age // 10))

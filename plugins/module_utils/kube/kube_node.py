@@ -29,7 +29,7 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX as PREFIX, FIELDS, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS,
+    ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS,
     check_host_vars, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
@@ -169,18 +169,16 @@ def _agent_facts(name, annotations, node):
 
 
 def spec_pod_cidrs(node, subject):
-    """The Node's own pod ranges: ``spec.podCIDRs`` of ``spec.podCIDR``'s family where it has them
-    (a dual-stack cluster's second family is not a single-stack mesh's), else ``spec.podCIDR``."""
-    spec = node.get("spec") or {}
-    first = spec.get("podCIDR")
-    listed = spec.get("podCIDRs")
-    if listed is not None and not isinstance(listed, list):
-        raise KiloError("expected a list of CIDRs", subject, "spec.podCIDRs")
-    if not listed:
-        return [parse_cidr(first, subject, "spec.podCIDR")] if first else []
-    cidrs = [parse_cidr(item, subject, "spec.podCIDRs") for item in listed]
-    family = ipaddress.ip_network(parse_cidr(first, subject, "spec.podCIDR") if first else cidrs[0]).version
-    return [c for c in cidrs if ipaddress.ip_network(c).version == family]
+    """The Node's own pod range as Kilo reads it: ``spec.podCIDR`` alone (``spec.podCIDRs`` is a
+    dual-stack cluster's list, whose first item the API server keeps equal to ``spec.podCIDR``),
+    and a value that is not a CIDR is no range, as in Kilo, not an error."""
+    first = (node.get("spec") or {}).get("podCIDR")
+    if not first:
+        return []
+    try:
+        return [parse_cidr(first, subject, "spec.podCIDR")]
+    except KiloError:
+        return []
 
 
 def _ipam_error(kind, name, field, message):
@@ -265,7 +263,8 @@ def drift(node, hvars, topology_label=REGION_LABEL):
     from_node = host_vars(node, topology_label)
     pod_var = FIELDS["pod_cidr"].var
     if pod_var not in from_node:  # the agents take the ranges of the node's source, spec.podCIDR(s) here
-        if (from_node.get(POD_SOURCE_VAR) or hvars.get(POD_SOURCE_VAR) or POD_SOURCES[0]) == POD_SOURCES[0]:
+        if (from_node.get(NODE_POD_SOURCE_VAR) or hvars.get(NODE_POD_SOURCE_VAR) or hvars.get(POD_SOURCE_VAR)
+                or POD_SOURCES[0]) == POD_SOURCES[0]:
             spec = from_node["kilo_kubernetes_node"]["pod_cidrs"][POD_SOURCES[0]]
             if spec:
                 from_node[pod_var] = pod_cidr_value(spec)
@@ -319,7 +318,7 @@ def host_vars(node, topology_label=REGION_LABEL, ipam=None):
         source = annotations[POD_SOURCE_ANNOTATION]
         if source not in POD_SOURCES:
             raise KiloError("%r unknown; one of %s" % (source, ", ".join(POD_SOURCES)), subject, POD_SOURCE_ANNOTATION)
-        hvars[POD_SOURCE_VAR] = source
+        hvars[NODE_POD_SOURCE_VAR] = source
     hvars["kilo_kubernetes_node"] = facts = _agent_facts(name, annotations, node)
     for source, by_node in sorted((ipam or {}).items()):
         facts["pod_cidrs"][source] = list(by_node.get(name, ()))
