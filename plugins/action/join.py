@@ -58,9 +58,9 @@ class ActionModule(KiloAction):
         module_args = dict(self.module_args(args, ("host",)), plan=plan,
                            preshared_keys=split_preshared_keys(plan))
         if plan is not None and rotation and rotation.get("at") and not self._task.check_mode:
-            # the rotating hosts switch first, their peers a step later (kilo.mesh.topology's schedule)
-            own = task_vars["inventory_hostname"] in rotation["hosts"]
-            module_args["switch_at"] = rotation["at"] + (0 if own else rotation["step"])
+            # the rotating hosts switch first (leaders one by one), their peers a step after the last
+            # (kilo.mesh.topology's schedule)
+            module_args["switch_at"] = rotation["moments"].get(task_vars["inventory_hostname"], rotation["peers_at"])
         converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
                                          task_vars=task_vars)
         result.update(converged)

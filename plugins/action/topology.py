@@ -28,6 +28,13 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_re
 # still reach it over the old sessions; the step covers clocks a little apart.
 ROTATION_LEAD = 5.0
 SWITCH_STEP = 0.25
+# Rotating leaders switch one after another, this far apart: two that switched at one moment would
+# each send the other a handshake under the new keys, and when those cross, each end answers the
+# other's as responder and drops the answer to its own, so neither has a session until WireGuard
+# retries (5 s). Apart by more than a packet's way, the first one's handshake reaches the second
+# while that one still runs its old key (dropped), and the second one's handshake then completes.
+# What the second sends over its old session in between is lost (the first removed that entry).
+ROTATING_GAP = 0.15
 
 
 class ActionModule(KiloAction):
@@ -84,11 +91,11 @@ class ActionModule(KiloAction):
         result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(mesh.nodes),
                       segments=len(computed["segments"]), plans=len(play),
                       leaders=sorted(s["leader"] for s in computed["segments"]),
-                      rotation=self.rotation(task_vars, play, facts_var))
+                      rotation=self.rotation(task_vars, play, facts_var, computed["plans"]))
         result.update(missing_result(mesh.missing))
         return result
 
-    def rotation(self, task_vars, play, facts_var):
+    def rotation(self, task_vars, play, facts_var, plans):
         """Which hosts of the play switch to a new key in this run, and how: ``scheduled`` (one
         converge task for every host, each at its moment, ``at``) when the task runs on every
         host of the play at once (forks), else in order (the role converges them in a task of
@@ -102,5 +109,12 @@ class ActionModule(KiloAction):
         scheduled = bool(rotating) and not self._task.check_mode and forks is not None and len(play) <= forks
         out = dict(hosts=sorted(rotating), scheduled=scheduled)
         if scheduled:
-            out.update(at=round(time.time() + ROTATION_LEAD, 3), step=SWITCH_STEP)
+            at = round(time.time() + ROTATION_LEAD, 3)
+            # leaders carry the tunnels: they switch one by one (ROTATING_GAP); a rotating host that
+            # leads nothing is nobody's peer and switches at the first moment
+            leading = [h for h in sorted(rotating) if (plans.get(h) or {}).get("leader")]
+            moments = dict((h, at) for h in rotating)
+            moments.update((h, round(at + i * ROTATING_GAP, 3)) for i, h in enumerate(leading))
+            out.update(at=at, step=SWITCH_STEP, moments=moments,
+                       peers_at=round(max(moments.values()) + SWITCH_STEP, 3))
         return out

@@ -32,7 +32,7 @@ from sitetools import ANSIBLE_BIN, REPO, fresh_lab, playbook, recap, site
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the lab")
 
-PREFIX = "krt"
+PREFIX = os.environ.get("KILO_TEST_PREFIX_ROTATION", "krt")  # overridable: two checkouts testing at once
 KEY = "/var/lib/kilo/key"
 IFACE = "kilo0"
 INTERVAL = "0.02"  # 50 pings a second
@@ -421,31 +421,20 @@ def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
 
 
 def test_rotating_every_host_at_once(lab):
+    """Every host rotates in one run. The leaders switch one after another (kilo.mesh.topology's
+    ROTATING_GAP): at one moment their handshakes under the new keys would cross, and each end,
+    answering the other's as responder, would drop the answer to its own, leaving both without a
+    session until WireGuard's retry (5 s and more; seen in about half the runs before). What a
+    later leader sends over its old session in the gap is lost; the bound holds."""
     heads = leaders(lab)
     old = keys_now(lab)
     rest = [follower(lab, h) for h in heads]
     pairs = [(a, b) for a in heads for b in heads if a != b] + [(rest[i], rest[(i + 1) % 3]) for i in range(3)]
-    result = rotate_under_traffic(lab, "every host (-e hosts=kilo)", "kilo", pairs, check_bound=False)
-    ended = time.monotonic() - 2  # rotate.yml ended 2 s before the flows stopped
+    rotate_under_traffic(lab, "every host (-e hosts=kilo)", "kilo", pairs)
     new = keys_now(lab)
     assert all(new[h] != old[h] for h in lab.hosts), (old, new)
     assert_consistent(lab)
-    over = over_bound(result)
-    if not over:
-        assert_all_reach(lab)
-        return
-    # Known (reported with issue 24's rotation): both ends of a tunnel rotate and switch at the
-    # same moment (rotation.at) and each sends a handshake initiation to the other's new key;
-    # when the two cross, each end answers the other's initiation as responder and drops the
-    # answer to its own (it is no initiator any more), so neither end has a session and both
-    # wait for WireGuard's handshake retry (5 s and more). Seen in about 1 run of 4. How long
-    # the mesh took to be whole again goes in the message; never whole within a minute fails.
-    failed = reach_all(lab)
-    while failed and time.monotonic() - ended < 60:
-        failed = reach_all(lab)
-    assert failed == [], "no reply between %s a minute after the rotation" % failed
-    pytest.xfail("crossing handshakes of tunnels whose both ends rotated at once: %s; every pair replied"
-                 " again %.0f s after rotate.yml ended" % ("; ".join(over), time.monotonic() - ended))
+    assert_all_reach(lab)
 
 
 # -- interrupted rotations -----------------------------------------------------------------
