@@ -61,3 +61,23 @@ def test_every_host_of_a_mesh_agrees_on_its_pod_source():
     with pytest.raises(KiloError) as e:
         agree(per_host)
     assert e.value.name == "b" and e.value.field == "kilo_pod_cidr_source"
+
+
+def test_a_malformed_ipam_object_leaves_out_its_node_only_in_an_agent():
+    """The inventory plugin fails on a malformed object (as on its other errors); an agent leaves the
+    node it names out with the reason, and only reports an object that names no node."""
+    blocks = [
+        {"metadata": {"name": "ok"}, "spec": {"node": "a", "cidr": "10.2.0.0/26", "state": "confirmed"}},
+        {"metadata": {"name": "bad-cidr"}, "spec": {"node": "b", "cidr": "10.2.0.300/26", "state": "confirmed"}},
+        {"metadata": {"name": "b-good"}, "spec": {"node": "b", "cidr": "10.2.1.0/26", "state": "confirmed"}},
+        {"metadata": {"name": "no-node"}, "spec": {"cidr": "10.2.2.0/26", "state": "confirmed"}},
+    ]
+    with pytest.raises(Exception):
+        kn.calico_pod_cidrs(blocks)
+    errors = {}
+    assert kn.calico_pod_cidrs(blocks, errors) == {"a": ["10.2.0.0/26"]}  # never b with part of its blocks
+    assert set(errors) == {"b", "BlockAffinity 'no-node'"} and "spec.cidr" in errors["b"]
+    errors = {}
+    nodes = [{"metadata": {"name": "c"}, "spec": {"ipam": {"podCIDRs": "10.3.0.0/24"}}},
+             {"metadata": {"name": "d"}, "spec": {"ipam": {"podCIDRs": ["10.4.0.0/24"]}}}]
+    assert kn.cilium_pod_cidrs(nodes, errors) == {"d": ["10.4.0.0/24"]} and list(errors) == ["c"]

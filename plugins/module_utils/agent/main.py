@@ -250,14 +250,23 @@ class Agent(object):
             peer_objects = self.informers[1].snapshot()
             options = self.config["options"]
             watching = self.informers[0]
-            ipam = dict((source, kube_node.IPAM_READERS[source](informer.snapshot().values()))
-                        for source, informer in self.ipam.items())
+            # a source whose type the API server does not serve (404) was not read: its nodes are left
+            # out with that reason (source_pod_cidrs), never routed without their ranges
+            ipam, ipam_errors = {}, {}
+            for source, informer in self.ipam.items():
+                if informer.installed:
+                    ipam[source] = kube_node.IPAM_READERS[source](informer.snapshot().values(), ipam_errors)
             nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
                                              self.config["topology_label"], now, self.config["liveness"],
                                              watching.connected_since if watching.connected else None,
                                              watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"))
             peers, skipped_peers = mesh.mesh_peers(peer_objects)
             skipped.update(skipped_peers)
+            for name, reason in ipam_errors.items():
+                # a node one of whose IPAM objects is malformed is left out, as a malformed Node is
+                # (an object naming no node is only reported)
+                skipped[name] = "its pod ranges: %s" % reason
+            nodes = [n for n in nodes if n["name"] not in ipam_errors]
             self.next_expiry = (self.expiry(node_objects, now, watching.connected_since, watching.lost_at)
                                 if watching.connected else None)
             reports = mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None

@@ -185,37 +185,63 @@ def _ipam_error(kind, name, field, message):
     return KiloError(message, "%s %r" % (kind, name), field)
 
 
-def calico_pod_cidrs(items):
+def _bad_object(errors, node, error):
+    """A malformed IPAM object: raised (the inventory plugin fails, as on its other errors), or, with
+    ``errors`` (the agent), noted against the node it names (that node is left out with the reason,
+    never routed with part of its ranges), or against the object when it names none."""
+    if errors is None:
+        raise error
+    errors[node or error.subject] = str(error)
+
+
+def calico_pod_cidrs(items, errors=None):
     """{node name: [CIDR, ...]} of Calico's BlockAffinity objects: the confirmed ones not marked
-    deleted, each node's blocks in address order."""
+    deleted, each node's blocks in address order. ``errors``: see ``_bad_object``."""
     out = {}
     for obj in items:
-        name, _meta = _metadata(obj, "BlockAffinity")
+        try:
+            name, _meta = _metadata(obj, "BlockAffinity")
+        except KiloError as e:
+            _bad_object(errors, None, e)
+            continue
         spec = obj.get("spec") or {}
         if spec.get("state") != "confirmed" or str(spec.get("deleted")).lower() == "true":
             continue
         node = spec.get("node")
-        if not isinstance(node, str) or not node:
-            raise _ipam_error("BlockAffinity", name, "spec.node", "missing or not a string")
-        out.setdefault(node, []).append(parse_cidr(spec.get("cidr"), "BlockAffinity %r" % name, "spec.cidr"))
+        try:
+            if not isinstance(node, str) or not node:
+                node = None
+                raise _ipam_error("BlockAffinity", name, "spec.node", "missing or not a string")
+            out.setdefault(node, []).append(parse_cidr(spec.get("cidr"), "BlockAffinity %r" % name, "spec.cidr"))
+        except KiloError as e:
+            _bad_object(errors, node, e)
     for node, cidrs in out.items():
         cidrs.sort(key=lambda c: (ipaddress.ip_network(c).version, ipaddress.ip_network(c)))
+    for node in (errors or {}):
+        out.pop(node, None)
     return out
 
 
-def cilium_pod_cidrs(items):
+def cilium_pod_cidrs(items, errors=None):
     """{node name: [CIDR, ...]} of CiliumNode objects (named as their Node): ``spec.ipam.podCIDRs``
-    in their order (the first is the node's primary range)."""
+    in their order (the first is the node's primary range). ``errors``: see ``_bad_object``."""
     out = {}
     for obj in items:
-        name, _meta = _metadata(obj, "CiliumNode")
+        try:
+            name, _meta = _metadata(obj, "CiliumNode")
+        except KiloError as e:
+            _bad_object(errors, None, e)
+            continue
         ipam = (obj.get("spec") or {}).get("ipam") or {}
         cidrs = ipam.get("podCIDRs") if isinstance(ipam, dict) else None
         if cidrs is None:
             continue
-        if not isinstance(cidrs, list):
-            raise _ipam_error("CiliumNode", name, "spec.ipam.podCIDRs", "expected a list of CIDRs")
-        out[name] = [parse_cidr(c, "CiliumNode %r" % name, "spec.ipam.podCIDRs") for c in cidrs]
+        try:
+            if not isinstance(cidrs, list):
+                raise _ipam_error("CiliumNode", name, "spec.ipam.podCIDRs", "expected a list of CIDRs")
+            out[name] = [parse_cidr(c, "CiliumNode %r" % name, "spec.ipam.podCIDRs") for c in cidrs]
+        except KiloError as e:
+            _bad_object(errors, name, e)
     return out
 
 
