@@ -57,6 +57,11 @@ class ActionModule(KiloAction):
                                                        rotation["hosts"]))
         module_args = dict(self.module_args(args, ("host",)), plan=plan,
                            preshared_keys=split_preshared_keys(plan))
+        own = task_vars.get(args["facts_var"]) if args["facts_var"] else None
+        if plan is not None and self._task.check_mode and isinstance(own, dict) and own.get("pending"):
+            # check mode: the stand-in key of a key the key step would make or rotate, so the diff
+            # shows the switch (a rotating host reported ok before)
+            module_args["pending_public_key"] = own.get("public_key")
         if plan is not None and rotation and rotation.get("at") and not self._task.check_mode:
             # the rotating hosts switch first (leaders one by one), their peers a step after the last
             # (kilo.mesh.topology's schedule)

@@ -240,6 +240,7 @@ CONVERGE_SPEC = dict(
     plan=dict(type="dict"),
     preshared_keys=dict(type="dict", no_log=True),
     switch_at=dict(type="float"),
+    pending_public_key=dict(type="str", no_log=False),
 )
 
 

@@ -36,6 +36,12 @@ options:
         than 30 s ahead, or past, applies at once.
       - M(kilo.mesh.join) sets it in a run that rotates keys; there is no need to set it by hand.
     type: float
+  pending_public_key:
+    description:
+      - In check mode, the public key M(kilo.mesh.key) stood in for a key it would create or rotate
+        (its RV(kilo.mesh.key#module:pending) result), so the WireGuard comparison and diff show the switch
+        to it. Ignored outside check mode. M(kilo.mesh.join) sets it.
+    type: str
 extends_documentation_fragment:
   - kilo.mesh.options.plan
   - kilo.mesh.options.host
@@ -105,7 +111,8 @@ def main():
         module.fail_json(msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead")
     try:
         result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys,
-                          switch_at=module.params.pop("switch_at"))
+                          switch_at=module.params.pop("switch_at"),
+                          pending_public_key=module.params.pop("pending_public_key"))
     except KiloError as e:
         module.fail_json(msg=str(e))
     except Exception as e:  # pylint: disable=broad-exception-caught

@@ -168,3 +168,23 @@ def test_a_moment_far_ahead_is_clamped_and_ages_are_spread_per_node():
     spread = set(rotation.spread(86400, "n%d" % i) for i in range(20))
     assert len(spread) > 1 and all(86400 <= s < 86400 + 600 for s in spread)
     assert rotation.spread(86400, "n1") == rotation.spread(86400, "n1")  # the same node, the same delay
+
+
+def test_check_mode_compares_with_the_stand_in_of_a_key_that_would_rotate(tmp_path):
+    """A rotating host's converge in check mode shows the switch to the key step's stand-in key
+    (it reported ok before, its key file still holding the old key)."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+    path = str(tmp_path / "key")
+    on_disk = keys.ensure_key(path)["public_key"]
+    stand_in = keys.public_key(keys.generate_private_key())
+    plan = {"name": "a", "peers": [], "leader": True, "listen_port": 51820}
+    current = {"present": True, "backend": "userspace", "public_key": on_disk, "peers": [], "up": True,
+               "mtu": 1420, "listen_port": 51820}
+    settings = dict(host_settings({"key_path": path, "mtu": 1420}))
+    assert WireGuardBackend(settings).desired(plan, current)["public_key"] == on_disk
+    settings["pending_public_key"] = stand_in
+    backend = WireGuardBackend(settings)
+    desired = backend.desired(plan, current)
+    assert desired["public_key"] == stand_in
+    assert backend.changes(current, desired) == ["set private key (public key %s)" % stand_in]

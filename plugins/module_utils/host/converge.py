@@ -97,7 +97,8 @@ def wait_for(switch_at, now=None, sleep=time.sleep):
     return round(max(0.0, -ahead), 3)
 
 
-def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None):
+def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None,
+             pending_public_key=None):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
@@ -106,11 +107,17 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     Returns ``{"changed", "changes": {backend: [str]}, "diff": {"before", "after"}}``;
     nothing in it carries a private or preshared key.
 
+    ``pending_public_key`` (check mode only): the public key the key step stood in for a key it would
+    make or rotate, so the WireGuard comparison shows the switch rather than the key on disk.
+
     ``switch_at``: a key rotation's moment for this host (kilo.mesh.join's schedule): changes
     are applied then, not as soon as they are known, so a rotating host switches its key just
     before its peers switch to the new one (``late``: seconds past the moment, in the result).
     """
     settings = host_settings(settings)
+    if check_mode and pending_public_key:
+        # the key step's stand-in for a key it would make or rotate: the comparison shows the switch
+        settings["pending_public_key"] = pending_public_key
     absent = settings["state"] == "absent"
     if not absent:
         if plan is None:
