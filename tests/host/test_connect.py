@@ -2,9 +2,10 @@
 kgctl connect), reaches a non-leader of a remote location and is reached back, takes the mesh
 as its VPN exit, and leaves without a trace.
 
-Lab kvp, 4 locations x 2 hosts: aws and gcp form the mesh (group kilo); azure-1 is the laptop
+Lab kvp (KILO_TEST_PREFIX_CONNECT), 4 locations x 2 hosts: aws and gcp form the mesh (group kilo); azure-1 is the laptop
 (group connect, outside the mesh); home-1 stands for "the internet" behind the exit: it carries
-198.51.100.77, which only gcp-1 (the exit) has a route to. Real parts only: network-namespace
+198.51.100.77, which only gcp-1 (the exit) has a route to. The laptop also rotates its own key
+under 50 pings/s each way (the loss printed: run with -s to see it). Real parts only: network-namespace
 hosts with sshd, wireguard-go, nftables, iproute2, Ansible over SSH. Tests run in file order and
 share one lab.
 """
@@ -19,10 +20,11 @@ import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import best_path, connect_plan
+from flows import under_traffic
 from lab.lab import Lab
 from sitetools import playbook, recap
 
-PREFIX = "kvp"
+PREFIX = os.environ.get("KILO_TEST_PREFIX_CONNECT", "kvp")  # overridable: two checkouts testing at once
 LAPTOP, INTERNET, EXIT = "azure-1", "home-1", "gcp-1"
 LAPTOP_IP = "10.5.0.1"
 FAR = "198.51.100.77"  # outside every range of the mesh; only the exit routes to it
@@ -51,6 +53,10 @@ def write_inventory(lab):
     path = lab.path("connect-inventory.yml")
     with open(path, "w") as f:
         yaml.safe_dump(inv, f)
+    # the same beside it (so the same registry), the laptop's own key rotating in every run
+    laptop["kilo_key_rotate"] = True
+    with open(lab.path("connect-rotate-inventory.yml"), "w") as f:
+        yaml.safe_dump(inv, f)
     return path
 
 
@@ -70,7 +76,8 @@ def lab():
         yield lab
     finally:
         lab.down()
-        for path in (lab.registry, lab.registry + ".lock", lab.path("connect-inventory.yml")):
+        for path in (lab.registry, lab.registry + ".lock", lab.path("connect-inventory.yml"),
+                     lab.path("connect-rotate-inventory.yml")):
             forget(path)
 
 
@@ -107,7 +114,7 @@ def ping(lab, host, ip, count=3):
 
 
 def connect(lab, *extra, **kw):
-    return ansible_playbook(lab.connect_inventory, "connect.yml", *extra, **kw)
+    return ansible_playbook(kw.pop("inventory", lab.connect_inventory), "connect.yml", *extra, **kw)
 
 
 @needs_root
@@ -160,6 +167,38 @@ def test_status_counts_and_names_the_registry_peer(lab):
     # named by the registry's peer entry (without it the table shows a shortened key)
     assert re.search(r"aws-1\s+laptop\s+203\.0\.113\.", out), out[-3000:]
     assert "kilo_peers 1" in sh(lab, "aws-1", "cat /run/kilo.prom").stdout
+
+
+@needs_root
+def test_the_laptop_rotating_its_own_key_switches_first_and_keeps_its_traffic(lab):
+    """kilo_key_rotate on the laptop alone: it switches in the mesh's play, just before the
+    leaders replace its entry (a task later); its traffic both ways, through a leader and to a
+    leader, is kept. The mesh's own keys stay."""
+    old, own = laptop_key(lab), own_keys(lab)
+    peers = dict((h, set(wg_keys(lab, h)) - {old}) for h in mesh_hosts(lab))
+    leaders = sorted(h for h in peers if peers[h])
+    pairs = [(LAPTOP, "aws-2"), (LAPTOP, "gcp-1"), ("aws-2", LAPTOP_IP), ("gcp-2", LAPTOP_IP)]
+    result, out = under_traffic(lab, "the laptop's own key rotation (connect.yml)",
+                                lambda: connect(lab, inventory=lab.path("connect-rotate-inventory.yml")), pairs)
+    counts = recap(out)
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
+    # the laptop switched in the mesh's play (before the leaders' converge), not in the last play
+    mesh_play = out.split("PLAY [The mesh takes the peers]")[1].split("PLAY [")[0]
+    switched = [t for t in mesh_play.split("TASK [")[1:] if t.startswith("kilo.mesh.connect : ")]
+    assert len(switched) == 1 and "changed: [%s]" % LAPTOP in switched[0], mesh_play[-4000:]
+    new = laptop_key(lab)
+    assert new != old and registry_peers(lab)["laptop"]["public_key"] == new
+    assert sh(lab, LAPTOP, "stat -c %a /var/lib/kilo/key").stdout.strip() == "600"
+    for leader in leaders:
+        assert wg_keys(lab, leader).get(new) == LAPTOP_IP + "/32" and old not in wg_keys(lab, leader), leader
+    # the mesh's own keys stay, and so do its other peers
+    assert own_keys(lab) == own and dict((h, set(wg_keys(lab, h)) - {new}) for h in mesh_hosts(lab)) == peers
+    counts = recap(connect(lab))
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+
+def own_keys(lab):
+    return dict((h, sh(lab, h, "wg pubkey < /var/lib/kilo/key").stdout.strip()) for h in mesh_hosts(lab))
 
 
 @needs_root

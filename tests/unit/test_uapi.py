@@ -238,6 +238,22 @@ def test_learned_endpoint_is_not_flipped_back(backend):
     assert backend.diff(cur, des)[1]["peers"][0]["endpoint"] == "198.51.100.7:40000"
 
 
+def test_a_rekeyed_peer_without_endpoint_keeps_the_one_learned_for_its_old_key(backend):
+    """A connecting machine behind NAT rotated its own key: its new entry is given the endpoint
+    WireGuard learned for the old one, so the keepalive that starts the handshake can go out."""
+    cur = live(backend, [live_peer(K2, ["10.5.0.1/32"], "198.51.100.7:40000", ka=25, hs=1)])
+    des = desired(backend, [{"name": "laptop", "public_key": K3, "endpoint": None, "allowed_ips": ["10.5.0.1/32"],
+                             "persistent_keepalive": 25}], cur)
+    ops = dict((op["public_key"], op) for dummy, (kind, op) in backend._ops(cur, des) if kind == "peer")
+    assert ops[K2].get("remove") and ops[K3]["endpoint"] == "198.51.100.7:40000"
+    assert "endpoint 198.51.100.7:40000 (learned for its previous key)" in backend.changes(cur, des)[1]
+    # a peer that merely joins has no endpoint to inherit
+    des = desired(backend, [{"name": "b", "public_key": K2, "endpoint": None, "allowed_ips": ["10.5.0.1/32"]},
+                            {"name": "new", "public_key": K3, "endpoint": None, "allowed_ips": ["10.6.0.1/32"]}], cur)
+    assert "endpoint" not in dict((op["public_key"], op) for dummy, (kind, op) in backend._ops(cur, des)
+                                  if kind == "peer")[K3]
+
+
 def test_roaming_endpoint_kept_while_handshakes_are_fresh(backend):
     peer = {"name": "b", "public_key": K2, "endpoint": "203.0.113.2:51820", "allowed_ips": ["10.2.0.0/24"],
             "roaming": True}
