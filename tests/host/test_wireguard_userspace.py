@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -427,6 +428,50 @@ def test_preshared_key_is_applied_but_never_shown(hosts):
     assert out["changes"] == ["update peer b (%s): preshared_key (set)" % b.public_key[:8]]
     out = a.converge(plan(a, [peer(b)]))
     assert out["changes"] == ["update peer b (%s): preshared_key (removed)" % b.public_key[:8]]
+
+
+def latest_handshake(h, key):
+    """Seconds since the epoch of the latest handshake with ``key`` ("0": none), as `wg` reads it
+    from the host's own /run (its mount namespace: the userspace socket is there)."""
+    out = sh("nsenter", "-t", str(h.holder.pid), "-m", "-n", "wg", "show", "kilo0", "latest-handshakes").stdout
+    return dict(line.split("\t") for line in out.splitlines() if line).get(key, "0")
+
+
+def test_a_preshared_key_rotated_at_both_ends_loses_no_packet(hosts):
+    """Issue 24: a preshared key is rotated the way a run does it, each end's peer entry updated in
+    place a second apart (the entry and its session stay), under 50 pings a second; the next
+    handshake, WireGuard's rekey two minutes on, is made under the new key, and no echo is lost.
+    (One end alone on a new key fails that handshake, and the session expires a minute later.)"""
+    a, b = hosts["a"], hosts["b"]
+    old, new = keys.generate_private_key(), keys.generate_private_key()
+    a.converge(plan(a, [peer(b)]), psks={b.public_key: old})
+    b.converge(plan(b, [peer(a)]), psks={a.public_key: old})
+    assert a.ping(TUNNEL["b"])
+    before = latest_handshake(a, b.public_key)
+    # -q: two minutes of one line per echo would fill the pipe nobody reads until the end, and stop ping
+    pinger = subprocess.Popen(["ip", "netns", "exec", a.ns, "ping", "-q", "-i", "0.02", "-W", "5", TUNNEL["b"]],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    try:
+        time.sleep(1)
+        out_a = a.converge(plan(a, [peer(b)]), psks={b.public_key: new})
+        time.sleep(1)
+        out_b = b.converge(plan(b, [peer(a)]), psks={a.public_key: new})
+        # the rekey: WireGuard's REKEY_AFTER_TIME (120 s) after the last handshake, on the next packet
+        deadline = time.time() + 150
+        while latest_handshake(a, b.public_key) == before and time.time() < deadline:
+            time.sleep(1)
+        rekeyed = latest_handshake(a, b.public_key)
+        time.sleep(2)
+    finally:
+        pinger.send_signal(signal.SIGINT)  # `ip netns exec` became ping itself: this PID is ping's
+        text = pinger.communicate(timeout=30)[0]
+    assert out_a["changes"] == ["update peer b (%s): preshared_key (set)" % b.public_key[:8]]
+    assert out_b["changes"] == ["update peer a (%s): preshared_key (set)" % a.public_key[:8]]
+    assert rekeyed != before, "no handshake within 150 s"
+    sent, received = ping_loss(text)
+    print("preshared key rotated at both ends: %d sent, %d received, %d lost; rekeyed under the new key %s s"
+          " after the first" % (sent, received, sent - received, int(rekeyed) - int(before)))
+    assert sent > 5000 and sent - received <= 1, text[-2000:]  # the last echo may be on its way
 
 
 def test_remove_leaves_no_interface_process_or_socket(hosts):
