@@ -15,16 +15,16 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes,
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
 
-def unswitched_keys(task_vars, facts_var, rotation_var, rotating=None):
-    """{new public key: the key its interface still runs} of the play's hosts whose key step
-    reported a rotation (``facts_var``) and whose earlier converge (``rotation_var``, the role's
-    first converge task) did not succeed: their peers must keep the old key until they switch."""
+def unswitched_keys(task_vars, facts_var, rotation_var, rotating):
+    """{new public key: the key its interface still runs} of the ``rotating`` hosts (kilo.mesh.topology
+    names them: every hostvars[] look-up computes a host's variables, which a plain run must not pay
+    per host and per host) whose key step reported a rotation (``facts_var``) and whose earlier
+    converge (``rotation_var``, the role's first converge task) did not succeed: their peers must
+    keep the old key until they switch."""
     hostvars, keep = task_vars["hostvars"], {}
     if not facts_var:
         return keep
-    # only the rotating hosts (kilo.mesh.topology names them): every hostvars[] look-up computes
-    # a host's variables, which a plain run must not pay per host and per host
-    for host in (task_vars.get("ansible_play_hosts_all") or ()) if rotating is None else rotating:
+    for host in rotating:
         facts = hostvars[host].get(facts_var) or {}
         if not (facts.get("rotating") and facts.get("previous_public_key")):
             continue

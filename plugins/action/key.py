@@ -17,6 +17,7 @@ from __future__ import annotations
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import facts_from_result
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import converged_together
 
 
 class ActionModule(KiloAction):
@@ -51,8 +52,7 @@ class ActionModule(KiloAction):
         hosts = task_vars["groups"].get(self.mesh_group(task_vars), [])
         if task_vars.get("inventory_hostname") not in hosts:
             return []
-        # a batch of a serial play is converged alone: the other batches' hosts count as left out
-        play = set(task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts_all") or ())
+        play = converged_together(task_vars)
         return sorted(host for host in hosts if host not in play)
 
     def hold_rotation_under_limit(self, args, task_vars):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
@@ -23,11 +24,8 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_re
 
 # A key rotation's schedule (``rotation`` in the result; kilo.mesh.join hands each host its moment):
 # the rotating hosts switch ROTATION_LEAD seconds after the plans are made, by when every host's
-# converge call of the next task is under way, and their peers SWITCH_STEP seconds later. In that
-# step what a rotating host sends waits in WireGuard's queue (128 packets a peer) while its peers
-# still reach it over the old sessions; the step covers clocks a little apart.
+# converge call of the next task is under way, and their peers converge.SWITCH_STEP seconds later.
 ROTATION_LEAD = 5.0
-SWITCH_STEP = 0.25
 # Rotating leaders switch one after another, this far apart: two that switched at one moment would
 # each send the other a handshake under the new keys, and when those cross, each end answers the
 # other's as responder and drops the answer to its own, so neither has a session until WireGuard
@@ -47,7 +45,7 @@ class ActionModule(KiloAction):
         if args["leader_health"]:
             self.mark_down(args, task_vars, mesh.nodes)
         if args["save_plans"]:
-            return self.save_plans(task_vars, mesh, args["facts_var"])
+            return self.save_plans(task_vars, mesh)
         computed = mesh.computed()
         sections = peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
@@ -78,7 +76,7 @@ class ActionModule(KiloAction):
             if node["name"] in down:
                 node["healthy"] = False
 
-    def save_plans(self, task_vars, mesh, facts_var):
+    def save_plans(self, task_vars, mesh):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
@@ -91,20 +89,17 @@ class ActionModule(KiloAction):
         result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(mesh.nodes),
                       segments=len(computed["segments"]), plans=len(play),
                       leaders=sorted(s["leader"] for s in computed["segments"]),
-                      rotation=self.rotation(task_vars, play, facts_var, computed["plans"]))
+                      rotation=self.rotation(play, mesh.rotating, computed["plans"]))
         result.update(missing_result(mesh.missing))
         return result
 
-    def rotation(self, task_vars, play, facts_var, plans):
-        """Which hosts of the play switch to a new key in this run, and how: ``scheduled`` (one
-        converge task for every host, each at its moment, ``at``) when the task runs on every
-        host of the play at once (forks), else in order (the role converges them in a task of
-        their own before the others). Check mode switches nothing: no schedule."""
-        rotating = []
-        for host in play:
-            found, facts = self.variable(task_vars, host, facts_var)
-            if found and isinstance(facts, dict) and facts.get("rotating"):
-                rotating.append(host)
+    def rotation(self, play, reported, plans):
+        """Which hosts of the play switch to a new key in this run (``reported``: the mesh reading's
+        ``rotating``), and how: ``scheduled`` (one converge task for every host, each at its
+        moment, ``at``) when the task runs on every host of the play at once (forks), else in order
+        (the role converges them in a task of their own before the others). Check mode switches
+        nothing: no schedule."""
+        rotating = [host for host in play if host in reported]
         forks = ansible_internals.forks()
         scheduled = bool(rotating) and not self._task.check_mode and forks is not None and len(play) <= forks
         out = dict(hosts=sorted(rotating), scheduled=scheduled)

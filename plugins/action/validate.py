@@ -10,7 +10,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import (
-    agree, check_node_vars, check_rotation, check_topology, one_location_each)
+    agree, check_node_vars, check_rotation, check_topology, converged_together, one_location_each)
 
 
 # A live tunnel handshakes every 120 s (WireGuard's REKEY_AFTER_TIME); anything shorter than
@@ -33,9 +33,7 @@ class ActionModule(KiloAction):
                                 " use 0 (off) or at least %d" % (bound, MIN_HANDSHAKE_BOUND),
                                 host_subject(host), OPTIONS["leader_handshake_timeout"]["var"])
         agree(per_host)
-        # a batch of a serial play is converged alone: the hosts of other batches count as left out
-        check_rotation(hosts, per_host, set(task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts_all")
-                                            or ()))
+        check_rotation(hosts, per_host, converged_together(task_vars))
         groups = self.location_groups(task_vars, args["group"])
         one_location_each(groups, task_vars["hostvars"])
         check_node_vars(hosts, task_vars["hostvars"])

@@ -206,15 +206,15 @@ def run_module():
         # before the converge call: nothing of the mesh changed on this host yet
         module.fail_json(msg="; ".join(errors), public_key=key["public_key"])
 
-    discovered, handshakes, live_key = {}, {}, None
+    discovered, handshakes, current = {}, {}, None
     try:
         current, discovered, handshakes = report.wireguard_reading(p["interface"])
-        live_key = current.get("public_key")
     except Exception as e:  # reading is best effort: a broken interface must not block keys
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
     # The interface still runs another key than the file: rotated now, or a rotation cut short
     # before its converge. The role converges such a host before its peers either way.
-    rotating = bool(live_key) and live_key != key["public_key"]
+    live_key = report.switching_from(current, key["public_key"])
+    rotating = live_key is not None
     previous = live_key if rotating else key.get("previous_public_key")
 
     extra = {}

@@ -74,8 +74,10 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=No
     ``locations`` maps host -> location group (None: the inventory could not tell).
     ``read`` maps hosts outside the play to their host_inputs() as read earlier in the play
     (plan_store.load_reading); their variables are not computed again.
-    Returns (nodes, missing, fresh): hosts with no data at all are listed in ``missing``;
-    ``fresh`` maps host -> facts reported in this run (to be written to the registry).
+    Returns (nodes, missing, fresh, rotating): hosts with no data at all are listed in ``missing``;
+    ``fresh`` maps host -> facts reported in this run (to be written to the registry);
+    ``rotating`` is the set of hosts whose key step of this run reported a key switch to come
+    (read here, with the rest of the host's variables, rather than computed again per host).
     """
     hostvars = task_vars["hostvars"]
     hosts = task_vars["groups"].get(group, [])
@@ -85,16 +87,19 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=No
         return read[host] if host in read else hostvars[host]
     locations = placed(hosts, vars_of, locations, group)
     known = registry.get("hosts", {})
-    nodes, missing, fresh = [], [], {}
+    nodes, missing, fresh, rotating = [], [], {}, set()
     for host in hosts:
-        node, facts, now = host_node(host, vars_of(host), facts_var, known.get(host), locations.get(host, ""), port)
+        hvars = vars_of(host)
+        node, facts, now = host_node(host, hvars, facts_var, known.get(host), locations.get(host, ""), port)
         if now:
             fresh[host] = facts
+            if (hvars.get(facts_var) or {}).get("rotating"):
+                rotating.add(host)
         if node is None:
             missing.append(host)
         else:
             nodes.append(node)
-    return nodes, missing, fresh
+    return nodes, missing, fresh, rotating
 
 
 REGISTRY_FILE = "kilo-registry.json"

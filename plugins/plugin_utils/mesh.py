@@ -93,7 +93,7 @@ class MeshReading(object):
     def _gathered(self):
         def gather():
             if self.args.get("nodes") is not None:  # explicit nodes win over the inventory
-                return [dict(n) for n in self.args["nodes"]], [], {}
+                return [dict(n) for n in self.args["nodes"]], [], {}, set()
             return gather_nodes(self.task_vars, self.group, self.args["port"], self.args["facts_var"],
                                 self.registry, self.locations, self._earlier)
         return self._once("gathered", gather)
@@ -112,6 +112,11 @@ class MeshReading(object):
     def fresh(self):
         """host -> public facts reported in this run (for the registry)."""
         return self._gathered()[2]
+
+    @property
+    def rotating(self):
+        """Hosts whose key step of this run reported a key switch to come (kilo.mesh.key's ``rotating``)."""
+        return self._gathered()[3]
 
     @property
     def peers(self):

@@ -72,6 +72,12 @@ def check_topology(nodes, peers, options, hostvars, first):
         raise
 
 
+def converged_together(task_vars):
+    """The hosts this task's run converges with this host: the play's, or its batch in a serial
+    play (a batch is converged alone: the other batches' hosts count as left out)."""
+    return set(task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts_all") or ())
+
+
 def outside_play(hosts, per_host, play):
     """Hosts of the mesh staying in it that this play leaves out (--limit): they are not
     converged in this run, so they would keep a rotating host's old key."""

@@ -75,8 +75,8 @@ def test_gather_nodes_takes_this_run_then_the_registry_and_lists_the_unknown():
         "c": {"kilo_location": "y"},                                                # never seen
     })
     registry = {"hosts": {"b": dict(FACTS, public_key="b" * 43 + "=")}}
-    nodes, missing, fresh = inputs.gather_nodes({"hostvars": hostvars, "groups": {"kilo": ["a", "b", "c"]}},
-                                                "kilo", 51820, "kilo_host", registry, None)
+    nodes, missing, fresh, _rotating = inputs.gather_nodes(
+        {"hostvars": hostvars, "groups": {"kilo": ["a", "b", "c"]}}, "kilo", 51820, "kilo_host", registry, None)
     assert [n["name"] for n in nodes] == ["a", "b"]
     assert nodes[1]["public_key"] == "b" * 43 + "="
     assert missing == ["c"]
@@ -174,7 +174,7 @@ def test_gather_nodes_falls_back_to_the_node_annotations_after_the_registry():
         "noendpoint": {"kilo_location": "y", "kilo_kubernetes_node": _written(k_ann, endpoint=None)},
     })
     registry = {"hosts": {"reg": dict(FACTS, public_key=k_reg)}}
-    nodes, missing, fresh = inputs.gather_nodes(
+    nodes, missing, fresh, _rotating = inputs.gather_nodes(
         {"hostvars": hostvars, "groups": {"kilo": list(hostvars)}}, "kilo", 51820, "kilo_host", registry, None)
     by = dict((n["name"], n) for n in nodes)
     assert by["now"]["public_key"] == KEY and list(fresh) == ["now"]      # this run first
@@ -190,7 +190,7 @@ def test_annotations_keep_a_node_whatever_its_last_seen_and_ready_condition():
     # every host outside --limit. A Node's age and Ready condition never take it out of the mesh.
     ancient = _written("n" * 43 + "=", last_seen=1, ready=False, discovered_endpoints={KEY: "198.51.100.9:4000"})
     hostvars = FakeHostvars({"old": {"kilo_location": "y", "kilo_kubernetes_node": ancient}})
-    nodes, missing, _fresh = inputs.gather_nodes(
+    nodes, missing, _fresh, _rotating = inputs.gather_nodes(
         {"hostvars": hostvars, "groups": {"kilo": ["old"]}}, "kilo", 51820, "kilo_host", {"hosts": {}}, None)
     assert [n["name"] for n in nodes] == ["old"] and missing == []
     assert nodes[0]["discovered_endpoints"] == {KEY: "198.51.100.9:4000"}
@@ -251,10 +251,10 @@ def test_gather_nodes_takes_hosts_outside_the_play_from_an_earlier_reading():
     task_vars = {"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}
     read = {"b": inputs.host_inputs(hostvars["b"])}
     hostvars.looked_up.clear()
-    nodes, missing, fresh = inputs.gather_nodes(task_vars, "kilo", 51820, "kilo_host", {"hosts": {}}, None, read)
+    nodes, missing, fresh, rotating = inputs.gather_nodes(task_vars, "kilo", 51820, "kilo_host", {"hosts": {}}, None, read)
     assert hostvars.looked_up == ["a", "a"]  # b's variables never computed again
     again = inputs.gather_nodes(task_vars, "kilo", 51820, "kilo_host", {"hosts": {}}, None)
-    assert (nodes, missing, fresh) == again
+    assert (nodes, missing, fresh, rotating) == again
     assert [n["endpoint"] for n in nodes] == ["172.16.1.2:51820", "203.0.113.7:51820"]
 
 
@@ -296,3 +296,15 @@ def test_the_registry_hides_inside_an_inventory_directory(tmp_path):
     open(hidden, "w").close()
     assert path(source, [str(source)]) == hidden
     assert inputs.registry_path({}, path="/srv/reg.json") == "/srv/reg.json"
+
+
+def test_the_hosts_whose_key_step_reported_a_switch_are_read_with_the_rest():
+    """kilo.mesh.topology's rotation schedule takes them from this reading: no second look-up of
+    every play host's variables on a plain run."""
+    hostvars = CountingHostvars({"a": {"kilo_location": "x", "kilo_host": dict(FACTS, rotating=True)},
+                                 "b": {"kilo_location": "x", "kilo_host": dict(FACTS, rotating=False)}})
+    hostvars.looked_up.clear()
+    _nodes, _missing, _fresh, rotating = inputs.gather_nodes(
+        {"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}, "kilo", 51820, "kilo_host", {"hosts": {}}, None)
+    assert rotating == {"a"}
+    assert sorted(hostvars.looked_up) == ["a", "a", "b", "b"]  # as many look-ups as before: placed, then the node

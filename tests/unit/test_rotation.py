@@ -96,7 +96,7 @@ def test_peers_keep_the_old_key_of_a_host_that_did_not_switch():
         "d": {"kh": {"rotating": False, "public_key": "D1"}, "rot": {"skipped": True}},
     }
     task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b", "c", "d"]}
-    keep = unswitched_keys(task_vars, "kh", "rot")
+    keep = unswitched_keys(task_vars, "kh", "rot", ["a", "b", "c", "d"])
     assert keep == {"B2": "B1", "C2": "C1"}
     plan = {"peers": [{"public_key": k} for k in ("A2", "B2", "C2", "D1")]}
     keep_unswitched_keys(plan, keep)
@@ -188,3 +188,11 @@ def test_check_mode_compares_with_the_stand_in_of_a_key_that_would_rotate(tmp_pa
     desired = backend.desired(plan, current)
     assert desired["public_key"] == stand_in
     assert backend.changes(current, desired) == ["set private key (public key %s)" % stand_in]
+
+
+def test_a_key_switch_to_come_is_the_interface_running_another_key_than_the_file():
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.report import switching_from
+    assert switching_from({"public_key": "OLD"}, "NEW") == "OLD"
+    assert switching_from({"public_key": "NEW"}, "NEW") is None
+    assert switching_from({"present": False, "public_key": None}, "NEW") is None  # no interface yet
+    assert switching_from(None, "NEW") is None  # the reading failed

@@ -128,7 +128,7 @@ class Agent(object):
         self._probe_lock = threading.Lock()
         self._probe_field = "wireguard_ip"
         self._deposed = set()  # the leaders deposed in the last reconcile (our own mark follows)
-        self._rotated = False  # this pass rotated our key (kilo_key_max_age): announce, then switch
+        self._rotated = False  # our interface runs another key than our key file: announce, then switch
         if config.get("leader_health"):
             from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
             self.settle = health.Settle()
@@ -352,8 +352,8 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.host import report
         from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
         key_options = self.config["key"]
-        # kilo_key_max_age: the agent rotates its own key; this pass converges the interface to it
-        # and writes the Node's key annotation, and every other agent follows on that event
+        # kilo_key_max_age: the agent rotates its own key; reconcile announces it (agent/rotation.py),
+        # converges the interface to it at the announced moment, then writes the Node's key annotation
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.rotation import spread
         max_age = 0 if hold_rotation else spread(key_options.get("key_max_age") or 0, self.name)
         key = ensure_key(key_options["key_path"], max_age=max_age)
@@ -368,8 +368,7 @@ class Agent(object):
             self.note("WireGuard reading of %s: %s: %s" % (key_options["interface"], type(e).__name__, e))
         # the interface runs another key than the file: rotated now, or by a pass or a push run cut
         # short; announced before the switch either way
-        live = (current or {}).get("public_key")
-        self._rotated = bool(live) and live != key["public_key"]
+        self._rotated = report.switching_from(current, key["public_key"]) is not None
         self.metrics.wireguard.peers = [
             (self._peer_names.get(p["public_key"], ""), p["public_key"], p.get("latest_handshake") or 0,
              p.get("rx_bytes") or 0,

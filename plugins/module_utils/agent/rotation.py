@@ -19,6 +19,7 @@ __metaclass__ = type
 import zlib
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
 
 NEXT_KEY = "kilo.mesh/next-key"  # our own annotation, never Kilo's
@@ -26,9 +27,8 @@ KEY = FIELDS["public_key"].written
 # From the announcement to the switch: the watch event, the peers' debounce (0.2 s) and their
 # reconcile must fit, with room for a loaded host.
 LEAD = 2.0
-# The peers switch this long after the rotating node: what it sends meanwhile waits in
-# WireGuard's queue (128 packets a peer), while the peers still reach it over the old sessions.
-STEP = 0.25
+# The peers switch this long after the rotating node, as in a push run's schedule.
+STEP = SWITCH_STEP
 
 
 def announcement(public_key, at):

@@ -43,3 +43,11 @@ def wireguard_reading(interface, current=None):
     handshakes = dict((peer["public_key"], int(now - peer["latest_handshake"]) if peer.get("latest_handshake") else None)
                       for peer in current.get("peers", []))
     return current, discovered, handshakes
+
+
+def switching_from(current, public_key):
+    """The public key our interface still runs when it is not ``public_key`` (the key file's): a
+    key switch to come, the key step's or the agent's rotation now or one cut short before its
+    converge; None when they agree or there is no interface (``current``: the WireGuard reading)."""
+    live = (current or {}).get("public_key")
+    return live if live and live != public_key else None

@@ -138,26 +138,27 @@ def render(state):
     return out
 
 
+def _freed(current, removed):
+    """{allowed IP: the current peer holding it} of the current peers whose keys are in ``removed``."""
+    return dict((ip, p) for p in current["peers"] if p["public_key"] in removed for ip in p["allowed_ips"])
+
+
 def _learned_endpoints(current, wanted):
     """{allowed IP: endpoint} of the peers to be removed that WireGuard holds an endpoint for. A
     peer re-keyed in place (a connecting machine that rotated its own key: its new key takes the
     old one's allowed IPs) has no configured endpoint when it sits behind NAT; its new entry gets
     the one learned for the old key, so this host can start the handshake under the new key at
     once (``_nudge``) instead of waiting for the machine's retry (5 s, past WireGuard's queue)."""
-    learned = {}
-    for p in current["peers"]:
-        if p["public_key"] not in wanted and p.get("endpoint"):
-            learned.update((ip, p["endpoint"]) for ip in p["allowed_ips"])
-    return learned
+    removed = set(p["public_key"] for p in current["peers"]) - wanted
+    return dict((ip, p["endpoint"]) for ip, p in _freed(current, removed).items() if p.get("endpoint"))
 
 
 def rekeyed(current, peer_ops):
     """The peer ops adding a peer in place of one they remove (allowed IPs in common): a node
     that changed its key, as a key rotation does."""
-    removed = set(op["public_key"] for op in peer_ops if op.get("remove"))
-    freed = set(ip for p in current["peers"] if p["public_key"] in removed for ip in p["allowed_ips"])
+    freed = _freed(current, set(op["public_key"] for op in peer_ops if op.get("remove")))
     return [op for op in peer_ops if not op.get("remove") and not op.get("update_only")
-            and freed.intersection(op.get("allowed_ips") or ())]
+            and freed.keys() & set(op.get("allowed_ips") or ())]
 
 
 # ---------------------------------------------------------------- backend

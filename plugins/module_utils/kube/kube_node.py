@@ -194,16 +194,22 @@ def _bad_object(errors, node, error):
     errors[node or error.subject] = str(error)
 
 
+def _named(items, kind, errors):
+    """(name, object) of each of ``items`` that has a name; one without is a bad object."""
+    for obj in items:
+        try:
+            name, _meta = _metadata(obj, kind)
+        except KiloError as e:
+            _bad_object(errors, None, e)
+            continue
+        yield name, obj
+
+
 def calico_pod_cidrs(items, errors=None):
     """{node name: [CIDR, ...]} of Calico's BlockAffinity objects: the confirmed ones not marked
     deleted, each node's blocks in address order. ``errors``: see ``_bad_object``."""
     out = {}
-    for obj in items:
-        try:
-            name, _meta = _metadata(obj, "BlockAffinity")
-        except KiloError as e:
-            _bad_object(errors, None, e)
-            continue
+    for name, obj in _named(items, "BlockAffinity", errors):
         spec = obj.get("spec") or {}
         if spec.get("state") != "confirmed" or str(spec.get("deleted")).lower() == "true":
             continue
@@ -226,12 +232,7 @@ def cilium_pod_cidrs(items, errors=None):
     """{node name: [CIDR, ...]} of CiliumNode objects (named as their Node): ``spec.ipam.podCIDRs``
     in their order (the first is the node's primary range). ``errors``: see ``_bad_object``."""
     out = {}
-    for obj in items:
-        try:
-            name, _meta = _metadata(obj, "CiliumNode")
-        except KiloError as e:
-            _bad_object(errors, None, e)
-            continue
+    for name, obj in _named(items, "CiliumNode", errors):
         ipam = (obj.get("spec") or {}).get("ipam") or {}
         cidrs = ipam.get("podCIDRs") if isinstance(ipam, dict) else None
         if cidrs is None:
