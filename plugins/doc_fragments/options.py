@@ -629,8 +629,10 @@ options:
       - 'C(leader) (bool, required): Whether the host leads its segment (only leaders carry WireGuard peers).'
       - 'C(segment) (str, required): Segment key, C(location:NAME) or C(node:NAME).'
       - 'C(interface) (ifname): WireGuard interface name.'
-      - 'C(address) (address): WireGuard address with prefix (leaders); null otherwise.'
-      - 'C(internal_ip) (address): The host''s private address with prefix; null when it has none.'
+      - 'C(address) (address_or_addresses): WireGuard address with prefix (leaders), or in a dual-stack mesh the
+        list of its two (one of each IP family, the primary first); null otherwise.'
+      - 'C(internal_ip) (address_or_addresses): The host''s private address with prefix, or in a dual-stack mesh
+        the list of its two (one of each IP family); null when it has none.'
       - 'C(listen_port) (port, required): WireGuard UDP port.'
       - 'C(tunnel_address) (address): Address of C(tunl0) when encapsulating; null otherwise.'
       - 'C(pod_cidr) (network_or_networks): The node''s pod CIDR, or the list of its pod ranges when it has several;

@@ -33,7 +33,8 @@ FIREWALL_LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", 
 
 # field -> (kind, required, description). Kinds: str, bool, int, port, key, endpoint, ifname,
 # network (CIDR, host bits cleared), address (host address with prefix), ip, table, networks
-# (list of networks), network_or_networks (one network, or a list of them), or a nested schema
+# (list of networks), network_or_networks (one network, or a list of them), address_or_addresses
+# (one address, or a dual-stack plan's two, one of each IP family), or a nested schema
 # ({...} for a dict, [{...}] for a list of dicts).
 PEER = {
     "name": ("str", True, "Segment (C(location:NAME), C(node:NAME)) or outside peer name."),
@@ -66,8 +67,10 @@ SCHEMA = {
     "leader": ("bool", True, "Whether the host leads its segment (only leaders carry WireGuard peers)."),
     "segment": ("str", True, "Segment key, C(location:NAME) or C(node:NAME)."),
     "interface": ("ifname", False, "WireGuard interface name."),
-    "address": ("address", False, "WireGuard address with prefix (leaders); null otherwise."),
-    "internal_ip": ("address", False, "The host's private address with prefix; null when it has none."),
+    "address": ("address_or_addresses", False, "WireGuard address with prefix (leaders), or in a dual-stack mesh"
+                " the list of its two (one of each IP family, the primary first); null otherwise."),
+    "internal_ip": ("address_or_addresses", False, "The host's private address with prefix, or in a dual-stack mesh"
+                    " the list of its two (one of each IP family); null when it has none."),
     "listen_port": ("port", True, "WireGuard UDP port."),
     "tunnel_address": ("address", False, "Address of C(tunl0) when encapsulating; null otherwise."),
     "pod_cidr": ("network_or_networks", False, "The node's pod CIDR, or the list of its pod ranges when it has"
@@ -133,6 +136,14 @@ def _value(kind, value, subject, field):
         if not isinstance(value, (list, tuple)):
             raise KiloError("expected a list of CIDRs, got %r" % (value,), subject, field)
         return [_network(v, subject, "%s[%d]" % (field, i)) for i, v in enumerate(value)]
+    if kind == "address_or_addresses":
+        if not isinstance(value, (list, tuple)):
+            return _value("address", value, subject, field)
+        out = [_value("address", v, subject, "%s[%d]" % (field, i)) for i, v in enumerate(value)]
+        versions = [ipaddress.ip_interface(v).version for v in out]
+        if not out or len(out) > 2 or len(set(versions)) != len(versions):
+            raise KiloError("expected one address, or two of different IP families, got %r" % (value,), subject, field)
+        return out
     if kind in ("address", "ip"):
         try:
             parsed = ipaddress.ip_interface(str(value).strip())
@@ -201,6 +212,14 @@ def check_plan(plan, interface):
         peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0
         peer["roaming"] = bool(peer["roaming"])
     return out
+
+
+def as_list(value):
+    """A plan field that holds one value or a list of them (``pod_cidr``; ``address`` and
+    ``internal_ip`` of a dual-stack plan) as a list: [] for null."""
+    if not value:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def flat_routes(routes):

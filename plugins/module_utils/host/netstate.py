@@ -49,7 +49,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base impor
     NetStateError, by_name, iproute_class, read_links)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_routes import route_str
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_rules import rule_str
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import PRIVATE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import PRIVATE, TUNNEL, as_list
 
 
 class NetStateBackend(Backend):
@@ -87,7 +87,8 @@ class NetStateBackend(Backend):
         tunl, tunnel_address = tunnel.read(reader, links, device)
         private = None
         if plan and plan.get("internal_ip"):
-            private = addresses.holder(host_addrs, links, plan["internal_ip"])
+            # a dual-stack plan's first internal IP names the private interface of both families
+            private = addresses.holder(host_addrs, links, as_list(plan["internal_ip"])[0])
         ipip = tunl is not None
         # devices the plan routes through that must exist already (flannel.1): we never make them
         names = set(link["name"] for link in links.values())
@@ -132,7 +133,7 @@ class NetStateBackend(Backend):
         return {
             "interface": self.interface,
             "subject": subject,
-            "addresses": [plan["address"]] if plan["address"] else [],
+            "addresses": as_list(plan["address"]),
             "routes": want_routes,
             "rules": rules.desired(plan),
             "tunl0": tunl,
