@@ -11,8 +11,10 @@ in this run come from the registry, so their peers survive.
 
 from __future__ import annotations
 
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import facts_from_result
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import update_registry
 
 
 def unswitched_keys(task_vars, facts_var, rotation_var, rotating):
@@ -69,6 +71,12 @@ class ActionModule(KiloAction):
         converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
                                          task_vars=task_vars)
         result.update(converged)
+        if plan is not None and not converged.get("failed") and not self._task.check_mode \
+                and isinstance(own, dict) and own.get("rotating"):
+            # switched: the registry takes the new key now (until here it named the one the
+            # interface ran: inputs.registry_facts)
+            update_registry(self.mesh(task_vars, args).registry_file,
+                            {task_vars["inventory_hostname"]: facts_from_result(own)})
         if plan is not None and not converged.get("failed"):
             result.update(segment=plan["segment"], leader=plan["leader"], address=plan.get("address"),
                           peers=len(plan.get("peers", [])), routes=len(flat_routes(plan.get("routes"))))

@@ -93,13 +93,25 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=No
         node, facts, now = host_node(host, hvars, facts_var, known.get(host), locations.get(host, ""), port)
         if now:
             fresh[host] = facts
-            if (hvars.get(facts_var) or {}).get("rotating"):
+            reported = hvars.get(facts_var) or {}
+            if reported.get("rotating"):
                 rotating.add(host)
+                fresh[host] = registry_facts(facts, reported)
         if node is None:
             missing.append(host)
         else:
             nodes.append(node)
     return nodes, missing, fresh, rotating
+
+
+def registry_facts(facts, reported):
+    """The registry entry of a host whose key step reported a rotation (``reported``): its key is
+    the one its interface still runs (``previous_public_key``) until its converge switched, when
+    kilo.mesh.join writes the new one (``facts``). A run cut short before the switch, or a later
+    --limit run without this host, then hands its peers the key it runs, not one it does not run yet."""
+    if reported.get("previous_public_key"):
+        return dict(facts, public_key=reported["previous_public_key"])
+    return facts
 
 
 REGISTRY_FILE = "kilo-registry.json"

@@ -83,6 +83,25 @@ def test_gather_nodes_takes_this_run_then_the_registry_and_lists_the_unknown():
     assert list(fresh) == ["a"]
 
 
+def test_a_rotating_host_is_planned_with_its_new_key_and_registered_with_the_key_it_runs():
+    """The mesh's plans carry the new key (its peers switch to it in this run); the registry keeps
+    the one the interface runs until kilo.mesh.join saw the switch (a cut-short run or a later
+    --limit run without the host must not hand its peers a key it does not run yet)."""
+    new, old = "n" * 43 + "=", "o" * 43 + "="
+    hostvars = FakeHostvars({
+        "a": {"kilo_location": "x", "kilo_host": dict(FACTS, public_key=new, rotating=True, previous_public_key=old)},
+        "b": {"kilo_location": "y", "kilo_host": dict(FACTS, public_key="b" * 43 + "=")},
+    })
+    nodes, _missing, fresh, rotating = inputs.gather_nodes(
+        {"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}, "kilo", 51820, "kilo_host", {"hosts": {}}, None)
+    assert rotating == {"a"}
+    assert nodes[0]["public_key"] == new
+    assert fresh["a"]["public_key"] == old and fresh["b"]["public_key"] == "b" * 43 + "="
+    # a host whose interface ran no key yet (none to keep) is registered with the new one
+    first = dict(FACTS, public_key=new, rotating=True, previous_public_key=None)
+    assert inputs.registry_facts(inputs.facts_from_result(first), first)["public_key"] == new
+
+
 def test_registry_merges_parallel_writers_and_keeps_other_hosts(tmp_path):
     path = str(tmp_path / "kilo-registry.json")
     inputs.update_registry(path, {"old": dict(FACTS)})
