@@ -12,6 +12,9 @@ __metaclass__ = type
 import os
 import tempfile
 
+# write_atomic's temporary file beside ``path``: .NAME.<random>.tmp
+_TMP_PREFIX, _TMP_SUFFIX = ".%s.", ".tmp"
+
 
 def write_atomic(path, data, mode, make_dirs=None):
     """Replace ``path`` by ``data`` (text is written as UTF-8) with permission bits ``mode``.
@@ -29,7 +32,7 @@ def write_atomic(path, data, mode, make_dirs=None):
     directory = os.path.dirname(os.path.abspath(path))
     if make_dirs is not None and not os.path.isdir(directory):
         os.makedirs(directory, make_dirs)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX % os.path.basename(path), suffix=_TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode)
@@ -46,3 +49,17 @@ def write_atomic(path, data, mode, make_dirs=None):
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def leftovers(path):
+    """The temporary files of writes of ``path`` that were cut short: write_atomic removes its own
+    on any error, so only a process killed (SIGKILL, a crash, the host losing power) between
+    making it and the rename leaves one. [] when the directory does not exist."""
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = _TMP_PREFIX % os.path.basename(path)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, name) for name in names
+                  if name.startswith(prefix) and name.endswith(_TMP_SUFFIX) and len(name) > len(prefix + _TMP_SUFFIX))

@@ -1,7 +1,11 @@
 """Key rotation's pure parts: the key file, the schedule's wait, re-keyed peers, the order's
 fallback (peers keep the old key of a host that did not switch), and the --limit refusal."""
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -25,6 +29,36 @@ def test_rotate_replaces_the_key_atomically_and_reports_both_public_keys(tmp_pat
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert os.listdir(str(tmp_path)) == ["key"]  # no temporary file left, no copy of the old key
     assert old_text.strip() not in repr(res) and new_text.strip() not in repr(res)
+
+
+def test_a_key_write_killed_before_its_rename_leaves_a_file_the_next_run_removes(tmp_path):
+    """SIGKILL between the temporary file and its rename (held there): the key file stays whole,
+    and the next key step removes the stray private key (check mode names it and keeps it)."""
+    path = str(tmp_path / "key")
+    first = keys.ensure_key(path)
+    text = open(path).read()
+    code = ("import os, sys, time\n"
+            "from ansible_collections.kilo.mesh.plugins.module_utils.host import keys\n"
+            "os.rename = lambda *a: time.sleep(60)\n"
+            "keys.ensure_key(sys.argv[1], rotate=True)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, path], env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        deadline = time.monotonic() + 30
+        while len(os.listdir(str(tmp_path))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stray = [n for n in os.listdir(str(tmp_path)) if n != "key"]
+        assert len(stray) == 1 and stray[0].startswith(".key.") and stray[0].endswith(".tmp"), stray
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert open(path).read() == text and sorted(os.listdir(str(tmp_path)))[1:] == ["key"]
+    looked = keys.ensure_key(path, check_mode=True)
+    assert looked["changed"] is True and "would remove 1 temporary file" in looked["msg"]
+    assert len(os.listdir(str(tmp_path))) == 2
+    done = keys.ensure_key(path)
+    assert done["changed"] is True and "removed 1 temporary file" in done["msg"]
+    assert done["public_key"] == first["public_key"] and os.listdir(str(tmp_path)) == ["key"]
+    assert keys.ensure_key(path)["changed"] is False
 
 
 def test_check_mode_rotation_writes_nothing_and_stands_in(tmp_path):

@@ -15,7 +15,7 @@ import base64
 import os
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import leftovers, write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH
 
@@ -114,9 +114,26 @@ def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False, rotate=False, max_age=0)
     an unsaved one (``pending``), so plans can still be computed. Failures are KeyFileError.
     """
     try:
-        return _ensure_key(path, check_mode, rotate, max_age)
+        cut_short = _remove_cut_short_writes(path, check_mode)
+        result = _ensure_key(path, check_mode, rotate, max_age)
     except (IOError, OSError) as e:
         raise KeyFileError(e.strerror or str(e), _subject(path))
+    if cut_short:
+        result["changed"] = True
+        result["msg"] += "; %s %d temporary file(s) of a key write cut short" % (
+            "would remove" if check_mode else "removed", cut_short)
+    return result
+
+
+def _remove_cut_short_writes(path, check_mode):
+    """A key write killed before its rename left a temporary file beside the key (0600, a private
+    key that is no host's key): remove it, so no stray copy of a key stays on the disk. Returns
+    how many there were."""
+    found = leftovers(path)
+    if not check_mode:
+        for name in found:
+            os.unlink(name)
+    return len(found)
 
 
 def _rotation(path, rotate, max_age):
