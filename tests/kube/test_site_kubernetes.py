@@ -17,12 +17,13 @@ import pytest
 from kubernetes import client
 # tests/kube is on sys.path (conftest.py); tests/host holds the lab's site.yml helpers.
 from test_apiserver import GROUP, PLURAL, VERSION, admin  # noqa: F401 pylint: disable=import-error,unused-import
+import kubelab  # pylint: disable=import-error
 import labcluster  # pylint: disable=import-error
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PREFIX = "kkb"
+PREFIX = os.environ.get("KILO_TEST_PREFIX_SITE_KUBERNETES", "kkb")  # overridable: two checkouts testing at once
 PEER = "kkb-laptop"
 PEER_KEY = labcluster.PEER_KEY
 
@@ -111,6 +112,24 @@ def test_a_deleted_peer_resource_leaves_every_leader(cluster, admin):
     sitetools.site(inventory)
     for name in lab.hosts:
         assert PEER_KEY not in wg_peers(lab, name), name
+    pings(lab)
+
+
+def test_a_rotated_key_follows_on_the_node_and_every_leader(cluster, admin):
+    """playbooks/rotate.yml on a leader (issue 24): in the same run its Node's key annotation
+    becomes the key its interface now runs, and every other leader holds that key and not the
+    old one (kgctl's view of it: tests/kube/test_kgctl.py, with KILO_KGCTL)."""
+    lab, inventory = cluster
+    victim = "gcp-1"  # the forced leader
+    old = annotations(admin, victim)[kn.KEY]
+    counts = sitetools.recap(sitetools.playbook(inventory, "rotate.yml", "-e", "hosts=%s" % victim,
+                                                "-e", "kilo_task_timeout=120"))
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
+    new = lab.run(victim, ["wg", "show", "kilo0", "public-key"]).stdout.strip()
+    assert new and new != old and annotations(admin, victim)[kn.KEY] == new, (old, new)
+    for leader in kubelab.leaders(admin, lab.hosts):
+        if leader != victim:
+            assert new in wg_peers(lab, leader) and old not in wg_peers(lab, leader), leader
     pings(lab)
 
 
