@@ -213,8 +213,20 @@ def _optional(parse):
     return optional
 
 
-def _internal_ip_parse(value, subject, field):
-    return None if value in (None, "", "-") else parse_interface(value, subject, field)
+def parse_internal_ips(value, subject, field):
+    """A node's internal IPs -> [interface]: none ("", "-"), one (Kilo's), or a list of two of
+    different families (a dual-stack mesh's node; whether the mesh has both is the engine's check)."""
+    if value in (None, "", "-"):
+        return []
+    if not isinstance(value, (list, tuple)):
+        return [parse_interface(value, subject, field)]
+    ips = [parse_interface(item, subject, field) for item in value]
+    if len(ips) > 2:
+        raise TopologyError(subject, field, "%d internal IPs; at most two, one of each IP family" % len(ips))
+    if len(ips) == 2 and ips[0].version == ips[1].version:
+        raise TopologyError(subject, field, "%s and %s are both IPv%d: two internal IPs are one of each IP family"
+                            % (ips[0], ips[1], ips[0].version))
+    return ips
 
 
 def _key_var(value, subject, field):
@@ -276,13 +288,20 @@ def parse_pod_cidrs(value, subject, field):
     return parse_network_list(value, subject, field)
 
 
-def pod_cidr_value(cidrs):
-    """The engine's and the variable's form of a node's pod ranges: None for none, the CIDR itself
-    for one (as Kilo's single ``spec.podCIDR``), the list for several."""
-    cidrs = list(cidrs or ())
-    if not cidrs:
+def one_or_list(values):
+    """The output form of what Kilo has one of and a node or mesh may have several of (pod
+    ranges; internal IPs, WireGuard addresses and subnets of a dual-stack mesh): None for none,
+    the value itself for one (so single-stack output is Kilo's), the list for several."""
+    values = list(values or ())
+    if not values:
         return None
-    return cidrs[0] if len(cidrs) == 1 else cidrs
+    return values[0] if len(values) == 1 else values
+
+
+def pod_cidr_value(cidrs):
+    """The engine's and the variable's form of a node's pod ranges (``one_or_list``): the CIDR
+    itself for one, as Kilo's single ``spec.podCIDR``."""
+    return one_or_list(cidrs)
 
 
 def _pod_cidr_kube(value, subject, field):
@@ -331,7 +350,7 @@ FIELDS = OrderedDict((field.name, field) for field in (
               form="V(host:port)"),
     NodeField("internal_ip", "kilo_force_internal_ip",
               "The node's internal IP in CIDR form, instead of the one M(kilo.mesh.key) finds; V(\"\") or V(-) means none.",
-              check=_internal_ip_var, parse=_internal_ip_parse, source=_A + "force-internal-ip", kube=_internal_ip_kube,
+              check=_internal_ip_var, parse=parse_internal_ips, source=_A + "force-internal-ip", kube=_internal_ip_kube,
               written=_A + "internal-ip", write=_interface_text, form="CIDR or null"),
     NodeField("persistent_keepalive", "kilo_persistent_keepalive",
               "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",

@@ -34,6 +34,21 @@ Kilo has the one pod CIDR, in the node's order; the first is Kilo's pod CIDR whe
 count (tunl0's address, the add-on gateway, the CNI conflist). No two ranges may overlap. A node of
 one range gives exactly Kilo's output.
 
+Beyond Kilo: a dual-stack mesh (issue 23): option ``subnet`` a list of two CIDRs of different
+families, the first the primary (Kilo's one WireGuard IP). Each segment gets a WireGuard IP from
+each subnet; a node may have an internal IP of each family and pod ranges of both; its endpoint
+stays one address. Every IP family is routed on its own, as its single-stack mesh would be (the
+primary's routes first): through the WireGuard IP, internal IP and source of the destination's
+family; a node without an internal IP of a family routes none of it inside its location (and
+must then have no ranges of it there, refused by ``_check_gateways``). IPIP carries IPv4 only:
+tunl0's address, table-1107 rules and the IPIP filter are IPv4's, and IPv6 goes over the
+private network unencapsulated. Allowed IPs and firewall sets carry both families. So a plan's
+IPv4 entries are those of the IPv4-only mesh of the same nodes, and its IPv6 entries those of
+the IPv6-only mesh that never encapsulates. Plan fields of which Kilo has one (``address``,
+``internal_ip``; a segment's ``wireguard_ip``, the result's ``subnet``) are a list of two only in
+a dual-stack mesh (``nodes.one_or_list``), so a single-stack mesh's output is unchanged. A
+single-stack mesh takes addresses of the other family as Kilo does (unsplit).
+
 Routes and rules are Kilo's Routes() lists, duplicates included (e.g. a peer's allowed IP equal to
 a pod CIDR); Kilo's route table collapses entries equal in (dst, gateway, source, device) when it
 applies them, which is the applier's job here. A node without an internal IP is treated like a
@@ -81,10 +96,10 @@ import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import split_endpoint
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import pod_cidr_value
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
+    NO_SIDE, OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
 
 
 def find_leader(members):
@@ -121,7 +136,8 @@ def find_leader(members):
 
 class Segment(object):
     __slots__ = ("key", "location", "group", "members", "leader", "index", "wg_ip", "wg_str", "wg_host",
-                 "allowed", "alips", "alip_strs", "wg_allowed", "privates", "remote_dsts", "_leader_dsts")
+                 "wg_ips", "wg_by", "allowed", "alips", "alip_strs", "wg_allowed", "privates", "remote_dsts",
+                 "_leader_dsts")
 
     def leader_dsts(self, endpoint_ip):
         """Destinations a leader elsewhere routes to this segment over WireGuard, in Kilo's order.
@@ -135,8 +151,9 @@ class Segment(object):
         dsts = []
         for node in self.members:
             dsts.extend(node.pod_strs)
-            if node.internal_ip is not None and node.internal_ip != endpoint_ip:
-                dsts.append(node.internal_host_cidr)
+            for internal, host in zip(node.internals, node.internal_host_cidrs):
+                if internal.ip != endpoint_ip:
+                    dsts.append(host)
         dsts.extend(self.alip_strs)
         if cached is None:
             self._leader_dsts = (endpoint_ip, dsts)
@@ -167,10 +184,17 @@ class Topology(object):
     def __init__(self, nodes, peers, options=None):
         self.opts, self.nodes, self.peers = parse_inputs(nodes, peers, options)
         self.compat = self.opts["compatibility"]
+        # a dual-stack mesh routes each IP family on its own, primary first; a single-stack mesh
+        # routes as Kilo does, whatever the families of its addresses (family None: unsplit)
+        self.dual = len(self.opts["subnets"]) == 2
+        self.families = tuple(net.version for net in self.opts["subnets"]) if self.dual else (None,)
+        self._family_cache = {}
         # the device Kilo's encapsulator hands to Routes() as tunlIface (enc.Index())
         self.tunnel_device = FLANNEL if self.compat == "flannel" else TUNNEL
         self.by_name = dict((n.name, n) for n in self.nodes)
         self._segments()
+        if self.dual:
+            self._check_gateways()
         self._peers()
         self._allocate()
         self._filter_allowed_location_ips()
@@ -211,11 +235,10 @@ class Topology(object):
                 allowed.extend(node.pod_strs)
                 for net in node.alips:
                     alips.setdefault(str(net), net)
-                if node.internal_host_cidr is not None:
-                    allowed.append(node.internal_host_cidr)
+                allowed.extend(node.internal_host_cidrs)
             seg.allowed = allowed
             seg.alips = [alips[k] for k in sorted(alips)]
-            seg.privates = [n.internal_host_cidr for n in seg.members if n.internal is not None]
+            seg.privates = [host for n in seg.members for host in n.internal_host_cidrs]
             seg._leader_dsts = None
             self.segments.append(seg)
         self.segment_by_key = dict((s.key, s) for s in self.segments)
@@ -224,8 +247,10 @@ class Topology(object):
         self.location_privates = {}
         if granularity != "full":
             for node in self.nodes:
-                if node.internal is not None:
-                    self.location_privates.setdefault(node.location, []).append(node.internal_host_cidr)
+                # IPIP carries IPv4 only: a dual-stack mesh accepts it from IPv4 internal IPs
+                host = node.sides.get(4, NO_SIDE).internal_host_cidr if self.dual else node.internal_host_cidr
+                if host is not None:
+                    self.location_privates.setdefault(node.location, []).append(host)
 
     def _peers(self):
         """A CIDR claimed by two peers stays with the first peer by name (Kilo dedups defensively)."""
@@ -244,19 +269,28 @@ class Topology(object):
         self.peer_allowed = [s for p in self.peers for s in p.allowed_strs]
 
     def _allocate(self):
-        subnet = self.opts["subnet"]
-        capacity = subnet.num_addresses - 1  # network+1 .. last address, no skipping (Kilo)
-        if len(self.segments) > capacity:
-            raise TopologyError(OPTIONS_SUBJECT, "subnet", "%s holds %d WireGuard IPs, %d segments need one each"
-                                % (subnet, capacity, len(self.segments)))
-        base = subnet.network_address
-        bits = subnet.max_prefixlen
-        self.wg_prefix = subnet.prefixlen
+        """One WireGuard IP per segment from each subnet, by the same rule (a dual-stack mesh's
+        segment has one of each family; the primary's is Kilo's ``wg_ip``)."""
         for seg in self.segments:
-            seg.wg_ip = base + seg.index + 1
-            seg.wg_str = str(seg.wg_ip)
-            seg.wg_host = "%s/%d" % (seg.wg_str, bits)
-            seg.allowed.append(seg.wg_host)
+            seg.wg_ips, seg.wg_by = [], {}
+        self.wg_prefixes = []
+        for subnet in self.opts["subnets"]:
+            capacity = subnet.num_addresses - 1  # network+1 .. last address, no skipping (Kilo)
+            if len(self.segments) > capacity:
+                raise TopologyError(OPTIONS_SUBJECT, "subnet", "%s holds %d WireGuard IPs, %d segments need one each"
+                                    % (subnet, capacity, len(self.segments)))
+            base = subnet.network_address
+            bits = subnet.max_prefixlen
+            self.wg_prefixes.append(subnet.prefixlen)
+            for seg in self.segments:
+                ip = base + seg.index + 1
+                text = str(ip)
+                seg.wg_ips.append((ip, text, "%s/%d" % (text, bits)))
+                seg.wg_by[ip.version] = seg.wg_ips[-1]
+        self.wg_prefix = self.wg_prefixes[0]
+        for seg in self.segments:
+            seg.wg_ip, seg.wg_str, seg.wg_host = seg.wg_ips[0]
+            seg.allowed.extend(host for dummy, dummy, host in seg.wg_ips)
 
     def _filter_allowed_location_ips(self):
         """Kilo's filter, including its order effects.
@@ -281,9 +315,10 @@ class Topology(object):
                 for node in seg.members:
                     for pod in node.pods:
                         add(pod, -1)
-                    if node.internal is not None:
-                        add(_host_net(node.internal.ip), -1)
-                add(_host_net(seg.wg_ip), seg.index)
+                    for internal in node.internals:
+                        add(_host_net(internal.ip), -1)
+                for wg_ip, dummy, dummy in seg.wg_ips:
+                    add(_host_net(wg_ip), seg.index)
         current = [list(seg.alips) for seg in self.segments]
         for seg in self.segments:
             kept = []
@@ -329,7 +364,7 @@ class Topology(object):
     def _shared_firewall(self):
         exempt = []
         for seg in self.segments:
-            exempt.append(seg.wg_host)
+            exempt.extend(host for dummy, dummy, host in seg.wg_ips)
             exempt.extend(seg.allowed)
         exempt.extend(self.peer_allowed)
         exempt.extend(str(n) for n in self.opts["service_cidrs"])
@@ -369,24 +404,27 @@ class Topology(object):
             "leader": leader,
             "segment": seg.key,
             "interface": opts["interface"],
-            "address": "%s/%d" % (seg.wg_str, self.wg_prefix) if leader else None,
-            "internal_ip": str(node.internal) if node.internal is not None else None,
+            "address": one_or_list("%s/%d" % (text, prefix) for (dummy, text, dummy), prefix
+                                   in zip(seg.wg_ips, self.wg_prefixes)) if leader else None,
+            "internal_ip": one_or_list(str(internal) for internal in node.internals),
             "listen_port": node.port,
         }
         rules = []
-        if leader:
-            plan["peers"] = self._wireguard_peers(node)
-            plan["routes"] = self._leader_routes(node, rules)
-        else:
-            plan["peers"] = []
-            plan["routes"] = self._nonleader_routes(node, rules)
+        routes = []
+        for family in self.families:  # a dual-stack mesh: each family's routes, the primary's first
+            routes.extend(self._leader_routes(node, rules, family) if leader
+                          else self._nonleader_routes(node, rules, family))
+        plan["peers"] = self._wireguard_peers(node) if leader else []
+        plan["routes"] = routes
         plan["rules"] = rules
         plan["firewall"] = self._firewall(node, leader)
         # Kilo's enc.Set(): flannel's does nothing
         encapsulating = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
+        # IPIP carries IPv4 only: a dual-stack mesh's tunl0 takes its address from the first IPv4 range
+        pod = next((net for net in node.pods if net.version == 4), None) if self.dual else node.pod
         plan["tunnel_address"] = (
-            "%s/%d" % (node.pod.network_address + 1, node.pod.max_prefixlen)
-            if encapsulating and node.pod is not None and node.pod.num_addresses > 1 else None)
+            "%s/%d" % (pod.network_address + 1, pod.max_prefixlen)
+            if encapsulating and pod is not None and pod.num_addresses > 1 else None)
         plan["pod_cidr"] = pod_cidr_value(node.pod_strs)
         plan["cni"] = bool(opts["cni"])
         plan["compatibility"] = self.compat
@@ -421,14 +459,69 @@ class Topology(object):
             out.append(entry)
         return out
 
-    def _gateway(self, member):
+    # --- per IP family (family None: a single-stack mesh, every address as Kilo takes it) ---
+
+    @staticmethod
+    def _side(node, family):
+        """The node's internal IP of ``family`` (``topology_parse.Side``); the node itself when None."""
+        return node if family is None else node.sides.get(family, NO_SIDE)
+
+    @staticmethod
+    def _wg(seg, family):
+        """(ip, text, host CIDR) of the segment's WireGuard IP of ``family`` (None: the primary)."""
+        return seg.wg_ips[0] if family is None else seg.wg_by[family]
+
+    def _of_family(self, cidrs, family):
+        """The CIDRs of ``family`` out of ``cidrs``, in order; ``cidrs`` itself when None. Cached per
+        list object (the shared lists of a segment stay shared per family across plans)."""
+        if family is None:
+            return cidrs
+        cache_key = (id(cidrs), family)
+        hit = self._family_cache.get(cache_key)
+        if hit is None or hit[0] is not cidrs:  # the list is kept, so its id is not reused
+            hit = self._family_cache[cache_key] = (cidrs, [c for c in cidrs if (6 if ":" in c else 4) == family])
+        return hit[1]
+
+    def _check_gateways(self):
+        """A dual-stack mesh routes each family between the nodes of a private network through
+        their internal IPs of that family; refuse, before any plan, a route of a family whose
+        gateway would be missing (naming the node that lacks the internal IP)."""
+        local = self.opts["local"]
+        cross = self.opts["granularity"] == "cross"
+        groups = {}
+        for seg in self.segments:
+            groups.setdefault(seg.group, []).extend(seg.members)
+        for seg in self.segments:
+            leader = seg.leader
+            for member in seg.members:
+                for family in self.families:
+                    if member is leader or family in member.sides and family in leader.sides:
+                        continue
+                    if family in member.sides:
+                        raise TopologyError(node_subject(leader.name), "internal_ip", (
+                            "leads segment %s, whose node %r routes IPv%d through it: it needs an IPv%d internal IP"
+                            % (seg.key, member.name, family, family)))
+                    _need_internal(member, family, "routes them through its leader %r" % leader.name)
+        for members in groups.values():
+            if len(members) < 2 or not local:
+                continue
+            for member in members:
+                for family in self.families:
+                    if family not in member.sides:
+                        _need_internal(member, family, "its location's nodes route them over the private network")
+                        if cross and any(family in other.sides for other in members):
+                            raise TopologyError(node_subject(member.name), "internal_ip", (
+                                "its location's nodes reach its IPv%d WireGuard IP over the private network: it"
+                                " needs an IPv%d internal IP" % (family, family)))
+
+    def _gateway(self, member, family=None):
         """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
 
-        IPIP: the member's internal IP; flannel: its pod network address; cilium: its CNI
-        compatibility IP, else its pod network address.
+        IPIP: the member's internal IP (of ``family``); flannel: its pod network address; cilium:
+        its CNI compatibility IP, else its pod network address (single-stack meshes only).
         """
         if self.compat == "none":
-            return member.internal_ip
+            return self._side(member, family).internal_ip
         if self.compat == "cilium" and member.cni_ip is not None:
             return member.cni_ip
         if member.pod is None:
@@ -437,36 +530,41 @@ class Topology(object):
                                 " it needs a pod CIDR" % self.compat)
         return member.pod.network_address
 
-    def _encapsulates(self, node, gateway_ip):
-        """Kilo's encapsulateRoute test for a route via ``gateway_ip`` on the private network."""
+    def _encapsulates(self, node, gateway_ip, family=None):
+        """Kilo's encapsulateRoute test for a route via ``gateway_ip`` on the private network;
+        never for a dual-stack mesh's IPv6 (IPIP carries IPv4 only)."""
+        if family == 6:
+            return False
         strategy = self.opts["encapsulate"]
         if strategy == "always":
             return True
-        if strategy == "crosssubnet" and node.internal is not None:
-            net = node.internal.network
+        internal = self._side(node, family).internal
+        if strategy == "crosssubnet" and internal is not None:
+            net = internal.network
             return gateway_ip.version != net.version or gateway_ip not in net
         return False
 
-    def _local_routes(self, node, member, routes, rules, leader, cross):
+    def _local_routes(self, node, member, routes, rules, leader, cross, family=None):
         """Routes (and IPIP rules) to a same-location ``member`` over the private network."""
-        own_ip = node.internal_ip_str
-        gateway_ip = self._gateway(member)
-        gateway = member.internal_ip_str if gateway_ip is member.internal_ip else str(gateway_ip)
-        encap = self._encapsulates(node, gateway_ip)  # Kilo's encapsulateRoute: tests the gateway
+        own_ip = self._side(node, family).internal_ip_str
+        side = self._side(member, family)
+        gateway_ip = self._gateway(member, family)
+        gateway = side.internal_ip_str if gateway_ip is side.internal_ip else str(gateway_ip)
+        encap = self._encapsulates(node, gateway_ip, family)  # Kilo's encapsulateRoute: tests the gateway
         device = self.tunnel_device if encap else PRIVATE
         source = own_ip if encap else None
         if cross:
             # beyond Kilo: the member's WireGuard IP answers over the private network too
-            routes.append({"dst": member.segment.wg_host, "gateway": gateway, "device": device,
+            routes.append({"dst": self._wg(member.segment, family)[2], "gateway": gateway, "device": device,
                            "source": source, "table": MAIN_TABLE, "onlink": True})
-        for pod in member.pod_strs:
+        for pod in self._of_family(member.pod_strs, family):
             routes.append({"dst": pod, "gateway": gateway, "device": device,
                            "source": source, "table": MAIN_TABLE, "onlink": True})
         # Kilo's Routes(): the table-1107 route and rules test the member's internal IP
-        if encap if gateway_ip is member.internal_ip else self._encapsulates(node, member.internal_ip):
-            dst = member.internal_host_cidr
+        if encap if gateway_ip is side.internal_ip else self._encapsulates(node, side.internal_ip, family):
+            dst = side.internal_host_cidr
             new_rules = []
-            for pod in node.pod_strs:
+            for pod in self._of_family(node.pod_strs, family):
                 new_rules.append({"src": pod, "dst": dst, "iif": None, "table": KILO_TABLE})
             if leader:
                 new_rules.append({"src": None, "dst": dst, "iif": self.opts["interface"], "table": KILO_TABLE})
@@ -491,60 +589,72 @@ class Topology(object):
                            "table": KILO_TABLE, "onlink": True})
             rules.append({"src": None, "dst": dst, "iif": iface, "table": KILO_TABLE})
 
-    def _leader_routes(self, node, rules):
+    def _leader_routes(self, node, rules, family=None):
         opts = self.opts
         iface = opts["interface"]
-        source = node.internal_ip_str
+        own = self._side(node, family)
+        source = own.internal_ip_str
         own_group = node.segment.group
         cross = opts["granularity"] == "cross"
-        local = opts["local"] and node.internal is not None
+        local = opts["local"] and own.internal is not None
         routes = []
         for seg in self.segments:
             if seg.group == own_group:
                 if local:
                     for member in seg.members:
-                        if member.internal_ip != node.internal_ip:
-                            self._local_routes(node, member, routes, rules, True, cross)
+                        side = self._side(member, family)
+                        # a member without an internal IP of a dual-stack family has no ranges of it
+                        # (_check_gateways); a single-stack member always has one
+                        if side.internal_ip is not None and side.internal_ip != own.internal_ip:
+                            self._local_routes(node, member, routes, rules, True, cross, family)
                 elif (self.compat != "none" and not opts["local"] and node.internal is not None
                       and opts["encapsulate"] != "never"):
                     self._unmanaged_local_routes(node, seg, routes, rules)
                 continue
-            _group(routes, seg.leader_dsts(self.segment_endpoint(seg, node)[1]), seg.wg_str, iface, source, True)
-        _group(routes, self.peer_allowed, None, iface, source, False)
+            _group(routes, self._of_family(seg.leader_dsts(self.segment_endpoint(seg, node)[1]), family),
+                   self._wg(seg, family)[1], iface, source, True)
+        _group(routes, self._of_family(self.peer_allowed, family), None, iface, source, False)
         return routes
 
-    def _nonleader_dsts(self, seg):
+    def _nonleader_dsts(self, seg, family=None):
         """(before, after): destinations every non-leader of ``seg`` routes via its leader,
         split around the place where its own segment's local routes go (Kilo's order)."""
-        cached = self._nonleader_cache.get(seg.key)
+        cached = self._nonleader_cache.get((seg.key, family))
         if cached is None:
             before, after = [], []
             target = before
             for other in self.segments:
-                target.append(other.wg_host)
+                target.append(self._wg(other, family)[2])
                 if other is seg:
                     target = after
                     continue
-                target.extend(other.remote_dsts)
-            after.extend(self.peer_allowed)
-            cached = self._nonleader_cache[seg.key] = (before, after)
+                target.extend(self._of_family(other.remote_dsts, family))
+            after.extend(self._of_family(self.peer_allowed, family))
+            cached = self._nonleader_cache[(seg.key, family)] = (before, after)
         return cached
 
-    def _nonleader_routes(self, node, rules):
+    def _nonleader_routes(self, node, rules, family=None):
         seg = node.segment
         leader = seg.leader
-        gateway_ip = self._gateway(leader)  # Kilo: enc.Gw of the segment's leader
-        gateway = leader.internal_ip_str if gateway_ip is leader.internal_ip else str(gateway_ip)
-        encap = self._encapsulates(node, gateway_ip)
+        own = self._side(node, family)
+        if own.internal is None:
+            # a dual-stack family the node has no internal IP of (nor ranges: _check_gateways):
+            # it is not on that family's private network, so it routes none of it
+            return []
+        side = self._side(leader, family)
+        gateway_ip = self._gateway(leader, family)  # Kilo: enc.Gw of the segment's leader
+        gateway = side.internal_ip_str if gateway_ip is side.internal_ip else str(gateway_ip)
+        encap = self._encapsulates(node, gateway_ip, family)
         device = self.tunnel_device if encap else PRIVATE
-        source = node.internal_ip_str if encap else None
-        before, after = self._nonleader_dsts(seg)
+        source = own.internal_ip_str if encap else None
+        before, after = self._nonleader_dsts(seg, family)
         routes = []
         _group(routes, before, gateway, device, source, True)
         if self.opts["local"]:
             for member in seg.members:
-                if member.internal_ip != node.internal_ip:
-                    self._local_routes(node, member, routes, rules, False, False)
+                member_side = self._side(member, family)
+                if member_side.internal_ip is not None and member_side.internal_ip != own.internal_ip:
+                    self._local_routes(node, member, routes, rules, False, False, family)
         _group(routes, after, gateway, device, source, True)
         return routes
 
@@ -584,14 +694,15 @@ class Topology(object):
                 "location": seg.location,
                 "leader": seg.leader.name,
                 "nodes": [n.name for n in seg.members],
-                "wireguard_ip": seg.wg_str,
+                "wireguard_ip": one_or_list(text for dummy, text, dummy in seg.wg_ips),
                 "allowed_ips": list(seg.allowed),
                 "allowed_location_ips": list(seg.alip_strs),
                 "endpoint": seg.leader.endpoint,
                 "public_key": seg.leader.key,
                 "persistent_keepalive": seg.leader.keepalive,
                 "group": seg.group,
-                "members": [{"name": n.name, "pod_cidr": pod_cidr_value(n.pod_strs), "internal_ip": n.internal_ip_str,
+                "members": [{"name": n.name, "pod_cidr": pod_cidr_value(n.pod_strs),
+                             "internal_ip": one_or_list(n.internal_strs),
                              "endpoint": n.endpoint} for n in seg.members],
             })
         return out
@@ -632,6 +743,14 @@ def _group(routes, dsts, gateway, device, source, onlink):
                        "table": MAIN_TABLE, "onlink": onlink})
 
 
+def _need_internal(node, family, why):
+    """Refuse a dual-stack node that has ranges of ``family`` but no internal IP of it."""
+    pods = [str(net) for net in node.pods if net.version == family]
+    if pods:
+        raise TopologyError(node_subject(node.name), "internal_ip", (
+            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family)))
+
+
 def _host_net(ip):
     return ipaddress.ip_network(ip)
 
@@ -657,7 +776,7 @@ def build_plans(nodes, peers, options=None, only=None):
         if enabled:
             gc.enable()
     return {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
-            "subnet": str(topology.opts["subnet"])}
+            "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
 
 
 def listen_port(endpoint, port, subject=None, field="endpoint"):
@@ -674,7 +793,7 @@ def node_segment(node, options=None):
     mesh: a controller step about one host (kilo.mesh.status) asks this instead of the whole mesh.
     Raises TopologyError for a node ``build_plans`` would refuse on its own."""
     opts = parse_options(options)
-    return segment_key(parse_node(node, 0, opts["port"]), opts["granularity"])
+    return segment_key(parse_node(node, 0, opts["port"], opts["subnets"]), opts["granularity"])
 
 
 def peer_config(nodes, peers, peer_name, options=None):

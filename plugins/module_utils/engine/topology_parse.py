@@ -50,7 +50,12 @@ def parse_options(options):
     if opts["compatibility"] not in COMPATIBILITIES:
         raise TopologyError(subject, "compatibility", "%r unknown; one of %s"
                             % (opts["compatibility"], ", ".join(COMPATIBILITIES)))
-    opts["subnet"] = parse_network(opts["subnet"], subject, "subnet")
+    opts["subnets"] = _subnets(opts["subnet"], subject)
+    # the first subnet is the primary: Kilo's one WireGuard IP per segment comes from it
+    opts["subnet"] = opts["subnets"][0]
+    if len(opts["subnets"]) == 2 and opts["compatibility"] != "none":
+        raise TopologyError(subject, "compatibility", "%s in a dual-stack mesh: its encapsulation is modelled for"
+                            " one IP family only; use none" % opts["compatibility"])
     opts["port"] = to_int(opts["port"], subject, "port", 1, 65535, OPTIONS["port"]["default"])
     check_interface_name(opts["interface"], subject, "interface")
     for key in ("local", "cni", "forward_rules"):
@@ -59,11 +64,47 @@ def parse_options(options):
     return opts
 
 
+def _subnets(value, subject):
+    """The mesh's subnets: one CIDR (Kilo's), or a list of two of different IP families (a
+    dual-stack mesh); a list of one is that one CIDR."""
+    if not isinstance(value, (list, tuple)):
+        return [parse_network(value, subject, "subnet")]
+    nets = [parse_network(item, subject, "subnet") for item in value]
+    if not 1 <= len(nets) <= 2:
+        raise TopologyError(subject, "subnet", "%d subnets; one, or two of different IP families (dual-stack)"
+                            % len(nets))
+    if len(nets) == 2 and nets[0].version == nets[1].version:
+        raise TopologyError(subject, "subnet", "%s and %s are both IPv%d: a dual-stack mesh has one subnet of each"
+                            " IP family" % (nets[0], nets[1], nets[0].version))
+    return nets
+
+
+class Side(object):
+    """A node's internal IP of one family under the attribute names ``Node`` has for its first:
+    in a dual-stack mesh the engine routes each family through the node's side of that family
+    (all None when the node has no internal IP of it); in a single-stack mesh the node itself is
+    its one side, so that path reads exactly what it always read."""
+
+    __slots__ = ("internal", "internal_ip", "internal_ip_str", "internal_host_cidr")
+
+    def __init__(self, internal=None):
+        self.internal = internal
+        self.internal_ip = self.internal_ip_str = self.internal_host_cidr = None
+        if internal is not None:
+            self.internal_ip = internal.ip
+            self.internal_ip_str = str(internal.ip)
+            self.internal_host_cidr = "%s/%d" % (self.internal_ip_str, internal.ip.max_prefixlen)
+
+
+NO_SIDE = Side()
+
+
 class Node(object):
     """One parsed node; strings are normalised once here."""
 
     __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
-                 "internal_ip_str", "internal_host_cidr", "pods", "pod_strs", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
+                 "internal_ip_str", "internal_host_cidr", "internals", "internal_strs", "internal_host_cidrs",
+                 "sides", "pods", "pod_strs", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
                  "keepalive", "alips", "discovered", "segment", "index")
 
 
@@ -71,7 +112,8 @@ class Peer(object):
     __slots__ = ("name", "key", "allowed", "allowed_strs", "endpoint", "keepalive", "psk")
 
 
-def parse_node(item, index, default_port):
+def parse_node(item, index, default_port, subnets=None):
+    """One node; ``subnets`` (the mesh's, parsed) decides which IP families it may carry."""
     name = _name(item, "node", index)
     subject = node_subject(name)
     # every field of the node table, parsed by its row, in the table's order
@@ -83,16 +125,20 @@ def parse_node(item, index, default_port):
     node.port = default_port
     if value["endpoint"] is not None:
         node.endpoint, node.endpoint_ip, node.port = value["endpoint"]
-    node.internal = value["internal_ip"]
-    node.internal_ip = node.internal_ip_str = node.internal_host_cidr = None
-    if node.internal is not None:
-        node.internal_ip = node.internal.ip
-        node.internal_ip_str = str(node.internal.ip)
-        node.internal_host_cidr = "%s/%d" % (node.internal_ip_str, node.internal.ip.max_prefixlen)
+    # the first internal IP is Kilo's one (segment key, a single-stack mesh's routes); a second,
+    # of the other family, only counts in a dual-stack mesh (per family, through ``sides``)
+    node.internals = value["internal_ip"]
+    sides = [Side(internal) for internal in node.internals]
+    node.sides = dict((side.internal_ip.version, side) for side in sides)
+    first = sides[0] if sides else NO_SIDE
+    node.internal, node.internal_ip = first.internal, first.internal_ip
+    node.internal_ip_str, node.internal_host_cidr = first.internal_ip_str, first.internal_host_cidr
+    node.internal_strs = [side.internal_ip_str for side in sides]
+    node.internal_host_cidrs = [side.internal_host_cidr for side in sides]
     # a node's pod ranges (several: Calico's blocks, Cilium's pool CIDRs), each its own route and
     # allowed IP; the first is Kilo's one pod CIDR (tunnel address, CNI, the add-on gateway)
     node.pods = value["pod_cidr"]
-    _check_pod_family(node.pods, subject)
+    _check_families(node, subnets or [], subject)
     node.pod_strs = [str(net) for net in node.pods]
     node.pod = node.pods[0] if node.pods else None
     node.pod_str = node.pod_strs[0] if node.pods else None
@@ -107,6 +153,19 @@ def parse_node(item, index, default_port):
     node.discovered = value["discovered_endpoints"]
     node.index = index
     return node
+
+
+def _check_families(node, subnets, subject):
+    """A single-stack mesh takes a node's addresses of one family, as Kilo (which of them is
+    Kilo's business: an IPv6 node in an IPv4 mesh is taken as Kilo takes it); a second family
+    needs a dual-stack mesh, whose two subnets cover both families."""
+    if len(subnets) == 2:
+        return
+    _check_pod_family(node.pods, subject)
+    if len(node.internals) == 2:
+        mesh = ("subnet %s" % subnets[0]) if subnets else "one subnet"
+        raise TopologyError(subject, "internal_ip", "%s is IPv%d but the mesh is single-stack (%s): a second IP family"
+                            " needs a second subnet" % (node.internals[1], node.internals[1].version, mesh))
 
 
 def _check_pod_family(pods, subject):
@@ -180,7 +239,7 @@ def parse_inputs(nodes, peers, options):
     if not isinstance(peers, (list, tuple)):
         raise TopologyError("peers", "peers", "expected a list of peers")
     keys = {}
-    parsed_nodes = _parse_all(nodes, "node", lambda item, index: parse_node(item, index, opts["port"]),
+    parsed_nodes = _parse_all(nodes, "node", lambda item, index: parse_node(item, index, opts["port"], opts["subnets"]),
                               node_subject, keys)
     parsed_peers = _parse_all(peers, "peer", parse_peer, peer_subject, keys)
     parsed_nodes.sort(key=lambda n: n.name)
