@@ -10,6 +10,7 @@ through it. site.yml runs once; the tests then run in file order on the same mes
 * a leader, a non-leader and every host at once rotate under 50 pings/s on every tunnel of the
   rotating hosts (the loss of each flow is printed; bound: under 1 s, 50 packets, per flow);
   a plain site.yml afterwards changes nothing;
+* rotation by age (kilo_key_max_age): held back under --limit, done in a run of every host;
 * revocation: a WireGuard client holding a rotated host's old private key completes a handshake
   with no host of the mesh (and did before the rotation: the attacker's set-up works);
 * an interrupted rotation heals in one ordinary run: rotate.yml SIGKILLed at each step, and the
@@ -28,6 +29,7 @@ import time
 
 import pytest
 
+from attacker import Attacker, attacker_net, remove_net
 from flows import under_traffic
 from sitetools import ANSIBLE_BIN, REPO, fresh_lab, playbook, recap, site
 
@@ -36,12 +38,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the la
 PREFIX = os.environ.get("KILO_TEST_PREFIX_ROTATION", "krt")  # overridable: two checkouts testing at once
 KEY = "/var/lib/kilo/key"
 IFACE = "kilo0"
-# The attacker of the revocation test: a namespace of the lab's prefix (so the lab's tear-down
-# would remove it too), on the lab's "internet" bridge and on each location's LAN.
-ATTACKER = PREFIX + "-attacker"
-ATTACKER_IF = PREFIX + "atk0"
-ATTACKER_INET = "203.0.113.250"
-ATTACKER_TUNNEL = "10.4.255.250/16"
 
 
 @pytest.fixture(scope="module")
@@ -211,78 +207,28 @@ def test_rotating_a_non_leader_keeps_its_location_reachable(lab):
     assert_consistent(lab)
 
 
-def attacker_net(lab):
-    """The attacker's namespace: a port on the lab's internet bridge and on each LAN."""
-    fabric = lab.load()["fabric_netns"]
-    subprocess.run(["ip", "netns", "add", ATTACKER], check=True)
-    batch = ["link add atk0 netns %s type veth peer name atki netns %s" % (ATTACKER, fabric)]
-    inside = ["link set lo up", "addr add %s/24 dev atk0" % ATTACKER_INET, "link set atk0 up"]
-    fabric_cmds = ["link set atki master inet", "link set atki up"]
-    for index in sorted(set(h["location_index"] for h in lab.hosts.values())):
-        batch.append("link add atl%d netns %s type veth peer name atl%dx netns %s" % (index, ATTACKER, index, fabric))
-        inside += ["addr add 172.16.%d.250/24 dev atl%d" % (index, index), "link set atl%d up" % index]
-        fabric_cmds += ["link set atl%dx master lan%d" % (index, index), "link set atl%dx up" % index]
-    for netns, cmds in ((None, batch), (ATTACKER, inside), (fabric, fabric_cmds)):
-        subprocess.run(["ip"] + (["-n", netns] if netns else []) + ["-batch", "-"], input="\n".join(cmds) + "\n",
-                       text=True, check=True)
-
-
-def in_attacker(argv, **kw):
-    return subprocess.run(["nsenter", "--net=/run/netns/%s" % ATTACKER, "--"] + argv, capture_output=True,
-                          text=True, timeout=kw.pop("timeout", 30), **kw)
-
-
-class Attacker(object):
-    """wireguard-go in the attacker's namespace with a stolen private key and a [Peer] (with a
-    1 s keepalive, which starts a handshake) for each given (public key, endpoint, allowed IP)."""
-
-    def __init__(self, tmp_path, private, peers):
-        self.proc = subprocess.Popen(["nsenter", "--net=/run/netns/%s" % ATTACKER, "--", "wireguard-go", "-f",
-                                      ATTACKER_IF], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            self.configure(tmp_path, private, peers)
-        except BaseException:
-            self.stop()
-            raise
-
-    def configure(self, tmp_path, private, peers):
-        conf = tmp_path / "attacker.conf"
-        lines = ["[Interface]", "PrivateKey = %s" % private]
-        for key, endpoint, allowed in peers:
-            lines += ["[Peer]", "PublicKey = %s" % key, "Endpoint = %s" % endpoint, "AllowedIPs = %s" % allowed,
-                      "PersistentKeepalive = 1"]
-        with os.fdopen(os.open(str(conf), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        deadline = time.monotonic() + 10
-        while in_attacker(["ip", "link", "show", ATTACKER_IF]).returncode != 0:
-            assert self.proc.poll() is None and time.monotonic() < deadline, "wireguard-go did not start"
-            time.sleep(0.05)
-        try:
-            for argv in (["ip", "addr", "add", ATTACKER_TUNNEL, "dev", ATTACKER_IF],
-                         ["ip", "link", "set", ATTACKER_IF, "up"], ["wg", "setconf", ATTACKER_IF, str(conf)]):
-                proc = in_attacker(argv)
-                assert proc.returncode == 0, (argv, proc.stderr)
-        finally:
-            conf.unlink()
-
-    def handshakes(self):
-        out = in_attacker(["wg", "show", ATTACKER_IF, "latest-handshakes"]).stdout
-        return dict((key, int(ts)) for key, ts in (line.split() for line in out.splitlines()))
-
-    def sent(self):
-        out = in_attacker(["wg", "show", ATTACKER_IF, "transfer"]).stdout
-        return dict((key, int(tx)) for key, rx, tx in (line.split() for line in out.splitlines()))
-
-    def ping(self, addresses, seconds):
-        procs = [subprocess.Popen(["nsenter", "--net=/run/netns/%s" % ATTACKER, "--", "ping", "-c", str(seconds * 2),
-                                   "-i", "0.5", "-W", "1", address], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for address in addresses]
-        return [proc.wait(timeout=seconds + 20) for proc in procs]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()  # our own wireguard-go (nsenter execs it: the same PID)
-            self.proc.wait(timeout=10)
+def test_a_key_past_kilo_key_max_age_rotates_in_a_run_of_every_host_only(lab):
+    """Rotation by age in push mode: a leader's key file backdated two days, kilo_key_max_age one
+    day. A run limited to it holds the rotation back (its peers outside would keep the old key),
+    saying so; a run of every host rotates that key and no other, every peer follows, and the new
+    key, being young, makes the next run change nothing."""
+    host = leaders(lab)[-1]
+    old, age = iface_key(lab, host), "kilo_key_max_age=86400"
+    sh(lab, host, "touch -d @%d %s" % (time.time() - 2 * 86400, KEY))
+    held = playbook(lab.inventory, "site.yml", "--limit", host, "-e", age)
+    assert "kilo_key_max_age is not applied in this run" in held, held[-3000:]
+    assert iface_key(lab, host) == old and sh(lab, host, "wg pubkey < %s" % KEY) == old
+    before = dict((h, k) for h, k in keys_now(lab).items() if h != host)
+    old_private = file_key(lab, host)
+    out = site(lab.inventory, "-e", age, "-v", "--diff")
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in recap(out).values()), out[-3000:]
+    assert iface_key(lab, host) != old
+    # neither private key in a verbose run's results and diffs (the public keys are there)
+    assert old_private not in out and file_key(lab, host) not in out and iface_key(lab, host) in out
+    assert dict((h, k) for h, k in keys_now(lab).items() if h != host) == before
+    assert_consistent(lab)
+    assert_all_reach(lab)
+    assert_no_change(lab, site(lab.inventory, "-e", age))
 
 
 def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
@@ -300,16 +246,14 @@ def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
         port = sh(lab, name, "wg show %s listen-port" % IFACE)
         return "%s:%s" % (lab.hosts[name]["public_ip"] or lab.hosts[name]["lan_ip"], port)
     addresses = dict((name, wg_ip(name)) for name in heads)
-    attacker_net(lab)
+    attacker_net(lab, PREFIX)
     try:
         # Before the rotation the stolen key is good: the attacker completes a handshake with
         # the host's peers as the host (so what follows fails for the key, not the set-up).
-        attacker = Attacker(tmp_path, stolen, [(iface_key(lab, o), endpoint(o), addresses[o] + "/32") for o in others])
+        attacker = Attacker(PREFIX, tmp_path, stolen,
+                            [(iface_key(lab, o), endpoint(o), addresses[o] + "/32") for o in others])
         try:
-            deadline = time.monotonic() + 15
-            while not all(attacker.handshakes().values()) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            before = attacker.handshakes()
+            before = attacker.wait_for_handshakes()
         finally:
             attacker.stop()
         assert len(before) == len(others) and all(before.values()), before
@@ -322,7 +266,7 @@ def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
         # the followers have no WireGuard IP, their LAN address stands for it.
         peers = [(keys[name], endpoint(name), (addresses.get(name) or lab.hosts[name]["lan_ip"]) + "/32")
                  for name in sorted(lab.hosts)]
-        attacker = Attacker(tmp_path, stolen, peers)
+        attacker = Attacker(PREFIX, tmp_path, stolen, peers)
         try:
             started = time.monotonic()
             attacker.ping(sorted(addresses.values()), 10)
@@ -337,7 +281,7 @@ def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
         # it did try each host: handshake initiations went out to every one
         assert all(sent.values()), sent
     finally:
-        subprocess.run(["ip", "netns", "del", ATTACKER], check=False)
+        remove_net(PREFIX)
     # The impersonation before the rotation moved the peers' endpoint of the host to the
     # attacker; the rotation's new peer entries put it back.
     assert_consistent(lab)
