@@ -29,10 +29,13 @@ options:
     default: location
   subnet:
     description:
-      - Subnet the WireGuard IPs of the segments come from.
+      - Subnet the WireGuard IPs of the segments come from (a CIDR).
+      - 'Beyond Kilo (issue 23): a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each segment
+        gets a WireGuard IP from each, the first is the primary (Kilo''s one WireGuard IP), and nodes may carry
+        internal IPs and pod ranges of both families.'
       - M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way).
       - Defaults to the inventory variable C(kilo_subnet), then to the default below.
-    type: str
+    type: raw
     default: 10.4.0.0/16
   port:
     description:
@@ -135,9 +138,9 @@ options:
   nodes:
     description:
       - 'The nodes, instead of the inventory. Each has C(name) and the fields of the node table: C(location), C(leader)
-        (bool), C(endpoint) (V(host:port)), C(internal_ip) (CIDR or null), C(persistent_keepalive) (seconds), C(allowed_location_ips)
-        (CIDRs), C(pod_cidr) (CIDR, list of CIDRs, or null), C(public_key), C(cni_compatibility_ip) (CIDR or null),
-        C(discovered_endpoints) (public key to V(ip:port)), C(healthy) (bool).'
+        (bool), C(endpoint) (V(host:port)), C(internal_ip) (CIDR, a list of two (dual-stack), or null), C(persistent_keepalive)
+        (seconds), C(allowed_location_ips) (CIDRs), C(pod_cidr) (CIDR, list of CIDRs, or null), C(public_key), C(cni_compatibility_ip)
+        (CIDR or null), C(discovered_endpoints) (public key to V(ip:port)), C(healthy) (bool).'
       - 'C(healthy) false: not chosen as leader while a healthy node of the location can lead.'
     type: list
     elements: dict
@@ -282,10 +285,13 @@ options:
 options:
   subnet:
     description:
-      - Subnet the WireGuard IPs of the segments come from.
+      - Subnet the WireGuard IPs of the segments come from (a CIDR).
+      - 'Beyond Kilo (issue 23): a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each segment
+        gets a WireGuard IP from each, the first is the primary (Kilo''s one WireGuard IP), and nodes may carry
+        internal IPs and pod ranges of both families.'
       - M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way).
       - Defaults to the inventory variable C(kilo_subnet), then to the default below.
-    type: str
+    type: raw
     default: 10.4.0.0/16
   port:
     description:
@@ -339,9 +345,10 @@ options:
   force_internal_ip:
     description:
       - The host's internal IP as forced in the inventory (Kilo's C(force-internal-ip) annotation); V("") or V(-)
-        means none. M(kilo.mesh.key) warns when no interface of the host carries it.
+        means none; a list of two, one of each IP family, in a dual-stack mesh. M(kilo.mesh.key) warns when no interface
+        of the host carries it.
       - Defaults to the inventory variable C(kilo_force_internal_ip), then to the default below.
-    type: str
+    type: raw
   internal_cidrs:
     description:
       - Only private addresses inside one of these CIDRs may become the host's internal IP (Kilo's C(--internal-cidr));
@@ -684,8 +691,9 @@ notes:
     at all (even empty) counts as V(true), as Kilo's annotation.
   - C(kilo_force_endpoint) (Kilo's annotation C(kilo.squat.ai/force-endpoint)) - The endpoint other nodes reach
     this one at, V(host:port) or V([IPv6]:port); its port is the listen port.
-  - C(kilo_force_internal_ip) (Kilo's annotation C(kilo.squat.ai/force-internal-ip)) - The node's internal IP in
-    CIDR form, instead of the one M(kilo.mesh.key) finds; V("") or V(-) means none.
+  - 'C(kilo_force_internal_ip) (Kilo''s annotation C(kilo.squat.ai/force-internal-ip)) - The node''s internal IP
+    in CIDR form, instead of the one M(kilo.mesh.key) finds; V("") or V(-) means none. In a dual-stack mesh, a list
+    of two, one of each IP family (the annotation: both, separated by a comma).'
   - C(kilo_persistent_keepalive) (Kilo's annotation C(kilo.squat.ai/persistent-keepalive)) - WireGuard persistent
     keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.
   - C(kilo_allowed_location_ips) (Kilo's annotation C(kilo.squat.ai/allowed-location-ips)) - Further CIDRs routed

@@ -173,6 +173,12 @@ def _endpoint_var(value, subject, field):
 
 def _internal_ip_var(value, subject, field):
     # Kilo: "" or "-" means "this node has no internal IP".
+    if isinstance(value, (list, tuple)):
+        # beyond Kilo: one of each IP family, for a dual-stack mesh (parse_internal_ips refuses more)
+        if not value:
+            return None
+        parse_internal_ips([str(v) for v in value], subject, field)
+        return [str(v) for v in value]
     if value is None or str(value).strip() in ("", "-"):
         return None
     try:
@@ -229,6 +235,30 @@ def parse_internal_ips(value, subject, field):
     return ips
 
 
+def parse_subnets(value, subject, field="subnet"):
+    """The mesh's subnets (option ``subnet``) -> [network]: one CIDR (Kilo's), or a list of two of
+    different IP families (a dual-stack mesh; the first is the primary, Kilo's one WireGuard IP);
+    a list of one is that one CIDR."""
+    if not isinstance(value, (list, tuple)):
+        return [parse_network(value, subject, field)]
+    nets = [parse_network(item, subject, field) for item in value]
+    if not 1 <= len(nets) <= 2:
+        raise TopologyError(subject, field, "%d subnets; one, or two of different IP families (dual-stack)"
+                            % len(nets))
+    if len(nets) == 2 and nets[0].version == nets[1].version:
+        raise TopologyError(subject, field, "%s and %s are both IPv%d: a dual-stack mesh has one subnet of each"
+                            " IP family" % (nets[0], nets[1], nets[0].version))
+    return nets
+
+
+def first_of(value):
+    """The first of a value that is one item or a list of them (a dual-stack node's internal IPs,
+    a plan's two addresses): Kilo's one, the primary family's; None for none."""
+    if isinstance(value, (list, tuple)):
+        return value[0] if value else None
+    return value
+
+
 def _key_var(value, subject, field):
     return parse_key(value, subject, field, required=False) and value
 
@@ -247,7 +277,18 @@ def _endpoint_kube(value, subject, field):
 def _internal_ip_kube(value, subject, field):
     if value is None or value.strip() in ("", "-"):
         return value or ""  # kept as given: it still means "no internal IP"
+    if "," in value:
+        # beyond Kilo (a dual-stack mesh): two, one of each IP family, separated by a comma
+        items = [parse_cidr(item.strip(), subject, field, host=True) for item in value.split(",") if item.strip()]
+        parse_internal_ips(items, subject, field)
+        return one_or_list(items)
     return parse_cidr(value.strip(), subject, field, host=True)
+
+
+def _internal_ip_text(value, subject, field):
+    """Kilo's ``internal-ip`` annotation: one address, so the first (the primary family's) of a
+    dual-stack node's two; the second is ``kilo.mesh/internal-ips``'s (kube_node.write_back)."""
+    return _interface_text(first_of(value), subject, field)
 
 
 def _list_kube(value, subject, field):
@@ -349,9 +390,10 @@ FIELDS = OrderedDict((field.name, field) for field in (
               written=_A + "endpoint", write=lambda v, s, f: parse_endpoint(v, s, f)[0] if v else "",
               form="V(host:port)"),
     NodeField("internal_ip", "kilo_force_internal_ip",
-              "The node's internal IP in CIDR form, instead of the one M(kilo.mesh.key) finds; V(\"\") or V(-) means none.",
+              "The node's internal IP in CIDR form, instead of the one M(kilo.mesh.key) finds; V(\"\") or V(-) means none."
+              " In a dual-stack mesh, a list of two, one of each IP family (the annotation: both, separated by a comma).",
               check=_internal_ip_var, parse=parse_internal_ips, source=_A + "force-internal-ip", kube=_internal_ip_kube,
-              written=_A + "internal-ip", write=_interface_text, form="CIDR or null"),
+              written=_A + "internal-ip", write=_internal_ip_text, form="CIDR, a list of two (dual-stack), or null"),
     NodeField("persistent_keepalive", "kilo_persistent_keepalive",
               "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
               check=_keepalive, parse=_keepalive, source=_A + "persistent-keepalive", kube=_keepalive, form="seconds"),
@@ -489,11 +531,14 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None):
     forced = hvars.get(FIELDS["internal_ip"].var) is not None
     node["internal_ip"] = given["internal_ip"] if forced else facts.get("internal_ip")
     if node["internal_ip"] and not forced:
+        # one, or in a dual-stack mesh one of each IP family (kilo.mesh.key's discovery)
+        reported = node["internal_ip"]
         try:
-            ipaddress.ip_interface(node["internal_ip"])
-        except ValueError:
-            raise InputError("%r is not an IP address in CIDR form" % (node["internal_ip"],), subject,
-                             "internal_ip (reported by kilo.mesh.key)")
+            parse_internal_ips(reported, subject, "internal_ip")
+        except KiloError as e:
+            text = e.message if isinstance(reported, (list, tuple)) else "%r is not an IP address in CIDR form" % (
+                reported,)
+            raise InputError(text, subject, "internal_ip (reported by kilo.mesh.key)")
 
     if given.get("endpoint"):
         node["endpoint"] = given["endpoint"]
@@ -504,7 +549,7 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None):
         # Kilo's endpoint is the external IP when the host has one, else its private IP.
         ip = facts.get("external_ip")
         if not ip and node["internal_ip"]:
-            ip = node["internal_ip"].split("/")[0]
+            ip = first_of(node["internal_ip"]).split("/")[0]
         node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
     node["pod_cidr"] = given["pod_cidr"] if given.get("pod_cidr") is not None else source_pod_cidrs(

@@ -62,8 +62,11 @@ OPTIONS = dict([
         "V(cross) - every node links over WireGuard to every node in other locations; no WireGuard inside"
         " a location, whose members reach each other over their private network."],
         default="location", choices=["location", "full", "cross"]),
-    _option("subnet", ("mesh", "key"), "str", [
-        "Subnet the WireGuard IPs of the segments come from.",
+    _option("subnet", ("mesh", "key"), "raw", [
+        "Subnet the WireGuard IPs of the segments come from (a CIDR).",
+        "Beyond Kilo (issue 23): a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each"
+        " segment gets a WireGuard IP from each, the first is the primary (Kilo's one WireGuard IP), and nodes"
+        " may carry internal IPs and pod ranges of both families.",
         "M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way)."],
         default=DEFAULT_SUBNET),
     _option("port", ("mesh", "key"), "int", [
@@ -188,9 +191,10 @@ OPTIONS = dict([
         " a management NIC whose address Kilo's rules would count as public.",
         "C(tunl0), C(cilium_tunl), C(kube-bridge) and the WireGuard interface are always ignored, as Kilo ignores them."],
         default=[], elements="str", var="kilo_discovery_ignore_interfaces"),
-    _option("force_internal_ip", ("key",), "str", [
+    _option("force_internal_ip", ("key",), "raw", [
         "The host's internal IP as forced in the inventory (Kilo's C(force-internal-ip) annotation);"
-        " V(\"\") or V(-) means none. M(kilo.mesh.key) warns when no interface of the host carries it."]),
+        " V(\"\") or V(-) means none; a list of two, one of each IP family, in a dual-stack mesh."
+        " M(kilo.mesh.key) warns when no interface of the host carries it."]),
     _option("internal_cidrs", ("key",), "list", [
         "Only private addresses inside one of these CIDRs may become the host's internal IP (Kilo's"
         " C(--internal-cidr)); empty means any. Public addresses (the endpoint) are not filtered."],

@@ -96,9 +96,13 @@ pending:
   returned: always
   type: bool
 internal_ip:
-  description: The chosen internal (private) IP with its prefix length, or null when the host has no private address.
+  description:
+    - The chosen internal (private) IP with its prefix length, or null when the host has no private address.
+    - In a dual-stack mesh (O(subnet) a list of two), a list of two where the host has a private address of each
+      IP family on one interface - the primary family's first (the family of the first subnet), then the
+      other family's on the same interface.
   returned: always
-  type: str
+  type: raw
   sample: 10.1.0.5/24
 external_ip:
   description:
@@ -189,6 +193,8 @@ def run_module():
         errors, warnings = host_problems(host, p["interface"], p["subnet"], p["port"], p["force_internal_ip"])
     except ImportError as e:
         module.fail_json(msg="IP discovery needs pyroute2 on the host: %s" % e)
+    except KiloError as e:  # a subnet the controller let through (an older controller)
+        module.fail_json(msg=str(e))
     except (OSError, ValueError) as e:  # netlink errors: say what failed, not a traceback
         module.fail_json(msg="IP discovery: %s: %s" % (type(e).__name__, e))
 

@@ -109,9 +109,9 @@ registry:
   type: str
   sample: /srv/mesh/kilo-registry.json
 subnet:
-  description: Without O(save_plans), the subnet the segments' WireGuard IPs come from (O(subnet) as resolved).
+  description: Without O(save_plans), the subnet the segments' WireGuard IPs come from (O(subnet) as resolved; a list of two in a dual-stack mesh).
   returned: when O(save_plans) is false
-  type: str
+  type: raw
   sample: 10.4.0.0/16
 plans:
   description:

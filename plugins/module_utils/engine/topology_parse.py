@@ -16,7 +16,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     Subject, check_interface_name, node_subject, peer_subject, parse_key, to_bool, to_int)
 # The value parsers and the error live with the node table; the engine's importers find them here too.
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
-    FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list)
+    FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list, parse_subnets)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
@@ -50,7 +50,7 @@ def parse_options(options):
     if opts["compatibility"] not in COMPATIBILITIES:
         raise TopologyError(subject, "compatibility", "%r unknown; one of %s"
                             % (opts["compatibility"], ", ".join(COMPATIBILITIES)))
-    opts["subnets"] = _subnets(opts["subnet"], subject)
+    opts["subnets"] = parse_subnets(opts["subnet"], subject)
     # the first subnet is the primary: Kilo's one WireGuard IP per segment comes from it
     opts["subnet"] = opts["subnets"][0]
     if len(opts["subnets"]) == 2 and opts["compatibility"] != "none":
@@ -62,21 +62,6 @@ def parse_options(options):
         opts[key] = to_bool(opts[key], subject, key)
     opts["service_cidrs"] = parse_network_list(opts["service_cidrs"], subject, "service_cidrs")
     return opts
-
-
-def _subnets(value, subject):
-    """The mesh's subnets: one CIDR (Kilo's), or a list of two of different IP families (a
-    dual-stack mesh); a list of one is that one CIDR."""
-    if not isinstance(value, (list, tuple)):
-        return [parse_network(value, subject, "subnet")]
-    nets = [parse_network(item, subject, "subnet") for item in value]
-    if not 1 <= len(nets) <= 2:
-        raise TopologyError(subject, "subnet", "%d subnets; one, or two of different IP families (dual-stack)"
-                            % len(nets))
-    if len(nets) == 2 and nets[0].version == nets[1].version:
-        raise TopologyError(subject, "subnet", "%s and %s are both IPv%d: a dual-stack mesh has one subnet of each"
-                            " IP family" % (nets[0], nets[1], nets[0].version))
-    return nets
 
 
 class Side(object):

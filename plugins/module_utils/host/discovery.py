@@ -140,11 +140,13 @@ def parse_cidrs(values, field="internal_cidrs"):
     return out
 
 
-def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=(), prioritise_private=False):
+def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=(), prioritise_private=False, families=()):
     """Pure selection over a read_host() snapshot; see the module docstring.
 
     Returns {'internal_ip': CIDR or None, 'external_ip': IP or None,
              'candidates': {'internal': [...], 'external': [...]}}.
+    ``families``: the IP versions of a dual-stack mesh's subnets, primary first (beyond Kilo);
+    then 'internal_ip' is one of each family where the host has both (``internal_pair``).
     """
     ignored_names = set(ignore_interfaces or ()) | set(ALWAYS_IGNORED)
     ignored = set()
@@ -202,12 +204,31 @@ def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=(), prio
     chosen_external = external[0] if external else internal[0] if internal else None
     if prioritise_private and internal:
         chosen_external = internal[0]  # Kilo's mesh.New: externalIP = privateIP
+    internal_ip = internal[0] if internal else None
+    if len(families) == 2:
+        internal_ip = internal_pair(internal, host["addrs"], families)
     return {
-        "internal_ip": internal[0] if internal else None,
+        "internal_ip": internal_ip,
         # the endpoint host: an address, not a CIDR
         "external_ip": str(ipaddress.ip_interface(chosen_external).ip) if chosen_external else None,
         "candidates": {"internal": internal, "external": external},
     }
+
+
+def internal_pair(internal, addrs, families):
+    """A dual-stack mesh's internal IPs out of the private candidates (``internal``, in order): the
+    first of the primary family, then the first of the other family on that same interface - the
+    routes of both families go through the one private interface, which the host finds by the
+    first. One alone (text) where the host has no such second, as a single-stack node."""
+    ifname = {}
+    for a in addrs:
+        ifname.setdefault(str(ipaddress.ip_interface(a["cidr"])), a["ifname"])
+    primary = [c for c in internal if ipaddress.ip_interface(c).version == families[0]]
+    other = [c for c in internal if ipaddress.ip_interface(c).version == families[1]]
+    if not primary:
+        return other[0] if other else None
+    second = [c for c in other if ifname.get(c) == ifname.get(primary[0])]
+    return [primary[0], second[0]] if second else primary[0]
 
 
 def default_route_mtu(host=None):

@@ -82,18 +82,24 @@ def port_holders(port, interface_present, proc="/proc"):
 
 
 def host_problems(host, interface, subnet, port, force_internal_ip):
-    """(errors, warnings) for this host; ``host`` is a discovery.read_host() snapshot."""
+    """(errors, warnings) for this host; ``host`` is a discovery.read_host() snapshot. ``subnet``
+    and ``force_internal_ip`` are one value each, or a dual-stack mesh's lists of two (one of
+    each IP family): each of them is looked for on its own."""
     errors, warnings = [], []
-    overlap = subnet_conflicts(host["addrs"], subnet, interface)
-    if overlap:
-        errors.append("kilo_subnet: %s overlaps a network this host is on (%s); choose another subnet"
-                      % (subnet, ", ".join(overlap)))
+    for net in subnet if isinstance(subnet, (list, tuple)) else [subnet]:
+        overlap = subnet_conflicts(host["addrs"], net, interface)
+        if overlap:
+            errors.append("kilo_subnet: %s overlaps a network this host is on (%s); choose another subnet"
+                          % (net, ", ".join(overlap)))
     present = any(link["name"] == interface for link in host["links"].values())
     holders = port_holders(port, present)
     if holders:
         errors.append("kilo_port: UDP port %d is already in use by %s" % (port, ", ".join(holders)))
-    forced = (force_internal_ip or "").strip()
-    if forced and forced != "-":
+    forced_ips = force_internal_ip if isinstance(force_internal_ip, (list, tuple)) else [force_internal_ip]
+    for forced in forced_ips:
+        forced = str(forced or "").strip()
+        if not forced or forced == "-":
+            continue
         try:
             want = ipaddress.ip_interface(forced).ip
         except ValueError:

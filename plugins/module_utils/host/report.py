@@ -16,15 +16,25 @@ import socket
 import time
 
 
+def mesh_families(subnet):
+    """The IP versions of a dual-stack mesh's two subnets (option ``subnet``), primary first; ()
+    for a single-stack mesh, whose discovery stays Kilo's. Raises KiloError on a bad value."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.nodes import parse_subnets
+    nets = parse_subnets(subnet, "options", "subnet") if isinstance(subnet, (list, tuple)) else []
+    return tuple(net.version for net in nets) if len(nets) == 2 else ()
+
+
 def addresses(params):
     """(ips, mtu, host) with ``ips`` as ``discovery.choose_ips`` gives them; ``params`` holds the
-    "key" options (interface, ignore_interfaces, internal_cidrs, prioritise_private_addresses)."""
+    "key" options (interface, ignore_interfaces, internal_cidrs, prioritise_private_addresses,
+    subnet: a dual-stack mesh's two make the internal IP one of each family)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
+    families = mesh_families(params.get("subnet"))
     host = discovery.read_host()
     ips = discovery.choose_ips(host, hostname=socket.gethostname(),
                                ignore_interfaces=list(params.get("ignore_interfaces") or []) + [params["interface"]],
                                allowed_cidrs=params.get("internal_cidrs") or [],
-                               prioritise_private=params.get("prioritise_private_addresses"))
+                               prioritise_private=params.get("prioritise_private_addresses"), families=families)
     return ips, discovery.default_route_mtu(host), host
 
 
