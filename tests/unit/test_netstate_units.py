@@ -39,7 +39,7 @@ def plan(**over):
 def current(**over):
     c = {"interface": IFACE, "interface_present": True, "addresses": [], "routes": [], "rules": [],
          "tunl0": None, "tunnel_address": None, "foreign": [],
-         "private_device": {"name": "eth1", "mtu": 1500}, "ipip": True}
+         "private_devices": {"4": {"name": "eth1", "mtu": 1500}}, "ipip": True}
     c.update(over)
     return c
 
@@ -84,7 +84,7 @@ def test_desired_resolves_private_and_is_pure():
 
 def test_desired_names_host_and_field():
     with pytest.raises(ns.NetStateError) as err:
-        backend().desired(plan(), current(private_device=None))
+        backend().desired(plan(), current(private_devices={}))
     assert str(err.value).startswith("host 'a': plan.routes[1].device: 'private' needs the interface holding")
     tunnel = plan(tunnel_address="10.2.0.1/32")
     with pytest.raises(ns.NetStateError) as err:
@@ -206,9 +206,9 @@ def test_current_reads_foreign_only_at_plan_destinations(monkeypatch):
     assert fake.dumps == [socket.AF_INET, socket.AF_INET6]  # one dump per family, no more
     assert [(r["dst"], r["table"], r["proto"]) for r in cur["foreign"]] == [("10.1.2.0/24", 254, 4)]
     assert [ns.route_str(r) for r in cur["routes"]] == ["10.2.1.0/24 via 10.4.0.2 dev wgk0 onlink table main"]
-    assert cur["private_device"] == {"name": "eth1", "mtu": 1500} and cur["interface_present"]
+    assert cur["private_devices"] == {"4": {"name": "eth1", "mtu": 1500}} and cur["interface_present"]
     removing = b.current(None)
-    assert removing["foreign"] == [] and removing["private_device"] is None
+    assert removing["foreign"] == [] and removing["private_devices"] == {}
     probed = []
     monkeypatch.setattr(ns, "kernel_module_available", lambda name: probed.append(name) or False)
     assert b.current(plan(tunnel_address="10.2.0.1/32"))["ipip"] is False and probed == ["ipip"]
@@ -280,3 +280,40 @@ def test_cilium_tunl_takes_the_tunnel_routes_only_under_compatibility_cilium():
     want = b.desired(cilium, current(tunnel_device="cilium_tunl", tunl0={"up": True, "mtu": 1480}))
     assert [r["device"] for r in want["routes"]] == ["cilium_tunl"] and want["tunnel_device"] == "cilium_tunl"
     assert any("dev cilium_tunl" in line for line in b.changes(current(tunnel_device="cilium_tunl"), want))
+
+
+def dual_plan():
+    """A dual-stack member: an IPv4 route over IPIP, an IPv6 one over the private network."""
+    return plan(address=None, internal_ip=["10.1.0.2/16", "fd00:1::2/64"], tunnel_address="10.2.1.1/32",
+                routes=[{"dst": "10.2.0.0/24", "gateway": "10.1.0.1", "device": "tunl0", "source": "10.1.0.2",
+                         "onlink": True},
+                        {"dst": "fd10:0:0:1::/64", "gateway": "fd00:1::1", "device": "private", "onlink": True}],
+                rules=[])
+
+
+def test_dual_stack_routes_leave_on_the_private_interface_of_their_family():
+    """The IPv4 and the IPv6 internal IP may be on different links: each family's 'private'
+    route takes its own, and tunl0 (IPv4 only) its MTU from the IPv4 one."""
+    cur = current(private_devices={"4": {"name": "eth1", "mtu": 1500}, "6": {"name": "eth2", "mtu": 1400}})
+    want = backend().desired(dual_plan(), cur)
+    assert [(r["dst"], r["device"], r["family"]) for r in want["routes"]] == [
+        ("10.2.0.0/24", "tunl0", 4), ("fd10:0:0:1::/64", "eth2", 6)]
+    assert want["tunl0"] == {"up": True, "mtu": 1480}
+    with pytest.raises(ns.NetStateError) as err:
+        backend().desired(dual_plan(), current())  # no link holds fd00:1::2
+    assert str(err.value) == ("host 'a': plan.routes[1].device: 'private' needs the interface holding internal_ip"
+                              " fd00:1::2/64, but no interface of this host has that address")
+    single = dual_plan()
+    single["internal_ip"] = "10.1.0.2/16"
+    with pytest.raises(ns.NetStateError) as err:
+        backend().desired(single, current())
+    assert str(err.value) == "host 'a': plan.routes[1].device: 'private' needs an IPv6 internal_ip, but the plan has none"
+
+
+def test_dual_stack_addresses_of_both_families():
+    b = backend()
+    want = b.desired(plan(address=["10.4.0.1/16", "fd04::1/64"], internal_ip=["10.1.0.1/16", "fd00:1::1/64"]),
+                     current(addresses=["10.4.0.1/16"]))
+    assert want["addresses"] == ["10.4.0.1/16", "fd04::1/64"]
+    assert [c for c in b.changes(current(addresses=["10.4.0.1/16"]), want) if "address" in c] == [
+        "add address fd04::1/64 dev wgk0"]

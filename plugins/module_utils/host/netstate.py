@@ -85,10 +85,9 @@ class NetStateBackend(Backend):
         ours, foreign = routes.read(reader, strict, links, set((r["dst"], r["table"]) for r in plan_routes))
         device = tunnel.tunnel_device(links, plan)
         tunl, tunnel_address = tunnel.read(reader, links, device)
-        private = None
-        if plan and plan.get("internal_ip"):
-            # a dual-stack plan's first internal IP names the private interface of both families
-            private = addresses.holder(host_addrs, links, as_list(plan["internal_ip"])[0])
+        # the private interface of each family: in a dual-stack plan the IPv4 and the IPv6
+        # internal IP may sit on different links, and a route goes out on its own family's
+        private = addresses.holders(host_addrs, links, as_list((plan or {}).get("internal_ip")))
         ipip = tunl is not None
         # devices the plan routes through that must exist already (flannel.1): we never make them
         names = set(link["name"] for link in links.values())
@@ -108,7 +107,7 @@ class NetStateBackend(Backend):
             # what desired() and changes() need to know of the host beyond what we own: foreign
             # routes at plan destinations not ours yet
             "foreign": sorted(foreign, key=lambda r: (r["table"], r["family"], r["dst"], r["proto"])),
-            "private_device": private,
+            "private_devices": private,
             "absent_devices": absent,
             "ipip": ipip,
             "ssh": ssh.read(reader, plan) if self.ssh_guard and plan else None,

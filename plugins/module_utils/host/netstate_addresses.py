@@ -38,6 +38,17 @@ def holder(host_addresses, links, address):
     return None
 
 
+def holders(host_addresses, links, internal_ips):
+    """{"4"/"6": holder() of the internal IP of that family} (the key a string: the state is
+    JSON); a family without an internal IP, or whose address no link holds, is left out."""
+    out = {}
+    for address in internal_ips:
+        found = holder(host_addresses, links, address)
+        if found is not None:
+            out[str(ipaddress.ip_interface(address).version)] = found
+    return out
+
+
 def changes(interface, current, desired):
     """Change lines of the interface's addresses."""
     out = []

@@ -21,7 +21,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links impor
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
     FAMILIES, RT_SCOPE_LINK, RT_SCOPE_NOWHERE, RT_SCOPE_UNIVERSE, RTN_UNICAST, RTNH_F_ONLINK, NetStateError, by_name,
     family_of, table_name, version_of)
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, PRIVATE, ROUTE_PROTO, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, PRIVATE, ROUTE_PROTO, TUNNEL, as_list
 
 RTM_GETROUTE = 26
 NLM_F_REQUEST = 1
@@ -171,19 +171,26 @@ def read(reader, strict, links, watch):
 # ---------------------------------------------------------------- plan, compare
 def desired(plan, current, tunnel, subject):
     """Our routes of the plan on this host: device 'private' resolved to the interface holding
-    internal_ip, tunl0 to ``tunnel``; NetStateError for a device the host lacks or a second,
-    different route at one key."""
-    private = current.get("private_device")
+    the internal IP of the route's family, tunl0 to ``tunnel``; NetStateError for a device the
+    host lacks or a second, different route at one key."""
+    private = current.get("private_devices") or {}
+    internal = as_list(plan["internal_ip"])
     routes, seen = [], {}
     for i, r in enumerate(plan["routes"]):
         field = "plan.routes[%d]" % i
         device = r["device"]
+        family = ipaddress.ip_network(r["dst"]).version
         if device == PRIVATE:
-            if private is None:
+            holder = private.get(str(family))
+            if holder is None:
+                same = [a for a in internal if ipaddress.ip_interface(a).version == family]
+                if not same:
+                    raise NetStateError("'%s' needs an IPv%d internal_ip, but the plan has none" % (PRIVATE, family),
+                                        subject, field + ".device")
                 raise NetStateError(
                     "'%s' needs the interface holding internal_ip %s, but no interface of this host "
-                    "has that address" % (PRIVATE, plan["internal_ip"]), subject, field + ".device")
-            device = private["name"]
+                    "has that address" % (PRIVATE, same[0]), subject, field + ".device")
+            device = holder["name"]
         elif device == TUNNEL:
             device = tunnel
         elif device in current.get("absent_devices", ()):
@@ -192,7 +199,7 @@ def desired(plan, current, tunnel, subject):
             raise NetStateError("device %s does not exist on this host%s" % (device, hint),
                                 subject, field + ".device")
         route = {
-            "family": ipaddress.ip_network(r["dst"]).version,
+            "family": family,
             "dst": r["dst"],
             "table": r["table"],
             "gateway": r["gateway"],

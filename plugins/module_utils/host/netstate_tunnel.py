@@ -84,7 +84,8 @@ def desired(plan, current, subject):
     """(tunl0 wanted, tunnel_address wanted) of the plan on this host; NetStateError where the
     plan encapsulates and the host has no IPIP."""
     tunnel = current.get("tunnel_device") or TUNNEL
-    private = current.get("private_device")
+    # IPIP carries IPv4 over the IPv4 private network: tunl0's MTU follows that interface
+    private = current.get("private_devices", {}).get("4")
     tunnel_address = None
     if plan["tunnel_address"] and ipaddress.ip_interface(plan["tunnel_address"]).version == 4:
         tunnel_address = plan["tunnel_address"]
