@@ -163,9 +163,14 @@ def pick_mgmt_net():
 
 
 def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-             mgmt_net="198.18.0.0/20", prefix=DEFAULT_PREFIX):
-    """Address plan of a lab (pure; no side effects). Returns the lab description dict."""
+             mgmt_net="198.18.0.0/20", prefix=DEFAULT_PREFIX, ipv6_only=None):
+    """Address plan of a lab (pure; no side effects). Returns the lab description dict.
+
+    ``ipv6_only``: indices of locations whose underlay has IPv6 alone (no IPv4 on their LAN and
+    internet links; implies ``ipv6``), to mesh an IPv6-only site with dual-stack ones."""
     nat = sorted(set(nat or []))
+    ipv6_only = sorted(set(ipv6_only or []))
+    ipv6 = ipv6 or bool(ipv6_only)
     if not 1 <= locations <= MAX_LOCATIONS:
         raise LabError("locations: %d is out of range 1..%d" % (locations, MAX_LOCATIONS))
     if not 1 <= hosts_per_location <= MAX_HOSTS:
@@ -180,6 +185,11 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
             raise LabError("nat: location index %d is out of range 1..%d" % (n, locations))
         if not public_per_location:
             raise LabError("nat: location %d has no public host to put behind NAT" % n)
+    for n in ipv6_only:
+        if not 1 <= n <= locations:
+            raise LabError("ipv6_only: location index %d is out of range 1..%d" % (n, locations))
+        if n in nat:
+            raise LabError("ipv6_only: location %d is behind NAT, which the lab only builds for IPv4" % n)
     mgmt = ipaddress.ip_network(mgmt_net)
     if mgmt.prefixlen > MGMT_BLOCK or not mgmt.subnet_of(MGMT_POOL):
         raise LabError("mgmt_net: %s must be a /%d (or larger) inside %s" % (mgmt, MGMT_BLOCK, MGMT_POOL))
@@ -195,6 +205,7 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
         "fabric_netns": "%s-fabric" % prefix,
         "guard_table": "%s_guard" % prefix,
         "ipv6": bool(ipv6),
+        "ipv6_only": ipv6_only,
         "nat": nat,
         "routers": {},
     }
@@ -241,6 +252,8 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
                 h["public_ip6"] = "2001:db8:ffff::%d" % (10 * i + k) if ipv6 else None
                 h["nat_ip"] = lab["routers"][loc]["public_ip"]
                 h["nat_ip6"] = lab["routers"][loc]["public_ip6"]
+            if i in ipv6_only:
+                h["lan_ip"] = h["public_ip"] = None
             if int(ipaddress.ip_address(h["mgmt_ip"])) not in range(base, base + mgmt.num_addresses):
                 raise LabError("mgmt_net: %s is too small for host %s" % (mgmt, name))
             lab["hosts"][name] = h
@@ -364,7 +377,7 @@ class Lab(object):
 
     # -- up --------------------------------------------------------------------------
     def up(self, locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-           mgmt_net=None, timeout=60):
+           mgmt_net=None, timeout=60, ipv6_only=None):
         if isinstance(nat, int):
             nat = [nat]
         fd = self._lock()
@@ -379,7 +392,7 @@ class Lab(object):
             try:
                 fcntl.flock(gfd, fcntl.LOCK_EX)
                 lab = plan_lab(locations, hosts_per_location, public_per_location, nat, ipv6,
-                               mgmt_net or pick_mgmt_net(), self.prefix)
+                               mgmt_net or pick_mgmt_net(), self.prefix, ipv6_only)
                 lab["state_dir"] = self.state_dir
                 lab["status"] = "creating"
                 self._save(lab)
@@ -436,8 +449,9 @@ class Lab(object):
             fabric += ["link set l%dh%d master lan%d" % (i, k, i), "link set l%dh%d up" % (i, k)]
             cmds = ["link set lo up", "link set mgmt0 addrgenmode none",
                     "addr add %s/%d dev mgmt0" % (h["mgmt_ip"], lab["mgmt_prefixlen"]),
-                    "link set mgmt0 up",
-                    "addr add %s/24 dev eth0" % h["lan_ip"]]
+                    "link set mgmt0 up"]
+            if h["lan_ip"]:
+                cmds.append("addr add %s/24 dev eth0" % h["lan_ip"])
             if h["lan_ip6"]:
                 cmds.append("addr add %s/64 dev eth0 nodad" % h["lan_ip6"])
             cmds.append("link set eth0 up")
@@ -452,7 +466,8 @@ class Lab(object):
                     root.append("link add i%dh%d netns %s type veth peer name eth1 netns %s"
                                 % (i, k, lab["fabric_netns"], ns))
                     fabric += ["link set i%dh%d master inet" % (i, k), "link set i%dh%d up" % (i, k)]
-                cmds += ["addr add %s/24 dev eth1" % h["public_ip"]]
+                if h["public_ip"]:
+                    cmds.append("addr add %s/24 dev eth1" % h["public_ip"])
                 if h["public_ip6"]:
                     cmds.append("addr add %s/64 dev eth1 nodad" % h["public_ip6"])
                 cmds.append("link set eth1 up")
@@ -638,7 +653,9 @@ class Lab(object):
                     continue
                 hv = [("ansible_host", h["mgmt_ip"]), ("ansible_ssh_common_args", common),
                       ("ansible_user", "root"), ("ansible_python_interpreter", "/usr/bin/python3"),
-                      ("kilo_lab_public", h["public"]), ("kilo_lab_lan_ip", h["lan_ip"])]
+                      ("kilo_lab_public", h["public"])]
+                if h["lan_ip"]:
+                    hv.append(("kilo_lab_lan_ip", h["lan_ip"]))
                 if h["public_ip"]:
                     hv.append(("kilo_lab_public_ip", h["public_ip"]))
                 if h["lan_ip6"]:
@@ -803,7 +820,9 @@ def main(argv=None):
     up.add_argument("public_per_location", type=int, nargs="?", default=1)
     up.add_argument("--nat", type=int, action="append", metavar="LOCATION_INDEX",
                     help="put this location's public hosts behind a masquerading router (repeatable)")
-    up.add_argument("--ipv6", action="store_true")
+    up.add_argument("--ipv6", action="store_true", help="IPv6 too on every LAN and internet link")
+    up.add_argument("--ipv6-only", type=int, action="append", metavar="LOCATION_INDEX",
+                    help="this location's LAN and internet links carry IPv6 only (repeatable; implies --ipv6)")
     up.add_argument("--mgmt-net", default=None, help="management /20 (default: first free in 198.18.0.0/15)")
     sub.add_parser("down", help="remove everything `up` made (safe to repeat)")
     st = sub.add_parser("status", help="show the lab")
@@ -820,7 +839,7 @@ def main(argv=None):
         if args.cmd == "up":
             t = time.monotonic()
             desc = lab.up(args.locations, args.hosts_per_location, args.public_per_location,
-                          args.nat, args.ipv6, args.mgmt_net)
+                          args.nat, args.ipv6, args.mgmt_net, ipv6_only=args.ipv6_only)
             print("lab %s up: %d hosts in %d locations, mgmt %s, %.1fs; inventory %s"
                   % (lab.prefix, len(desc["hosts"]), len(desc["locations"]), desc["mgmt_net"],
                      time.monotonic() - t, lab.inventory))
@@ -839,8 +858,8 @@ def main(argv=None):
                                                          lab.state_dir))
                 for name, h in st["hosts"].items():
                     print("  %-10s %-5s pid=%-7s mgmt=%-13s lan=%-13s public=%s%s" % (
-                        name, "up" if h["alive"] else "DEAD", h.get("pid"), h["mgmt_ip"], h["lan_ip"],
-                        h["public_ip"] or "-", " nat=%s" % h["nat_ip"] if h["nat"] else ""))
+                        name, "up" if h["alive"] else "DEAD", h.get("pid"), h["mgmt_ip"], h["lan_ip"] or h["lan_ip6"],
+                        h["public_ip"] or h["public_ip6"] or "-", " nat=%s" % h["nat_ip"] if h["nat"] else ""))
             return 0 if st["status"] in ("up", "down") else 1
         elif args.cmd == "exec":
             cmd = args.command[1:] if args.command[:1] == ["--"] else args.command

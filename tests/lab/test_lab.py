@@ -63,6 +63,21 @@ def test_plan_addresses():
     assert not any(ip.startswith("192.0.2.") for ip in every)
 
 
+def test_plan_ipv6_only_location():
+    """A location of IPv6 alone: no IPv4 on its LAN and internet links, the others dual-stack."""
+    p = plan_lab(2, 2, 1, ipv6_only=[2], mgmt_net="198.18.16.0/20", prefix="kx")
+    a1, g1 = p["hosts"]["aws-1"], p["hosts"]["gcp-1"]
+    assert p["ipv6"] and p["ipv6_only"] == [2]
+    assert (a1["lan_ip"], a1["lan_ip6"], a1["public_ip"], a1["public_ip6"]) == (
+        "172.16.1.1", "fd00:16:1::1", "203.0.113.11", "2001:db8::11")
+    assert (g1["lan_ip"], g1["lan_ip6"], g1["public_ip"], g1["public_ip6"]) == (
+        None, "fd00:16:2::1", None, "2001:db8::21")
+    with pytest.raises(LabError, match="ipv6_only"):
+        plan_lab(2, 2, 1, nat=[2], ipv6_only=[2])
+    with pytest.raises(LabError, match="ipv6_only"):
+        plan_lab(2, 2, 1, ipv6_only=[3])
+
+
 @pytest.mark.parametrize("args, field", [
     ((2, 2, 1, [3]), "nat"),
     ((2, 2, 0, [1]), "nat"),
