@@ -15,15 +15,18 @@ usable address and has no forced endpoint fails here, before any converge call.
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
+from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import facts_from_result
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import converged_together
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import converged_together, some_of
 
 
 class ActionModule(KiloAction):
     SCOPES = ("key", "prepare")
 
     def run_kilo(self, args, task_vars):
+        self.refuse_rotation_under_limit(args, task_vars)
         args["port"] = self.listen_port(args, task_vars)
         held = self.hold_rotation_under_limit(args, task_vars)
         result = self._execute_module(module_name="kilo.mesh.key", module_args=args, task_vars=task_vars)
@@ -47,26 +50,51 @@ class ActionModule(KiloAction):
         return result
 
     def left_out(self, task_vars):
-        """Hosts of the mesh this play leaves out (--limit), when this host is one of the mesh
-        (a machine connecting as a peer is not: its peers follow from the registry or its Peer)."""
-        hosts = task_vars["groups"].get(self.mesh_group(task_vars), [])
-        if task_vars.get("inventory_hostname") not in hosts:
+        """Hosts of the mesh that would keep this host's old key if it switched in this run.
+
+        A host of the mesh: those its play (or its batch) leaves out (--limit, serial). A machine
+        connecting as a peer: those the run's --limit leaves out. Its play is the wrong measure:
+        connect.yml makes its key in a play of connecting machines alone, and its mesh play holds
+        every mesh host --limit admits (ansible_internals.limit_admits; when Ansible does not
+        tell, every mesh host counts as left out, so the machine's key stays rather than being cut off).
+        """
+        group = self.mesh_group(task_vars)
+        hosts = task_vars["groups"].get(group, [])
+        if not hosts:
             return []
-        play = converged_together(task_vars)
-        return sorted(host for host in hosts if host not in play)
+        if task_vars.get("inventory_hostname") in hosts:
+            admitted = converged_together(task_vars)
+        else:
+            admitted = ansible_internals.limit_admits(self.inventory(task_vars), group) or set()
+        return sorted(host for host in hosts if host not in admitted)
+
+    def refuse_rotation_under_limit(self, args, task_vars):
+        """kilo_key_rotate on a machine connecting as a peer, in a run whose --limit leaves hosts
+        of the mesh out: refused before its key step changes anything (the leaders left out would
+        keep its old key and cut it off). A mesh host's is refused earlier, by kilo.mesh.validate;
+        a connecting machine's key step runs before validate does, in a play of its own."""
+        host = task_vars.get("inventory_hostname")
+        if not args.get("key_rotate") or host in task_vars["groups"].get(self.mesh_group(task_vars), []):
+            return
+        outside = self.left_out(task_vars)
+        if outside:
+            raise KiloError("this machine's key would rotate, but %s, left out of this run (--limit), would keep its"
+                            " old key and cut it off; rotate it in a run that leaves no host of the mesh out"
+                            % some_of(outside), host_subject(host), OPTIONS["key_rotate"]["var"])
 
     def hold_rotation_under_limit(self, args, task_vars):
         """No rotation by age in a run that leaves hosts of the mesh out (--limit): they would keep
-        this host's old key. The next full run rotates it (kilo.mesh.validate refuses an
-        explicit kilo_key_rotate there, before any host changes)."""
+        this host's old key. The next full run rotates it (an explicit kilo_key_rotate is refused
+        there: by kilo.mesh.validate on a mesh host, by refuse_rotation_under_limit on a machine
+        connecting as a peer, before any host changes)."""
         if not args.get("key_max_age"):
             return None
         outside = self.left_out(task_vars)
         if not outside:
             return None
         args["key_max_age"] = 0
-        return ("kilo_key_max_age is not applied in this run: %s outside the play (--limit) would keep this host's"
-                " old key" % ", ".join(outside[:5]))
+        return ("kilo_key_max_age is not applied in this run: %s, left out of this run (--limit), would keep this"
+                " host's old key" % some_of(outside))
 
     def refuse_unfinished_rotation(self, result, task_vars):
         """A rotation cut short earlier (the key file holds the new key, the interface the old one)
@@ -74,9 +102,9 @@ class ActionModule(KiloAction):
         left out would cut it off. Its converge is refused; the interface keeps the old key."""
         outside = self.left_out(task_vars) if result.get("rotating") else []
         if outside:
-            raise KiloError("the key rotation of this host is unfinished (an earlier run was cut short) and %s outside"
-                            " the play (--limit) would keep its old key; finish it with a run of every host of the mesh"
-                            % ", ".join(outside[:5]), host_subject(task_vars.get("inventory_hostname")),
+            raise KiloError("the key rotation of this host is unfinished (an earlier run was cut short) and %s, left"
+                            " out of this run (--limit), would keep its old key; finish it with a run of every host"
+                            " of the mesh" % some_of(outside), host_subject(task_vars.get("inventory_hostname")),
                             "kilo_key_rotate")
 
     def install_then_key(self, args, prepared, task_vars):

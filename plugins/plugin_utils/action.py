@@ -91,7 +91,7 @@ class HostVarsOnce(_Once):
 
     def __init__(self, hostvars):
         super(HostVarsOnce, self).__init__(hostvars, wrap=_Once)
-        self.inventory = ansible_internals.inventory_of(hostvars)  # for location_groups
+        self.inventory = ansible_internals.inventory_of(hostvars)  # for KiloAction.inventory
 
     def set_in_run(self):
         """ansible_internals.set_in_run of the hostvars behind this one."""
@@ -235,14 +235,19 @@ class KiloAction(ActionBase):
         return host if host in members or not members else members[0]
 
     @staticmethod
-    def location_groups(task_vars, group):
+    def inventory(task_vars):
+        """The InventoryManager behind ``hostvars`` (ansible_internals.inventory_of), or None."""
+        hostvars = task_vars["hostvars"]
+        return hostvars.inventory if isinstance(hostvars, HostVarsOnce) else ansible_internals.inventory_of(hostvars)
+
+    @classmethod
+    def location_groups(cls, task_vars, group):
         """host -> the child groups of ``group`` holding it (its location), or None when unknown.
 
         Action plugins see flat group lists only; the parent/child links are on the inventory
-        behind ``hostvars`` (ansible_internals.inventory_of).
+        behind ``hostvars`` (``inventory``).
         """
-        hostvars = task_vars["hostvars"]
-        inventory = hostvars.inventory if isinstance(hostvars, HostVarsOnce) else ansible_internals.inventory_of(hostvars)
+        inventory = cls.inventory(task_vars)
         if inventory is None:
             return None
         result = {}

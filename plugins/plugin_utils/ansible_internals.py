@@ -20,6 +20,17 @@ caller takes its documented fallback. What each fallback gives up:
     cannot trust what kilo.mesh.validate read of the hosts outside the play, so it reads every
     host again: slower at scale (one variable computation per host), never stale.
 
+``limit_admits(inventory, pattern)`` (the InventoryManager of ``inventory_of``; its ``get_hosts``
+    with ``ignore_restrictions``): the hosts of a pattern that the run's ``--limit`` admits,
+    whatever play is running. It relies on three things: the action's worker is a fork of
+    ansible-playbook, so the manager it sees carries the subset the command line set before the
+    first play; ``get_hosts`` applies that subset (unless ``ignore_limits``); and with
+    ``ignore_restrictions`` it leaves out the restriction the executor puts on the manager for
+    each play or serial batch (and the failed hosts), which would otherwise make every host
+    outside the running play look excluded. Without it the admitted hosts are unknown: a machine
+    connecting as a peer then counts every mesh host as left out, so its own key does not rotate
+    (rotation by age held back, ``kilo_key_rotate`` refused), rather than rotate and be cut off.
+
 ``forks()`` (``ansible.context.CLIARGS``, the command line as parsed): how many hosts a task runs
     on at once. Without it a key rotation takes the ordered way (rotating hosts converge in a
     task of their own before their peers) rather than the scheduled one.
@@ -37,6 +48,19 @@ from ansible import constants as C
 def inventory_of(hostvars):
     """The InventoryManager behind Ansible's ``hostvars``, or None."""
     return getattr(hostvars, "_inventory", None)
+
+
+def limit_admits(inventory, pattern):
+    """The names of the hosts matching ``pattern`` that the run's --limit admits (a set), or None
+    when ``inventory`` is not a manager that tells."""
+    get_hosts = getattr(inventory, "get_hosts", None)
+    if not callable(get_hosts):
+        return None
+    try:
+        hosts = get_hosts(pattern, ignore_restrictions=True)
+    except TypeError:  # a manager without the keyword
+        return None
+    return set(host.name for host in hosts)
 
 
 def set_in_run(hostvars):

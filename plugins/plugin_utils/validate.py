@@ -92,7 +92,11 @@ def check_rotation(hosts, per_host, play):
         return
     for host in hosts:
         if host in play and per_host[host]["key_rotate"]:
-            shown = ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else "")
             raise KiloError("this host's key would rotate, but %s outside the play or its batch (--limit, serial) would"
                             " keep its old key and cut it off; rotate in a run of every host of the mesh at once"
-                            % shown, host_subject(host), OPTIONS["key_rotate"]["var"])
+                            % some_of(outside), host_subject(host), OPTIONS["key_rotate"]["var"])
+
+
+def some_of(hosts):
+    """The hosts an error names: the first five, then "..." (a limit may leave thousands out)."""
+    return ", ".join(hosts[:5]) + (" ..." if len(hosts) > 5 else "")

@@ -5,7 +5,8 @@ as its VPN exit, and leaves without a trace.
 Lab kvp (KILO_TEST_PREFIX_CONNECT), 4 locations x 2 hosts: aws and gcp form the mesh (group kilo); azure-1 is the laptop
 (group connect, outside the mesh); home-1 stands for "the internet" behind the exit: it carries
 198.51.100.77, which only gcp-1 (the exit) has a route to. The laptop also rotates its own key
-under 50 pings/s each way (the loss printed: run with -s to see it). Real parts only: network-namespace
+under 50 pings/s each way (the loss printed: run with -s to see it), and refuses to under a
+--limit that leaves the leaders out. Real parts only: network-namespace
 hosts with sshd, wireguard-go, nftables, iproute2, Ansible over SSH. Tests run in file order and
 share one lab.
 """
@@ -167,6 +168,31 @@ def test_status_counts_and_names_the_registry_peer(lab):
     # named by the registry's peer entry (without it the table shows a shortened key)
     assert re.search(r"aws-1\s+laptop\s+203\.0\.113\.", out), out[-3000:]
     assert "kilo_peers 1" in sh(lab, "aws-1", "cat /run/kilo.prom").stdout
+
+
+def key_state(lab):
+    """What a refused rotation must leave as it is: the laptop's key file (its text's digest and
+    its age), every WireGuard peer of the laptop and of the mesh, and the mesh's own keys."""
+    laptop = sh(lab, LAPTOP, "sha256sum /var/lib/kilo/key; stat -c %Y /var/lib/kilo/key").stdout
+    return laptop, own_keys(lab), dict((h, wg_keys(lab, h)) for h in mesh_hosts(lab) + [LAPTOP])
+
+
+@needs_root
+def test_the_laptop_rotating_under_a_limit_that_leaves_the_leaders_out_changes_nothing(lab):
+    """connect.yml --limit laptop runs no leader, so the leaders would keep the laptop's old key
+    and cut it off. kilo_key_rotate is refused by the laptop's key step, naming the host and the
+    variable, before anything changes; a due kilo_key_max_age is held back with a warning."""
+    before = key_state(lab)
+    out = connect(lab, "--limit", LAPTOP, inventory=lab.path("connect-rotate-inventory.yml"), expect_rc=2)
+    said = " ".join(out.split()).replace("''", "'")  # as one line, YAML's doubled quotes undone
+    assert re.search(r"host '%s': kilo_key_rotate: this machine's key would rotate, but aws-1, aws-2, gcp-1, gcp-2,"
+                     r" left out of this run \(--limit\)" % LAPTOP, said), out[-3000:]
+    assert key_state(lab) == before
+    out = connect(lab, "--limit", LAPTOP, "-e", "kilo_key_max_age=1")  # the key file is minutes old
+    assert "kilo_key_max_age is not applied in this run" in " ".join(out.split()), out[-3000:]
+    counts = recap(out)
+    assert counts[LAPTOP]["changed"] == 0 and counts[LAPTOP]["failed"] == 0, counts
+    assert key_state(lab) == before
 
 
 @needs_root

@@ -16,6 +16,8 @@ kilo:
   children:
     aws: {hosts: {a1: {}, a2: {}}}
     gcp: {hosts: {g1: {}}}
+connect:
+  hosts: {laptop: {}}
 """
 
 
@@ -51,6 +53,18 @@ def test_gathered_facts_count_where_ansible_injects_them_as_variables(ansible_ho
     assert touched is not None and not touched("g1")
     manager.set_host_facts("g1", {"kilo_fact": 1})                           # gathered facts
     assert touched("g1") is injected and not touched("a1")
+
+
+def test_the_hosts_limit_admits_are_read_whatever_play_runs(ansible_hostvars):
+    """--limit's subset counts; the restriction the executor sets for the running play (or a
+    serial batch) does not: a play of other hosts must not make the mesh look left out."""
+    hostvars, dummy = ansible_hostvars
+    inventory = internals.inventory_of(hostvars)
+    assert internals.limit_admits(inventory, "kilo") == {"a1", "a2", "g1"}   # no --limit
+    inventory.subset("laptop:a1")
+    inventory.restrict_to_hosts([inventory.get_host("laptop")])               # a play of the laptop alone
+    assert internals.limit_admits(inventory, "kilo") == {"a1"}
+    assert internals.limit_admits(None, "kilo") is None and internals.limit_admits({}, "kilo") is None
 
 
 def test_without_the_inventory_locations_are_unknown_and_every_host_must_set_one():

@@ -150,6 +150,54 @@ def test_rotation_under_a_limit_is_refused_naming_host_variable_and_who_is_left_
     check_rotation(["a", "b", "c"], per_host, {"a", "b"})  # no rotation asked: a limit is fine
 
 
+def _connecting_machine(tmp_path, limit):
+    """task_vars of the key step of "laptop" (group connect, outside the mesh) in a run under
+    ``limit``, in connect.yml's first play (the laptop's alone), on real Ansible objects."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.hostvars import HostVars
+    from ansible.vars.manager import VariableManager
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.action import HostVarsOnce
+    path = tmp_path / "inventory.yml"
+    path.write_text("kilo: {children: {aws: {hosts: {a1: {}, a2: {}}}}}\nconnect: {hosts: {laptop: {}}}\n")
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    if limit:
+        inventory.subset(limit)
+    inventory.restrict_to_hosts([inventory.get_host("laptop")])
+    hostvars = HostVars(inventory=inventory, variable_manager=VariableManager(loader=loader, inventory=inventory),
+                        loader=loader)
+    return {"inventory_hostname": "laptop", "groups": {"kilo": ["a1", "a2"], "connect": ["laptop"]},
+            "ansible_play_hosts_all": ["laptop"], "hostvars": HostVarsOnce(hostvars)}
+
+
+def test_a_connecting_machine_under_a_limit_rotates_nothing_and_changes_nothing(tmp_path):
+    """connect.yml --limit laptop: the leaders would keep the laptop's old key. kilo_key_rotate
+    is refused before the key module runs; a due kilo_key_max_age is held back with a warning."""
+    from ansible_collections.kilo.mesh.plugins.action import key
+    from test_mesh_reading import make_action
+    action = make_action(key)
+    task_vars = _connecting_machine(tmp_path, "laptop:a1")
+    assert action.left_out(task_vars) == ["a2"]
+    with pytest.raises(KiloError) as e:
+        action.run_kilo({"port": 51820, "key_rotate": True, "key_max_age": 0}, task_vars)
+    assert (e.value.subject, e.value.field) == ("host 'laptop'", "kilo_key_rotate") and "a2" in e.value.message
+    assert action.calls == []  # the key module never ran: the key file stays
+    args = {"key_rotate": False, "key_max_age": 86400}
+    assert "kilo_key_max_age is not applied" in action.hold_rotation_under_limit(args, task_vars)
+    assert args["key_max_age"] == 0
+    with pytest.raises(KiloError):  # a rotation an earlier run left unfinished
+        action.refuse_unfinished_rotation({"rotating": True}, task_vars)
+    # without --limit, every mesh host is in the run (its mesh play), though not in this play
+    task_vars = _connecting_machine(tmp_path, None)
+    assert action.left_out(task_vars) == []
+    action.refuse_rotation_under_limit({"key_rotate": True}, task_vars)
+    assert action.hold_rotation_under_limit({"key_max_age": 86400}, task_vars) is None
+    # Ansible not telling what --limit admits: the machine's key stays rather than be cut off
+    task_vars["hostvars"] = {}
+    assert action.left_out(task_vars) == ["a1", "a2"]
+
+
 def test_the_agent_gets_the_key_age_but_never_one_run_s_rotation_request():
     from ansible_collections.kilo.mesh.plugins.action.agent import ActionModule
     from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
