@@ -10,6 +10,7 @@ through it. site.yml runs once; the tests then run in file order on the same mes
 * a leader, a non-leader and every host at once rotate under 50 pings/s on every tunnel of the
   rotating hosts (the loss of each flow is printed; bound: under 1 s, 50 packets, per flow);
   a plain site.yml afterwards changes nothing;
+* rotation by age (kilo_key_max_age): held back under --limit, done in a run of every host;
 * revocation: a WireGuard client holding a rotated host's old private key completes a handshake
   with no host of the mesh (and did before the rotation: the attacker's set-up works);
 * an interrupted rotation heals in one ordinary run: rotate.yml SIGKILLed at each step, and the
@@ -204,6 +205,30 @@ def test_rotating_a_non_leader_keeps_its_location_reachable(lab):
     rotate_under_traffic(lab, "non-leader %s" % host, host, pairs)
     assert iface_key(lab, host) != old
     assert_consistent(lab)
+
+
+def test_a_key_past_kilo_key_max_age_rotates_in_a_run_of_every_host_only(lab):
+    """Rotation by age in push mode: a leader's key file backdated two days, kilo_key_max_age one
+    day. A run limited to it holds the rotation back (its peers outside would keep the old key),
+    saying so; a run of every host rotates that key and no other, every peer follows, and the new
+    key, being young, makes the next run change nothing."""
+    host = leaders(lab)[-1]
+    old, age = iface_key(lab, host), "kilo_key_max_age=86400"
+    sh(lab, host, "touch -d @%d %s" % (time.time() - 2 * 86400, KEY))
+    held = playbook(lab.inventory, "site.yml", "--limit", host, "-e", age)
+    assert "kilo_key_max_age is not applied in this run" in held, held[-3000:]
+    assert iface_key(lab, host) == old and sh(lab, host, "wg pubkey < %s" % KEY) == old
+    before = dict((h, k) for h, k in keys_now(lab).items() if h != host)
+    old_private = file_key(lab, host)
+    out = site(lab.inventory, "-e", age, "-v", "--diff")
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in recap(out).values()), out[-3000:]
+    assert iface_key(lab, host) != old
+    # neither private key in a verbose run's results and diffs (the public keys are there)
+    assert old_private not in out and file_key(lab, host) not in out and iface_key(lab, host) in out
+    assert dict((h, k) for h, k in keys_now(lab).items() if h != host) == before
+    assert_consistent(lab)
+    assert_all_reach(lab)
+    assert_no_change(lab, site(lab.inventory, "-e", age))
 
 
 def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
