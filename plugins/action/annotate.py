@@ -63,7 +63,9 @@ class ActionModule(KiloAction):
                                 node_subject(name))
             raise
         current = (obj.get("metadata") or {}).get("annotations") or {}
+        wanted.update(kube_node.dual_removals(wanted, current))
         ours = [k for k in kube_node.AGENT_ANNOTATIONS if k not in kube_node.OBSERVED_ANNOTATIONS]
+        ours += [k for k in kube_node.DUAL_ANNOTATIONS if k in wanted]  # a dual-stack node's, or one to remove
         differ = dict((k, wanted[k]) for k in ours if current.get(k) != wanted[k])
         patch = dict(differ)
         for k in kube_node.OBSERVED_ANNOTATIONS:

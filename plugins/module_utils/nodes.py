@@ -251,6 +251,13 @@ def parse_subnets(value, subject, field="subnet"):
     return nets
 
 
+def mesh_families(subnet):
+    """The IP versions of a dual-stack mesh's two subnets (option ``subnet``), primary first; ()
+    for a single-stack mesh (one CIDR, or a list of one). Raises TopologyError on a bad value."""
+    nets = parse_subnets(subnet, "options", "subnet") if isinstance(subnet, (list, tuple)) else []
+    return tuple(net.version for net in nets) if len(nets) == 2 else ()
+
+
 def first_of(value):
     """The first of a value that is one item or a list of them (a dual-stack node's internal IPs,
     a plan's two addresses): Kilo's one, the primary family's; None for none."""
@@ -493,10 +500,12 @@ def pod_source_of(hvars, default, subject):
     return source
 
 
-def source_pod_cidrs(hvars, default, subject):
+def source_pod_cidrs(hvars, default, subject, dual=False):
     """A host's pod ranges from its source, as its Kubernetes Node's reading holds them
     (``kilo_kubernetes_node.pod_cidrs``: source -> CIDRs); None without a Node (a hand-written
-    inventory: only ``kilo_pod_cidr`` gives pod ranges there) or without ranges."""
+    inventory: only ``kilo_pod_cidr`` gives pod ranges there) or without ranges. The Node's own
+    (source node) are its ``spec.podCIDR`` then the other family's of ``spec.podCIDRs``: a
+    single-stack mesh takes the first alone (Kilo's), a ``dual``-stack mesh both."""
     source = pod_source_of(hvars, default, subject)
     written = hvars.get("kilo_kubernetes_node")
     if not isinstance(written, dict):
@@ -510,10 +519,12 @@ def source_pod_cidrs(hvars, default, subject):
             return None
         raise InputError("%s: its objects were not read (their resource type is not installed, or this reader"
                          " may not list them)" % source, subject, POD_SOURCE_VAR)
+    if source == POD_SOURCES[0] and not dual:
+        return pod_cidr_value(ranges[source][:1])
     return pod_cidr_value(ranges[source])
 
 
-def node_from_host(name, hvars, facts, location, port, pod_source=None):
+def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=False):
     """One topology node from a host's variables and what it reported (``facts``).
 
     ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
@@ -521,6 +532,9 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None):
     is checked by its row of the node table (``nodes.check_host_vars``), as validate checks it.
     Its pod ranges: ``kilo_pod_cidr`` when set, else those of its source (``source_pod_cidrs``;
     ``pod_source`` is the mesh's, for a host that names none: the agent's configuration).
+    ``dual``: the mesh is dual-stack (``mesh_families``); in a single-stack one, internal IPs of
+    two reported earlier (a registry entry, a Node's annotations of a dual-stack past) count as
+    the first alone, and a Node's ``spec.podCIDRs`` as its ``spec.podCIDR``, as Kilo reads them.
     """
     facts = facts or {}
     subject = host_subject(name)
@@ -539,6 +553,8 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None):
             text = e.message if isinstance(reported, (list, tuple)) else "%r is not an IP address in CIDR form" % (
                 reported,)
             raise InputError(text, subject, "internal_ip (reported by kilo.mesh.key)")
+        if not dual:
+            node["internal_ip"] = first_of(reported)
 
     if given.get("endpoint"):
         node["endpoint"] = given["endpoint"]
@@ -553,7 +569,7 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None):
         node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
     node["pod_cidr"] = given["pod_cidr"] if given.get("pod_cidr") is not None else source_pod_cidrs(
-        hvars, pod_source, subject)
+        hvars, pod_source, subject, dual)
     # Kilo's cni-compatibility-ip annotation: the next hop towards this node under compatibility cilium
     node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
     # the leader annotation counts by its presence: absent is the only "no"

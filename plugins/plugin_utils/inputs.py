@@ -57,17 +57,17 @@ def placed(hosts, vars_of, locations, group):
     return {}
 
 
-def host_node(host, hvars, facts_var, known, location, port):
+def host_node(host, hvars, facts_var, known, location, port, dual=False):
     """(node, facts, fresh) of one host: its facts as host_facts() finds them (``known``: its
     registry entry) and its node, None when the host has no data at all (it reported nothing and
-    does not pin both its key and its endpoint)."""
+    does not pin both its key and its endpoint). ``dual``: the mesh is dual-stack."""
     facts, fresh = host_facts(hvars, facts_var, known)
     if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
         return None, facts, fresh
-    return node_from_host(host, hvars, facts, location, port), facts, fresh
+    return node_from_host(host, hvars, facts, location, port, dual=dual), facts, fresh
 
 
-def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=None):
+def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=None, dual=False):
     """Nodes of every host in ``group``, with the facts of this run, else the registry, else the
     agent annotations of the host's Kubernetes Node.
 
@@ -90,7 +90,7 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=No
     nodes, missing, fresh, rotating = [], [], {}, set()
     for host in hosts:
         hvars = vars_of(host)
-        node, facts, now = host_node(host, hvars, facts_var, known.get(host), locations.get(host, ""), port)
+        node, facts, now = host_node(host, hvars, facts_var, known.get(host), locations.get(host, ""), port, dual)
         if now:
             fresh[host] = facts
             reported = hvars.get(facts_var) or {}

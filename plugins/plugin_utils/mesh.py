@@ -21,7 +21,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     TopologyError, build_plans, listen_port, node_segment)
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location, mesh_families
 from ansible_collections.kilo.mesh.plugins.module_utils.options import names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
@@ -73,6 +73,15 @@ class MeshReading(object):
         return engine_options(self.args)
 
     @property
+    def dual(self):
+        """Whether the mesh is dual-stack (``subnet`` a list of two): its nodes then take internal IPs and
+        a Node's pod ranges of both families. A bad subnet counts as single-stack here: the engine names it."""
+        try:
+            return bool(mesh_families(self.args.get("subnet")))
+        except KiloError:
+            return False
+
+    @property
     def registry_file(self):
         return self._once("registry_file",
                           lambda: registry_path(self.task_vars, self.args.get("registry"), self.group))
@@ -95,7 +104,7 @@ class MeshReading(object):
             if self.args.get("nodes") is not None:  # explicit nodes win over the inventory
                 return [dict(n) for n in self.args["nodes"]], [], {}, set()
             return gather_nodes(self.task_vars, self.group, self.args["port"], self.args["facts_var"],
-                                self.registry, self.locations, self._earlier)
+                                self.registry, self.locations, self._earlier, self.dual)
         return self._once("gathered", gather)
 
     @property
@@ -147,7 +156,7 @@ class MeshReading(object):
         # a reading without a mesh group (kilo.mesh.key's) asks nothing a location changes
         location = placed([host], lambda h: hvars, self.locations, self.group).get(host, "") if self.group else ""
         known = facts if facts is not None else self.registry["hosts"].get(host)
-        return host_node(host, hvars, self.args.get("facts_var"), known, location, self.args["port"])[0]
+        return host_node(host, hvars, self.args.get("facts_var"), known, location, self.args["port"], self.dual)[0]
 
     def location(self, host):
         """``host``'s location as its node has it (``nodes.host_location``): its kilo_location,

@@ -184,3 +184,48 @@ def test_kubernetes_core_alias_names_of_the_client_options_work(kube, admin, mes
     _out, results = run(tmp_path)
     assert len(results) == 3 and all(r["changed"] for r in results), results
     assert annotations(admin, mesh[0])[kn.KEY] == KEYS[0]
+
+
+def test_a_dual_stack_mesh_writes_kilos_annotations_and_both_families_in_ours(admin, mesh, tmp_path):
+    """Kilo's wireguard-ip and internal-ip keep the primary family's address; kilo.mesh/wireguard-ips
+    and internal-ips hold both, are read back as both, and go when the mesh is single-stack again
+    or the node leaves (issue 23)."""
+    single = (tmp_path / "inventory.yml").read_text()
+    inventory = yaml.safe_load(single)
+    inventory["kilo"]["vars"]["kilo_subnet"] = ["10.4.0.0/16", "fd04::/64"]
+    for group in inventory["kilo"]["children"].values():
+        for i, hvars in enumerate(group["hosts"].values()):
+            hvars["fake_key"]["internal_ip"] = [hvars["fake_key"]["internal_ip"], "fd00:%d::%d/64" % (len(group["hosts"]), i + 1)]
+            hvars["kilo_pod_cidr"] = [hvars["kilo_pod_cidr"], "fd10:%s::/64" % hvars["kilo_pod_cidr"].split(".")[2]]
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    out, results = run(tmp_path)
+    assert all(r["changed"] for r in results), out
+    for i, name in enumerate(mesh):
+        got = annotations(admin, name)
+        assert got[kn.INTERNAL_IP] == "172.16.%d.%d/24" % (1 + i // 2, i + 1)
+        assert got[kn.INTERNAL_IPS].split(",")[0] == got[kn.INTERNAL_IP]
+        assert got[kn.INTERNAL_IPS].split(",")[1].startswith("fd00:")
+        if i != 1:  # the leaders
+            assert got[kn.WIREGUARD_IP].startswith("10.4.0.") and got[kn.WIREGUARD_IP].endswith("/16")
+            first, second = got[kn.WIREGUARD_IPS].split(",")
+            assert first == got[kn.WIREGUARD_IP] and second.startswith("fd04::") and second.endswith("/64")
+        else:
+            assert got[kn.WIREGUARD_IP] == "" and kn.WIREGUARD_IPS not in got
+        facts = kn.host_vars(client.CoreV1Api(admin).api_client.sanitize_for_serialization(
+            client.CoreV1Api(admin).read_node(name)))["kilo_kubernetes_node"]
+        assert facts["internal_ip"] == got[kn.INTERNAL_IPS].split(",")
+    out, results = run(tmp_path)
+    assert "changed=0" in out and "changed: [" not in out, out
+    # single-stack again: ours go, Kilo's stay as Kilo writes them
+    (tmp_path / "inventory.yml").write_text(single)
+    out, results = run(tmp_path)
+    for name in mesh:
+        got = annotations(admin, name)
+        assert not set(kn.DUAL_ANNOTATIONS) & set(got), got
+        assert "," not in got[kn.INTERNAL_IP]
+    # and a node leaving removes ours with Kilo's
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    run(tmp_path)
+    run(tmp_path, "-e", "want=absent")
+    for name in mesh:
+        assert not (set(kn.AGENT_ANNOTATIONS) | set(kn.DUAL_ANNOTATIONS)) & set(annotations(admin, name))

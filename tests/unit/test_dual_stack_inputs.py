@@ -9,7 +9,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.kilo.mesh.plugins.module_utils import nodes
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery, host_checks, report
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery, host_checks
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, validate
@@ -43,9 +43,9 @@ def test_parse_subnets_one_or_two_families():
     assert [str(n) for n in nodes.parse_subnets(DUAL, "options")] == DUAL
     with pytest.raises(KiloError, match="options: subnet: 10.4.0.0/16 and 10.5.0.0/16 are both IPv4"):
         nodes.parse_subnets(["10.4.0.0/16", "10.5.0.0/16"], "options")
-    assert report.mesh_families(DUAL) == (4, 6)
-    assert report.mesh_families(["fd04::/64", "10.4.0.0/16"]) == (6, 4)
-    assert report.mesh_families("10.4.0.0/16") == () and report.mesh_families(["10.4.0.0/16"]) == ()
+    assert nodes.mesh_families(DUAL) == (4, 6)
+    assert nodes.mesh_families(["fd04::/64", "10.4.0.0/16"]) == (6, 4)
+    assert nodes.mesh_families("10.4.0.0/16") == () and nodes.mesh_families(["10.4.0.0/16"]) == ()
 
 
 # --- kilo_force_internal_ip: the node table's row ------------------------------------------------
@@ -148,10 +148,13 @@ def test_dual_stack_discovery_takes_no_second_family_from_another_interface():
 def test_reported_internal_ips_of_two_make_a_dual_stack_node():
     facts = nodes.facts_from_result(dict(FACTS, failed=False))
     assert facts["internal_ip"] == ["10.1.0.5/24", "fd00:1::5/64"]  # the registry keeps both
-    node = inputs.node_from_host("a", {}, facts, "x", 51820)
+    node = inputs.node_from_host("a", {}, facts, "x", 51820, dual=True)
     assert node["internal_ip"] == ["10.1.0.5/24", "fd00:1::5/64"] and node["endpoint"] == "203.0.113.5:51820"
     # no external IP: the endpoint is the first internal IP's, as Kilo's one
-    assert inputs.node_from_host("a", {}, dict(facts, external_ip=None), "x", 51820)["endpoint"] == "10.1.0.5:51820"
+    assert inputs.node_from_host("a", {}, dict(facts, external_ip=None), "x", 51820, dual=True)[
+        "endpoint"] == "10.1.0.5:51820"
+    # a single-stack mesh (a registry entry of a dual-stack past): the first alone
+    assert inputs.node_from_host("a", {}, facts, "x", 51820)["internal_ip"] == "10.1.0.5/24"
 
 
 def test_bad_reported_internal_ips_name_the_host():
@@ -162,10 +165,10 @@ def test_bad_reported_internal_ips_name_the_host():
 
 
 def test_nodes_from_hosts_feed_a_dual_stack_mesh():
-    a = inputs.node_from_host("a", {"kilo_pod_cidr": ["10.2.0.0/24", "fd10::/64"]}, FACTS, "x", 51820)
+    a = inputs.node_from_host("a", {"kilo_pod_cidr": ["10.2.0.0/24", "fd10::/64"]}, FACTS, "x", 51820, dual=True)
     b = inputs.node_from_host("b", {"kilo_force_internal_ip": ["10.1.1.5/24", "fd00:2::5/64"],
                                     "kilo_pod_cidr": ["10.2.1.0/24", "fd10:0:0:1::/64"]},
-                              dict(FACTS, public_key=KEY2, external_ip="198.51.100.5"), "y", 51820)
+                              dict(FACTS, public_key=KEY2, external_ip="198.51.100.5"), "y", 51820, dual=True)
     plans = build_plans([a, b], [], {"subnet": DUAL})["plans"]
     assert plans["a"]["address"] == ["10.4.0.1/16", "fd04::1/64"]
     assert plans["a"]["internal_ip"] == ["10.1.0.5/24", "fd00:1::5/64"]
@@ -174,3 +177,66 @@ def test_nodes_from_hosts_feed_a_dual_stack_mesh():
     # the same hosts in a single-stack mesh: refused, naming the node and the field
     with pytest.raises(KiloError, match="node 'a'"):
         build_plans([a, b], [], {"subnet": "10.4.0.0/16"})
+
+
+# --- Kubernetes: spec.podCIDRs, write-back of both families and their reading back ------------------
+
+from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh as agent_mesh  # noqa: E402
+
+
+def kube(annotations=None, spec=None):
+    return {"metadata": {"name": "n", "annotations": dict(annotations or {})}, "spec": dict(spec or {})}
+
+
+def test_pod_cidrs_of_both_families_only_in_a_dual_stack_mesh():
+    obj = kube({kube_node.KEY: KEY, kube_node.ENDPOINT: "203.0.113.5:51820"},
+               {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd10:244:1::/64"]})
+    hvars = kube_node.host_vars(obj)
+    assert hvars["kilo_kubernetes_node"]["pod_cidrs"]["node"] == ["10.244.1.0/24", "fd10:244:1::/64"]
+    facts = nodes.annotation_facts(hvars)
+    assert nodes.node_from_host("n", hvars, facts, "", 51820)["pod_cidr"] == "10.244.1.0/24"  # Kilo's
+    assert nodes.node_from_host("n", hvars, facts, "", 51820, dual=True)["pod_cidr"] == [
+        "10.244.1.0/24", "fd10:244:1::/64"]
+    # one family only, as before
+    single = kube_node.host_vars(kube(spec={"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]}))
+    assert single["kilo_kubernetes_node"]["pod_cidrs"]["node"] == ["10.244.1.0/24"]
+
+
+def test_write_back_keeps_kilos_annotations_and_adds_both_families_in_ours():
+    node = {"name": "n", "public_key": KEY, "endpoint": "203.0.113.5:51820",
+            "internal_ip": ["10.1.0.5/24", "fd00:1::5/64"], "discovered_endpoints": {}}
+    plan = {"address": ["10.4.0.1/16", "fd04::1/64"]}
+    written = kube_node.write_back(node, plan, "location", 7)
+    assert written[kube_node.WIREGUARD_IP] == "10.4.0.1/16" and written[kube_node.INTERNAL_IP] == "10.1.0.5/24"
+    assert written[kube_node.WIREGUARD_IPS] == "10.4.0.1/16,fd04::1/64"
+    assert written[kube_node.INTERNAL_IPS] == "10.1.0.5/24,fd00:1::5/64"
+    # single-stack: exactly Kilo's keys, as before
+    single = kube_node.write_back(dict(node, internal_ip="10.1.0.5/24"), {"address": "10.4.0.1/16"}, "location", 7)
+    assert not set(single) & set(kube_node.DUAL_ANNOTATIONS) and set(written) - set(single) == set(kube_node.DUAL_ANNOTATIONS)
+    assert single[kube_node.WIREGUARD_IP] == "10.4.0.1/16"
+    # what a writer removes: ours the Node has that it does not write
+    assert kube_node.dual_removals(single, written) == dict.fromkeys(kube_node.DUAL_ANNOTATIONS)
+    assert kube_node.dual_removals(written, written) == {} and kube_node.dual_removals(single, {}) == {}
+
+
+def test_both_families_read_back():
+    written = kube_node.write_back({"name": "n", "public_key": KEY, "endpoint": "203.0.113.5:51820",
+                                    "internal_ip": ["10.1.0.5/24", "fd00:1::5/64"], "discovered_endpoints": {}},
+                                   {"address": ["10.4.0.1/16", "fd04::1/64"]}, "location", 7)
+    hvars = kube_node.host_vars(kube(written))
+    seen = hvars["kilo_kubernetes_node"]
+    assert seen["internal_ip"] == ["10.1.0.5/24", "fd00:1::5/64"]
+    assert seen["wireguard_ip"] == ["10.4.0.1/16", "fd04::1/64"]
+    facts = nodes.annotation_facts(hvars)
+    assert facts["internal_ip"] == ["10.1.0.5/24", "fd00:1::5/64"]
+    assert nodes.node_from_host("n", hvars, facts, "", 51820, dual=True)["internal_ip"] == facts["internal_ip"]
+    # ours left from a dual-stack past, Kilo's rewritten since by Kilo's agent: Kilo's counts
+    stale = dict(written, **{kube_node.INTERNAL_IP: "10.1.0.9/24", kube_node.WIREGUARD_IP: ""})
+    seen = kube_node.host_vars(kube(stale))["kilo_kubernetes_node"]
+    assert seen["internal_ip"] == "10.1.0.9/24" and seen["wireguard_ip"] is None
+
+
+def test_leader_probes_go_to_the_primary_wireguard_ip():
+    computed = {"segments": [{"leader": "a", "wireguard_ip": ["10.4.0.1", "fd04::1"]},
+                             {"leader": "c", "wireguard_ip": ["10.4.0.2", "fd04::2"]}]}
+    assert agent_mesh.probe_targets(computed, "a") == {"c": "10.4.0.2"}

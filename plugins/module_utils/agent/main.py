@@ -256,10 +256,12 @@ class Agent(object):
             for source, informer in self.ipam.items():
                 if informer.installed:
                     ipam[source] = kube_node.IPAM_READERS[source](informer.snapshot().values(), ipam_errors)
+            from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families
             nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
                                              self.config["topology_label"], now, self.config["liveness"],
                                              watching.connected_since if watching.connected else None,
-                                             watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"))
+                                             watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"),
+                                             dual=bool(mesh_families(options.get("subnet"))))
             peers, skipped_peers = mesh.mesh_peers(peer_objects)
             skipped.update(skipped_peers)
             for name, reason in ipam_errors.items():
@@ -427,6 +429,7 @@ class Agent(object):
                 wanted[UNREACHABLE] = format_names(self.prober.dead(now)) or None
         node = self.informers[0].snapshot().get(self.name) or {}
         have = (node.get("metadata", {}).get("annotations") or {})
+        wanted.update(kube_node.dual_removals(wanted, have))
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
         if self.prober:
             wanted[health.DEPOSED] = health.mark(self.name, self._deposed, have.get(health.DEPOSED), now)

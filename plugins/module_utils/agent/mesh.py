@@ -48,10 +48,11 @@ def stale_at(seen, window, watching_since, lost_at):
 
 
 def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None,
-               lost_at=None, ipam=None, pod_source=None):
+               lost_at=None, ipam=None, pod_source=None, dual=False):
     """(nodes, skipped) of the Node objects: engine nodes, and {name: reason} of those left out.
     ``ipam`` and ``pod_source``: the pod ranges of the IPAM objects watched ({source: {node: [CIDR]}},
-    ``kube_node.host_vars``) and the mesh's source of pod ranges (``pod_cidr_source``).
+    ``kube_node.host_vars``) and the mesh's source of pod ranges (``pod_cidr_source``); ``dual``:
+    the mesh is dual-stack (``nodes.node_from_host``).
 
     A Node whose data cannot be read is left out with its reason, never fatal: one bad
     annotation on another node must not stop this node's agent."""
@@ -69,7 +70,7 @@ def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window
                 if not live(hvars.get("kilo_kubernetes_node"), now, window, watching_since, lost_at):
                     skipped[name] = "last-seen older than %ds" % window
                     continue
-            nodes.append(node_table.node_from_host(name, hvars, facts, "", port, pod_source=pod_source))
+            nodes.append(node_table.node_from_host(name, hvars, facts, "", port, pod_source=pod_source, dual=dual))
         except KiloError as e:
             skipped[name] = str(e)
     return nodes, skipped
@@ -191,5 +192,6 @@ def probe_targets(computed, own, field="wireguard_ip"):
     segments = computed["segments"] if computed else []
     if not any(s.get("leader") == own for s in segments):
         return {}
-    return dict((s["leader"], s[field]) for s in segments
+    # a dual-stack segment has a WireGuard IP of each family: probes go to the primary's (Kilo's one)
+    return dict((s["leader"], node_table.first_of(s[field])) for s in segments
                 if s.get("leader") and s["leader"] != own and s.get(field))

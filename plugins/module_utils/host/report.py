@@ -16,19 +16,12 @@ import socket
 import time
 
 
-def mesh_families(subnet):
-    """The IP versions of a dual-stack mesh's two subnets (option ``subnet``), primary first; ()
-    for a single-stack mesh, whose discovery stays Kilo's. Raises KiloError on a bad value."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.nodes import parse_subnets
-    nets = parse_subnets(subnet, "options", "subnet") if isinstance(subnet, (list, tuple)) else []
-    return tuple(net.version for net in nets) if len(nets) == 2 else ()
-
-
 def addresses(params):
     """(ips, mtu, host) with ``ips`` as ``discovery.choose_ips`` gives them; ``params`` holds the
     "key" options (interface, ignore_interfaces, internal_cidrs, prioritise_private_addresses,
     subnet: a dual-stack mesh's two make the internal IP one of each family)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
+    from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families
     families = mesh_families(params.get("subnet"))
     host = discovery.read_host()
     ips = discovery.choose_ips(host, hostname=socket.gethostname(),

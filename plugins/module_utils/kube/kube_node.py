@@ -29,8 +29,8 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS,
-    check_host_vars, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value)
+    ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES,
+    UNSET, VARS, check_host_vars, first_of, mesh_families, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
@@ -52,6 +52,13 @@ LAST_SEEN = PREFIX + "last-seen"
 GRANULARITY = PREFIX + "granularity"
 # What Kilo's agent removes when it leaves (its CleanUp), in that order.
 AGENT_ANNOTATIONS = (ENDPOINT, INTERNAL_IP, KEY, LAST_SEEN, WIREGUARD_IP, DISCOVERED_ENDPOINTS, GRANULARITY)
+# Beyond Kilo (a dual-stack mesh): a node's addresses of both families, separated by a comma, the
+# primary's first. Kilo's wireguard-ip and internal-ip keep the primary's alone, as Kilo writes them;
+# these are written only where there are two, and read back only where their first agrees with
+# Kilo's annotation (one left from a dual-stack past, or by a writer that knew only Kilo's, is ignored).
+WIREGUARD_IPS = OWN_PREFIX + "wireguard-ips"
+INTERNAL_IPS = OWN_PREFIX + "internal-ips"
+DUAL_ANNOTATIONS = (WIREGUARD_IPS, INTERNAL_IPS)
 # Of those, what the node observes rather than is configured to be: refreshed by every writer
 # (an Ansible run, the agent) without counting as a change (a NAT'd peer's learned endpoint moves
 # on its own; an idempotence check must not see it).
@@ -147,15 +154,23 @@ def _agent_facts(name, annotations, node):
             raise KiloError("%r is not a string" % (value,), subject, key)
         return value
 
+    def both(key, own):
+        """Kilo's one address of ``key``, or the two of ``own`` when their first is it."""
+        one = parse_cidr(text(key), subject, key, host=True)
+        if not text(own):
+            return one
+        two = [parse_cidr(item.strip(), subject, own, host=True) for item in text(own).split(",") if item.strip()]
+        return two if len(two) == 2 and two[0] == one else one
+
     facts = dict.fromkeys(NODE_FIELDS)
     if text(KEY):
         facts["public_key"] = parse_key(text(KEY), subject, KEY)
     if text(ENDPOINT):
         facts["endpoint"] = parse_endpoint(text(ENDPOINT), subject, ENDPOINT)[0]
     if text(INTERNAL_IP):
-        facts["internal_ip"] = parse_cidr(text(INTERNAL_IP), subject, INTERNAL_IP, host=True)
+        facts["internal_ip"] = both(INTERNAL_IP, INTERNAL_IPS)
     if text(WIREGUARD_IP):
-        facts["wireguard_ip"] = parse_cidr(text(WIREGUARD_IP), subject, WIREGUARD_IP, host=True)
+        facts["wireguard_ip"] = both(WIREGUARD_IP, WIREGUARD_IPS)
     if text(LAST_SEEN):
         facts["last_seen"] = to_int(text(LAST_SEEN), subject, LAST_SEEN, low=0)
     if text(GRANULARITY):
@@ -169,16 +184,26 @@ def _agent_facts(name, annotations, node):
 
 
 def spec_pod_cidrs(node, subject):
-    """The Node's own pod range as Kilo reads it: ``spec.podCIDR`` alone (``spec.podCIDRs`` is a
-    dual-stack cluster's list, whose first item the API server keeps equal to ``spec.podCIDR``),
-    and a value that is not a CIDR is no range, as in Kilo, not an error."""
-    first = (node.get("spec") or {}).get("podCIDR")
-    if not first:
+    """The Node's own pod ranges: ``spec.podCIDR`` (Kilo's one), then those of ``spec.podCIDRs``
+    (a dual-stack cluster's list, whose first item the API server keeps equal to ``spec.podCIDR``)
+    of the other IP family. A single-stack mesh takes the first alone, as Kilo
+    (``nodes.source_pod_cidrs``). A value that is not a CIDR is no range, as in Kilo, not an error."""
+    spec = node.get("spec") or {}
+    if not spec.get("podCIDR"):
         return []
     try:
-        return [parse_cidr(first, subject, "spec.podCIDR")]
+        first = parse_cidr(spec["podCIDR"], subject, "spec.podCIDR")
     except KiloError:
         return []
+    out = [first]
+    for item in spec.get("podCIDRs") or ():
+        try:
+            cidr = parse_cidr(item, subject, "spec.podCIDRs")
+        except KiloError:
+            continue
+        if ipaddress.ip_network(cidr).version != ipaddress.ip_network(first).version and len(out) < 2:
+            out.append(cidr)
+    return out
 
 
 def _ipam_error(kind, name, field, message):
@@ -293,8 +318,12 @@ def drift(node, hvars, topology_label=REGION_LABEL):
         if (from_node.get(NODE_POD_SOURCE_VAR) or hvars.get(NODE_POD_SOURCE_VAR) or hvars.get(POD_SOURCE_VAR)
                 or POD_SOURCES[0]) == POD_SOURCES[0]:
             spec = from_node["kilo_kubernetes_node"]["pod_cidrs"][POD_SOURCES[0]]
+            try:  # spec.podCIDRs' second family only counts in a dual-stack mesh
+                dual = bool(mesh_families(hvars.get(OPTIONS["subnet"]["var"])))
+            except KiloError:
+                dual = False
             if spec:
-                from_node[pod_var] = pod_cidr_value(spec)
+                from_node[pod_var] = pod_cidr_value(spec if dual else spec[:1])
         else:  # an IPAM source's objects are not read here
             hvars = dict((k, v) for k, v in hvars.items() if k != pod_var)
     wanted = check_host_vars(dict((v, hvars[v]) for v in VARS if v in hvars and hvars[v] is not None), subject)
@@ -485,7 +514,9 @@ def write_back(node, plan, granularity, last_seen):
     ``node`` is the host's engine node (``inputs.node_from_host``: ``public_key``, ``endpoint``,
     ``internal_ip``, ``discovered_endpoints``), ``plan`` its plan (``address`` is the WireGuard IP
     of a leader; None when no plan was computed), ``granularity`` the mesh's, ``last_seen`` unix
-    seconds. As Kilo, "none" is written as "" (internal IP, WireGuard IP of a non-leader).
+    seconds. As Kilo, "none" is written as "" (internal IP, WireGuard IP of a non-leader). In a
+    dual-stack mesh (``address`` or ``internal_ip`` of two), Kilo's annotations get the first and
+    ``DUAL_ANNOTATIONS`` both; a writer sets those it does not get to None (``dual_removals``).
     A merge patch of ``{"metadata": {"annotations": write_back(...)}}`` applies it.
     """
     name = node.get("name") if isinstance(node, dict) else None
@@ -498,9 +529,20 @@ def write_back(node, plan, granularity, last_seen):
         raise KiloError("missing", subject, "last_seen")
     out = dict((field.written, field.write(node.get(field.name), subject, field.name))
                for field in FIELDS.values() if field.written)
-    out.update({WIREGUARD_IP: str(parse_interface(address, subject, "address")) if address else "",
+    out.update({WIREGUARD_IP: str(parse_interface(first_of(address), subject, "address")) if address else "",
                 LAST_SEEN: str(seen), GRANULARITY: granularity})
+    # a dual-stack node's two addresses, where Kilo's annotations hold the primary's alone
+    for key, value, field in ((WIREGUARD_IPS, address, "address"), (INTERNAL_IPS, node.get("internal_ip"), "internal_ip")):
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            out[key] = ",".join(str(parse_interface(item, subject, field)) for item in value)
     return out
+
+
+def dual_removals(wanted, current):
+    """{annotation: None} of the ``DUAL_ANNOTATIONS`` the Node has (``current``) that ``wanted``
+    (``write_back``'s, or ``remove_agent_annotations``') does not write: a node that left the mesh,
+    became single-stack or stopped leading loses them."""
+    return dict((key, None) for key in DUAL_ANNOTATIONS if key not in wanted and current.get(key) is not None)
 
 
 def remove_agent_annotations():
