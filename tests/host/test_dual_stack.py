@@ -20,8 +20,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from sitetools import REPO, fresh_lab
+from sitetools import REPO, fresh_lab, recap, site
 
 sys.path.insert(0, os.path.join(REPO, ".collections"))
 
@@ -235,3 +236,31 @@ def test_every_pod_reaches_every_other_over_ipv6_endpoints(lab):
     for h in lab.hosts:
         endpoints = sh(lab, h, "wg show kilo0 endpoints 2>/dev/null").stdout
         assert "203.0.113." not in endpoints, (h, endpoints)
+
+
+def test_site_yml_over_ssh_keeps_the_dual_stack_mesh(lab):
+    """site.yml over real SSH with the inventory's dual-stack inputs (kilo_subnet of two, pod
+    ranges of both families, internal IPs of both families forced, endpoints forced IPv6)
+    computes the plans the hosts already run: after its first run (which adds what only a run
+    makes: sysctl file, registry) a re-run changes nothing and every pod still reaches every other."""
+    with open(lab.inventory) as f:
+        inventory = yaml.safe_load(f)
+    mesh = inventory["all"]["children"]["kilo"]
+    mesh["vars"]["kilo_subnet"] = OPTIONS["subnet"]
+    for group in mesh["children"].values():
+        for host, hostvars in group["hosts"].items():
+            h = lab.hosts[host]
+            hostvars["kilo_pod_cidr"] = [r for r, a in pods(lab, host)]
+            hostvars["kilo_force_internal_ip"] = node(lab, host, True)["internal_ip"]
+            if h["public"]:
+                hostvars["kilo_force_endpoint"] = "[%s]:%d" % (h["public_ip6"], PORT)
+            if h["location_index"] == 2:
+                hostvars["kilo_firewall"] = "iptables"
+    path = os.path.join(os.path.dirname(lab.inventory), "dual-stack.yml")
+    with open(path, "w") as f:
+        yaml.safe_dump(inventory, f)
+    first = recap(site(path))
+    assert set(first) == set(lab.hosts) and all(c["failed"] == 0 for c in first.values()), first
+    second = recap(site(path))
+    assert all(c["changed"] == 0 for c in second.values()), second
+    assert unreached(lab, sorted(lab.hosts)) == []
