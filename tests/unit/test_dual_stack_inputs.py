@@ -240,3 +240,30 @@ def test_leader_probes_go_to_the_primary_wireguard_ip():
     computed = {"segments": [{"leader": "a", "wireguard_ip": ["10.4.0.1", "fd04::1"]},
                              {"leader": "c", "wireguard_ip": ["10.4.0.2", "fd04::2"]}]}
     assert agent_mesh.probe_targets(computed, "a") == {"c": "10.4.0.2"}
+
+
+# --- readers of the lists: graph, showconf ----------------------------------------------------------
+
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot  # noqa: E402
+from test_topology_dual_stack import dual_mesh  # noqa: E402
+
+
+def test_graph_labels_carry_both_families():
+    dot = to_dot(dual_mesh())
+    assert '\tlabel="10.4.0.0/16, fd04::/64";' in dot
+    assert '"location:x\\na\\n10.2.0.0/24\\nfd10:0:0:1::/64\\n10.1.0.1\\nfd00:1::1\\n10.4.0.1\\nfd04::1\\n' in dot
+    assert "[" not in dot.replace("[label", "").replace("[dir", "").replace("[style", "").replace("[shape", "")
+
+
+def test_showconf_allowed_ips_of_both_families():
+    from test_topology_features import key, node
+    nodes = [node("a", "x", ["10.1.0.1/24", "fd00:1::1/64"], ["10.2.0.0/24", "fd10:0:0:1::/64"], "203.0.113.1:51820", 1),
+             node("c", "y", ["172.16.0.3/24", "fd00:2::3/64"], ["10.3.0.0/24", "fd10:0:0:3::/64"],
+                  "198.51.100.3:51820", 3)]
+    text = showconf(nodes, [], {"subnet": DUAL}, node="a")["config"]
+    assert "AllowedIPs = 10.3.0.0/24, fd10:0:0:3::/64, 172.16.0.3/32, fd00:2::3/128, 10.4.0.2/32, fd04::2/128" in text
+    assert "PublicKey = %s" % key(3) in text
+    peer = showconf(nodes, [], {"subnet": DUAL}, node="a", as_peer=True, output="yaml")["data"]
+    assert peer["spec"]["allowedIPs"] == ["10.2.0.0/24", "fd10:0:0:1::/64", "10.1.0.1/32", "fd00:1::1/128",
+                                         "10.4.0.1/32", "fd04::1/128"]

@@ -47,6 +47,8 @@ def _quote(text):
 
 
 def _label(parts):
+    # a dual-stack node's two internal IPs or WireGuard IPs: one line each, as its pod ranges
+    parts = [item for p in parts for item in (p if isinstance(p, (list, tuple)) else [p])]
     return '"%s"' % "\\n".join(str(p).replace("\\", "\\\\").replace('"', '\\"') for p in parts if p)
 
 
@@ -66,7 +68,8 @@ def to_dot(result, mesh_edges="auto"):
     hub = uses_hub(result, mesh_edges)
     lines = ["digraph kilo {"]
     if result.get("subnet"):
-        lines.append("\tlabel=%s;" % _quote(result["subnet"]))
+        subnet = result["subnet"]  # a dual-stack mesh's two, primary first
+        lines.append("\tlabel=%s;" % _quote(", ".join(subnet) if isinstance(subnet, list) else subnet))
     lines.extend(["\tlabelloc=t;", "\toutputorder=nodesfirst;", "\toverlap=false;"])
     if hub:
         # a hint Graphviz follows when no engine is named (dot -Tsvg FILE); -K overrides it
