@@ -661,7 +661,7 @@ options:
         of the entry (the engine writes consecutive routes of equal gateway, device and source as one entry).'
       - 'C(routes.gateway) (ip): Next hop; null for a device route.'
       - 'C(routes.device) (ifname, required): The WireGuard interface, C(tunl0), C(flannel.1) (must exist), or V(private)
-        (the interface holding C(internal_ip)).'
+        (the interface holding C(internal_ip), in a dual-stack plan the one of the route''s IP family).'
       - 'C(routes.source) (ip): Preferred source address.'
       - 'C(routes.table) (table): Routing table (254 is main).'
       - 'C(routes.onlink) (bool): Gateway is on-link (no route to it needed).'

@@ -49,7 +49,7 @@ ROUTE = {
             " (the engine writes consecutive routes of equal gateway, device and source as one entry)."),
     "gateway": ("ip", False, "Next hop; null for a device route."),
     "device": ("ifname", True, "The WireGuard interface, C(tunl0), C(flannel.1) (must exist), or V(private)"
-               " (the interface holding C(internal_ip))."),
+               " (the interface holding C(internal_ip), in a dual-stack plan the one of the route's IP family)."),
     "source": ("ip", False, "Preferred source address."),
     "table": ("table", False, "Routing table (254 is main)."),
     "onlink": ("bool", False, "Gateway is on-link (no route to it needed)."),
