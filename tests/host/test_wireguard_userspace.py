@@ -471,7 +471,9 @@ def test_a_preshared_key_rotated_at_both_ends_loses_no_packet(hosts):
     sent, received = ping_loss(text)
     print("preshared key rotated at both ends: %d sent, %d received, %d lost; rekeyed under the new key %s s"
           " after the first" % (sent, received, sent - received, int(rekeyed) - int(before)))
-    assert sent > 5000 and sent - received <= 1, text[-2000:]  # the last echo may be on its way
+    # ping ran from before the first update until after the rekey (stopped only then); how many it
+    # sent in that time is the machine's pace (4984 in 122 s under load), so only that it kept sending
+    assert sent > 1000 and sent - received <= 1, text[-2000:]  # the last echo may be on its way
 
 
 def test_remove_leaves_no_interface_process_or_socket(hosts):
