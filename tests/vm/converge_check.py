@@ -27,6 +27,8 @@ and a second state absent changes nothing and says so. a2's tunl0 starts with it
 address unlabelled, as Kilo leaves it: converge must take it over. A last pass renames tunl0 to
 cilium_tunl (as Cilium's IPIP termination does) and converges with compatibility cilium: routes
 and the tunnel address on cilium_tunl, no tunl0 made, traffic through it, absent cleans it.
+Before it, a dual-stack pass (dual_pass) adds IPv6 to every node, LAN and pod (location a's IPv6
+LAN on a link of its own) and converges a plan of both families with IPIP for the IPv4 half.
 Last line: `N passed, N failed`.
 """
 import ipaddress
@@ -455,6 +457,84 @@ def one_pass(c, nodes, encapsulate):
             any(a[0] == FOREIGN_TUNL_ADDR for a in tunl_addrs("a1")), tunl_addrs("a1"))
 
 
+# dual-stack pass: each node's IPv6 internal IP and pod range. In location a the IPv6 LAN is a link
+# of its own ("lan6"), so the IPv6 routes of a2 must leave by it while the IPv4 ones use tunl0
+# over "lan": the private interface is per family.
+V6 = {"a1": ("fd20:1::1/64", "lan6", "fd21:1::/64"), "a2": ("fd20:1::2/64", "lan6", "fd21:2::/64"),
+      "b1": ("fd30:1::1/64", "lan", "fd31:1::/64"), "b2": ("fd30:1::2/64", "lan", "fd31:2::/64")}
+
+
+def add_ipv6():
+    run("ip", "link", "add", "lan6", "netns", ns("a1"), "type", "veth", "peer", "name", "lan6", "netns", ns("a2"))
+    for name, (lan6, dev, pod6) in V6.items():
+        nsx(name, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding")
+        run("ip", "-n", ns(name), "link", "set", dev, "up")
+        run("ip", "-n", ns(name), "addr", "add", lan6, "dev", dev, "nodad")
+        run("ip", "-n", ns(name), "addr", "add", "%s/64" % host(pod6, 1), "dev", "pod", "nodad")
+        run("ip", "-n", pod_ns(name), "addr", "add", "%s/64" % host(pod6, 2), "dev", "eth0", "nodad")
+        run("ip", "-n", pod_ns(name), "-6", "route", "add", "default", "via", host(pod6, 1))
+
+
+def converge_each(c, tag, nodes, plans, changed):
+    """Every node to its plan: a first converge applies (``changed``), a second changes nothing."""
+    for name in sorted(nodes):
+        out = nodes[name].converge(plans[name])
+        c.check("%s %s: %s" % (tag, name, "converge applies" if changed else "second converge: no change"),
+                out.get("changed") is changed and "error" not in out, out.get("error") or out.get("changes"))
+
+
+def live_routes6(name):
+    out = {}
+    for r in json.loads(nsx(name, "ip", "-6", "-j", "route", "show", "table", "all", "proto", "107").stdout or "[]"):
+        out[str(ipaddress.ip_network(r["dst"]))] = r
+    return out
+
+
+def dual_pass(c, nodes):
+    """A dual-stack plan (two subnets, internal IPs and pod ranges of both families) with the
+    kernel WireGuard and IPIP for the IPv4 half: both families' addresses on the WireGuard link,
+    IPv4 inside a location through tunl0, IPv6 over the private link of its own family, pods
+    reaching each other in both families, a second converge unchanged, state absent clean."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
+    tag = "[dual-stack]"
+    add_ipv6()
+    inv = inventory(nodes)
+    for item in inv:
+        lan6, dev, pod6 = V6[item["name"]]
+        item["internal_ip"] = [item["internal_ip"], lan6]
+        item["pod_cidr"] = [item["pod_cidr"], pod6]
+    result = build_plans(inv, [], {"encapsulate": "always", "subnet": ["10.4.0.0/16", "fd04::/64"]})
+    plans = dict((name, dict(plan, routes=flat_routes(plan["routes"]))) for name, plan in result["plans"].items())
+    converge_each(c, tag, nodes, plans, True)
+    for name in ("a1", "b1"):
+        addrs = nsx(name, "ip", "addr", "show", "dev", "kilo0").stdout
+        c.check("%s %s: kilo0 holds an address of each family" % (tag, name),
+                "inet 10.4." in addrs and "inet6 fd04::" in addrs, addrs)
+    r6 = live_routes6("a2")
+    c.check("%s a2: IPv6 routes leave by lan6, the interface of its IPv6 internal IP" % tag,
+            r6 and all(r.get("dev") == "lan6" for r in r6.values()), r6)
+    r4 = dict((key, r) for key, r in live_routes("a2").items() if ":" not in key[0])  # it reads both families
+    c.check("%s a2: IPv4 routes through tunl0 (IPIP for the IPv4 half only)" % tag,
+            r4 and all(r.get("dev") == TUNL for r in r4.values()), r4)
+    nsx("a1", "ping", "-c", "1", "-W", "3", internal_ip("b1"), check=False)
+    t0 = tunl_packets("a2")[0]
+    ok, text = pod_ping("a2", pod_ip("a1"))
+    sent = tunl_packets("a2")[0] - t0
+    c.check("%s: IPv4 pod a2 -> pod a1 through tunl0 (tx +%d)" % (tag, sent), ok and sent >= 3, text)
+    for src, dst in (("a2", "a1"), ("a2", "b2"), ("b2", "a2"), ("a1", "b1")):
+        ok, text = pod_ping(src, host(V6[dst][2], 2))
+        c.check("%s: IPv6 pod %s -> pod %s answers" % (tag, src, dst), ok, text)
+        ok, text = pod_ping(src, pod_ip(dst))
+        c.check("%s: IPv4 pod %s -> pod %s answers" % (tag, src, dst), ok, text)
+    converge_each(c, tag, nodes, plans, False)
+    for name in sorted(nodes):
+        out = nodes[name].converge(plans[name], state="absent")
+        c.check("%s %s: state absent leaves no route of ours in either family" % (tag, name),
+                "error" not in out and live_routes(name) == {} and live_routes6(name) == {},
+                out.get("error") or live_routes6(name))
+
+
 def cilium_pass(c, nodes):
     """compatibility cilium where Cilium renamed tunl0 to cilium_tunl: Kilo's cilium encapsulator
     reuses that device, so the converge must too (routes and tunnel address on it, no tunl0)."""
@@ -471,10 +551,7 @@ def cilium_pass(c, nodes):
     plans = dict((name, dict(plan, routes=flat_routes(plan["routes"]))) for name, plan in result["plans"].items())
     c.check("%s engine: a2 routes through tunl0 and says compatibility cilium" % tag,
             any(r["device"] == TUNL for r in plans["a2"]["routes"]) and plans["a2"]["compatibility"] == "cilium")
-    for name in sorted(nodes):
-        out = nodes[name].converge(plans[name])
-        c.check("%s %s: converge applies" % (tag, name), out.get("changed") is True and "error" not in out,
-                out.get("error") or out.get("changes"))
+    converge_each(c, tag, nodes, plans, True)
     for name in sorted(nodes):
         routes = live_routes(name)
         want = [r for r in plans[name]["routes"] if r["device"] == TUNL]
@@ -494,10 +571,7 @@ def cilium_pass(c, nodes):
     c.check("%s: pod a2 -> pod a1 answers, through cilium_tunl (tx +%d)" % (tag, sent), ok and sent >= 3, out)
     ok, out = pod_ping("a2", pod_ip("b2"))
     c.check("%s: pod a2 -> pod b2 across locations answers" % tag, ok, out)
-    for name in sorted(nodes):
-        out = nodes[name].converge(plans[name])
-        c.check("%s %s: second converge: no change" % (tag, name), out.get("changed") is False,
-                out.get("error") or out.get("changes"))
+    converge_each(c, tag, nodes, plans, False)
     for name in sorted(nodes):
         out = nodes[name].converge(plans[name], state="absent")
         c.check("%s %s: state absent removes our routes and our cilium_tunl address" % (tag, name),
@@ -537,6 +611,10 @@ def main():
                         n.converge(state="absent")
                     except Exception:
                         pass
+        try:
+            dual_pass(c, nodes)
+        except Exception as e:
+            c.check("[dual-stack] pass ran to the end", False, "%s: %s" % (type(e).__name__, e))
         try:  # last: it renames tunl0 for good
             cilium_pass(c, nodes)
         except Exception as e:
