@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan, peer_address
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan, peer_addresses
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_warning
@@ -33,7 +35,7 @@ class ActionModule(KiloAction):
             raise KiloError("is a node of the mesh (group %r); kilo.mesh.connect is for machines outside it" % group,
                             host_subject(host), "group")
         if args["step"] == "peer":
-            return dict(changed=False, peer=self.peer(args, host))
+            return dict(changed=False, peer=self.peer(args, host, self.families(task_vars, group)))
         settings = self.module_args(args, ("host",))
         settings["state"] = args["connect_state"]
         result = {}
@@ -47,15 +49,30 @@ class ActionModule(KiloAction):
             result.update(address=plan["address"], peers=len(plan["peers"]), routes=len(flat_routes(plan["routes"])))
         return result
 
+    def families(self, task_vars, group):
+        """The IP versions of the mesh's two subnets when it is dual-stack, else () (the mesh
+        group's first host's ``kilo_subnet``, as every controller action reads the mesh's options):
+        whether this machine may hold an address of each family."""
+        members = task_vars.get("groups", {}).get(group) or []
+        if not members:
+            return ()
+        subnet = self.options_of(task_vars, source=members[0], scopes=("mesh",))["subnet"]
+        try:
+            return mesh_families(subnet)
+        except TopologyError:
+            return ()  # a bad subnet is validate's to name, for the mesh's hosts
+
     @staticmethod
-    def peer(args, host):
-        """The arguments of kilo.mesh.peer for this machine (the role passes them on)."""
+    def peer(args, host, families=()):
+        """The arguments of kilo.mesh.peer for this machine (the role passes them on); in a
+        dual-stack mesh (``families``) its allowed IPs may be one of each family."""
         name = args["connect_name"] or host
         check_peer_name(name)
         peer = dict(name=name, state=args["connect_state"], store=args["connect_store"]
                     or ("kubernetes" if args["kubernetes"] else "registry"))
         if args["connect_state"] == "present":
-            peer.update(allowed_ips=[str(peer_address(args["connect_allowed_ip"], host_subject(host)))],
+            addresses = peer_addresses(args["connect_allowed_ip"], host_subject(host), families)
+            peer.update(allowed_ips=[str(a) for a in addresses],
                         persistent_keepalive=args["connect_persistent_keepalive"])
         return peer
 
@@ -69,7 +86,7 @@ class ActionModule(KiloAction):
         nodes, peers = mesh.nodes, list(mesh.peers)
         if mesh.missing:
             result["warnings"] = [missing_warning(mesh.missing)]
-        peer = self.peer(args, host)
+        peer = self.peer(args, host, mesh_families(options["subnet"]))
         if args["public_key"] and not any(p.get("name") == peer["name"] for p in peers):
             # this run's key, before the store shows it (check mode; a cluster the inventory read earlier)
             peers.append(dict(name=peer["name"], public_key=args["public_key"], allowed_ips=peer["allowed_ips"],

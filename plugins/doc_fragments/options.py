@@ -473,8 +473,10 @@ options:
     description:
       - 'This peer''s address inside the mesh, in CIDR form (kgctl connect''s C(--allowed-ip)): the address of its
         WireGuard interface and the peer''s allowed IP on every leader.'
+      - 'Beyond Kilo (issue 23): in a dual-stack mesh (C(kilo_subnet) a list of two), a list of two addresses, one
+        of each IP family, gives the peer both families; refused in a single-stack mesh.'
       - Defaults to the inventory variable C(kilo_connect_allowed_ip), then to the default below.
-    type: str
+    type: raw
     default: 10.10.10.10/32
   connect_allowed_ips:
     description:

@@ -223,9 +223,11 @@ OPTIONS = dict([
     # --- connect: an outside machine joining as a peer (kilo.mesh.connect, like kgctl connect) ---
     _option("connect_name", ("connect",), "str", [
         "Name of this machine as a peer of the mesh (a DNS-1123 subdomain); the inventory name when not set."]),
-    _option("connect_allowed_ip", ("connect",), "str", [
+    _option("connect_allowed_ip", ("connect",), "raw", [
         "This peer's address inside the mesh, in CIDR form (kgctl connect's C(--allowed-ip)): the address of"
-        " its WireGuard interface and the peer's allowed IP on every leader."],
+        " its WireGuard interface and the peer's allowed IP on every leader.",
+        "Beyond Kilo (issue 23): in a dual-stack mesh (C(kilo_subnet) a list of two), a list of two addresses,"
+        " one of each IP family, gives the peer both families; refused in a single-stack mesh."],
         default="10.10.10.10/32"),
     _option("connect_allowed_ips", ("connect",), "list", [
         "Further networks this peer routes into the mesh through one segment (kgctl connect's"

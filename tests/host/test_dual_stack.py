@@ -238,11 +238,11 @@ def test_every_pod_reaches_every_other_over_ipv6_endpoints(lab):
         assert "203.0.113." not in endpoints, (h, endpoints)
 
 
-def test_site_yml_over_ssh_keeps_the_dual_stack_mesh(lab):
-    """site.yml over real SSH with the inventory's dual-stack inputs (kilo_subnet of two, pod
-    ranges of both families, internal IPs of both families discovered, endpoints forced IPv6)
-    computes the plans the hosts already run: after its first run (which adds what only a run
-    makes: sysctl file, registry) a re-run changes nothing and every pod still reaches every other."""
+def site_inventory(lab):
+    """The lab's inventory with the dual-stack inputs of a site.yml run: kilo_subnet of two, each
+    host's pod ranges of both families, internal IPs of both families left to discovery, the
+    leaders' endpoints forced IPv6, location 2 on the iptables firewall (test_dual_stack_connect's
+    mesh too)."""
     with open(lab.inventory) as f:
         inventory = yaml.safe_load(f)
     mesh = inventory["all"]["children"]["kilo"]
@@ -257,6 +257,15 @@ def test_site_yml_over_ssh_keeps_the_dual_stack_mesh(lab):
                 hostvars["kilo_force_endpoint"] = "[%s]:%d" % (h["public_ip6"], PORT)
             if h["location_index"] == 2:
                 hostvars["kilo_firewall"] = "iptables"
+    return inventory
+
+
+def test_site_yml_over_ssh_keeps_the_dual_stack_mesh(lab):
+    """site.yml over real SSH with the inventory's dual-stack inputs (kilo_subnet of two, pod
+    ranges of both families, internal IPs of both families discovered, endpoints forced IPv6)
+    computes the plans the hosts already run: after its first run (which adds what only a run
+    makes: sysctl file, registry) a re-run changes nothing and every pod still reaches every other."""
+    inventory = site_inventory(lab)
     path = os.path.join(os.path.dirname(lab.inventory), "dual-stack.yml")
     with open(path, "w") as f:
         yaml.safe_dump(inventory, f)

@@ -7,7 +7,8 @@ Pure Python, no Ansible. The engine (``topology.Topology``) gives the peer's [Pe
 ``kgctl showconf peer``); this turns them into a plan of the shape ``plan.SCHEMA`` describes, so
 the host converges it with the same backends as a node (``kilo.mesh.converge``):
 
-* the interface carries the peer's own allowed IP (kgctl's ``--allowed-ip``);
+* the interface carries the peer's own allowed IP (kgctl's ``--allowed-ip``); in a dual-stack mesh
+  (issue 23) it may carry one of each IP family, and each family's routes leave from its own;
 * every section's allowed IPs are routed through the interface (kgctl's ``PeerRoutes``);
 * ``extra`` (kgctl's ``--allowed-ips``) joins the allowed IPs of the segment of node ``via``
   (kgctl: the first node by name), on the peer's side only: the mesh itself never routes them.
@@ -27,6 +28,7 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology, _dedup
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError
@@ -126,18 +128,42 @@ def peer_address(allowed_ip, subject):
     return address
 
 
+def peer_addresses(allowed_ip, subject, families=()):
+    """This peer's own addresses: one (``peer_address``), or in a dual-stack mesh (``families``,
+    its two IP versions, primary first: ``nodes.mesh_families``) a list of two of different
+    families, put in the mesh's order so the plan's ``address`` reads as a node's does."""
+    values = list(allowed_ip) if isinstance(allowed_ip, (list, tuple)) else [allowed_ip]
+    field = "kilo_connect_allowed_ip"
+    if not 1 <= len(values) <= 2:
+        raise KiloError("%d addresses; give one, or in a dual-stack mesh one of each IP family" % len(values),
+                        subject, field)
+    addresses = [peer_address(value, subject) for value in values]
+    if len(addresses) == 2:
+        if addresses[0].version == addresses[1].version:
+            raise KiloError("%s and %s are both IPv%d: two addresses are one of each IP family"
+                            % (addresses[0], addresses[1], addresses[0].version), subject, field)
+        if not families:
+            # the mesh routes one family only: the second would reach no node, so refuse it here
+            # rather than hand the leaders an allowed IP their mesh cannot route
+            raise KiloError("%s and %s: two IP families, but the mesh is single-stack (kilo_subnet is one CIDR);"
+                            " give one address" % (addresses[0], addresses[1]), subject, field)
+        addresses.sort(key=lambda a: list(families).index(a.version))
+    return addresses
+
+
 def connect_plan(nodes, peers, options, host, name, allowed_ip, extra=None, via=None, port=None,
                  main_routes=None):
     """The plan of peer ``name`` (inventory host ``host``) and its [Peer] entries.
 
     ``options`` are the mesh's (the mesh group's first host's); ``interface`` among them is the
-    machine's own interface name. ``main_routes`` returns the machine's main table
+    machine's own interface name. ``allowed_ip`` is one address, or in a dual-stack mesh a list of
+    one of each family (``peer_addresses``). ``main_routes`` returns the machine's main table
     (`ip -j route show`, each entry with its ``family``); it is called only when needed.
     """
     subject = host_subject(host)
-    address = peer_address(allowed_ip, subject)
     extra = _networks(extra, subject, "kilo_connect_allowed_ips")
     topology = Topology(nodes, peers, options)
+    addresses = peer_addresses(allowed_ip, subject, topology.families if topology.dual else ())
     try:
         entries = topology.peer_config(name)
     except TopologyError:
@@ -155,18 +181,18 @@ def connect_plan(nodes, peers, options, host, name, allowed_ip, extra=None, via=
                          interface, subject)
     # an endpoint that is itself an allowed IP (a leader reached at its internal IP) goes direct
     pinned = set(r["dst"] for r in pins)
-    source = str(address.network_address)
+    # each family's routes leave from this peer's address of that family (none: the kernel picks)
+    sources = dict((a.version, str(a.network_address)) for a in addresses)
     routes = []
     for family in (4, 6):
         same = [d for d in dsts if ipaddress.ip_network(d).version == family and d not in pinned]
         if same:
-            routes.append({"dst": same, "gateway": None, "device": interface,
-                           "source": source if address.version == family else None,
+            routes.append({"dst": same, "gateway": None, "device": interface, "source": sources.get(family),
                            "table": MAIN_TABLE, "onlink": False})
     routes.extend(pins)
     plan = {
         "name": host, "leader": True, "segment": "peer:%s" % name, "interface": interface,
-        "address": str(ipaddress.ip_interface(allowed_ip.strip())), "internal_ip": None,
+        "address": one_or_list(str(ipaddress.ip_interface(str(a))) for a in addresses), "internal_ip": None,
         "listen_port": port, "tunnel_address": None, "pod_cidr": None, "cni": False,
         "peers": entries, "routes": routes, "rules": [], "firewall": {},
     }
