@@ -132,11 +132,13 @@ public_key:
   returned: on a host
   type: str
 addresses:
-  description: Addresses on the interface (a leader's WireGuard IP).
+  description:
+    - Addresses on the interface (a leader's WireGuard IP; in a dual-stack mesh one of each IP family,
+      IPv4 first). The kernel's own IPv6 link-local address is left out.
   returned: on a host
   type: list
   elements: str
-  sample: [10.4.0.1/16]
+  sample: [10.4.0.1/16, fd04::1/64]
 peers:
   description: One entry per WireGuard peer.
   returned: on a host
@@ -215,16 +217,20 @@ def spec():
 
 
 def interface_addresses(interface):
-    """CIDRs on the interface ([] when it is gone), read as every host reading is
-    (netlink_links.open_reader: the standard library's netlink, else pyroute2)."""
+    """The interface's CIDRs ([] when it is gone): a dual-stack leader's WireGuard IP of each
+    family, IPv4 first as the kernel lists them. The kernel's own IPv6 link-local address (a
+    userspace tun device gets one) is no address of the mesh, so left out, as netstate leaves it.
+    Read as every host reading is (netlink_links.open_reader: the standard library's netlink, else
+    pyroute2)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import link, open_reader
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import RT_SCOPE_LINK
     reader, _strict = open_reader()
     try:
         found = link(interface, reader)
         if found is None:
             return []
         return ["%s/%s" % (a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in reader.get_addr()
-                if a["index"] == found["index"]]
+                if a["index"] == found["index"] and a["scope"] != RT_SCOPE_LINK]
     finally:
         reader.close()
 
