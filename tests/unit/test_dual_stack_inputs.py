@@ -265,5 +265,5 @@ def test_showconf_allowed_ips_of_both_families():
     assert "AllowedIPs = 10.3.0.0/24, fd10:0:0:3::/64, 172.16.0.3/32, fd00:2::3/128, 10.4.0.2/32, fd04::2/128" in text
     assert "PublicKey = %s" % key(3) in text
     peer = showconf(nodes, [], {"subnet": DUAL}, node="a", as_peer=True, output="yaml")["data"]
-    assert peer["spec"]["allowedIPs"] == ["10.2.0.0/24", "fd10:0:0:1::/64", "10.1.0.1/32", "fd00:1::1/128",
-                                         "10.4.0.1/32", "fd04::1/128"]
+    assert peer["spec"]["allowedIPs"] == [
+        "10.2.0.0/24", "fd10:0:0:1::/64", "10.1.0.1/32", "fd00:1::1/128", "10.4.0.1/32", "fd04::1/128"]

@@ -499,7 +499,7 @@ class Topology(object):
                         continue
                     if family in member.sides:
                         raise TopologyError(node_subject(leader.name), "internal_ip", (
-                            "leads segment %s, whose node %r routes IPv%d through it: it needs an IPv%d internal IP"
+                            "leads segment %s, whose node %r routes IPv%s through it: it needs an IPv%s internal IP"
                             % (seg.key, member.name, family, family)))
                     _need_internal(member, family, "routes them through its leader %r" % leader.name)
         for members in groups.values():
@@ -511,8 +511,8 @@ class Topology(object):
                         _need_internal(member, family, "its location's nodes route them over the private network")
                         if cross and any(family in other.sides for other in members):
                             raise TopologyError(node_subject(member.name), "internal_ip", (
-                                "its location's nodes reach its IPv%d WireGuard IP over the private network: it"
-                                " needs an IPv%d internal IP" % (family, family)))
+                                "its location's nodes reach its IPv%s WireGuard IP over the private network: it"
+                                " needs an IPv%s internal IP" % (family, family)))
 
     def _gateway(self, member, family=None):
         """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
