@@ -146,3 +146,32 @@ def test_engine_plans_carry_pod_cidr_and_cni():
     assert (plans["a"]["pod_cidr"], plans["a"]["cni"]) == ("10.244.1.0/24", True)
     assert plans["b"]["pod_cidr"] is None
     assert build_plans(nodes, [], {"cni": False})["plans"]["a"]["cni"] is False
+
+
+def test_a_dual_stack_node_gets_one_range_set_per_family(tmp_path):
+    """Beyond Kilo: pod ranges of both families (a dual-stack mesh) give host-local one range set
+    each, the first range of each family in the plan's order, so every pod gets an address of both;
+    an existing Kilo conflist of one range is updated in place (local tuning kept); idempotent."""
+    path = tmp_path / "10-kilo.conflist"
+    dual = dict(PLAN, pod_cidr=["10.244.1.0/24", "10.245.1.0/24", "fd10:244:1::/64"])
+    want = [[{"subnet": "10.244.1.0/24"}], [{"subnet": "fd10:244:1::/64"}]]
+    out = run(path, plan=dual)
+    assert out["changes"]["cni"] == ["write %s (subnet 10.244.1.0/24, fd10:244:1::/64)" % path]
+    assert load(path)["plugins"][0]["ipam"] == {"type": "host-local", "ranges": want}
+    assert not run(path, plan=dual)["changed"]
+
+    mine = cni.kilo_conflist("10.244.1.0/24")
+    mine["plugins"][0]["mtu"] = 1380
+    path.write_text(json.dumps(mine))
+    looked = run(path, plan=dual, check=True)
+    assert looked["changes"]["cni"] == ["set subnet 10.244.1.0/24, fd10:244:1::/64 in %s (was 10.244.1.0/24)" % path]
+    assert load(path) == mine, "check mode wrote"
+    run(path, plan=dual)
+    data = load(path)
+    assert data["plugins"][0]["ipam"]["ranges"] == want and data["plugins"][0]["mtu"] == 1380
+    assert not run(path, plan=dual)["changed"]
+    # a single-family plan again (the mesh back to one family) follows Kilo's rule: the file is
+    # rewritten only when its first subnet differs, so the second range set stays until it does
+    assert not run(path, plan=dict(PLAN, pod_cidr=["10.244.1.0/24", "10.245.1.0/24"]))["changed"]
+    run(path, plan=dict(PLAN, pod_cidr="10.244.7.0/24"))
+    assert load(path)["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.7.0/24"}]]

@@ -24,7 +24,10 @@ Here, with ``cni`` on and a pod CIDR in the plan:
   the subnet of any other conflist at its path; a file named otherwise belongs to someone else.
 
 A node of several pod ranges (``pod_cidr`` a list) keeps its conflist on the first; where the
-IPAM is Calico's or Cilium's their own CNI configuration is the one that counts.
+IPAM is Calico's or Cilium's their own CNI configuration is the one that counts. Beyond Kilo, a
+node of a dual-stack mesh (ranges of both families) gets one range set per family, the first
+range of each in the plan's order (``[[{"subnet": v4}], [{"subnet": v6}]]``): host-local then
+gives every pod an address of each family. A single-family node's file is exactly Kilo's.
 
 ``cni`` off or no pod CIDR: nothing is read or written (an earlier file stays, as with Kilo).
 ``state: absent`` removes the file only when it is ours (named ``kilo``); the bridge belongs to
@@ -52,8 +55,12 @@ MODE = 0o644
 
 
 def kilo_conflist(subnet):
-    """Kilo's conflist (as its manifests install it) with ``subnet`` as the IPAM range."""
-    return {
+    """Kilo's conflist (as its manifests install it) with ``subnet`` as the IPAM range (a list of
+    them: one range set each, a dual-stack node's)."""
+    return with_subnet(_KILO_CONFLIST, subnet)
+
+
+_KILO_CONFLIST = {
         "cniVersion": CNI_VERSION,
         "name": NETWORK,
         "plugins": [
@@ -64,11 +71,11 @@ def kilo_conflist(subnet):
                 "isDefaultGateway": True,
                 "forceAddress": True,
                 "mtu": MTU,
-                "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]},
+                "ipam": {"type": "host-local", "ranges": []},
             },
             {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}},
         ],
-    }
+}
 
 
 def _ipams(data):
@@ -102,12 +109,38 @@ def first_subnet(data):
     return None
 
 
+def range_set_subnets(data):
+    """The first subnet of each range set of the conflist's first IPAM section with ``ranges``
+    (normalised), in order; [] when there is none."""
+    for ipam in _ipams(data):
+        ranges = ipam.get("ranges")
+        if isinstance(ranges, list) and ranges:
+            return [_norm(rangeset[0].get("subnet")) if isinstance(rangeset, list) and rangeset
+                    and isinstance(rangeset[0], dict) else None for rangeset in ranges]
+    return []
+
+
+def conflist_subnets(pods):
+    """The ranges the conflist holds for the plan's ``pod_cidr``: Kilo's one (a node of several
+    ranges of one family: the first); in a dual-stack mesh the first range of each family."""
+    if not isinstance(pods, list):
+        return [pods] if pods else []
+    out, families = [], set()
+    for pod in pods:
+        family = ipaddress.ip_network(pod, strict=False).version
+        if family not in families:
+            families.add(family)
+            out.append(pod)
+    return out
+
+
 def with_subnet(data, subnet):
-    """A copy of the conflist whose every IPAM section holds exactly the range ``subnet``."""
+    """A copy of the conflist whose every IPAM section holds exactly the range ``subnet`` (a list
+    of them: one range set each)."""
     out = copy.deepcopy(data)
     for ipam in _ipams(out):
         ipam.pop("subnet", None)
-        ipam["ranges"] = [[{"subnet": subnet}]]
+        ipam["ranges"] = [[{"subnet": one}] for one in subnet] if isinstance(subnet, list) else [[{"subnet": subnet}]]
     return out
 
 
@@ -160,9 +193,12 @@ class CNIBackend(Backend):
         return read(self.path)
 
     def desired(self, plan, current):
-        pods = plan["pod_cidr"] if plan["cni"] else None
-        # a node of several pod ranges (Calico's blocks, Cilium's pool CIDRs): the conflist takes the first
-        subnet = (pods[0] if pods else None) if isinstance(pods, list) else pods
+        # a node of several pod ranges (Calico's blocks, Cilium's pool CIDRs): the conflist takes
+        # the first; a dual-stack node's, the first of each family
+        subnets = conflist_subnets(plan["pod_cidr"] if plan["cni"] else None)
+        subnet = subnets[0] if len(subnets) == 1 else subnets
+        if len(subnets) > 1:
+            return self._desired_dual(current, subnets)
         if not subnet:
             # cni off or no pod CIDR: not managed, whatever is there stays
             return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
@@ -174,13 +210,40 @@ class CNIBackend(Backend):
         data = current["data"] if current["subnet"] == subnet else with_subnet(current["data"], subnet)
         return {"path": self.path, "data": data, "subnet": subnet, "managed": True}
 
+    def _desired_dual(self, current, subnets):
+        """A dual-stack node's conflist: one range set per family (``subnets``), as the module
+        docstring says; the rest of an existing file of ours stays, as for one range."""
+        wanted = [str(ipaddress.ip_network(one, strict=False)) for one in subnets]
+        if not current["exists"]:
+            return {"path": self.path, "data": kilo_conflist(wanted), "subnet": wanted, "managed": True}
+        if current["problem"]:
+            self._warn(current["problem"])
+            return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
+        held = self._held(current)
+        data = current["data"] if held == wanted else with_subnet(current["data"], wanted)
+        return {"path": self.path, "data": data, "subnet": wanted, "managed": True}
+
+    @staticmethod
+    def _held(current):
+        """What an existing conflist of ours holds, in the form desired() gives: the first subnet
+        (Kilo's reading), or a dual-stack node's range sets (a legacy ``ipam.subnet`` beside them
+        counts as a difference: host-local would allocate from it first)."""
+        data = current["data"]
+        if any(ipam.get("subnet") for ipam in _ipams(data)):
+            return [current["subnet"]]
+        sets = range_set_subnets(data)
+        return sets if len(sets) > 1 else current["subnet"]
+
     def changes(self, current, desired):
         if not desired["managed"]:
             return []
+        shown = ", ".join(desired["subnet"]) if isinstance(desired["subnet"], list) else desired["subnet"]
         if not current["exists"]:
-            return ["write %s (subnet %s)" % (self.path, desired["subnet"])]
-        if current["subnet"] != desired["subnet"]:
-            return ["set subnet %s in %s (was %s)" % (desired["subnet"], self.path, current["subnet"])]
+            return ["write %s (subnet %s)" % (self.path, shown)]
+        held = self._held(current) if isinstance(desired["subnet"], list) else current["subnet"]
+        if held != desired["subnet"]:
+            was = ", ".join(str(h) for h in held) if isinstance(held, list) else held
+            return ["set subnet %s in %s (was %s)" % (shown, self.path, was)]
         return []
 
     def apply(self, current, desired):
