@@ -317,3 +317,14 @@ def test_dual_stack_addresses_of_both_families():
     assert want["addresses"] == ["10.4.0.1/16", "fd04::1/64"]
     assert [c for c in b.changes(current(addresses=["10.4.0.1/16"]), want) if "address" in c] == [
         "add address fd04::1/64 dev wgk0"]
+
+
+def test_tunl0_of_a_single_stack_ipv6_plan_takes_its_one_private_interface_s_mtu():
+    """An IPv6-only plan routing through tunl0 (as Kilo's IPIP encapsulator would) sets tunl0's MTU
+    from the interface of its one internal IP, as before dual-stack: only a plan with an IPv4
+    internal IP takes the IPv4 one's."""
+    plan = {"tunnel_address": None, "routes": [{"dst": "fd10::/64", "device": "tunl0", "table": 1107}]}
+    cur = {"tunl0": None, "ipip": True, "private_devices": {"6": {"name": "eth1", "mtu": 1400}}}
+    assert nst.desired(plan, cur, "host 'a'")[0] == {"up": True, "mtu": 1380}
+    cur["private_devices"] = {"4": {"name": "eth0", "mtu": 1500}, "6": {"name": "eth1", "mtu": 1400}}
+    assert nst.desired(plan, cur, "host 'a'")[0] == {"up": True, "mtu": 1480}

@@ -84,8 +84,10 @@ def desired(plan, current, subject):
     """(tunl0 wanted, tunnel_address wanted) of the plan on this host; NetStateError where the
     plan encapsulates and the host has no IPIP."""
     tunnel = current.get("tunnel_device") or TUNNEL
-    # IPIP carries IPv4 over the IPv4 private network: tunl0's MTU follows that interface
-    private = current.get("private_devices", {}).get("4")
+    # IPIP carries IPv4 over the IPv4 private network: tunl0's MTU follows that interface (a
+    # single-stack IPv6 plan that encapsulates has only its one internal IP's, as before dual-stack)
+    devices = current.get("private_devices") or {}
+    private = devices.get("4") or next(iter(devices.values()), None)
     tunnel_address = None
     if plan["tunnel_address"] and ipaddress.ip_interface(plan["tunnel_address"]).version == 4:
         tunnel_address = plan["tunnel_address"]
