@@ -10,9 +10,11 @@ Errors name the host and the inventory variable, not the engine's field.
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, node_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, names
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+    OPTIONS_SUBJECT, TopologyError, parse_inputs)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_host_vars, pod_source_of, var_of_field
 
 
@@ -56,6 +58,7 @@ def check_topology(nodes, peers, options, hostvars, first):
     option's as the variable of ``first`` (every host agrees on those)."""
     try:
         build_plans(nodes, peers, options, only=[])
+        check_one_family(nodes, peers, options)
     except KiloError as e:
         if e.kind == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"]:
             raise KiloError(e.message, host_subject(first), OPTIONS[e.field]["var"])
@@ -70,6 +73,40 @@ def check_topology(nodes, peers, options, hostvars, first):
                 raise KiloError(e.message, host_subject(host), "pod_cidr (kilo_pod_cidr_source %s)" % source)
             raise KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
         raise
+
+
+def check_one_family(nodes, peers, options):
+    """In a single-stack mesh, every node's internal IP and pod ranges are of the subnet's IP
+    family; raise TopologyError naming the node and field, or the subnet when no node has an
+    address of its family (the subnet is then the odd one, as fd04::/64 in a mesh of IPv4 nodes).
+
+    Kilo's own engine takes such a mesh: its topology keeps the node, and its routes pair a
+    destination of one family with a gateway of the other (an IPv6 pod range through a leader's
+    IPv4 internal or WireGuard IP). Only its agent's netlink call refuses each such route, every
+    resync ("gateway, source, and destination ip are not the same IP family"), on every host
+    routing to the node. Our engine matches Kilo's output, so it computes those plans too and
+    plan.check_plan refuses them at each host's converge, naming that host. Refusing here names
+    the node at fault before any host changes."""
+    opts, parsed, dummy = parse_inputs(nodes, peers, options)
+    if len(opts["subnets"]) == 2:
+        return  # a dual-stack mesh: the engine checks each node's families itself
+    subnet = opts["subnet"]
+    odd, matching = [], False
+    for node in parsed:
+        for field, nets in (("internal_ip", node.internals), ("pod_cidr", node.pods)):
+            for net in nets:
+                if net.version != subnet.version:
+                    odd.append((node, field, net))
+                else:
+                    matching = True
+    if not odd:
+        return
+    if not matching:
+        raise TopologyError(OPTIONS_SUBJECT, "subnet", "%s is IPv%d but every node's internal IPs and pod ranges are"
+                            " IPv%d: the mesh's routes would mix both families" % (subnet, subnet.version, odd[0][2].version))
+    node, field, net = odd[0]
+    raise TopologyError(node_subject(node.name), field, "%s is IPv%d but the mesh's subnet %s is IPv%d: a single-stack"
+                        " mesh routes one family (for both, set a subnet of each)" % (net, net.version, subnet, subnet.version))
 
 
 def converged_together(task_vars):

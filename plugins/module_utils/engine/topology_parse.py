@@ -142,8 +142,10 @@ def parse_node(item, index, default_port, subnets=None):
 
 def _check_families(node, subnets, subject):
     """A single-stack mesh takes a node's addresses of one family, as Kilo (which of them is
-    Kilo's business: an IPv6 node in an IPv4 mesh is taken as Kilo takes it); a second family
-    needs a dual-stack mesh, whose two subnets cover both families."""
+    Kilo's business: an IPv6 node in an IPv4 mesh is taken as Kilo takes it, its routes mixing
+    families that netlink refuses on Kilo's hosts; kilo.mesh.validate refuses it instead, in
+    validate.check_one_family); a second family needs a dual-stack mesh, whose two subnets
+    cover both families."""
     if len(subnets) == 2:
         return
     _check_pod_family(node.pods, subject)
