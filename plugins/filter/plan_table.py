@@ -12,8 +12,8 @@ short_description: Render kilo.mesh.topology's result as a readable table
 version_added: 0.1.0
 author: kilo.mesh developers (@kilo-mesh)
 description:
-  - One line per node - location, segment, leader or not, WireGuard IP, the names of its WireGuard peers,
-    and its route and rule counts.
+  - One line per node - location, segment, leader or not, WireGuard IP (both, comma-separated, in a
+    dual-stack mesh), the names of its WireGuard peers, and its route and rule counts.
 positional: _input
 options:
   _input:
@@ -36,7 +36,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import as_list, flat_routes
 
 
 def plan_table(result):
@@ -53,7 +53,8 @@ def plan_table(result):
         plan = result["plans"][name]
         peers = ", ".join(p["name"] for p in plan.get("peers", [])) or "-"
         rows.append((name, location_of.get(name, ""), plan["segment"], "yes" if plan["leader"] else "",
-                     plan.get("address") or "-", peers, str(len(flat_routes(plan.get("routes")))), str(len(plan.get("rules", [])))))
+                     # a dual-stack plan's address is a list of two: both shown, primary first
+                     ", ".join(as_list(plan.get("address"))) or "-", peers, str(len(flat_routes(plan.get("routes")))), str(len(plan.get("rules", [])))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
