@@ -26,7 +26,8 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_wa
 class ActionModule(KiloAction):
     SCOPES = ("host", "connect")
     EXTRA_SPEC = dict(group=dict(type="str"), step=dict(type="str", choices=["peer", "converge"], default="converge"),
-                      kubernetes=dict(type="bool", default=False), public_key=dict(type="str", no_log=False))
+                      kubernetes=dict(type="bool", default=False), public_key=dict(type="str", no_log=False),
+                      mesh_facts_var=dict(type="str"))
 
     def run_kilo(self, args, task_vars):
         host = task_vars["inventory_hostname"]
@@ -82,6 +83,12 @@ class ActionModule(KiloAction):
             raise KiloError("no host in group %r: there is no mesh to connect to" % group, host_subject(host), "kilo_group")
         options = self.options_of(task_vars, source=members[0], scopes=("mesh", "inputs"))
         options["group"] = group
+        if self._task.check_mode and args["mesh_facts_var"]:
+            # check mode writes no registry: the mesh's keys as this run's key step reported them
+            # (a key it would rotate as its stand-in), so the diff shows what the run would change
+            # here, as the mesh hosts' own check mode does. A real run reads the registry, which
+            # names each host's key once its converge switched (inputs.registry_facts).
+            options["facts_var"] = args["mesh_facts_var"]
         mesh = self.mesh(task_vars, options)
         nodes, peers = mesh.nodes, list(mesh.peers)
         if mesh.missing:

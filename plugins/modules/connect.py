@@ -55,6 +55,13 @@ options:
       - Kubernetes client options were given; O(connect_store) then defaults to V(kubernetes).
     type: bool
     default: false
+  mesh_facts_var:
+    description:
+      - In check mode, the name of the mesh hosts' registered M(kilo.mesh.key) results of this run (the role
+        C(kilo.mesh.node) registers C(node_host)); the mesh's keys are read from them instead of the registry,
+        which check mode does not write, so a key the run would rotate shows in this machine's diff.
+      - Ignored outside check mode, where the registry names each host's key once its converge switched.
+    type: str
 attributes:
   check_mode:
     support: full

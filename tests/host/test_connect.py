@@ -247,6 +247,22 @@ def assert_rerun_changes_nothing(lab):
 
 
 @needs_root
+def test_check_mode_of_a_leader_s_rotation_shows_the_laptop_s_change_and_makes_none(lab):
+    """rotate.yml --check --diff on a leader the laptop uses: check mode writes no registry, so
+    the laptop's plan takes the mesh's keys from this run's key step (the leader's stand-in), and
+    its converge reports the peer entry it would replace; no key and no peer entry changes."""
+    leader = EXIT
+    keys = own_keys(lab)
+    held = dict((h, wg_keys(lab, h)) for h in list(lab.hosts))
+    out = ansible_playbook(lab.connect_inventory, "rotate.yml", "-e", "hosts=%s" % leader, "--check", "--diff", "-v")
+    counts = recap(out)
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
+    last = out.split("PLAY [The connecting machines take the new keys]")[1]
+    assert "changed: [%s]" % LAPTOP in last and "remove peer %s" % keys[leader] in last, last[-3000:]
+    assert own_keys(lab) == keys and dict((h, wg_keys(lab, h)) for h in list(lab.hosts)) == held
+
+
+@needs_root
 def test_a_leader_rotating_its_key_reaches_the_laptop_in_the_same_run(lab):
     """rotate.yml on gcp-1, the laptop's leader of location gcp, under 50 pings/s: three flows
     across that tunnel (through the leader both ways, to the leader) and one across the other
