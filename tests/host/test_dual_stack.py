@@ -109,13 +109,14 @@ def state(lab, host):
         "iptables-save 2>/dev/null | grep -i kilo; ip6tables-save 2>/dev/null | grep -i kilo"))
 
 
-def unreached(lab, hosts, families=(4, 6)):
-    """[(src, dst address)] that a pod of ``src`` cannot ping from its own pod address. WireGuard
-    handshakes on the first packet, so each pair gets a few tries."""
+def unreached(lab, hosts, families=(4, 6), pods_of=pods):
+    """[(src, dst address)] that a pod of ``src`` cannot ping from its own pod address (``pods_of``
+    is ``pods`` or another lab's function of that shape). WireGuard handshakes on the first
+    packet, so each pair gets a few tries."""
     failed = []
     for src in sorted(hosts):
-        mine = dict((":" in a and 6 or 4, a) for r, a in pods(lab, src))
-        targets = [(a, mine[v]) for dst in sorted(hosts) if dst != src for r, a in pods(lab, dst)
+        mine = dict((":" in a and 6 or 4, a) for r, a in pods_of(lab, src))
+        targets = [(a, mine[v]) for dst in sorted(hosts) if dst != src for r, a in pods_of(lab, dst)
                    for v in [6 if ":" in a else 4] if v in families and v in mine]
         script = " ".join("(ping -%d -c 3 -i 0.3 -W 2 -q -I %s %s >/dev/null || echo %s) &"
                           % (6 if ":" in a else 4, s, a, a) for a, s in targets) + " wait"

@@ -237,6 +237,9 @@ class ApiServer:
             f"--service-account-signing-key-file={pki['sa.key']}",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.96.0.0/16",
+            # v1.20 keeps a Node's spec.podCIDRs to its first range unless dual-stack is on
+            # (alpha there); the dual-stack tests need Nodes with a range of each family
+            "--feature-gates=IPv6DualStack=true",
             "--profiling=false", "--v=0",
         ]
         self._run_apiserver()

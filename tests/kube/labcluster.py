@@ -11,6 +11,7 @@ plus the lab's SSH settings as group and host variables.
 """
 import argparse
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -43,12 +44,26 @@ def pod_cidr(h):
     return "10.50.%d.0/24" % (10 * h["location_index"] + h["index"])
 
 
-def register_nodes(lab, core, made=None, only=None, skip=()):
+def pod_cidr6(h):
+    """The host's IPv6 pod range on a dual-stack cluster (beside pod_cidr's, same number)."""
+    return "fd50:0:0:%d::/64" % (10 * h["location_index"] + h["index"])
+
+
+def pods(lab, host):
+    """[(pod range, pod address)] of a dual-stack Node's host (the first address of each range):
+    the shape of tests/host/test_dual_stack.pods, for its unreached()."""
+    h = lab.hosts[host]
+    return [(c, str(ipaddress.ip_network(c)[1])) for c in (pod_cidr(h), pod_cidr6(h))]
+
+
+def register_nodes(lab, core, made=None, only=None, skip=(), ipv6=False):
     """Every lab host becomes a Node: location by the topology label in location 1 and by Kilo's
     annotation elsewhere (a wrong label beside it, which the annotation beats), the first host of
     location 2 a forced leader, a pod CIDR, the management address as InternalIP (so Ansible
-    reaches it). Returns the Node names, also appended to ``made`` as each is created (so a
-    failure half-way still lets the caller delete what exists)."""
+    reaches it). With ``ipv6`` the Node is dual-stack as a kube-controller-manager would make it:
+    spec.podCIDRs holds pod_cidr and pod_cidr6, spec.podCIDR the first. Returns the Node names,
+    also appended to ``made`` as each is created (so a failure half-way still lets the caller
+    delete what exists)."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
     made = [] if made is None else made
     for name, h in sorted(lab.hosts.items()):
@@ -64,7 +79,8 @@ def register_nodes(lab, core, made=None, only=None, skip=()):
         if i == 2 and k == 1:
             annotations[kn.LEADER] = "true"
         core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
-                                       spec=client.V1NodeSpec(pod_cidr=pod_cidr(h))))
+                                       spec=client.V1NodeSpec(pod_cidr=pod_cidr(h), pod_cidrs=(
+                                           [pod_cidr(h), pod_cidr6(h)] if ipv6 else None))))
         made.append(name)
         core.patch_node_status(name, {"status": {"addresses": [{"type": "InternalIP", "address": h["mgmt_ip"]},
                                                                {"type": "Hostname", "address": name}]}})
@@ -101,10 +117,11 @@ def _dump(path, data):
 
 
 @contextlib.contextmanager
-def nodes_of(kube, admin, prefix, peer, create_peer=True):
+def nodes_of(kube, admin, prefix, peer, create_peer=True, ipv6=False):
     """A 2 x 2 lab (prefix ``prefix``) whose hosts are Nodes of ``kube``, with the Peer ``peer``
     (unless ``create_peer`` is false: a test makes it later): yields (lab, inventory path); the lab,
-    the Nodes and the Peer are removed after, whatever happens."""
+    the Nodes and the Peer are removed after, whatever happens. ``ipv6``: both families on the
+    lab's links and the Nodes' pod ranges (register_nodes)."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
     from test_apiserver import eventually  # pylint: disable=import-error,import-outside-toplevel
     from test_inventory_plugin import delete_all  # pylint: disable=import-error,import-outside-toplevel
@@ -112,13 +129,13 @@ def nodes_of(kube, admin, prefix, peer, create_peer=True):
     group = (kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL)
     lab = Lab(prefix)
     lab.down()
-    lab.up(2, 2, 1)
+    lab.up(2, 2, 1, ipv6=ipv6)
     tmp = tempfile.mkdtemp(prefix="kilo-%s-" % prefix)
     made = []
     try:
         kube.kubectl("apply", "-f", CRDS)
         eventually(lambda: custom.list_cluster_custom_object(*group), 60)
-        register_nodes(lab, core, made)
+        register_nodes(lab, core, made, ipv6=ipv6)
         if create_peer:
             custom.create_cluster_custom_object(*group, peer_resource(peer))
         yield lab, write_inventory(lab, kube.kubeconfig, os.path.join(tmp, "inventory"),
