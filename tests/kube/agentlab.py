@@ -63,8 +63,8 @@ def host_kubeconfig(server, token=None):
 @contextlib.contextmanager
 def agent_cluster(prefix, locations, hosts, peer=None, skip=(), public=1, **lab_options):
     """(lab, server, inventory): a lab, an API server on its bridge, the CRDs, every host a Node
-    (labcluster.register_nodes) but those in ``skip``, the inventory of the inventory plugin; all
-    removed after."""
+    (labcluster.register_nodes, dual-stack with the lab option ``ipv6``) but those in ``skip``, the
+    inventory of the inventory plugin; all removed after."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
     lab = Lab(prefix)
     lab.down()
@@ -76,7 +76,7 @@ def agent_cluster(prefix, locations, hosts, peer=None, skip=(), public=1, **lab_
         with server.client() as api:
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             wait_for(lambda: custom.list_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL), 60)
-            labcluster.register_nodes(lab, core, skip=skip)
+            labcluster.register_nodes(lab, core, skip=skip, ipv6=lab_options.get("ipv6", False))
             if peer:
                 custom.create_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL,
                                                     labcluster.peer_resource(peer))
