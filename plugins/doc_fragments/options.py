@@ -701,8 +701,8 @@ notes:
   - C(kilo_allowed_location_ips) (Kilo's annotation C(kilo.squat.ai/allowed-location-ips)) - Further CIDRs routed
     to this node's location (a list, or text separated by commas).
   - 'C(kilo_pod_cidr) (annotation C(kilo.mesh/pod-cidrs), beyond Kilo) - The node''s pod CIDR, or several (a list,
-    or text separated by commas: each its own route and allowed IP; one IP family); set, it wins over the source
-    of C(kilo_pod_cidr_source).'
+    or text separated by commas: each its own route and allowed IP; of the mesh''s IP family, or of both in a dual-stack
+    mesh); set, it wins over the source of C(kilo_pod_cidr_source).'
   - C(kilo_public_key) - The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.
   - C(kilo_cni_compatibility_ip) (Kilo's annotation C(kilo.squat.ai/cni-compatibility-ip)) - Under compatibility
     V(cilium), the address traffic to this node goes to (its C(cilium_host) address).

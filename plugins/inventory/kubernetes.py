@@ -19,8 +19,11 @@ description:
     else empty; the annotation C(kilo.squat.ai/leader) counts by its presence.
   - C(kilo_kubernetes_node) holds what Kilo's agent wrote on the Node (C(public_key), C(endpoint),
     C(internal_ip), C(wireguard_ip), C(discovered_endpoints), C(last_seen), C(granularity); null when not
-    written), C(ready), the Node's Ready condition, and C(pod_cidrs), the node's pod ranges per source
-    (C(kilo_pod_cidr_source)) - V(node) (C(spec.podCIDR), as Kilo),
+    written; in a dual-stack mesh C(internal_ip) and C(wireguard_ip) are lists of two, one of each IP family,
+    the primary's first, from C(kilo.mesh/internal-ips) and C(kilo.mesh/wireguard-ips) where their first agrees
+    with Kilo's annotation), C(ready), the Node's Ready condition, and C(pod_cidrs), the node's pod ranges per source
+    (C(kilo_pod_cidr_source)) - V(node) (C(spec.podCIDR), as Kilo; in a dual-stack mesh C(spec.podCIDRs),
+    the ranges of both families),
     V(calico) (its confirmed C(BlockAffinity) blocks) and V(cilium) (its C(CiliumNode)'s C(spec.ipam.podCIDRs)),
     each IPAM source only where its resource type is installed and readable.
   - The annotation C(kilo.mesh/pod-cidrs) (CIDRs separated by commas) sets C(kilo_pod_cidr), forcing the node's

@@ -410,7 +410,8 @@ FIELDS = OrderedDict((field.name, field) for field in (
               form="CIDRs"),
     NodeField("pod_cidr", "kilo_pod_cidr",
               "The node's pod CIDR, or several (a list, or text separated by commas: each its own route and allowed IP;"
-              " one IP family); set, it wins over the source of C(kilo_pod_cidr_source).",
+              " of the mesh's IP family, or of both in a dual-stack mesh);"
+              " set, it wins over the source of C(kilo_pod_cidr_source).",
               check=_pod_cidrs_var, parse=parse_pod_cidrs, source=POD_CIDRS_ANNOTATION,
               kube=_pod_cidr_kube, form="CIDR, list of CIDRs, or null"),
     NodeField("public_key", "kilo_public_key",

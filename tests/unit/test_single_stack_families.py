@@ -14,7 +14,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans as raw_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 from ansible_collections.kilo.mesh.plugins.plugin_utils import validate
-from test_topology_dual_stack import DUAL, dual_mesh_inputs, two_nodes
+from test_topology_dual_stack import dual_mesh_inputs, two_nodes
 
 
 def refusal(nodes, options, hostvars):
