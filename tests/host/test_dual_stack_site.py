@@ -8,6 +8,8 @@ key, no forwarding: site.yml's prepare and key steps do that). The inventory is 
 site_inventory (kilo_subnet of two, pod ranges of both families, internal IPs of both families
 discovered, IPv6 endpoints, iptables on location 2). Tests run in file order and share the lab.
 """
+import ipaddress
+import json
 import os
 import shutil
 
@@ -15,6 +17,7 @@ import pytest
 import yaml
 
 from sitetools import fresh_lab, recap, site
+from test_cni import CONFLIST, pod
 from test_dual_stack import pods, sh, site_inventory, state, unreached
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_DUAL_STACK_SITE", "kdf")
@@ -74,3 +77,35 @@ def test_rerun_changes_nothing(lab):
     counts = recap(site(lab.site_inventory))
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
     assert unreached(lab, sorted(lab.hosts)) == []
+
+
+def test_cni_pods_get_an_address_of_each_family_and_reach_each_other(lab):
+    """Kilo's --cni in a dual-stack mesh (beyond Kilo): each node's conflist gives host-local one
+    range set per family, so a pod made by Debian's CNI plugins from it (as a runtime runs them)
+    gets an address of each, and a pod on a non-leader of one location reaches a pod on the other
+    location's leader in both families, both ways."""
+    first, second = sorted(set(h["location"] for h in lab.hosts.values()))
+    a = [n for n in sorted(lab.hosts) if lab.hosts[n]["location"] == first and not lab.hosts[n]["public"]][0]
+    b = [n for n in sorted(lab.hosts) if lab.hosts[n]["location"] == second and lab.hosts[n]["public"]][0]
+    made = {}
+    try:
+        for host, netns in ((a, "pod-a"), (b, "pod-b")):
+            ranges = [r for r, _address in pods(lab, host)]
+            conflist = json.loads(sh(lab, host, "cat %s" % CONFLIST).stdout)
+            assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": r}] for r in ranges], (host, conflist)
+            result = pod(lab, host, "add", netns)
+            made[host] = netns
+            addresses = [ipaddress.ip_interface(ip["address"]) for ip in result["ips"]]
+            assert [x.network.version for x in addresses] == [4, 6], result
+            assert all(x.ip in ipaddress.ip_network(r) for x, r in zip(addresses, ranges)), (result, ranges)
+            made[host] = (netns, [str(x.ip) for x in addresses])
+        for src, dst in ((a, b), (b, a)):
+            netns = made[src][0]
+            for address in made[dst][1]:
+                # a few tries: a new IPv6 address is usable once its duplicate detection ends
+                done = sh(lab, src, "for i in 1 2 3 4 5; do ip netns exec %s ping -c 2 -i 0.3 -W 2 -q %s && exit 0;"
+                                    " sleep 1; done; exit 1" % (netns, address))
+                assert done.returncode == 0, (src, dst, address, done.stdout, done.stderr)
+    finally:
+        for host, entry in made.items():
+            pod(lab, host, "del", entry[0] if isinstance(entry, tuple) else entry)
