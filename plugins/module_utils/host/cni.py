@@ -61,20 +61,20 @@ def kilo_conflist(subnet):
 
 
 _KILO_CONFLIST = {
-        "cniVersion": CNI_VERSION,
-        "name": NETWORK,
-        "plugins": [
-            {
-                "name": "kubernetes",
-                "type": "bridge",
-                "bridge": BRIDGE,
-                "isDefaultGateway": True,
-                "forceAddress": True,
-                "mtu": MTU,
-                "ipam": {"type": "host-local", "ranges": []},
-            },
-            {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}},
-        ],
+    "cniVersion": CNI_VERSION,
+    "name": NETWORK,
+    "plugins": [
+        {
+            "name": "kubernetes",
+            "type": "bridge",
+            "bridge": BRIDGE,
+            "isDefaultGateway": True,
+            "forceAddress": True,
+            "mtu": MTU,
+            "ipam": {"type": "host-local", "ranges": []},
+        },
+        {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}},
+    ],
 }
 
 
