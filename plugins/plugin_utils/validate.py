@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, node_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, names
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    OPTIONS_SUBJECT, TopologyError, parse_inputs)
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import OPTIONS_SUBJECT, TopologyError
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_host_vars, pod_source_of, var_of_field
 
 
@@ -54,11 +53,13 @@ def check_node_vars(hosts, hostvars):
 
 
 def check_topology(nodes, peers, options, hostvars, first):
-    """Build every plan once; a node's error is told as its host's variable, a mesh-wide
-    option's as the variable of ``first`` (every host agrees on those)."""
+    """Compute the mesh once (every check of the engine, no plan rendered), then check_one_family;
+    a node's error is told as its host's variable, a mesh-wide option's as the variable of
+    ``first`` (every host agrees on those)."""
     try:
-        build_plans(nodes, peers, options, only=[])
-        check_one_family(nodes, peers, options)
+        # ours on the nodes as the engine parsed them (no second reading of the inputs)
+        topology = Topology(nodes, peers or [], options)
+        check_one_family(topology.opts, topology.nodes)
     except KiloError as e:
         if e.kind == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"]:
             raise KiloError(e.message, host_subject(first), OPTIONS[e.field]["var"])
@@ -75,10 +76,11 @@ def check_topology(nodes, peers, options, hostvars, first):
         raise
 
 
-def check_one_family(nodes, peers, options):
-    """In a single-stack mesh, every node's internal IP and pod ranges are of the subnet's IP
-    family; raise TopologyError naming the node and field, or the subnet when no node has an
-    address of its family (the subnet is then the odd one, as fd04::/64 in a mesh of IPv4 nodes).
+def check_one_family(opts, parsed):
+    """In a single-stack mesh (``opts``: the engine's parsed options; ``parsed``: its parsed nodes),
+    every node's internal IP and pod ranges are of the subnet's IP family; raise TopologyError
+    naming the node and field, or the subnet when no node has an address of its family (the
+    subnet is then the odd one, as fd04::/64 in a mesh of IPv4 nodes).
 
     Kilo's own engine takes such a mesh: its topology keeps the node, and its routes pair a
     destination of one family with a gateway of the other (an IPv6 pod range through a leader's
@@ -87,7 +89,6 @@ def check_one_family(nodes, peers, options):
     routing to the node. Our engine matches Kilo's output, so it computes those plans too and
     plan.check_plan refuses them at each host's converge, naming that host. Refusing here names
     the node at fault before any host changes."""
-    opts, parsed, dummy = parse_inputs(nodes, peers, options)
     if len(opts["subnets"]) == 2:
         return  # a dual-stack mesh: the engine checks each node's families itself
     subnet = opts["subnet"]
