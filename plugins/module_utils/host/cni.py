@@ -194,11 +194,9 @@ class CNIBackend(Backend):
 
     def desired(self, plan, current):
         # a node of several pod ranges (Calico's blocks, Cilium's pool CIDRs): the conflist takes
-        # the first; a dual-stack node's, the first of each family
+        # the first (a string, Kilo's); a dual-stack node's, the first of each family (a list)
         subnets = conflist_subnets(plan["pod_cidr"] if plan["cni"] else None)
         subnet = subnets[0] if len(subnets) == 1 else subnets
-        if len(subnets) > 1:
-            return self._desired_dual(current, subnets)
         if not subnet:
             # cni off or no pod CIDR: not managed, whatever is there stays
             return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
@@ -207,31 +205,20 @@ class CNIBackend(Backend):
         if current["problem"]:
             self._warn(current["problem"])
             return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
-        data = current["data"] if current["subnet"] == subnet else with_subnet(current["data"], subnet)
+        data = current["data"] if self._held(current, subnet) == subnet else with_subnet(current["data"], subnet)
         return {"path": self.path, "data": data, "subnet": subnet, "managed": True}
 
-    def _desired_dual(self, current, subnets):
-        """A dual-stack node's conflist: one range set per family (``subnets``), as the module
-        docstring says; the rest of an existing file of ours stays, as for one range."""
-        wanted = [str(ipaddress.ip_network(one, strict=False)) for one in subnets]
-        if not current["exists"]:
-            return {"path": self.path, "data": kilo_conflist(wanted), "subnet": wanted, "managed": True}
-        if current["problem"]:
-            self._warn(current["problem"])
-            return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
-        held = self._held(current)
-        data = current["data"] if held == wanted else with_subnet(current["data"], wanted)
-        return {"path": self.path, "data": data, "subnet": wanted, "managed": True}
-
     @staticmethod
-    def _held(current):
-        """What an existing conflist of ours holds, in the form desired() gives: the first subnet
-        (Kilo's reading), or a dual-stack node's range sets (a legacy ``ipam.subnet`` beside them
-        counts as a difference: host-local would allocate from it first)."""
-        data = current["data"]
-        if any(ipam.get("subnet") for ipam in _ipams(data)):
+    def _held(current, subnet):
+        """What an existing conflist of ours holds, in the form of ``subnet`` (desired()'s): for one
+        range, its first subnet (Kilo's reading); for a dual-stack node's list, its range sets (a
+        legacy ``ipam.subnet`` beside them counts as a difference: host-local would allocate from
+        it first)."""
+        if not isinstance(subnet, list):
+            return current["subnet"]
+        if any(ipam.get("subnet") for ipam in _ipams(current["data"])):
             return [current["subnet"]]
-        sets = range_set_subnets(data)
+        sets = range_set_subnets(current["data"])
         return sets if len(sets) > 1 else current["subnet"]
 
     def changes(self, current, desired):
@@ -240,7 +227,7 @@ class CNIBackend(Backend):
         shown = ", ".join(desired["subnet"]) if isinstance(desired["subnet"], list) else desired["subnet"]
         if not current["exists"]:
             return ["write %s (subnet %s)" % (self.path, shown)]
-        held = self._held(current) if isinstance(desired["subnet"], list) else current["subnet"]
+        held = self._held(current, desired["subnet"])
         if held != desired["subnet"]:
             was = ", ".join(str(h) for h in held) if isinstance(held, list) else held
             return ["set subnet %s in %s (was %s)" % (shown, self.path, was)]
