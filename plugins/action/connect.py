@@ -15,9 +15,8 @@ import json
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan, peer_addresses
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families, read_families
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_warning
@@ -57,11 +56,7 @@ class ActionModule(KiloAction):
         members = task_vars.get("groups", {}).get(group) or []
         if not members:
             return ()
-        subnet = self.options_of(task_vars, source=members[0], scopes=("mesh",))["subnet"]
-        try:
-            return mesh_families(subnet)
-        except TopologyError:
-            return ()  # a bad subnet is validate's to name, for the mesh's hosts
+        return read_families(self.options_of(task_vars, source=members[0], scopes=("mesh",))["subnet"])
 
     @staticmethod
     def peer(args, host, families=()):

@@ -229,10 +229,17 @@ def parse_internal_ips(value, subject, field):
     ips = [parse_interface(item, subject, field) for item in value]
     if len(ips) > 2:
         raise TopologyError(subject, field, "%d internal IPs; at most two, one of each IP family" % len(ips))
-    if len(ips) == 2 and ips[0].version == ips[1].version:
-        raise TopologyError(subject, field, "%s and %s are both IPv%d: two internal IPs are one of each IP family"
-                            % (ips[0], ips[1], ips[0].version))
+    check_two_families(ips, subject, field, "two internal IPs are one of each IP family")
     return ips
+
+
+def check_two_families(values, subject, field, why):
+    """Two values (addresses, networks) of a dual-stack mesh are one of each IP family: refuse two
+    of one, saying ``why`` (a node's internal IPs, the mesh's subnets, a connecting machine's
+    addresses)."""
+    if len(values) == 2 and values[0].version == values[1].version:
+        first, second = values
+        raise TopologyError(subject, field, "%s and %s are both IPv%d: %s" % (first, second, first.version, why))
 
 
 def parse_subnets(value, subject, field="subnet"):
@@ -245,9 +252,7 @@ def parse_subnets(value, subject, field="subnet"):
     if not 1 <= len(nets) <= 2:
         raise TopologyError(subject, field, "%d subnets; one, or two of different IP families (dual-stack)"
                             % len(nets))
-    if len(nets) == 2 and nets[0].version == nets[1].version:
-        raise TopologyError(subject, field, "%s and %s are both IPv%d: a dual-stack mesh has one subnet of each"
-                            " IP family" % (nets[0], nets[1], nets[0].version))
+    check_two_families(nets, subject, field, "a dual-stack mesh has one subnet of each IP family")
     return nets
 
 
@@ -256,6 +261,16 @@ def mesh_families(subnet):
     for a single-stack mesh (one CIDR, or a list of one). Raises TopologyError on a bad value."""
     nets = parse_subnets(subnet, "options", "subnet") if isinstance(subnet, (list, tuple)) else []
     return tuple(net.version for net in nets) if len(nets) == 2 else ()
+
+
+def read_families(subnet):
+    """``mesh_families`` for a reader that only chooses how to read a node or a machine (both
+    families or one): a bad subnet counts as single-stack, (), since the engine's own reading of
+    the options names it (kilo.mesh.validate, before any host)."""
+    try:
+        return mesh_families(subnet)
+    except TopologyError:
+        return ()
 
 
 def first_of(value):

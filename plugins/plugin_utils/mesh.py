@@ -21,7 +21,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     TopologyError, build_plans, listen_port, node_segment)
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location, mesh_families
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location, read_families
 from ansible_collections.kilo.mesh.plugins.module_utils.options import names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
@@ -75,11 +75,8 @@ class MeshReading(object):
     @property
     def dual(self):
         """Whether the mesh is dual-stack (``subnet`` a list of two): its nodes then take internal IPs and
-        a Node's pod ranges of both families. A bad subnet counts as single-stack here: the engine names it."""
-        try:
-            return bool(mesh_families(self.args.get("subnet")))
-        except KiloError:
-            return False
+        a Node's pod ranges of both families (``nodes.read_families``)."""
+        return bool(read_families(self.args.get("subnet")))
 
     @property
     def registry_file(self):

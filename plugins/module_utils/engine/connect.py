@@ -28,7 +28,7 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_two_families, one_or_list
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology, _dedup
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError
@@ -139,9 +139,7 @@ def peer_addresses(allowed_ip, subject, families=()):
                         subject, field)
     addresses = [peer_address(value, subject) for value in values]
     if len(addresses) == 2:
-        if addresses[0].version == addresses[1].version:
-            raise KiloError("%s and %s are both IPv%d: two addresses are one of each IP family"
-                            % (addresses[0], addresses[1], addresses[0].version), subject, field)
+        check_two_families(addresses, subject, field, "two addresses are one of each IP family")
         if not families:
             # the mesh routes one family only: the second would reach no node, so refuse it here
             # rather than hand the leaders an allowed IP their mesh cannot route

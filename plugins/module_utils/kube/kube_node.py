@@ -30,7 +30,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
     ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES,
-    UNSET, VARS, check_host_vars, first_of, mesh_families, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value)
+    UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value, read_families)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
@@ -318,10 +318,8 @@ def drift(node, hvars, topology_label=REGION_LABEL):
         if (from_node.get(NODE_POD_SOURCE_VAR) or hvars.get(NODE_POD_SOURCE_VAR) or hvars.get(POD_SOURCE_VAR)
                 or POD_SOURCES[0]) == POD_SOURCES[0]:
             spec = from_node["kilo_kubernetes_node"]["pod_cidrs"][POD_SOURCES[0]]
-            try:  # spec.podCIDRs' second family only counts in a dual-stack mesh
-                dual = bool(mesh_families(hvars.get(OPTIONS["subnet"]["var"])))
-            except KiloError:
-                dual = False
+            # spec.podCIDRs' second family only counts in a dual-stack mesh
+            dual = bool(read_families(hvars.get(OPTIONS["subnet"]["var"])))
             if spec:
                 from_node[pod_var] = pod_cidr_value(spec if dual else spec[:1])
         else:  # an IPAM source's objects are not read here
