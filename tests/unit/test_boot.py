@@ -183,3 +183,26 @@ def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where)
     assert plan == CHECKED and check_plan(plan, "kilo0") == CHECKED and settings["mtu"] == 1380 and keys == PSK
     result = boot.restore(str(where / "lib" / "mesh-plan.json"), backends=[recorder, Keys(settings, keys)])
     assert result["changes"] == {"recorder": ["converge"]} and recorder.seen[0]["name"] == "a"
+
+
+def test_the_userspace_daemons_unit_restarts_it_and_restores_the_plan_after():
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import Daemon
+    after = boot.after_restart_command("/usr/lib/kilo-mesh/kilo-mesh-agent.pyz")
+    text = Daemon("kilo0", "wireguard-go", "/run/wireguard/kilo0.sock", after_start=after).unit_text()
+    lines = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    assert lines["ExecStart"].endswith("wireguard-go -f kilo0") and lines["ExecStart"].startswith("/")
+    assert lines["Restart"] == "on-failure" and lines["Environment"] == "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1"
+    assert lines["ExecStartPost"] == ("-/usr/bin/python3 /usr/lib/kilo-mesh/kilo-mesh-agent.pyz --restore %s"
+                                      " --after-restart" % boot.PLAN_PATH)
+    assert "[Install]" not in text, "enabled on its own: the restore or a converge starts it"
+    assert "ExecStartPost" not in Daemon("kilo0", "wireguard-go", "/x").unit_text()
+
+
+def test_after_a_restart_nothing_is_done_without_a_plan_or_while_a_converge_runs(where, tmp_path, monkeypatch):
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as conv, wireguard_daemon
+    monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(tmp_path / "run"))
+    out = io.StringIO()
+    assert boot.main([str(tmp_path / "none.json"), "--after-restart"], out=out) == 0 and out.getvalue() == ""
+    path = stored(where, json.dumps({"format": 1, "plan": PLAN, "settings": {}}))
+    with conv.converge_lock():
+        assert boot.main([path, "--after-restart"], out=out) == 0 and out.getvalue() == ""
