@@ -9,10 +9,16 @@ WireGuard IP), in Kilo's formats (``kube_node.write_back``), sent as one JSON me
 Node's annotations when one of them differs. What the node observes (``last-seen``,
 ``discovered-endpoints``: ``kube_node.OBSERVED_ANNOTATIONS``) never makes the task changed: it is
 refreshed by every run that reaches the host (not in check mode) and left out of the diff.
+
+For a node that changes agents in place (``playbooks/migrate.yml``): ``takeover`` refuses a write
+that would change what the other nodes build their mesh from (``kube_node.SEEN_BY_OTHERS``) as the
+Node's current agent wrote it; ``handback_timeout`` keeps ``last-seen`` fresh after the write until
+another writer (Kilo's ``kg``, taking the node back) writes its own.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
@@ -23,9 +29,15 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import not_a_node
 
 
+# Seconds between two writes of last-seen while a node is handed back to another agent: well inside
+# the 60 s after which the other agents drop a silent node.
+HANDBACK_REFRESH = 10
+
+
 def _extra_spec():
     # the client options keep kubernetes.core's alias names (verify_ssl, ssl_ca_cert)
-    spec = dict(node=dict(type="str"), topology_var=dict(type="str"), state=argument_spec("host")["state"])
+    spec = dict(node=dict(type="str"), topology_var=dict(type="str"), state=argument_spec("host")["state"],
+                takeover=dict(type="bool", default=False), handback_timeout=dict(type="int", default=0))
     spec.update(kube_client.argument_spec())
     return spec
 
@@ -63,6 +75,8 @@ class ActionModule(KiloAction):
                                 node_subject(name))
             raise
         current = (obj.get("metadata") or {}).get("annotations") or {}
+        if args["takeover"] and args["state"] == "present":
+            self.refuse_moves(name, current, wanted)
         wanted.update(kube_node.dual_removals(wanted, current))
         ours = [k for k in kube_node.AGENT_ANNOTATIONS if k not in kube_node.OBSERVED_ANNOTATIONS]
         ours += [k for k in kube_node.DUAL_ANNOTATIONS if k in wanted]  # a dual-stack node's, or one to remove
@@ -75,6 +89,8 @@ class ActionModule(KiloAction):
                 differ[k] = patch[k] = None  # removing them is
         if patch and not self._task.check_mode:
             kube_client.merge_patch_node(client, name, {"metadata": {"annotations": patch}})
+        if args["handback_timeout"] and args["state"] == "present" and not self._task.check_mode:
+            result["handed_back"] = self.hand_back(client, name, wanted[kube_node.LAST_SEEN], args["handback_timeout"])
         after = dict((k, wanted[k] if k in wanted else current.get(k)) for k in ours)
         result.update(changed=bool(differ), node=name,
                       annotations=dict((k, v) for k, v in after.items() if v is not None),
@@ -83,6 +99,45 @@ class ActionModule(KiloAction):
             result["diff"] = dict(before=self.shown(current, ours), after=self.shown(after, ours),
                                   before_header="Node %s" % name, after_header="Node %s" % name)
         return result
+
+    @staticmethod
+    def refuse_moves(name, current, wanted):
+        """KiloError, before anything is written, when ``wanted`` changes an annotation the other
+        nodes read (``kube_node.SEEN_BY_OTHERS``) from what the Node's agent wrote; a Node no agent
+        wrote a key on yet has nothing to keep."""
+        if not current.get(kube_node.KEY):
+            return
+        moved = ["%s %s -> %s" % (k, json.dumps(current.get(k) or ""), json.dumps(wanted[k]))
+                 for k in kube_node.SEEN_BY_OTHERS if (current.get(k) or "") != wanted[k]]
+        if moved:
+            raise KiloError("taking the node over would change what the other nodes see: %s; nothing was written"
+                            " (set the kilo_* options to Kilo's flags, and forced values as the Node's annotations,"
+                            " so that this run computes what its agent did)" % "; ".join(moved),
+                            node_subject(name), "takeover")
+
+    @staticmethod
+    def hand_back(client, name, written, timeout, clock=time.monotonic, sleep=time.sleep):
+        """Keep the Node's ``last-seen`` fresh (every HANDBACK_REFRESH s) until another writer puts
+        another value there; its value and how long it took, else KiloError after ``timeout`` s.
+
+        Kilo's agent, started on a node whose annotations already say what it computes, first
+        writes ``last-seen`` at its first check-in, 30 s after it starts: without this the node
+        could stay silent past the other agents' 60 s and leave their mesh for a moment."""
+        ours, start = str(written), clock()
+        wrote = start
+        while True:
+            sleep(1)
+            obj = kube_client.read_node(client, name)
+            seen = ((obj.get("metadata") or {}).get("annotations") or {}).get(kube_node.LAST_SEEN)
+            if seen and seen.isdigit() and seen != ours:
+                return {"last_seen": int(seen), "waited": round(clock() - start, 1)}
+            if clock() - start > timeout:
+                raise KiloError("no other agent wrote last-seen within %d s (is Kilo's agent running on the node?);"
+                                " the node leaves the other agents' mesh a minute after the last write" % timeout,
+                                node_subject(name), "handback_timeout")
+            if clock() - wrote >= HANDBACK_REFRESH:
+                ours, wrote = str(int(time.time())), clock()
+                kube_client.merge_patch_node(client, name, {"metadata": {"annotations": {kube_node.LAST_SEEN: ours}}})
 
     @staticmethod
     def shown(annotations, keys):

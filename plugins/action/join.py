@@ -7,6 +7,10 @@ The plan comes from a run-once kilo.mesh.topology (``topology_var``, the role's 
 computed once per run), else the mesh reading computes it here (``MeshReading.plan``). Every host
 of the mesh group counts, not only the hosts of the play: hosts outside ``--limit`` or unreachable
 in this run come from the registry, so their peers survive.
+
+``takeover`` (``playbooks/migrate.yml``): the host's interface, routes and firewall are another
+agent's (Kilo's ``kg``), taken over in place by this one call: the converge refuses to change the
+tunnels and takes over the other agent's routes (``route_conflict: replace`` for this call alone).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ def keep_unswitched_keys(plan, keep):
 
 class ActionModule(KiloAction):
     SCOPES = ("mesh", "inputs", "host")
-    EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"))
+    EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"),
+                      takeover=dict(type="bool", default=False))
 
     def run_kilo(self, args, task_vars):
         result = {}
@@ -59,6 +64,9 @@ class ActionModule(KiloAction):
                                                        rotation["hosts"]))
         module_args = dict(self.module_args(args, ("host",)), plan=plan,
                            preshared_keys=split_preshared_keys(plan))
+        if args["takeover"] and plan is not None:
+            # one call's options, never a kilo_* variable: the agent's configuration never sees them
+            module_args.update(takeover=True, route_conflict="replace")
         own = task_vars.get(args["facts_var"]) if args["facts_var"] else None
         if plan is not None and self._task.check_mode and isinstance(own, dict) and own.get("pending"):
             # check mode: the stand-in key of a key the key step would make or rotate, so the diff

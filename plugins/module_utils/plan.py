@@ -260,6 +260,7 @@ CONVERGE_SPEC = dict(
     preshared_keys=dict(type="dict", no_log=True),
     switch_at=dict(type="float"),
     pending_public_key=dict(type="str", no_log=False),
+    takeover=dict(type="bool", default=False),
     app_digest=dict(type="str"),
     app_src=dict(type="path"),
 )

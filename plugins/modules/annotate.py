@@ -57,6 +57,24 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  takeover:
+    description:
+      - The node changes agents in place (C(playbooks/migrate.yml) moving it from Kilo's C(kg)) - fail, and
+        write nothing, when this run would change an annotation the other nodes build their mesh from
+        (C(key), C(endpoint), C(internal-ip), C(wireguard-ip), C(granularity)) from what the Node's
+        current agent wrote. A Node without a C(key) annotation has nothing to keep.
+    type: bool
+    default: false
+  handback_timeout:
+    description:
+      - After the write, keep C(last-seen) fresh (every 10 seconds) until another agent writes its own
+        value there, for at most this many seconds; fail when none does. For a node handed back to Kilo's
+        C(kg) (C(playbooks/migrate.yml -e to=kg)) - C(kg) started on a node whose annotations already say what it
+        computes writes C(last-seen) first at its first check-in, 30 seconds after it starts, and the other
+        agents drop a node silent for 60 seconds.
+      - V(0) writes once.
+    type: int
+    default: 0
 attributes:
   check_mode:
     support: full
@@ -105,4 +123,9 @@ last_seen:
   description: Unix time written to C(kilo.squat.ai/last-seen) (not written in check mode); null with O(state=absent).
   returned: success
   type: int
+handed_back:
+  description: With O(handback_timeout), the C(last-seen) the other agent wrote and the seconds waited for it.
+  returned: when O(handback_timeout) is set and the task wrote
+  type: dict
+  sample: {"last_seen": 1764270000, "waited": 21.4}
 """

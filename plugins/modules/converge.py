@@ -42,6 +42,16 @@ options:
         (its RV(kilo.mesh.key#module:pending) result), so the WireGuard comparison and diff show the switch
         to it. Ignored outside check mode. M(kilo.mesh.join) sets it.
     type: str
+  takeover:
+    description:
+      - The WireGuard interface is run by another agent (Kilo's C(kg)) and is taken over in place, as
+        C(playbooks/migrate.yml) does - fail, before anything changes, when the plan would give it another
+        key, listen port or peers (the tunnels must already be what the plan says); its MTU and link state,
+        the addresses, routes and firewall converge as usual. An interface that is not there yet is made.
+      - For that one call; combine it with O(route_conflict=replace) to take over the other agent's routes.
+        M(kilo.mesh.join) with O(kilo.mesh.join#module:takeover=true) sets both.
+    type: bool
+    default: false
   app_digest:
     description:
       - SHA-256 of the collection's zip application for the boot restore (O(boot_restore)). When the host's
@@ -134,7 +144,8 @@ def main():
     try:
         result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys,
                           switch_at=module.params.pop("switch_at"),
-                          pending_public_key=module.params.pop("pending_public_key"), app=app)
+                          pending_public_key=module.params.pop("pending_public_key"), app=app,
+                          takeover=module.params.pop("takeover"))
     except KiloError as e:
         module.fail_json(msg=str(e))
     except Exception as e:  # pylint: disable=broad-exception-caught

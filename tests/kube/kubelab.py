@@ -10,6 +10,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -119,11 +120,62 @@ def stop(lab, host, pid, sig=signal.SIGTERM, timeout=30):
         time.sleep(0.2)
 
 
-def kg_argv(kg, name, kubeconfig=KUBECONFIG_IN_HOST):
-    """kg's flags as Kilo's userspace DaemonSet passes them, for this lab (no IPIP, no CNI)."""
+def kg_argv(kg, name, kubeconfig=KUBECONFIG_IN_HOST, clean_up=True):
+    """kg's flags as Kilo's userspace DaemonSet passes them, for this lab (no IPIP, no CNI);
+    ``clean_up`` False adds ``--clean-up=false`` (what playbooks/migrate.yml asks of the DaemonSet)."""
     return [kg, "--kubeconfig=" + kubeconfig, "--hostname=" + name,
             "--create-interface=false", "--encapsulate=never", "--cni=false",
-            "--mesh-granularity=location", "--listen=127.0.0.1:1107"]
+            "--mesh-granularity=location", "--listen=127.0.0.1:1107"] + ([] if clean_up else ["--clean-up=false"])
+
+
+class DaemonSet(object):
+    """Kilo's DaemonSet with a nodeAffinity (``label`` DoesNotExist), as its controller and the
+    kubelet run it: kg on every Node of ``names`` without the label (started again when it exits,
+    restartPolicy Always), stopped with SIGTERM where the label appears (the pod deleted), started
+    again where it goes. A thread polls the Nodes every 0.5 s; the lab has no kubelet.
+
+    ``argv_of(name)`` is kg's command line on that host; ``pids`` maps host -> kg's PID there."""
+
+    def __init__(self, lab, core, names, argv_of, label, log="/var/log/kg.log"):
+        self.lab, self.core, self.names, self.argv_of, self.label, self.log = lab, core, list(names), argv_of, label, log
+        self.pids, self.events = {}, []
+        self._stop = threading.Event()
+        self._thread = None
+
+    def reconcile(self):
+        labels = dict((n.metadata.name, n.metadata.labels or {}) for n in self.core.list_node().items)
+        for name in self.names:
+            wanted = name in labels and self.label not in labels[name]
+            pid = self.pids.get(name)
+            running = pid is not None and alive(self.lab, name, pid)
+            if wanted and not running:
+                self.pids[name] = start(self.lab, name, self.argv_of(name), self.log)
+                self.events.append((time.time(), name, "started"))
+            elif running and not wanted:
+                stop(self.lab, name, pid, signal.SIGTERM)
+                del self.pids[name]
+                self.events.append((time.time(), name, "stopped (SIGTERM)"))
+
+    def _loop(self):
+        while not self._stop.wait(0.5):
+            try:
+                self.reconcile()
+            except Exception as e:  # pylint: disable=broad-exception-caught
+                self.events.append((time.time(), "-", "reconcile failed: %r" % e))
+
+    def __enter__(self):
+        self.reconcile()
+        self._thread = threading.Thread(target=self._loop, name="kilo-daemonset", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=60)
+        for name, pid in sorted(self.pids.items()):
+            stop(self.lab, name, pid, signal.SIGKILL)
+        self.pids.clear()
 
 
 def prepare_node(lab, name):

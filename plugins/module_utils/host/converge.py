@@ -129,6 +129,18 @@ def converge_lock(timeout=LOCK_TIMEOUT):
         os.close(fd)
 
 
+def refuse_tunnel_changes(steps):
+    """KiloError naming the tunnel changes among ``steps`` ((backend, current, desired) of the
+    backends with changes), for ``converge(takeover=True)``."""
+    moved = []
+    for backend, current, desired in steps:
+        moved += getattr(backend, "tunnel_changes", lambda c, d: None)(current, desired) or []
+    if moved:
+        raise KiloError("the interface runs other tunnels than the plan says (%s); a takeover in place would change"
+                        " them, so nothing was changed: the plan must be the mesh the interface's agent computed"
+                        " (the kilo_* options as its flags)" % "; ".join(moved), "takeover")
+
+
 def wait_for(switch_at, now=None, sleep=time.sleep):
     """Sleep until ``switch_at`` (seconds since the epoch) when it is ahead and within
     MAX_SWITCH_WAIT; returns how late the moment is met (negative: early, never in practice)."""
@@ -141,7 +153,7 @@ def wait_for(switch_at, now=None, sleep=time.sleep):
 
 
 def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None,
-             pending_public_key=None, app=None, locked=False):
+             pending_public_key=None, app=None, locked=False, takeover=False):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
@@ -156,6 +168,12 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     ``switch_at``: a key rotation's moment for this host (kilo.mesh.join's schedule): changes
     are applied then, not as soon as they are known, so a rotating host switches its key just
     before its peers switch to the new one (``late``: seconds past the moment, in the result).
+
+    ``takeover``: the interface is another agent's (Kilo's ``kg``) and is taken over in place
+    (``playbooks/migrate.yml``): a KiloError, before anything changes, when the plan would change
+    its key, port or peers (``tunnel_changes``: the tunnels must already be what the plan says, or
+    the two agents did not compute the same mesh). Routes, addresses and the firewall are taken
+    over by difference as usual (the caller sets ``route_conflict: replace`` for the other agent's routes).
     """
     settings = host_settings(settings)
     if check_mode and pending_public_key:
@@ -187,6 +205,8 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
             result["changes"][backend.name] = changes
             result["changed"] = True
             steps.append((backend, current, desired))
+    if takeover and not absent:
+        refuse_tunnel_changes(steps)
     # A backend may leave something alone and say why (CNI: a file that is not ours).
     warnings = [w for backend in backends for w in getattr(backend, "warnings", ())]
     if warnings:

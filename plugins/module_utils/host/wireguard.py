@@ -394,6 +394,14 @@ class WireGuardBackend(Backend):
     def changes(self, current, desired):
         return [msg for msg, dummy in self._ops(current, desired)]
 
+    def tunnel_changes(self, current, desired):
+        """The changes that touch the tunnels (key, port, peers), not the link (MTU, up): what a
+        takeover in place must not do (``converge(takeover=True)``). None on an interface that is
+        not there yet: there is nothing to take over."""
+        if not current["present"]:
+            return None
+        return [msg for msg, op in self._ops(current, desired) if op[0] != "link"]
+
     # ---- apply
 
     def _private_key(self, desired):

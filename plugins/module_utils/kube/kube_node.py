@@ -63,6 +63,9 @@ DUAL_ANNOTATIONS = (WIREGUARD_IPS, INTERNAL_IPS)
 # (an Ansible run, the agent) without counting as a change (a NAT'd peer's learned endpoint moves
 # on its own; an idempotence check must not see it).
 OBSERVED_ANNOTATIONS = (LAST_SEEN, DISCOVERED_ENDPOINTS)
+# Of those, what the other nodes build their mesh from (and kgctl shows): a node taken over from
+# another agent in place (playbooks/migrate.yml) must keep each as that agent wrote it.
+SEEN_BY_OTHERS = (KEY, ENDPOINT, INTERNAL_IP, WIREGUARD_IP, GRANULARITY)
 
 REGION_LABEL = "topology.kubernetes.io/region"
 PEER_GROUP = "kilo.squat.ai"

@@ -1,0 +1,228 @@
+"""A running Kilo cluster moves to kilo.mesh node by node, leaders included, and a node back, under traffic.
+
+The mixed-cluster test (test_agent_mixed.py) shows Kilo's `kg` and our agent side by side; this one
+moves every node of a 3 x 2 lab from kg to our agent, one at a time, with playbooks/migrate.yml,
+while every host sends 50 UDP echoes a second to every host of the other locations (flows.RateFlows:
+a fixed rate, counted by sequence number). Needs Kilo's kg binary in $KILO_KG (skipped otherwise);
+with $KILO_KGCTL, Kilo's kgctl must agree with every leader after every step.
+
+Kilo's DaemonSet is played by kubelab.DaemonSet: kg (with --clean-up=false, as the guide asks of
+the DaemonSet) on every Node without the label kilo.mesh/agent, stopped with SIGTERM where the
+label appears, started where it goes. Tests run in file order on one lab:
+
+  a. kg alone meshes the three locations;
+  b. every node moves, leaders included: echoes lost per node moved and in total are printed (the
+     goal is none), every pair reaches every other after each step, the leaders never change;
+  c. a second run changes nothing: site.yml over every node and migrate.yml on a moved leader;
+  d. a node goes back to kg (a non-leader: kg writes nothing on its Node before its first check-in,
+     30 s after it starts): kg checks in, and for two minutes after the move the node never leaves
+     the mesh (losses printed).
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from kubernetes import client
+
+import agentlab  # pylint: disable=import-error
+import kubelab  # pylint: disable=import-error
+
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
+import flows  # noqa: E402 pylint: disable=import-error,wrong-import-position
+import sitetools  # noqa: E402 pylint: disable=import-error,wrong-import-position
+
+KG = kubelab.binary("KILO_KG", "build Kilo's cmd/kg (github.com/squat/kilo), set KILO_KG")
+PREFIX = os.environ.get("KILO_TEST_PREFIX_AGENT_MIGRATE", "kmg")
+LABEL = "kilo.mesh/agent"
+LEADERS = ["aws-1", "azure-1", "gcp-1"]  # public first hosts; gcp-1 is also a forced leader (labcluster)
+# Every node once, leaders included: a member before its leader in aws, a leader first elsewhere.
+ORDER = ("aws-2", "aws-1", "gcp-1", "gcp-2", "azure-1", "azure-2")
+BACK = "azure-2"
+WATCH = 120  # seconds of traffic watched after the move back (twice the agents' liveness window)
+RUN = ("-e", "kilo_task_timeout=120") + agentlab.AGENT_ARGS
+# The most echoes a flow may lose in one step: a lost handshake (about 0.5 s at 50/s); the goal is none.
+BOUND = 25
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(lab, server, inventory, api, daemonset): a 3 x 2 lab, its Nodes, Kilo's DaemonSet on it."""
+    agentlab.require_lab_and_kube()
+    with agentlab.agent_cluster(PREFIX, 3, 2) as (lab, server, inventory):
+        with server.client() as api:
+            for name in lab.hosts:
+                done = lab.run(name, ["sh", "-c", "umask 077; mkdir -p %s && cat > %s" % (
+                    os.path.dirname(kubelab.KUBECONFIG_IN_HOST), kubelab.KUBECONFIG_IN_HOST)],
+                    input=agentlab.host_kubeconfig(server))
+                assert done.returncode == 0, done.stderr
+                kubelab.prepare_node(lab, name)
+            daemonset = kubelab.DaemonSet(lab, client.CoreV1Api(api), sorted(lab.hosts),
+                                          lambda name: kubelab.kg_argv(KG, name, clean_up=False), LABEL)
+            with daemonset:
+                yield lab, server, inventory, api, daemonset
+
+
+def pairs(lab):
+    return [(src, dst) for src in sorted(lab.hosts) for dst in sorted(lab.hosts)
+            if lab.hosts[src]["location"] != lab.hosts[dst]["location"]]
+
+
+def checked_in(api, names, since):
+    return all(int(agentlab.node_annotations(api, n).get(kn.LAST_SEEN, 0)) >= since
+               and agentlab.node_annotations(api, n).get(kn.KEY) for n in names)
+
+
+def kg_log(lab, names):
+    for name in names:
+        print("\n== kg log of %s\n%s" % (name, lab.run(name, ["tail", "-n", "30", "/var/log/kg.log"]).stdout))
+
+
+def kgctl_agrees(lab, server, api):
+    """With $KILO_KGCTL: kgctl showconf of every leader lists the peers on its interface."""
+    kgctl = os.environ.get("KILO_KGCTL")
+    if not kgctl or not os.access(kgctl, os.X_OK):
+        return None
+    from test_kgctl import showconf_peers  # pylint: disable=import-error,import-outside-toplevel
+    for leader in kubelab.leaders(api, lab.hosts):
+        done = subprocess.run([kgctl, "--kubeconfig", server.kubeconfig, "showconf", "node", leader],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0 and "[Interface]" in done.stdout, (leader, done.stderr)
+        have = dict((key, p["allowed_ips"]) for key, p in agentlab.wg_dump(lab, leader).items())
+        assert showconf_peers(done.stdout) == have, (leader, done.stdout, have)
+    return True
+
+
+def migrate(inventory, node, *extra):
+    out = sitetools.playbook(inventory, "migrate.yml", "-e", "node=" + node, *(RUN + extra))
+    counts = sitetools.recap(out)
+    assert counts[node]["failed"] == 0 and counts[node]["unreachable"] == 0, out[-4000:]
+    return out, counts
+
+
+def left_out(lab, host, node, since):
+    """The lines of ``host``'s agent log since ``since`` saying it left ``node`` out of its mesh."""
+    out = []
+    for line in agentlab.read_log(lab, host).splitlines():
+        stamp = line.split(" ", 1)[0]
+        try:
+            when = time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            continue
+        if when >= int(since) and "left out node %s:" % node in line:
+            out.append(line)
+    return out
+
+
+def report(result, steps, what):
+    """Print the echoes lost in each step (and between steps) and the total; {step: worst flow's loss}."""
+    worst = {}
+    print("\n%s: %d flows at 50/s, %d echoes sent" % (what, len(result), sum(s for s, _ in result.values())))
+    edges = [t for _name, start, end in steps for t in (start, end)]
+    windows = list(steps) + [("between steps", edges[i], edges[i + 1]) for i in range(1, len(edges) - 1, 2)]
+    for name, start, end in windows:
+        lost = flows.lost_between(result, start, end)
+        bad = dict((p, n) for p, n in lost.items() if n)
+        worst[name] = max(lost.values()) if lost else 0
+        if name != "between steps" or bad:
+            print("  %-28s %5.1f s  lost %d%s" % (name, end - start, sum(lost.values()), "".join(
+                "  %s->%s %d" % (s, d, n) for (s, d), n in sorted(bad.items()))))
+    total = sum(len(times) for _s, times in result.values())
+    print("  total lost %d (%.2f s of one flow at 50/s)" % (total, total / 50.0))
+    return worst
+
+
+# -- the tests ---------------------------------------------------------------------------------
+
+def test_a_kilos_agents_alone_mesh_the_locations(cluster):
+    lab, _server, _inventory, api, daemonset = cluster
+    since = int(time.time()) - 5
+    try:
+        agentlab.wait_for(lambda: checked_in(api, lab.hosts, since), 90)
+        took = agentlab.stopwatch(lambda: agentlab.all_pairs_ping(lab, sorted(lab.hosts)), 120, interval=1)
+        agentlab.wait_for(lambda: kubelab.leaders(api, lab.hosts) == LEADERS, 90)
+    except AssertionError:
+        kg_log(lab, sorted(lab.hosts))
+        raise
+    print("\nkg on every node: every pair pings (%.1f s), leaders %s" % (took, LEADERS))
+    assert sorted(daemonset.pids) == sorted(lab.hosts)
+
+
+def test_b_every_node_moves_to_kilo_mesh_without_loss(cluster):
+    lab, server, inventory, api, daemonset = cluster
+    hosts = sorted(lab.hosts)
+    flows.warm_up(lab, pairs(lab))
+    steps = []
+    traffic = flows.RateFlows(lab, pairs(lab))
+    try:
+        time.sleep(2)
+        for node in ORDER:
+            start = time.time()
+            _out, counts = migrate(inventory, node)
+            took = time.time() - start
+            time.sleep(2)  # what follows the run (the other agents' next events) counts in the step
+            steps.append(("%s%s" % (node, " (leader)" if node in LEADERS else ""), start, time.time()))
+            assert node not in daemonset.pids, daemonset.events
+            assert agentlab.agent_pid(lab, node), agentlab.read_log(lab, node)
+            assert agentlab.all_pairs_ping(lab, hosts), node
+            assert kubelab.leaders(api, hosts) == LEADERS, node
+            kgctl = kgctl_agrees(lab, server, api)
+            print("\nmoved %s: migrate.yml %.1f s, changed=%d; every pair pings%s" % (
+                node, took, counts[node]["changed"], "; kgctl agrees with every leader" if kgctl else ""))
+        time.sleep(2)
+    finally:
+        result = traffic.stop()
+    worst = report(result, steps, "every node moved from kg to kilo.mesh, one at a time")
+    assert not daemonset.pids, daemonset.pids
+    assert all(worst[name] <= BOUND for name, _s, _e in steps), worst
+
+
+def test_c_a_second_run_changes_nothing(cluster):
+    lab, _server, inventory, _api, _daemonset = cluster
+    out = sitetools.site(inventory, *RUN)
+    counts = sitetools.recap(out)
+    assert set(counts) == set(lab.hosts), counts
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), out[-4000:]
+    _out, again = migrate(inventory, "gcp-1")
+    assert again["gcp-1"]["changed"] == 0, again
+    print("\nafter the move: site.yml over every node changed=0, migrate.yml on gcp-1 again changed=0")
+
+
+def test_d_a_node_goes_back_to_kg_and_never_leaves_the_mesh(cluster):
+    lab, server, inventory, api, daemonset = cluster
+    hosts = sorted(lab.hosts)
+    flows.warm_up(lab, pairs(lab))
+    traffic = flows.RateFlows(lab, pairs(lab))
+    samples = []
+    try:
+        time.sleep(2)
+        start = time.time()
+        migrate(inventory, BACK, "-e", "to=kg")
+        moved = time.time()
+        assert BACK in daemonset.pids, daemonset.events
+        assert agentlab.agent_pid(lab, BACK) is None
+        # the other agents keep the node for two minutes: sampled every 5 s from their own view
+        while time.time() < moved + WATCH:
+            seen = agentlab.node_annotations(api, BACK).get(kn.LAST_SEEN)
+            samples.append(time.time() - int(seen))
+            time.sleep(5)
+        end = time.time()
+    finally:
+        result = traffic.stop()
+    worst = report(result, [("%s back to kg" % BACK, start, moved), ("the %d s after" % WATCH, moved, end)],
+                   "%s moved back to kg, then watched" % BACK)
+    dropped = dict((h, left_out(lab, h, BACK, start)) for h in hosts if h != BACK)
+    print("  migrate.yml -e to=kg took %.1f s (it waits for kg's first check-in); the Node's last-seen at most %.0f s"
+          " old over the %d s watched; our agents that left %s out: %s" % (
+              moved - start, max(samples), WATCH, BACK, sorted(h for h, lines in dropped.items() if lines) or "none"))
+    print("  kg events: %s" % ["%s %s" % (name, what) for _t, name, what in daemonset.events[-3:]])
+    assert max(samples) < 60, samples
+    assert not any(dropped.values()), dropped
+    assert agentlab.all_pairs_ping(lab, hosts)
+    assert kubelab.leaders(api, hosts) == LEADERS
+    kgctl_agrees(lab, server, api)
+    assert all(n <= BOUND for n in worst.values()), worst
