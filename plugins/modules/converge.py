@@ -46,8 +46,9 @@ options:
     description:
       - The WireGuard interface is run by another agent (Kilo's C(kg)) and is taken over in place, as
         C(playbooks/migrate.yml) does - fail, before anything changes, when the plan would give it another
-        key, listen port or peers (the tunnels must already be what the plan says); its MTU and link state,
-        the addresses, routes and firewall converge as usual. An interface that is not there yet is made.
+        key, listen port or peers while it is up (the tunnels must already be what the plan says); its MTU and
+        link state, the addresses, routes and firewall converge as usual. An interface that is not there yet
+        is made, and one that is down (a non-leader's) converges as usual.
       - For that one call; combine it with O(route_conflict=replace) to take over the other agent's routes.
         M(kilo.mesh.join) with O(kilo.mesh.join#module:takeover=true) sets both.
     type: bool

@@ -55,13 +55,19 @@ def cluster():
     agentlab.require_lab_and_kube()
     with agentlab.agent_cluster(PREFIX, 3, 2) as (lab, server, inventory):
         with server.client() as api:
-            for name in lab.hosts:
+            core = client.CoreV1Api(api)
+            for name, h in lab.hosts.items():
+                # Kilo's discovery counts the lab's management address (198.18.0.0/15) as public and
+                # has no flag to ignore an interface (the lab's inventory ignores mgmt0): the endpoint
+                # is forced on the Node, as a Kilo user does, so both agents agree on it
+                core.patch_node(name, {"metadata": {"annotations": {
+                    kn.FORCE_ENDPOINT: "%s:51820" % (h["public_ip"] or h["lan_ip"])}}})
                 done = lab.run(name, ["sh", "-c", "umask 077; mkdir -p %s && cat > %s" % (
                     os.path.dirname(kubelab.KUBECONFIG_IN_HOST), kubelab.KUBECONFIG_IN_HOST)],
                     input=agentlab.host_kubeconfig(server))
                 assert done.returncode == 0, done.stderr
                 kubelab.prepare_node(lab, name)
-            daemonset = kubelab.DaemonSet(lab, client.CoreV1Api(api), sorted(lab.hosts),
+            daemonset = kubelab.DaemonSet(lab, core, sorted(lab.hosts),
                                           lambda name: kubelab.kg_argv(KG, name, clean_up=False), LABEL)
             with daemonset:
                 yield lab, server, inventory, api, daemonset
@@ -176,7 +182,7 @@ def test_b_every_node_moves_to_kilo_mesh_without_loss(cluster):
         time.sleep(2)
     finally:
         result = traffic.stop()
-    worst = report(result, steps, "every node moved from kg to kilo.mesh, one at a time")
+        worst = report(result, steps, "every node moved from kg to kilo.mesh, one at a time")
     assert not daemonset.pids, daemonset.pids
     assert all(worst[name] <= BOUND for name, _s, _e in steps), worst
 
@@ -187,8 +193,8 @@ def test_c_a_second_run_changes_nothing(cluster):
     counts = sitetools.recap(out)
     assert set(counts) == set(lab.hosts), counts
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), out[-4000:]
-    _out, again = migrate(inventory, "gcp-1")
-    assert again["gcp-1"]["changed"] == 0, again
+    out, again = migrate(inventory, "gcp-1")
+    assert again["gcp-1"]["changed"] == 0, out[-6000:]
     print("\nafter the move: site.yml over every node changed=0, migrate.yml on gcp-1 again changed=0")
 
 

@@ -397,8 +397,9 @@ class WireGuardBackend(Backend):
     def tunnel_changes(self, current, desired):
         """The changes that touch the tunnels (key, port, peers), not the link (MTU, up): what a
         takeover in place must not do (``converge(takeover=True)``). None on an interface that is
-        not there yet: there is nothing to take over."""
-        if not current["present"]:
+        not there yet or is down (a non-leader's, whose peers carry nothing; Kilo's agent leaves
+        there the peers of a moment it led): there is no traffic to keep."""
+        if not current["present"] or not current["up"]:
             return None
         return [msg for msg, op in self._ops(current, desired) if op[0] != "link"]
 
