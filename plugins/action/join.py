@@ -10,7 +10,7 @@ in this run come from the registry, so their peers survive.
 
 ``takeover`` (``playbooks/migrate.yml``): the host's interface, routes and firewall are another
 agent's (Kilo's ``kg``), taken over in place by this one call: the converge refuses to change the
-tunnels and takes over the other agent's routes (``route_conflict: replace`` for this call alone).
+tunnels and takes over the other agent's routes (as ``route_conflict: replace`` would, for this call alone).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ class ActionModule(KiloAction):
         module_args = dict(self.module_args(args, ("host",)), plan=plan,
                            preshared_keys=split_preshared_keys(plan))
         if args["takeover"] and plan is not None:
-            # one call's options, never a kilo_* variable: the agent's configuration never sees them
-            module_args.update(takeover=True, route_conflict="replace")
+            # one call's option, never a kilo_* variable: no agent's configuration or stored plan sees it
+            module_args["takeover"] = True
         own = task_vars.get(args["facts_var"]) if args["facts_var"] else None
         if plan is not None and self._task.check_mode and isinstance(own, dict) and own.get("pending"):
             # check mode: the stand-in key of a key the key step would make or rotate, so the diff

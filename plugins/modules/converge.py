@@ -49,8 +49,9 @@ options:
         key, listen port or peers while it is up (the tunnels must already be what the plan says); its MTU and
         link state, the addresses, routes and firewall converge as usual. An interface that is not there yet
         is made, and one that is down (a non-leader's) converges as usual.
-      - For that one call; combine it with O(route_conflict=replace) to take over the other agent's routes.
-        M(kilo.mesh.join) with O(kilo.mesh.join#module:takeover=true) sets both.
+      - The other agent's routes at the plan's destinations are taken over as with O(route_conflict=replace),
+        for this call alone - the stored plan of the boot restore keeps O(route_conflict) as given.
+      - M(kilo.mesh.join) with O(kilo.mesh.join#module:takeover=true) sets it.
     type: bool
     default: false
   app_digest:

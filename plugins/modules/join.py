@@ -52,9 +52,10 @@ options:
       - Take over, in place, a host whose interface, routes and firewall another agent made (Kilo's C(kg),
         stopped without its clean-up), as C(playbooks/migrate.yml) does - fail before anything changes when
         the plan would change the interface's key, port or peers (the two agents must have computed the same
-        mesh), and take over that agent's routes at the plan's destinations
-        (O(kilo.mesh.converge#module:route_conflict=replace)) for this call alone.
-      - A task argument only; no inventory variable sets it, so it never reaches an agent's configuration.
+        mesh), and take over that agent's routes at the plan's destinations (as
+        O(kilo.mesh.converge#module:route_conflict=replace) would) for this call alone.
+      - A task argument only; no inventory variable sets it, so it never reaches an agent's configuration
+        or the stored plan of the boot restore.
     type: bool
     default: false
 attributes:

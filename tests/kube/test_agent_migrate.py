@@ -10,7 +10,7 @@ Kilo's DaemonSet is played by kubelab.DaemonSet: kg (with --clean-up=false, as t
 the DaemonSet) on every Node without the label kilo.mesh/agent, stopped with SIGTERM where the
 label appears, started where it goes. Tests run in file order on one lab:
 
-  a. kg alone meshes the three locations;
+  a. kg alone meshes the three locations; migrate.yml --check on a leader changes nothing;
   b. every node moves, leaders included: echoes lost per node moved and in total are printed (the
      goal is none), every pair reaches every other after each step, the leaders never change;
   c. a second run changes nothing: site.yml over every node and migrate.yml on a moved leader;
@@ -156,6 +156,18 @@ def test_a_kilos_agents_alone_mesh_the_locations(cluster):
         raise
     print("\nkg on every node: every pair pings (%.1f s), leaders %s" % (took, LEADERS))
     assert sorted(daemonset.pids) == sorted(lab.hosts)
+
+
+def test_a2_check_mode_runs_every_refusal_and_changes_nothing(cluster):
+    lab, _server, inventory, api, daemonset = cluster
+    pid = daemonset.pids["aws-1"]
+    routes = lab.run("aws-1", ["ip", "route", "show", "proto", "static"]).stdout
+    out, counts = migrate(inventory, "aws-1", "--check", "--diff")
+    assert counts["aws-1"]["changed"] > 0 and "taking over foreign route" in out, out[-4000:]
+    assert daemonset.pids.get("aws-1") == pid and kubelab.alive(lab, "aws-1", pid)
+    assert LABEL not in (client.CoreV1Api(api).read_node("aws-1").metadata.labels or {})
+    assert lab.run("aws-1", ["ip", "route", "show", "proto", "static"]).stdout == routes != ""
+    assert agentlab.agent_pid(lab, "aws-1") is None
 
 
 def test_b_every_node_moves_to_kilo_mesh_without_loss(cluster):

@@ -145,3 +145,43 @@ def test_every_plan_the_engine_writes_passes_the_check_unchanged(granularity, en
         split_preshared_keys(plan)
         assert check_plan(plan, plan["interface"]) == dict(plan, peers=[dict(p, roaming=False) for p in plan["peers"]],
                                                            routes=flat_routes(plan["routes"]))
+
+
+class Tunnels(Recorder):
+    """A WireGuard backend stand-in whose changes touch the tunnels (or only the link)."""
+
+    def __init__(self, log, moved):
+        super(Tunnels, self).__init__("wireguard", log, changes=(moved or ["set mtu 1420 (was 1500)"]))
+        self.moved = moved
+
+    def tunnel_changes(self, current, desired):
+        return self.moved
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_takeover_refuses_to_change_the_tunnels_before_anything_changes(check_mode):
+    log = []
+    backends = [Tunnels(log, ["remove peer K="]), Recorder("netstate", log)]
+    with pytest.raises(KiloError) as info:
+        converge(PLAN, {}, check_mode=check_mode, backends=backends, takeover=True)
+    assert "takeover: the interface runs other tunnels than the plan says (remove peer K=)" in str(info.value)
+    assert [e for e in log if e[1] == "apply"] == []
+    # the link alone (MTU, up), or a converge that takes nothing over, goes ahead
+    log = []
+    converge(PLAN, {}, backends=[Tunnels(log, []), Recorder("netstate", log)], takeover=True)
+    assert ("netstate", "apply") in log and ("wireguard", "apply") in log
+    log = []
+    converge(PLAN, {}, backends=[Tunnels(log, ["remove peer K="]), Recorder("netstate", log)])
+    assert ("wireguard", "apply") in log
+
+
+def test_a_takeover_replaces_foreign_routes_for_its_call_alone():
+    """takeover gives the routes route_conflict replace; the boot restore keeps the host's setting, so
+    neither the stored plan nor a later restore takes anything over (and a re-run stores the same)."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import backends_for
+    settings = host_settings({"route_conflict": "fail"})
+    plain = dict((b.name, b.settings["route_conflict"]) for b in backends_for(settings))
+    taken = dict((b.name, b.settings["route_conflict"]) for b in backends_for(settings, takeover=True))
+    assert set(plain.values()) == {"fail"}
+    assert taken["netstate"] == "replace" and taken["boot"] == "fail"
+    assert settings["route_conflict"] == "fail"

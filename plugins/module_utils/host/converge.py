@@ -64,7 +64,10 @@ class Backend(object):
         raise NotImplementedError
 
 
-def backends_for(settings, preshared_keys=None, app=None):
+def backends_for(settings, preshared_keys=None, app=None, takeover=False):
+    """The backends of a converge, in order. ``takeover`` (``converge``'s): the routes take over
+    foreign routes at the plan's destinations for this converge, whatever ``route_conflict`` says;
+    the boot restore keeps the host's own settings, so no later restore takes anything over."""
     # Imported here so that a host missing one backend's dependency still gets a clear
     # message from the backend that needs it.
     from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
@@ -74,7 +77,8 @@ def backends_for(settings, preshared_keys=None, app=None):
     from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import BootBackend
 
     # boot last: the stored plan is written only once every other backend applied it
-    return [WireGuardBackend(settings, preshared_keys), NetStateBackend(settings), FirewallBackend(settings),
+    routes = dict(settings, route_conflict="replace") if takeover else settings
+    return [WireGuardBackend(settings, preshared_keys), NetStateBackend(routes), FirewallBackend(settings),
             CNIBackend(settings), BootBackend(settings, preshared_keys, app)]
 
 
@@ -173,7 +177,8 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     (``playbooks/migrate.yml``): a KiloError, before anything changes, when the plan would change
     its key, port or peers (``tunnel_changes``: the tunnels must already be what the plan says, or
     the two agents did not compute the same mesh). Routes, addresses and the firewall are taken
-    over by difference as usual (the caller sets ``route_conflict: replace`` for the other agent's routes).
+    over by difference as usual, the other agent's routes at the plan's destinations replaced for
+    this call alone (``backends_for``: never in the stored plan's settings).
     """
     settings = host_settings(settings)
     if check_mode and pending_public_key:
@@ -185,7 +190,7 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
             raise KiloError("required when state is present", "plan")
         plan = check_plan(plan, settings["interface"])
     if backends is None:
-        backends = backends_for(settings, preshared_keys or {}, app)
+        backends = backends_for(settings, preshared_keys or {}, app, takeover=takeover and not absent)
 
     result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
     steps = []
