@@ -134,11 +134,13 @@ class DaemonSet(object):
     restartPolicy Always), stopped with SIGTERM where the label appears (the pod deleted), started
     again where it goes. A thread polls the Nodes every 0.5 s; the lab has no kubelet.
 
-    ``argv_of(name)`` is kg's command line on that host; ``pids`` maps host -> kg's PID there."""
+    ``argv_of(name)`` is kg's command line on that host; ``pids`` maps host -> kg's PID there;
+    ``start_delay`` (seconds, 0 by default) holds each start back that long after the label went,
+    as a pod that waits for its image or its turn on the node."""
 
     def __init__(self, lab, core, names, argv_of, label, log="/var/log/kg.log"):
         self.lab, self.core, self.names, self.argv_of, self.label, self.log = lab, core, list(names), argv_of, label, log
-        self.pids, self.events = {}, []
+        self.pids, self.events, self.start_delay, self._due = {}, [], 0.0, {}
         self._stop = threading.Event()
         self._thread = None
 
@@ -149,6 +151,10 @@ class DaemonSet(object):
             pid = self.pids.get(name)
             running = pid is not None and alive(self.lab, name, pid)
             if wanted and not running:
+                due = self._due.setdefault(name, time.time() + self.start_delay)
+                if time.time() < due:
+                    continue
+                del self._due[name]
                 self.pids[name] = start(self.lab, name, self.argv_of(name), self.log)
                 self.events.append((time.time(), name, "started"))
             elif running and not wanted:
