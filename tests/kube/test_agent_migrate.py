@@ -126,6 +126,22 @@ def left_out(lab, host, node, since):
     return out
 
 
+def timeline(log, start, events, result):
+    """Each task of an Ansible log, each DaemonSet event and each lost echo, in seconds from ``start``."""
+    marks = []
+    with open(log) as f:
+        for line in f:
+            if "| TASK [" in line:
+                when = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + float("0." + line[20:23])
+                marks.append((when, line.split("| TASK [", 1)[1].split("]", 1)[0]))
+    marks += [(t, "kg %s %s" % (what, name)) for t, name, what in events if t >= start]
+    for (src, dst), (_sent, times) in sorted(result.items()):
+        marks += [(t, "lost %s->%s" % (src, dst)) for t in times if t >= start]
+    print("  timeline of the move back:")
+    for when, what in sorted(marks):
+        print("    %+7.2f s  %s" % (when - start, what))
+
+
 def report(result, steps, what):
     """Print the echoes lost in each step (and between steps) and the total; {step: worst flow's loss}."""
     worst = {}
@@ -223,7 +239,12 @@ def test_d_a_node_goes_back_to_kg_and_never_leaves_the_mesh(cluster):
         time.sleep(2)
         daemonset.start_delay = KG_START_DELAY
         start = time.time()
-        migrate(inventory, BACK, "-e", "to=kg")
+        log = os.path.join(os.path.dirname(inventory), "migrate-back.log")
+        os.environ["ANSIBLE_LOG_PATH"] = log  # Ansible's own log: a time on every task
+        try:
+            migrate(inventory, BACK, "-e", "to=kg")
+        finally:
+            del os.environ["ANSIBLE_LOG_PATH"]
         moved = time.time()
         assert BACK in daemonset.pids, daemonset.events
         assert agentlab.agent_pid(lab, BACK) is None
@@ -244,9 +265,12 @@ def test_d_a_node_goes_back_to_kg_and_never_leaves_the_mesh(cluster):
     began = [t for t, name, what in daemonset.events if name == BACK and what == "started" and t >= start]
     print("  kg started on %s %.1f s after the move began (its pod held back %d s), checked in before the play"
           " ended" % (BACK, began[0] - start if began else -1, KG_START_DELAY))
+    timeline(log, start, daemonset.events, result)
     assert max(samples) < 60, samples
     assert not any(dropped.values()), dropped
     assert agentlab.all_pairs_ping(lab, hosts)
     assert kubelab.leaders(api, hosts) == LEADERS
     kgctl_agrees(lab, server, api)
     assert all(n <= BOUND for n in worst.values()), worst
+    out, again = migrate(inventory, BACK, "-e", "to=kg")
+    assert again[BACK]["changed"] == 0 and "nothing to move" in out, out[-4000:]
