@@ -10,7 +10,8 @@ Kilo's DaemonSet is played by kubelab.DaemonSet: kg (with --clean-up=false, as t
 the DaemonSet) on every Node without the label kilo.mesh/agent, stopped with SIGTERM where the
 label appears, started where it goes. Tests run in file order on one lab:
 
-  a. kg alone meshes the three locations; migrate.yml --check on a leader changes nothing;
+  a. kg alone meshes the three locations; migrate.yml --check on a leader changes nothing; a move
+     refused after kg stopped (a stray tunnel on the leader) gives the node back to kg;
   b. every node moves, leaders included: echoes lost per node moved and in total are printed (the
      goal is none), every pair reaches every other after each step, the leaders never change;
   c. a second run changes nothing: site.yml over every node and migrate.yml on a moved leader;
@@ -189,6 +190,25 @@ def test_a2_check_mode_runs_every_refusal_and_changes_nothing(cluster):
     assert agentlab.agent_pid(lab, "aws-1") is None
 
 
+def test_a3_a_move_that_fails_after_the_label_gives_the_node_back_to_kg(cluster):
+    """A leader whose interface holds a tunnel the mesh has not: the takeover refuses it after kg
+    stopped, and the play puts the node back (label removed, kg started again, nothing of ours)."""
+    lab, _server, inventory, api, daemonset = cluster
+    stray = "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M="
+    lab.run("aws-1", ["wg", "set", "kilo0", "peer", stray, "allowed-ips", "10.99.0.1/32"], check=True)
+    out = sitetools.playbook(inventory, "migrate.yml", "-e", "node=aws-1", *RUN, expect_rc=2)
+    assert "the interface runs other tunnels than the plan says (remove peer %s)" % stray in out, out[-4000:]
+    assert "Kilo agent has the node again" in out, out[-4000:]
+    assert LABEL not in (client.CoreV1Api(api).read_node("aws-1").metadata.labels or {})
+    agentlab.wait_for(lambda: "aws-1" in daemonset.pids, 30)
+    assert agentlab.agent_pid(lab, "aws-1") is None
+    # kg, back, puts its own configuration on the interface (the stray tunnel goes) and the mesh is whole
+    agentlab.wait_for(lambda: stray not in agentlab.wg_dump(lab, "aws-1"), 60)
+    agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, sorted(lab.hosts)), 60)
+    print("\na move refused after the label (a stray tunnel on aws-1): the node went back to kg: %s" % [
+        "%s %s" % (name, what) for _t, name, what in daemonset.events if name == "aws-1"])
+
+
 def test_b_every_node_moves_to_kilo_mesh_without_loss(cluster):
     lab, server, inventory, api, daemonset = cluster
     hosts = sorted(lab.hosts)
@@ -246,7 +266,6 @@ def test_d_a_node_goes_back_to_kg_and_never_leaves_the_mesh(cluster):
         finally:
             del os.environ["ANSIBLE_LOG_PATH"]
         moved = time.time()
-        assert BACK in daemonset.pids, daemonset.events
         assert agentlab.agent_pid(lab, BACK) is None
         # the other agents keep the node for two minutes: sampled every 5 s from their own view
         while time.time() < moved + WATCH:
@@ -266,6 +285,7 @@ def test_d_a_node_goes_back_to_kg_and_never_leaves_the_mesh(cluster):
     print("  kg started on %s %.1f s after the move began (its pod held back %d s), checked in before the play"
           " ended" % (BACK, began[0] - start if began else -1, KG_START_DELAY))
     timeline(log, start, daemonset.events, result)
+    assert BACK in daemonset.pids, daemonset.events
     assert max(samples) < 60, samples
     assert not any(dropped.values()), dropped
     assert agentlab.all_pairs_ping(lab, hosts)
