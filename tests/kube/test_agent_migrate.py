@@ -137,7 +137,13 @@ def timeline(log, start, events, result):
                 marks.append((when, line.split("| TASK [", 1)[1].split("]", 1)[0]))
     marks += [(t, "kg %s %s" % (what, name)) for t, name, what in events if t >= start]
     for (src, dst), (_sent, times) in sorted(result.items()):
-        marks += [(t, "lost %s->%s" % (src, dst)) for t in times if t >= start]
+        spans = []  # runs of lost echoes, apart by more than 0.1 s
+        for t in sorted(t for t in times if t >= start):
+            if spans and t - spans[-1][1] <= 0.1:
+                spans[-1] = (spans[-1][0], t, spans[-1][2] + 1)
+            else:
+                spans.append((t, t, 1))
+        marks += [(a, "lost %d echoes %s->%s (%.2f s)" % (n, src, dst, b - a)) for a, b, n in spans]
     print("  timeline of the move back:")
     for when, what in sorted(marks):
         print("    %+7.2f s  %s" % (when - start, what))
