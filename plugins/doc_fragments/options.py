@@ -628,6 +628,18 @@ options:
     default: node
 """
 
+    OUTPUT = r"""
+options:
+  output_dir:
+    description:
+      - Directory on the controller where the files written for people go (C(playbooks/plan.yml)'s DOT file, C(playbooks/graph.yml)'s
+        picture, a configuration C(playbooks/showconf.yml) writes), and where a relative C(dest) is taken from.
+      - Default - the directory C(ansible-playbook) runs in (never the playbook's or the inventory's).
+      - 'A file inside a directory given as inventory source is refused: Ansible would read it as inventory.'
+      - Defaults to the inventory variable C(kilo_output_dir), then to the default below.
+    type: path
+"""
+
     PLAN = r"""
 options:
   plan:

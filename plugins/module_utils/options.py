@@ -20,6 +20,7 @@ Scopes say who reads an option:
 * ``registry``: where kilo.mesh.peer finds the registry with ``store: registry``.
 * ``connect``: kilo.mesh.connect and the role connect (a machine outside the mesh as a peer).
 * ``agent``: kilo.mesh.agent and the role agent (the agent that keeps a node in the mesh between runs).
+* ``output``: the controller actions that write files for people (kilo.mesh.graph, kilo.mesh.showconf).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -300,9 +301,16 @@ OPTIONS = dict([
         " its ranges, for any other IPAM.",
         "The agents may list and watch the objects of the source in effect (their ClusterRole follows it)."],
         default="node", choices=list(POD_SOURCES)),
+    # --- output: the files the controller writes for people -----------------------------------
+    _option("output_dir", ("output",), "path", [
+        "Directory on the controller where the files written for people go (C(playbooks/plan.yml)'s DOT file,"
+        " C(playbooks/graph.yml)'s picture, a configuration C(playbooks/showconf.yml) writes), and where a relative"
+        " C(dest) is taken from.",
+        "Default - the directory C(ansible-playbook) runs in (never the playbook's or the inventory's).",
+        "A file inside a directory given as inventory source is refused: Ansible would read it as inventory."]),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "output")
 
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
