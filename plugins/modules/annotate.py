@@ -30,9 +30,10 @@ description:
   - Operator annotations (location, leader, force-endpoint, ...) and every other annotation are
     never touched.
   - O(state=absent) removes the agent annotations, as Kilo's agent does when it leaves.
-  - A client option not given in the task comes from the host's inventory variable
-    C(kilo_kube_<option>) (for example C(kilo_kube_kubeconfig), C(kilo_kube_api_key)), else from its
-    C(K8S_AUTH_*) environment variable.
+  - A client option not given in the task comes from the host's inventory variable C(kilo_kube) (a mapping
+    of these options; the inventory plugin P(kilo.mesh.kubernetes#inventory) sets it to the options of its
+    own file, so the write-back reaches the cluster the inventory was read from), else from its
+    C(K8S_AUTH_*) environment variable. The old variables C(kilo_kube_<option>) are still read, deprecated.
   - The role C(kilo.mesh.node) runs this after M(kilo.mesh.join) for hosts from the inventory plugin
     P(kilo.mesh.kubernetes#inventory) (those with C(kilo_kubernetes_node)).
 extends_documentation_fragment:
