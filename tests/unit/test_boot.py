@@ -40,10 +40,11 @@ def backend(where, settings, app=None, psk=None):
                             psk_path=str(where / "lib" / "mesh-preshared-keys.json"))
 
 
-def run(where, plan=PLAN, check=False, app="send", psk=None, **given):
+def run(where, plan=None, check=False, app="send", psk=None, **given):
     settings = host_settings(dict({"agent_app": str(where / "app" / "kilo.pyz")}, **given))
     app = {"digest": DIGEST, "src": str(where / "upload.pyz") if app == "send" else None} if app else None
     b = backend(where, settings, app, psk)
+    plan = PLAN if plan is None else plan
     return converge(plan if settings["state"] == "present" else None, settings, check_mode=check, backends=[b],
                     preshared_keys=psk), b
 
@@ -53,11 +54,11 @@ def mode(path):
 
 
 def test_stored_plan_unit_and_app_written_then_nothing_to_do(where):
-    out, _ = run(where, check=True, psk=PSK)
+    out = run(where, check=True, psk=PSK)[0]
     assert out["changed"] and not (where / "lib").exists() and not (where / "app").exists(), "check mode wrote"
     assert out["diff"]["after"]["boot"]["stored_plan"]["plan"] == CHECKED
     assert out["diff"]["after"]["boot"]["preshared_keys"] == "1 (not shown)"
-    out, _ = run(where, psk=PSK)
+    out = run(where, psk=PSK)[0]
     changes = out["changes"]["boot"]
     assert "write %s" % (where / "lib" / "mesh-plan.json") in changes
     assert "write %s" % (where / "systemd" / "kilo-mesh.service") in changes
@@ -72,7 +73,7 @@ def test_stored_plan_unit_and_app_written_then_nothing_to_do(where):
     unit = (where / "systemd" / "kilo-mesh.service").read_text()
     assert "ExecStart=/usr/bin/python3 %s --restore %s\n" % (where / "app" / "kilo.pyz", stored) in unit
     assert "Type=oneshot" in unit and "Before=kubelet.service" in unit and "TimeoutStartSec=" in unit
-    again, _ = run(where, psk=PSK)
+    again = run(where, psk=PSK)[0]
     assert not again["changed"], again["changes"]
 
 
@@ -94,11 +95,11 @@ def test_a_sent_app_of_another_digest_is_refused(where):
 def test_a_changed_plan_is_stored_again_and_off_removes_everything(where):
     run(where, psk=PSK)
     moved = dict(PLAN, address="10.4.0.9/16")
-    out, _ = run(where, plan=moved)
+    out = run(where, plan=moved)[0]
     assert out["changes"]["boot"] == ["write %s" % (where / "lib" / "mesh-plan.json"),
                                       "remove %s" % (where / "lib" / "mesh-preshared-keys.json")]
     assert json.loads((where / "lib" / "mesh-plan.json").read_text())["plan"]["address"] == "10.4.0.9/16"
-    out, _ = run(where, plan=moved, boot_restore=False)
+    out = run(where, plan=moved, boot_restore=False)[0]
     assert out["changed"]
     assert not (where / "lib" / "mesh-plan.json").exists() and not (where / "systemd" / "kilo-mesh.service").exists()
     assert not (where / "app" / "kilo.pyz").exists()
@@ -107,7 +108,7 @@ def test_a_changed_plan_is_stored_again_and_off_removes_everything(where):
 
 def test_state_absent_removes_what_it_wrote_and_keeps_the_agents_app(where, monkeypatch):
     run(where, psk=PSK)
-    out, _ = run(where, state="absent", check=True)
+    out = run(where, state="absent", check=True)[0]
     assert out["changes"] == {"boot": ["remove boot"]} and (where / "lib" / "mesh-plan.json").exists()
     monkeypatch.setattr(boot.BootBackend, "_agent_installed", lambda self: True)
     run(where, state="absent")
