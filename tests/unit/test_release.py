@@ -26,6 +26,7 @@ def test_the_tarball_ships_no_checkout_files(tarball):
     with tarfile.open(str(tarball)) as tar:
         names = tar.getnames()
     for unwanted in ("ansible.cfg", ".gitignore", "inventory/kilo-topology.dot", "inventory/kilo-registry.json",
+                     "kilo-topology.dot", "kilo-topology.svg",
                      "lab", "extensions", "Makefile", "tests/host", "requirements.txt"):
         assert not any(n == unwanted or n.startswith(unwanted + "/") for n in names), unwanted
     for wanted in ("plugins/modules/converge.py", "playbooks/site.yml", "roles/node/tasks/main.yml",
