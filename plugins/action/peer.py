@@ -21,6 +21,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse im
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import registry_path, set_registry_peer
 
+
 def canonical_client_args(args):
     """The task's arguments with the client options' aliases (kubernetes.core's verify_ssl,
     ssl_ca_cert) under their own names, so a value from kilo_kube never meets its alias."""

@@ -238,8 +238,8 @@ class MeshReading(object):
         """The engine's answer for the whole mesh (plans of ``only``, default every node)."""
         if only is not None:
             return build_plans(self.nodes, self.peers, self.options, only=only)
-        return self._once("computed", lambda: mark_stand_ins(build_plans(self.nodes, self.peers, self.options),
-                                                              self.stand_ins))
+        return self._once("computed", lambda: mark_stand_ins(
+            build_plans(self.nodes, self.peers, self.options), self.stand_ins))
 
     # --- one host ----------------------------------------------------------------------------
 

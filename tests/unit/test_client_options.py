@@ -80,7 +80,7 @@ def test_the_old_variables_still_work_and_say_they_are_deprecated():
 def test_a_host_outside_the_mesh_takes_the_meshs():
     """kilo.mesh.peer delegated from a connecting machine, playbooks/kubernetes.yml on localhost."""
     hostvars = {"a": {"kilo_kube": {"kubeconfig": "/mesh"}}, "laptop": {}}
-    options, _ = client_of(hostvars, "laptop", groups={"kilo": ["a"], "connect": ["laptop"]})
+    options = client_of(hostvars, "laptop", groups={"kilo": ["a"], "connect": ["laptop"]})[0]
     assert options["kubeconfig"] == "/mesh"
 
 
