@@ -185,3 +185,15 @@ def test_stand_in_addresses_keep_clear_of_every_network_the_mesh_names():
     dual = stand_in_facts(["h"], [], [], {"subnet": ["10.4.0.0/16", "fd6b:696c:6f00::/80"]}, dual=True)["h"]
     assert [ipaddress.ip_interface(i).version for i in dual["internal_ip"]] == [4, 6]
     assert ipaddress.ip_interface(dual["internal_ip"][1]).ip not in ipaddress.ip_network("fd6b:696c:6f00::/80")
+
+
+@pytest.mark.parametrize("extra, leaders", [
+    ({"kilo_subnet": ["10.4.0.0/16", "fd04::/64"]}, {"location:aws": "aws-1", "location:home": "pi"}),
+    ({"kilo_granularity": "full"}, {"node:aws-1": "aws-1", "node:aws-2": "aws-2", "node:nas": "nas", "node:pi": "pi"}),
+])
+def test_stand_ins_in_a_dual_stack_mesh_and_under_full_granularity(extra, leaders):
+    hostvars = dict((h, dict(v, **extra)) for h, v in QUICK_START.items())
+    result = run(topology, {"stand_ins": True}, hostvars)
+    assert dict((s["key"], s["leader"]) for s in result["segments"]) == leaders
+    if "kilo_subnet" in extra:
+        assert result["plans"]["pi"]["address"] == ["10.4.0.2/16", "fd04::2/64"]
