@@ -245,7 +245,7 @@ def set_registry_peer(path, name, entry, check_mode=False):
     if (entry or {}).get("preshared_key"):
         raise InputError("a preshared key never goes to the registry (public data only)", "registry %s" % path,
                          "peers.%s" % name)
-    if check_mode:  # not even the lock file
+    if check_mode or (entry is None and not os.path.exists(path)):  # not even the lock file
         return read_registry(path)["peers"].get(name)
     before = []
 
