@@ -20,6 +20,7 @@ import subprocess
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import systemd_running
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient
 
 # Where PID and log files go, and how long a daemon may take to open its socket. Not module
@@ -32,10 +33,6 @@ USERSPACE_ENV = "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD"
 
 class DaemonError(KiloError):
     """The userspace daemon could not be started."""
-
-
-def systemd_running():
-    return os.path.isdir("/run/systemd/system")
 
 
 def _alive(pid):
