@@ -36,7 +36,7 @@ options:
     description:
       - V(present) ensures the key and reports the host as described above.
       - V(absent) removes the private key file at O(key_path) (and temporary files of a key write cut short), then
-        its directory when that leaves it empty. Nothing is discovered or checked, and only RV(changed) and RV(msg)
+        its directory when that leaves it empty. Nothing is discovered or checked, and only C(changed) and RV(msg)
         are returned. C(playbooks/uninstall.yml) runs it with C(-e kilo_remove_keys=true).
       - A task argument only; C(kilo_state) does not set it (a node leaving the mesh keeps its key).
     type: str

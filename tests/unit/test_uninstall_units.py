@@ -138,8 +138,8 @@ def test_a_leaving_node_loses_kilos_agent_annotations_and_ours_but_not_the_opera
                kn.NEXT_KEY: "x", "kilo.mesh/pod-cidrs": "10.1.0.0/24", "kilo.mesh/pod-cidr-source": "calico",
                "other.example/keep": "yes"}
     out = kn.removed_when_leaving(current)
-    assert set(out) == set(kn.AGENT_ANNOTATIONS) | {kn.WIREGUARD_IPS, kn.UNREACHABLE_LEADERS, kn.DEPOSED_AT,
-                                                      kn.NEXT_KEY}
+    ours = {kn.WIREGUARD_IPS, kn.UNREACHABLE_LEADERS, kn.DEPOSED_AT, kn.NEXT_KEY}
+    assert set(out) == set(kn.AGENT_ANNOTATIONS) | ours
     assert set(out.values()) == {None}
     # only what the Node has of ours is patched away; Kilo's are always named, as Kilo's CleanUp does
     assert kn.INTERNAL_IPS not in out
