@@ -274,7 +274,7 @@ options:
     description:
       - 'Bring the host back to its last converged plan at boot: the plan is kept on the host (C(/var/lib/kilo/mesh-plan.json),
         0600, no key in it; preshared keys apart in C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection''s
-        zip application (O(agent_app)) and the unit C(kilo-mesh.service), enabled where systemd runs, which runs
+        zip application (C(agent_app)) and the unit C(kilo-mesh.service), enabled where systemd runs, which runs
         the same converge on that plan after the network is up and before C(kubelet). A host that was down while
         the mesh changed comes back with its last plan; the next run (or the agent) brings it up to date.'
       - V(false) removes the unit, the stored plan and the app (unless the agent uses it).
@@ -293,7 +293,7 @@ options:
   agent_app:
     description:
       - 'Where the collection''s zip application goes on the host (run by C(/usr/bin/python3)): the agent, and the
-        boot restore of O(boot_restore).'
+        boot restore of C(boot_restore).'
       - Defaults to the inventory variable C(kilo_agent_app), then to the default below.
     type: path
     default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz
@@ -623,7 +623,7 @@ options:
   agent_app:
     description:
       - 'Where the collection''s zip application goes on the host (run by C(/usr/bin/python3)): the agent, and the
-        boot restore of O(boot_restore).'
+        boot restore of C(boot_restore).'
       - Defaults to the inventory variable C(kilo_agent_app), then to the default below.
     type: path
     default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz

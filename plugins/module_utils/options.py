@@ -186,7 +186,7 @@ OPTIONS = dict([
     _option("boot_restore", ("host",), "bool", [
         "Bring the host back to its last converged plan at boot: the plan is kept on the host"
         " (C(/var/lib/kilo/mesh-plan.json), 0600, no key in it; preshared keys apart in"
-        " C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection's zip application (O(agent_app)) and the"
+        " C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection's zip application (C(agent_app)) and the"
         " unit C(kilo-mesh.service), enabled where systemd runs, which runs the same converge on that plan after"
         " the network is up and before C(kubelet). A host that was down while the mesh changed comes back with"
         " its last plan; the next run (or the agent) brings it up to date.",
@@ -297,7 +297,7 @@ OPTIONS = dict([
         default=31536000, bounds=(600, None), no_log=False),  # a lifetime, not a secret
     _option("agent_app", ("agent", "host"), "path", [
         "Where the collection's zip application goes on the host (run by C(/usr/bin/python3)): the agent, and the"
-        " boot restore of O(boot_restore)."],
+        " boot restore of C(boot_restore)."],
         default=DEFAULT_AGENT_APP),
     _option("pod_cidr_source", ("inputs", "agent"), "str", [
         "Beyond Kilo (issue 23): where the nodes' pod ranges come from, for the whole mesh (a group variable: every"

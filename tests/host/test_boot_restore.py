@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+import sitetools
 from sitetools import fresh_lab, recap, site
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_BOOT_RESTORE", "kbr")
@@ -56,12 +57,7 @@ def state(lab, host):
 
 
 def wipe(lab, host):
-    """What a reboot takes away: the interface and its daemon, our routes and rules, our table, /run."""
-    sh(lab, host, "pid=$(head -n1 /run/kilo/kilo0.pid 2>/dev/null) && kill $pid; sleep 0.3;"
-                  " ip link del kilo0 2>/dev/null; ip route flush table all proto 107;"
-                  " ip -6 route flush table all proto 107;"
-                  " while ip rule del table 1107 2>/dev/null; do :; done;"
-                  " nft delete table inet kilo_mesh 2>/dev/null; rm -rf /run/kilo /run/wireguard/*; true")
+    sitetools.wipe(lab, host)
     wiped = state(lab, host)
     assert "kilo0" not in wiped and "proto 107" not in wiped and "1107" not in wiped and "table" not in wiped, wiped
 

@@ -40,10 +40,11 @@ def backend(where, settings, app=None, psk=None):
                             psk_path=str(where / "lib" / "mesh-preshared-keys.json"))
 
 
-def run(where, plan=PLAN, check=False, app="send", psk=None, **given):
+def run(where, plan=None, check=False, app="send", psk=None, **given):
     settings = host_settings(dict({"agent_app": str(where / "app" / "kilo.pyz")}, **given))
     app = {"digest": DIGEST, "src": str(where / "upload.pyz") if app == "send" else None} if app else None
     b = backend(where, settings, app, psk)
+    plan = PLAN if plan is None else plan
     return converge(plan if settings["state"] == "present" else None, settings, check_mode=check, backends=[b],
                     preshared_keys=psk), b
 
@@ -53,11 +54,11 @@ def mode(path):
 
 
 def test_stored_plan_unit_and_app_written_then_nothing_to_do(where):
-    out, _ = run(where, check=True, psk=PSK)
+    out = run(where, check=True, psk=PSK)[0]
     assert out["changed"] and not (where / "lib").exists() and not (where / "app").exists(), "check mode wrote"
     assert out["diff"]["after"]["boot"]["stored_plan"]["plan"] == CHECKED
     assert out["diff"]["after"]["boot"]["preshared_keys"] == "1 (not shown)"
-    out, _ = run(where, psk=PSK)
+    out = run(where, psk=PSK)[0]
     changes = out["changes"]["boot"]
     assert "write %s" % (where / "lib" / "mesh-plan.json") in changes
     assert "write %s" % (where / "systemd" / "kilo-mesh.service") in changes
@@ -72,7 +73,7 @@ def test_stored_plan_unit_and_app_written_then_nothing_to_do(where):
     unit = (where / "systemd" / "kilo-mesh.service").read_text()
     assert "ExecStart=/usr/bin/python3 %s --restore %s\n" % (where / "app" / "kilo.pyz", stored) in unit
     assert "Type=oneshot" in unit and "Before=kubelet.service" in unit and "TimeoutStartSec=" in unit
-    again, _ = run(where, psk=PSK)
+    again = run(where, psk=PSK)[0]
     assert not again["changed"], again["changes"]
 
 
@@ -94,11 +95,11 @@ def test_a_sent_app_of_another_digest_is_refused(where):
 def test_a_changed_plan_is_stored_again_and_off_removes_everything(where):
     run(where, psk=PSK)
     moved = dict(PLAN, address="10.4.0.9/16")
-    out, _ = run(where, plan=moved)
+    out = run(where, plan=moved)[0]
     assert out["changes"]["boot"] == ["write %s" % (where / "lib" / "mesh-plan.json"),
                                       "remove %s" % (where / "lib" / "mesh-preshared-keys.json")]
     assert json.loads((where / "lib" / "mesh-plan.json").read_text())["plan"]["address"] == "10.4.0.9/16"
-    out, _ = run(where, plan=moved, boot_restore=False)
+    out = run(where, plan=moved, boot_restore=False)[0]
     assert out["changed"]
     assert not (where / "lib" / "mesh-plan.json").exists() and not (where / "systemd" / "kilo-mesh.service").exists()
     assert not (where / "app" / "kilo.pyz").exists()
@@ -107,7 +108,7 @@ def test_a_changed_plan_is_stored_again_and_off_removes_everything(where):
 
 def test_state_absent_removes_what_it_wrote_and_keeps_the_agents_app(where, monkeypatch):
     run(where, psk=PSK)
-    out, _ = run(where, state="absent", check=True)
+    out = run(where, state="absent", check=True)[0]
     assert out["changes"] == {"boot": ["remove boot"]} and (where / "lib" / "mesh-plan.json").exists()
     monkeypatch.setattr(boot.BootBackend, "_agent_installed", lambda self: True)
     run(where, state="absent")
@@ -183,3 +184,26 @@ def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where)
     assert plan == CHECKED and check_plan(plan, "kilo0") == CHECKED and settings["mtu"] == 1380 and keys == PSK
     result = boot.restore(str(where / "lib" / "mesh-plan.json"), backends=[recorder, Keys(settings, keys)])
     assert result["changes"] == {"recorder": ["converge"]} and recorder.seen[0]["name"] == "a"
+
+
+def test_the_userspace_daemons_unit_restarts_it_and_restores_the_plan_after():
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import Daemon
+    after = boot.after_restart_command("/usr/lib/kilo-mesh/kilo-mesh-agent.pyz")
+    text = Daemon("kilo0", "wireguard-go", "/run/wireguard/kilo0.sock", after_start=after).unit_text()
+    lines = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    assert lines["ExecStart"].endswith("wireguard-go -f kilo0") and lines["ExecStart"].startswith("/")
+    assert lines["Restart"] == "on-failure" and lines["Environment"] == "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1"
+    assert lines["ExecStartPost"] == ("-/usr/bin/python3 /usr/lib/kilo-mesh/kilo-mesh-agent.pyz --restore %s"
+                                      " --after-restart" % boot.PLAN_PATH)
+    assert "[Install]" not in text, "enabled on its own: the restore or a converge starts it"
+    assert "ExecStartPost" not in Daemon("kilo0", "wireguard-go", "/x").unit_text()
+
+
+def test_after_a_restart_nothing_is_done_without_a_plan_or_while_a_converge_runs(where, tmp_path, monkeypatch):
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as conv, wireguard_daemon
+    monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(tmp_path / "run"))
+    out = io.StringIO()
+    assert boot.main([str(tmp_path / "none.json"), "--after-restart"], out=out) == 0 and out.getvalue() == ""
+    path = stored(where, json.dumps({"format": 1, "plan": PLAN, "settings": {}}))
+    with conv.converge_lock():
+        assert boot.main([path, "--after-restart"], out=out) == 0 and out.getvalue() == ""

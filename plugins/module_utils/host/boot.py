@@ -36,7 +36,7 @@ import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, converge
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, Busy, converge, converge_lock
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
     UNIT_DIR, is_enabled, systemctl, systemctl_checked, systemd_running)
 
@@ -145,7 +145,13 @@ def read_store(path, psk_path=None):
     return data["plan"], data["settings"], keys
 
 
-def restore(path=PLAN_PATH, check_mode=False, backends=None):
+def after_restart_command(app, path=PLAN_PATH, python=PYTHON):
+    """The userspace daemon unit's ExecStartPost (``wireguard_daemon``): after systemd restarted a
+    daemon that died, its interface is empty; this fills it from the stored plan."""
+    return [python, app, "--restore", path, "--after-restart"]
+
+
+def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
     """Converge this host to the plan stored at ``path``; the converge's result.
 
     The plan is checked (``plan.check_plan``, inside ``converge``) before any backend applies,
@@ -153,18 +159,53 @@ def restore(path=PLAN_PATH, check_mode=False, backends=None):
     plan, settings, keys = read_store(path)
     settings = dict(settings, state="present")
     try:
-        return converge(plan, settings, check_mode=check_mode, preshared_keys=keys, backends=backends)
+        return converge(plan, settings, check_mode=check_mode, preshared_keys=keys, backends=backends, locked=locked)
     except KiloError as e:
         raise RestoreError("%s" % e, path)
 
 
+def _wait_for_socket(path, timeout=15.0):
+    """After a restart, until the daemon's UAPI socket of the stored plan's interface answers."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient, socket_path
+    plan, settings, _keys = read_store(path)
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_INTERFACE
+    sock = socket_path(settings.get("interface") or plan.get("interface") or DEFAULT_INTERFACE)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(sock) and UAPIClient(sock, timeout=1.0).alive():
+            return
+        time.sleep(0.1)
+
+
 def main(argv, out=None):
-    """``APP --restore [PATH]``: exit 0 when the host is at its stored plan, 1 otherwise."""
+    """``APP --restore [PATH] [--after-restart]``: exit 0 when the host is at its stored plan, 1
+    otherwise. ``--after-restart`` (the userspace daemon's unit): nothing to do when no plan is
+    stored or another converge holds the lock (it is the one that started the daemon)."""
     out = out or sys.stderr
+    argv = list(argv)
+    after_restart = "--after-restart" in argv
+    if after_restart:
+        argv.remove("--after-restart")
     path = argv[0] if argv else PLAN_PATH
     start = time.time()
+    if after_restart:
+        if not os.path.exists(path):
+            return 0
+        try:
+            with converge_lock(timeout=0):
+                _wait_for_socket(path)
+                return _report(path, start, out, locked=True)
+        except Busy:
+            return 0  # the converge holding the lock started the daemon and configures it
+        except KiloError as e:
+            out.write("kilo-mesh restore: %s; nothing changed\n" % e)
+            return 1
+    return _report(path, start, out)
+
+
+def _report(path, start, out, locked=False):
     try:
-        result = restore(path)
+        result = restore(path, locked=locked)
     except KiloError as e:
         out.write("kilo-mesh restore: %s; nothing changed\n" % e)
         return 1

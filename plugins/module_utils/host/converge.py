@@ -102,9 +102,13 @@ LOCK_NAME = "converge.lock"
 LOCK_TIMEOUT = 300.0
 
 
+class Busy(KiloError):
+    """Another converge of this host holds the lock."""
+
+
 @contextlib.contextmanager
 def converge_lock(timeout=LOCK_TIMEOUT):
-    """Wait for (at most ``timeout`` s) and hold the host's converge lock."""
+    """Wait for (at most ``timeout`` s; 0: not at all) and hold the host's converge lock; Busy otherwise."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
     if not os.path.isdir(wireguard_daemon.RUN_DIR):
         os.makedirs(wireguard_daemon.RUN_DIR, 0o700)
@@ -117,8 +121,8 @@ def converge_lock(timeout=LOCK_TIMEOUT):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except (IOError, OSError):
-                if time.time() > deadline:
-                    raise KiloError("another converge of this host has held %s for %d s" % (path, timeout))
+                if time.time() >= deadline:
+                    raise Busy("another converge of this host has held %s for %d s" % (path, timeout))
                 time.sleep(0.1)
         yield
     finally:
@@ -137,7 +141,7 @@ def wait_for(switch_at, now=None, sleep=time.sleep):
 
 
 def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None,
-             pending_public_key=None, app=None):
+             pending_public_key=None, app=None, locked=False):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
