@@ -214,8 +214,11 @@ def test_site_and_connect_put_the_mesh_on_every_host(lab):
     for host in mesh_hosts(lab) + [LAPTOP]:
         assert sh(lab, host, "ip link show kilo0").returncode == 0, host
     for host in mesh_hosts(lab):
-        assert sh(lab, host, "test -f /etc/cni/net.d/10-kilo.conflist && test -f /etc/sysctl.d/90-kilo-mesh.conf"
-                  " && test -f /var/lib/kilo/key").returncode == 0, host
+        # what the listings must see go: the CNI file, the sysctl file, the key, the boot backend's files
+        ours = ("/etc/cni/net.d/10-kilo.conflist", "/etc/sysctl.d/90-kilo-mesh.conf", "/var/lib/kilo/key",
+                "/var/lib/kilo/mesh-plan.json", "/etc/systemd/system/kilo-mesh.service",
+                "/usr/lib/kilo-mesh/kilo-mesh-agent.pyz")
+        assert sh(lab, host, " && ".join("test -f %s" % p for p in ours)).returncode == 0, host
         assert 'comment "kilo.mesh"' in sh(lab, host, "nft list chain inet filter input").stdout, host
         firewall = "iptables-save | grep -q KILO-NAT" if host in lab.iptables else "nft list table inet kilo_mesh"
         assert sh(lab, host, firewall).returncode == 0, host
