@@ -234,6 +234,8 @@ def test_check_mode_reports_every_host_and_changes_nothing(lab):
     with open(lab.registry) as f:
         registry = f.read()
     counts, out = run(lab, "uninstall.yml", "--check", "--diff")
+    keys = [sh(lab, h, "cat /var/lib/kilo/key").stdout.strip() for h in mesh_hosts(lab) + [LAPTOP]]
+    assert all(keys) and not any(k in out for k in keys), "a private key in the diff"
     assert set(counts) == set(mesh_hosts(lab) + [LAPTOP]), counts
     assert all(c["changed"] > 0 for c in counts.values()), counts
     found = differences(lab.converged, listings(lab, sorted(lab.hosts)))
