@@ -58,6 +58,8 @@ class ActionModule(KiloAction):
         try:
             obj = kube_client.json_call(api.read_node, "GET", path, name)
         except kube_client.KubeError as e:
+            if e.status == 404 and args["state"] == "absent":
+                return dict(changed=False, node=name, annotations={}, last_seen=None)  # gone with its Node
             if e.status == 404:
                 raise KiloError("no such Node in the cluster (option node, default the inventory hostname)",
                                 node_subject(name))
