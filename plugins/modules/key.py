@@ -35,6 +35,8 @@ extends_documentation_fragment:
   - kilo.mesh.options.key
   - kilo.mesh.options.prepare
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, before anything changes, with a message naming the host and that fix.
   - The key file - an existing valid key is kept; a file that is not a valid key is an error (it is
     never overwritten). A key file readable by others is tightened to C(0600).
   - Options not given in the task are read from the host's inventory variables (C(kilo_key_path),
@@ -163,7 +165,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host import report
-from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems, not_root
 from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import diff_of, prepare_module_host
@@ -175,6 +177,9 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
+    problem = not_root()
+    if problem:  # first, before the host changes (the action names the host)
+        module.fail_json(msg=problem, not_root=True)
     prepared = prepare_module_host(module) if p["prepare"] else None
     if prepared and prepared["missing"]:
         # discovery may need what is missing (pyroute2): the action

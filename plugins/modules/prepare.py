@@ -42,6 +42,8 @@ attributes:
     support: full
     description: Shows the sysctls, the boot file and the port state before and after.
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, before anything changes, with a message naming the host and that fix.
   - A sysctl this kernel does not have (IPv6 disabled, say) is written to the boot file only and
     listed in RV(unknown_sysctls) with a warning.
 seealso:
@@ -117,6 +119,7 @@ changes:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import not_root
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import prepare_module_host
 
 
@@ -125,6 +128,9 @@ def main():
         argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"]),
         supports_check_mode=True,
     )
+    problem = not_root()
+    if problem:  # first, before the host changes (the action names the host)
+        module.fail_json(msg=problem, not_root=True)
     result = prepare_module_host(module)
     module.exit_json(**result)
 

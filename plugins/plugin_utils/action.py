@@ -129,6 +129,13 @@ class KiloAction(ActionBase):
     def run_kilo(self, args, task_vars):
         raise NotImplementedError
 
+    @staticmethod
+    def refuse_not_root(result, task_vars):
+        """A host's first call that did not run as root (the module says ``not_root``; the hosts
+        need root, got by root SSH or by become): its message, naming the host."""
+        if result.get("not_root"):
+            raise KiloError(result.get("msg"), host_subject(task_vars.get("inventory_hostname")))
+
     # --- options ---------------------------------------------------------------------------
 
     def spec(self):
