@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   wireguard-go wireguard-tools openssh-server openssh-client nftables iptables iproute2
   iputils-ping procps util-linux graphviz rsync python3 python3-venv
+  # the lab's non-root login user becomes root with sudo (lab.py up --user)
+  sudo
   # what the host-side modules import on the lab hosts (they share this machine's /usr)
   python3-pyroute2 python3-cryptography python3-yaml python3-apt
   # what the agent (kilo_agent) imports on the lab hosts
