@@ -270,6 +270,18 @@ options:
       - Defaults to the inventory variable C(kilo_cni_path), then to the default below.
     type: path
     default: /etc/cni/net.d/10-kilo.conflist
+  boot_restore:
+    description:
+      - 'Bring the host back to its last converged plan at boot: the plan is kept on the host (C(/var/lib/kilo/mesh-plan.json),
+        0600, no key in it; preshared keys apart in C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection''s
+        host code as one file (C(/usr/lib/kilo-mesh/kilo-mesh.pyz)) and the unit C(kilo-mesh.service), enabled where
+        systemd runs, which runs the same converge on that plan after the network is up and before C(kubelet). A
+        host that was down while the mesh changed comes back with its last plan; the next run (or the agent) brings
+        it up to date.'
+      - V(false) removes the unit, the stored plan and that file.
+      - Defaults to the inventory variable C(kilo_boot_restore), then to the default below.
+    type: bool
+    default: true
   state:
     description:
       - V(absent) removes exactly what this collection owns on the host.

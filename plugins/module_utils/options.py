@@ -42,6 +42,9 @@ DEFAULT_TASK_TIMEOUT = 300
 DEFAULT_AGENT_APP = "/usr/lib/kilo-mesh/kilo-mesh-agent.pyz"
 DEFAULT_AGENT_CONFIG = "/etc/kilo-mesh/agent.json"
 DEFAULT_AGENT_KUBECONFIG = "/etc/kilo-mesh/kubeconfig"
+# The boot restore's own copy of the same code (not the agent's file: each is replaced and
+# removed with what runs it)
+DEFAULT_BOOT_APP = "/usr/lib/kilo-mesh/kilo-mesh.pyz"
 
 
 def _option(name, scopes, type, description, default=None, var="", **extra):
@@ -183,6 +186,16 @@ OPTIONS = dict([
         " with the pod CIDR, portmap); a conflist named V(kilo) only has its IPAM subnet updated, as Kilo"
         " does; any other file there is left alone with a warning."],
         default=DEFAULT_CNI_PATH),
+    _option("boot_restore", ("host",), "bool", [
+        "Bring the host back to its last converged plan at boot: the plan is kept on the host"
+        " (C(/var/lib/kilo/mesh-plan.json), 0600, no key in it; preshared keys apart in"
+        " C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection's host code as one file"
+        " (C(/usr/lib/kilo-mesh/kilo-mesh.pyz)) and the unit C(kilo-mesh.service), enabled where systemd runs,"
+        " which runs the same converge on that plan after the network is up and before C(kubelet). A host that"
+        " was down while the mesh changed comes back with its last plan; the next run (or the agent) brings it"
+        " up to date.",
+        "V(false) removes the unit, the stored plan and that file."],
+        default=True),
     _option("state", ("host",), "str", ["V(absent) removes exactly what this collection owns on the host."],
             default="present", choices=["present", "absent"]),
     # --- key: kilo.mesh.key -------------------------------------------------------------------

@@ -14,6 +14,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+import fcntl
+import os
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
@@ -61,16 +64,18 @@ class Backend(object):
         raise NotImplementedError
 
 
-def backends_for(settings, preshared_keys=None):
+def backends_for(settings, preshared_keys=None, app=None):
     # Imported here so that a host missing one backend's dependency still gets a clear
     # message from the backend that needs it.
     from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import NetStateBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import FirewallBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import CNIBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import BootBackend
 
+    # boot last: the stored plan is written only once every other backend applied it
     return [WireGuardBackend(settings, preshared_keys), NetStateBackend(settings), FirewallBackend(settings),
-            CNIBackend(settings)]
+            CNIBackend(settings), BootBackend(settings, preshared_keys, app)]
 
 
 def host_settings(given):
@@ -91,6 +96,41 @@ MAX_SWITCH_WAIT = 30
 SWITCH_STEP = 0.25
 
 
+# Held by every converge that changes the host; in RUN_DIR (wireguard_daemon), a tmpfs: a lock
+# never outlives a boot.
+LOCK_NAME = "converge.lock"
+# shorter than the task timeout (kilo_task_timeout, 300 s): a run kept waiting fails with Busy's
+# message, not Ansible's timeout
+LOCK_TIMEOUT = 240.0
+
+
+class Busy(KiloError):
+    """Another converge of this host holds the lock."""
+
+
+@contextlib.contextmanager
+def converge_lock(timeout=LOCK_TIMEOUT):
+    """Wait for (at most ``timeout`` s; 0: not at all) and hold the host's converge lock; Busy otherwise."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
+    if not os.path.isdir(wireguard_daemon.RUN_DIR):
+        os.makedirs(wireguard_daemon.RUN_DIR, 0o700)
+    path = os.path.join(wireguard_daemon.RUN_DIR, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except (IOError, OSError):
+                if time.time() >= deadline:
+                    raise Busy("another converge of this host has held %s for %d s" % (path, timeout))
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
 def wait_for(switch_at, now=None, sleep=time.sleep):
     """Sleep until ``switch_at`` (seconds since the epoch) when it is ahead and within
     MAX_SWITCH_WAIT; returns how late the moment is met (negative: early, never in practice)."""
@@ -103,7 +143,7 @@ def wait_for(switch_at, now=None, sleep=time.sleep):
 
 
 def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None,
-             pending_public_key=None):
+             pending_public_key=None, app=None, locked=False):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
@@ -118,7 +158,23 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     ``switch_at``: a key rotation's moment for this host (kilo.mesh.join's schedule): changes
     are applied then, not as soon as they are known, so a rotating host switches its key just
     before its peers switch to the new one (``late``: seconds past the moment, in the result).
+
+    ``app`` ({"digest", "src"}): the zip application of the boot restore (``boot.BootBackend``);
+    when the host lacks it and ``src`` is not given, nothing changes and the result's ``need`` is
+    ``["app"]``: the caller sends it and calls again.
+
+    Two converges of one host never overlap (the module, the boot restore, the agent, a restarted
+    userspace daemon's restore): with the host's own backends (``backends`` None) and outside
+    check mode, reading, comparing and applying run under ``converge_lock`` (``locked``: the
+    caller holds it already).
     """
+    if backends is None and not check_mode and not locked:
+        with converge_lock():
+            return _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app)
+    return _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app)
+
+
+def _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app):
     settings = host_settings(settings)
     if check_mode and pending_public_key:
         # the key step's stand-in for a key it would make or rotate: the comparison shows the switch
@@ -129,7 +185,7 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
             raise KiloError("required when state is present", "plan")
         plan = check_plan(plan, settings["interface"])
     if backends is None:
-        backends = backends_for(settings, preshared_keys or {})
+        backends = backends_for(settings, preshared_keys or {}, app)
 
     result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
     steps = []
@@ -153,6 +209,10 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     warnings = [w for backend in backends for w in getattr(backend, "warnings", ())]
     if warnings:
         result["warnings"] = warnings
+    need = sorted(set(n for backend in backends for n in getattr(backend, "need", ())))
+    if need and not check_mode:
+        # the caller sends what is missing and calls again; nothing changed meanwhile
+        return {"changed": False, "need": need, "changes": {}, "diff": {"before": {}, "after": {}}}
     if check_mode:
         return result
 
