@@ -30,7 +30,6 @@ class ActionModule(KiloAction):
         args["port"] = self.listen_port(args, task_vars)
         held = self.hold_rotation_under_limit(args, task_vars)
         result = self._execute_module(module_name="kilo.mesh.key", module_args=args, task_vars=task_vars)
-        self.refuse_not_root(result, task_vars)
         prepared = result.get("prepared")
         if prepared is not None and not result.get("failed"):
             prepared["installed"] = []

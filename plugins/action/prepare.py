@@ -19,6 +19,4 @@ class ActionModule(KiloAction):
 
     def run_kilo(self, args, task_vars):
         args["port"] = self.listen_port(args, task_vars)
-        result = self._execute_module(module_name="kilo.mesh.prepare", module_args=args, task_vars=task_vars)
-        self.refuse_not_root(result, task_vars)
-        return result
+        return self._execute_module(module_name="kilo.mesh.prepare", module_args=args, task_vars=task_vars)

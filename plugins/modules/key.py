@@ -165,7 +165,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host import report
-from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems, not_root
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems, require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import diff_of, prepare_module_host
@@ -177,9 +177,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
-    problem = not_root()
-    if problem:  # first, before the host changes (the action names the host)
-        module.fail_json(msg=problem, not_root=True)
+    require_root(module)  # first, before the host changes (the action names the host)
     prepared = prepare_module_host(module) if p["prepare"] else None
     if prepared and prepared["missing"]:
         # discovery may need what is missing (pyroute2): the action

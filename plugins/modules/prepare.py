@@ -119,7 +119,7 @@ changes:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import not_root
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import prepare_module_host
 
 
@@ -128,9 +128,7 @@ def main():
         argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"]),
         supports_check_mode=True,
     )
-    problem = not_root()
-    if problem:  # first, before the host changes (the action names the host)
-        module.fail_json(msg=problem, not_root=True)
+    require_root(module)  # first, before the host changes (the action names the host)
     result = prepare_module_host(module)
     module.exit_json(**result)
 

@@ -131,12 +131,15 @@ class KiloAction(ActionBase):
     def run_kilo(self, args, task_vars):
         raise NotImplementedError
 
-    @staticmethod
-    def refuse_not_root(result, task_vars):
-        """A host's first call that did not run as root (the module says ``not_root``; the hosts
-        need root, got by root SSH or by become): its message, naming the host."""
+    def _execute_module(self, *args, **kwargs):
+        """Ansible's, and a host module that did not run as root (each says ``not_root`` first
+        thing: the hosts need root, by root SSH or by become) fails the task with its message,
+        naming the host."""
+        result = super()._execute_module(*args, **kwargs)
         if result.get("not_root"):
-            raise KiloError(result.get("msg"), host_subject(task_vars.get("inventory_hostname")))
+            host = (kwargs.get("task_vars") or {}).get("inventory_hostname")
+            raise KiloError(result.get("msg"), host_subject(host))
+        return result
 
     # --- options ---------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ text; no private key in any output.
 Every host is reached as the non-root user sitetools.LOGIN_USER with become (sudo without a
 password on some hosts, with ansible_become_password on the others). Before the mesh exists,
 site.yml without become fails at the key step on every host, naming it and the fix, and changes
-nothing on any host.
+nothing on any host; status.yml without become names each host too (not root, it would read no
+interface and call every host out of the mesh).
 """
 import json
 import os
@@ -109,6 +110,15 @@ def test_without_become_site_stops_at_the_key_step_naming_each_host_and_changes_
 
 def private_keys(lab):
     return [lab.run(h, ["cat", "/var/lib/kilo/key"]).stdout.strip() for h in sorted(lab.hosts)]
+
+
+def test_without_become_status_names_each_host_instead_of_calling_it_out_of_the_mesh(lab):
+    table = status_playbook(lab, "-e", "ansible_become=false")
+    assert table.returncode == 2, table.stdout[-3000:]
+    said = " ".join(table.stdout.split()).replace("''", "'")
+    for host in lab.hosts:
+        assert ("host '%s': runs as %s (uid " % (host, LOGIN_USER)) in said, table.stdout[-3000:]
+    assert "not in mesh" not in table.stdout
 
 
 def test_leaders_report_fresh_handshakes_and_a_textfile(lab):

@@ -39,6 +39,14 @@ def not_root():
             " firewall, sysctls) and keeps its key in a root-only file; %s" % (user, BECOME_HINT))
 
 
+def require_root(module):
+    """Fail ``module`` (an AnsibleModule) at once when its call is not root: the first thing each
+    host module does. ``not_root`` in the result tells the action (KiloAction) to name the host."""
+    problem = not_root()
+    if problem:
+        module.fail_json(msg=problem, not_root=True)
+
+
 def subnet_conflicts(addrs, subnet, interface):
     """Addresses (from discovery.read_host) of other interfaces that overlap the WireGuard subnet."""
     net = ipaddress.ip_network(subnet, strict=False)
