@@ -46,6 +46,8 @@ extends_documentation_fragment:
   - kilo.mesh.options.key
   - kilo.mesh.options.prepare
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, before anything changes, with a message naming the host and that fix.
   - The key file - an existing valid key is kept; a file that is not a valid key is an error (it is
     never overwritten). A key file readable by others is tightened to C(0600).
   - Options not given in the task are read from the host's inventory variables (C(kilo_key_path),
@@ -178,7 +180,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host import report
-from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems, require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import KEY_STATE, ensure_key, remove_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import diff_of, prepare_module_host
@@ -190,6 +192,7 @@ def run_module():
         supports_check_mode=True,
     )
     p = module.params
+    require_root(module)  # first, before the host changes (the action names the host)
     if p["state"] == "absent":
         try:
             module.exit_json(**remove_key(p["key_path"], check_mode=module.check_mode))

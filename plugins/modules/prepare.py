@@ -56,6 +56,8 @@ attributes:
     description: Shows the sysctls, the boot file and the port state before and after (with O(state=absent), the boot
       file and the ports of our nftables rules).
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, before anything changes, with a message naming the host and that fix.
   - A sysctl this kernel does not have (IPv6 disabled, say) is written to the boot file only and
     listed in RV(unknown_sysctls) with a warning.
 seealso:
@@ -135,6 +137,7 @@ changes:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import PREPARE_STATE, prepare_module_host
 
 
@@ -143,6 +146,7 @@ def main():
         argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"], state=PREPARE_STATE),
         supports_check_mode=True,
     )
+    require_root(module)  # first, before the host changes (the action names the host)
     result = prepare_module_host(module)
     module.exit_json(**result)
 
