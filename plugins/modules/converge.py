@@ -45,8 +45,8 @@ options:
   app_digest:
     description:
       - SHA-256 of the collection's zip application for the boot restore (O(boot_restore)). When the host's
-        copy at O(agent_app) differs and O(app_src) is not given, nothing changes and the result's RV(need)
-        names V(app). The action plugin sets it and sends the app when asked; there is no need to set it by hand.
+        copy (C(/usr/lib/kilo-mesh/kilo-mesh.pyz)) differs and O(app_src) is not given, nothing changes and
+        the result's RV(need) names V(app). The action plugin sets it and sends the app when asked; there is no need to set it by hand.
     type: str
   app_src:
     description:
