@@ -35,7 +35,10 @@ class ActionModule(KiloAction):
             raise KiloError("is a node of the mesh (group %r); kilo.mesh.connect is for machines outside it" % group,
                             host_subject(host), "group")
         if args["step"] == "peer":
-            return dict(changed=False, peer=self.peer(args, host, self.families(task_vars, group)))
+            # a mesh with Kubernetes client options (kilo_kube: the inventory plugin sets it) keeps its peers
+            # as Peer resources, which it reads back
+            kube = args["kubernetes"] or self.variable(task_vars, self.mesh_source(task_vars, args), "kilo_kube")[1] is not None
+            return dict(changed=False, peer=self.peer(dict(args, kubernetes=kube), host, self.families(task_vars, group)))
         settings = self.module_args(args, ("host",))
         settings["state"] = args["connect_state"]
         result = {}
@@ -43,8 +46,7 @@ class ActionModule(KiloAction):
         if args["connect_state"] == "present":
             plan = self.plan(args, task_vars, host, group, result)
         module_args = dict(settings, plan=plan, preshared_keys=split_preshared_keys(plan))
-        result.update(self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
-                                           task_vars=task_vars))
+        result.update(self.converge(module_args, task_vars))
         if plan is not None and not result.get("failed"):
             result.update(address=plan["address"], peers=len(plan["peers"]), routes=len(flat_routes(plan["routes"])))
         return result

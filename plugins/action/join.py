@@ -15,10 +15,11 @@ tunnels and takes over the other agent's routes (as ``route_conflict: replace`` 
 
 from __future__ import annotations
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import facts_from_result
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import forget_registry_hosts, update_registry
 
 
 def unswitched_keys(task_vars, facts_var, rotation_var, rotating):
@@ -50,9 +51,11 @@ def keep_unswitched_keys(plan, keep):
 class ActionModule(KiloAction):
     SCOPES = ("mesh", "inputs", "host")
     EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"),
-                      takeover=dict(type="bool", default=False))
+                      takeover=dict(type="bool", default=False), forget=dict(type="bool", default=False))
 
     def run_kilo(self, args, task_vars):
+        if args["forget"] and args["state"] != "absent":
+            raise KiloError("takes this host out of the registry: only with state absent", "task", "forget")
         result = {}
         plan = None
         if args["state"] == "present":
@@ -84,7 +87,18 @@ class ActionModule(KiloAction):
             # interface ran: inputs.registry_facts)
             update_registry(self.mesh(task_vars, args).registry_file,
                             {task_vars["inventory_hostname"]: facts_from_result(own)})
+        if args["forget"] and not converged.get("failed"):
+            self.forget(args, task_vars, result)
         if plan is not None and not converged.get("failed"):
             result.update(segment=plan["segment"], leader=plan["leader"], address=plan.get("address"),
                           peers=len(plan.get("peers", [])), routes=len(flat_routes(plan.get("routes"))))
         return result
+
+    def forget(self, args, task_vars, result):
+        """This host out of the registry (``forget``), once its state is removed; in check mode,
+        what would go."""
+        host = task_vars["inventory_hostname"]
+        path = self.mesh(task_vars, args).registry_file
+        if forget_registry_hosts(path, [host], self._task.check_mode):
+            result["changed"] = True
+            result.setdefault("changes", {})["registry"] = ["forget %s in %s" % (host, path)]

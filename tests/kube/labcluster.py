@@ -37,7 +37,8 @@ PEER_ALLOWED_IPS = ["10.5.0.1/32"]
 # What a kubelet writes on its Node (Kilo's agent fails on a Node without any annotation).
 KUBELET_ANNOTATIONS = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
 # Lab host variables that reach the host (the rest come from the Node).
-SSH_VARS = ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter")
+SSH_VARS = ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter", "ansible_become",
+            "ansible_become_password")
 
 
 def pod_cidr(h):
@@ -102,8 +103,8 @@ def write_inventory(lab, kubeconfig, directory, registry):
         os.makedirs(os.path.join(directory, sub), exist_ok=True)
     config = os.path.join(directory, "cluster.kubernetes.yml")
     _dump(config, {"plugin": "kilo.mesh.kubernetes", "kubeconfig": kubeconfig})
-    _dump(os.path.join(directory, "group_vars", "kilo.yml"),
-          dict(kilo["vars"], kilo_kube_kubeconfig=kubeconfig, kilo_registry=registry))
+    # the client options once, in the plugin's file: it gives every host kilo_kube for the write-back
+    _dump(os.path.join(directory, "group_vars", "kilo.yml"), dict(kilo["vars"], kilo_registry=registry))
     for location in kilo["children"].values():
         for host, hvars in location["hosts"].items():
             _dump(os.path.join(directory, "host_vars", host + ".yml"),
