@@ -165,7 +165,7 @@ def test_a_converge_holds_the_lock_while_it_reads_and_applies(tmp_path, monkeypa
         def diff(self, current, desired):
             return None, None
 
-    monkeypatch.setattr(conv, "backends_for", lambda settings, keys=None, app=None: [Probe(settings)])
+    monkeypatch.setattr(conv, "backends_for", lambda settings, keys=None, app=None, takeover=False: [Probe(settings)])
     conv.converge(PLAN, host_settings({}))
     assert seen == [("current", False), ("apply", False)], "a converge ran without the lock"
     seen[:] = []
