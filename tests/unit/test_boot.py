@@ -267,3 +267,13 @@ def test_after_a_restart_nothing_is_done_without_a_plan_and_a_converge_is_waited
     monkeypatch.setattr(boot, "AFTER_RESTART_WAIT", 0.3)
     with conv.converge_lock():
         assert boot.main([path, "--after-restart"], out=out) == 0 and "left to it" in out.getvalue()
+
+
+def test_the_stored_plan_keeps_no_one_run_policy():
+    """A run with route_conflict replace (one run's permission to take foreign routes over) stores
+    the same text as a plain run: the next plain run changes nothing, and no restore takes over."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+    plan = {"name": "a"}
+    told = boot.stored_text(plan, host_settings({"route_conflict": "replace", "state": "present"}))
+    plain = boot.stored_text(plan, host_settings({}))
+    assert told == plain and "route_conflict" not in plain

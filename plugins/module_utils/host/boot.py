@@ -8,7 +8,7 @@ reboot wipes it. So after a converge the ``boot`` backend (the last of ``converg
 keeps on the host's own disk:
 
 * the stored plan (``PLAN_PATH``, 0600): the plan and the host settings the converge ran with
-  (``state`` left out); no key of any kind in it;
+  (``TRANSIENT`` left out); no key of any kind in it;
 * the preshared keys (``PSK_PATH``, 0600), only when the plan has some;
 * when the module ships it (``app``): the collection's zip application (``APP_PATH``, a copy of
   its own beside the agent's) and the unit ``kilo-mesh.service``, enabled where PID 1 is systemd,
@@ -54,7 +54,10 @@ FORMAT = 1
 # fails the unit and the boot goes on.
 START_TIMEOUT = 90
 # Settings a restore must not take from the file: one run's requests, never a host's state.
-TRANSIENT = ("state", "pending_public_key")
+# route_conflict too: a run told to take foreign routes over (-e kilo_route_conflict=replace, after
+# Kilo's agent crashed) must not leave that permission to every later boot, nor make the next plain
+# run report a change for putting "fail" back; a restore takes no foreign route over.
+TRANSIENT = ("state", "pending_public_key", "route_conflict")
 # How long a restarted userspace daemon's restore waits for a converge in progress (the unit's
 # ExecStartPost has systemd's 90 s)
 AFTER_RESTART_WAIT = 75.0
