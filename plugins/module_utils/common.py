@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import base64
 import binascii
+import difflib
 import ipaddress
 import os
 import subprocess
@@ -57,6 +58,13 @@ class KiloError(Exception):
     def about(self, subject):
         """The same error, said of ``subject`` when it names no subject yet."""
         return self if self.subject else KiloError(self.message, subject, self.field)
+
+
+def did_you_mean(name, known):
+    """'; did you mean X?' naming the one of ``known`` closest to the unknown ``name`` (difflib's
+    ratio, at least 0.6), or '' when none is close."""
+    close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
+    return "; did you mean %s?" % close[0] if close else ""
 
 
 def host_subject(name):

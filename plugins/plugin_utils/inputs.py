@@ -10,13 +10,18 @@ JSON file beside the inventory holding public data only (public keys, endpoints,
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
+import ipaddress
 import json
 import os
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import peer_addresses
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
     FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_VAR, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
@@ -65,6 +70,43 @@ def host_node(host, hvars, facts_var, known, location, port, dual=False):
     if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
         return None, facts, fresh
     return node_from_host(host, hvars, facts, location, port, dual=dual), facts, fresh
+
+
+# A host that has reported nothing yet (a fresh mesh) is checked as the node it is about to be: what
+# its variables pin, and stand-ins for what its key step will report. Every check of the segments
+# and leaders then runs before the first remote call (kilo.mesh.validate), not after the key step
+# changed the hosts. The stand-ins take no part in a conflict (engine/conflicts.py).
+STANDIN_FIELDS = ("public_key", "internal_ip", "endpoint")
+# Internal IPs no host has: IPv4's reserved 240.0.0.0/4, IPv6's discard prefix 100::/64 (RFC 6666).
+# A host that has not reported is taken to have one (kilo.mesh.key finds a private address on most
+# hosts), so it sits in its location's segment: the segments counted are the fewest there can be.
+STANDIN_NETWORKS = {4: ipaddress.ip_network("240.0.0.0/4"), 6: ipaddress.ip_network("100::/64")}
+STANDIN_ENDPOINT = "kilo-stand-in.invalid"
+
+
+def standin_key(name):
+    """A WireGuard public key of nobody's, fixed for ``name``."""
+    return base64.b64encode(hashlib.sha256(("kilo.mesh stand-in " + name).encode("utf-8")).digest()).decode("ascii")
+
+
+def standin_node(host, hvars, index, location, port, families, dual=False):
+    """(node, stand-in fields) of a host that has not reported: ``families`` are the IP versions it is
+    taken to have an internal IP of (the mesh's), ``index`` makes its stand-in addresses its own."""
+    facts = {"public_key": standin_key(host),
+             "internal_ip": [str(STANDIN_NETWORKS[v].network_address + index + 1) + "/%d" % (32 if v == 4 else 128)
+                             for v in families],
+             "endpoint": "%s:%d" % (STANDIN_ENDPOINT, port)}
+    if len(facts["internal_ip"]) == 1:
+        facts["internal_ip"] = facts["internal_ip"][0]
+    node = node_from_host(host, hvars, facts, location, port, dual=dual)
+    fields = set()
+    if node["public_key"] == facts["public_key"]:
+        fields.add("public_key")
+    if hvars.get(FIELDS["internal_ip"].var) is None:
+        fields.add("internal_ip")
+    if node["endpoint"] == facts["endpoint"]:
+        fields.add("endpoint")
+    return node, fields
 
 
 def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=None, dual=False):
@@ -171,6 +213,22 @@ def mesh_peers(peers, registry):
     peers = [dict(p) for p in peers or []]
     names = set(p.get("name") for p in peers)
     return peers + [dict(entry, name=name) for name, entry in sorted(registry["peers"].items()) if name not in names]
+
+
+def connect_peer(args, host, families=(), kubernetes=False):
+    """What a machine of connect.yml is as a peer (the arguments of kilo.mesh.peer, which the role
+    passes on), from its options ``args`` (kilo_connect_*): its name, state and store, and while
+    present its allowed IPs (``engine.connect.peer_addresses``; in a dual-stack mesh, ``families``,
+    one of each family) and keepalive. ``kubernetes``: the playbook was given a cluster."""
+    name = args["connect_name"] or host
+    check_peer_name(name)
+    peer = dict(name=name, state=args["connect_state"], store=args["connect_store"]
+                or ("kubernetes" if kubernetes else "registry"))
+    if args["connect_state"] == "present":
+        addresses = peer_addresses(args["connect_allowed_ip"], host_subject(host), families)
+        peer.update(allowed_ips=[str(a) for a in addresses],
+                    persistent_keepalive=args["connect_persistent_keepalive"])
+    return peer
 
 
 def update_registry(path, fresh):

@@ -21,12 +21,13 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     TopologyError, build_plans, listen_port, node_segment)
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location, read_families
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location, parse_subnets, read_families
 from ansible_collections.kilo.mesh.plugins.module_utils.options import names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_mesh
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
     INPUT_VARS, gather_nodes, host_node, mesh_peers, missing_warning, placed, read_registry, registry_path,
-    update_registry)
+    standin_node, update_registry)
 
 
 def engine_options(args):
@@ -129,10 +130,40 @@ class MeshReading(object):
         """The outside peers: kilo_peers, then the registry's."""
         return self._once("peers", lambda: mesh_peers(self.args.get("peers"), self.registry))
 
+    @property
+    def planned(self):
+        """(nodes, stand-ins): every host of the mesh as a node, the known ones as ``nodes`` has them
+        and each host without data (``missing``) with stand-ins for what its key step reports
+        (``inputs.standin_node``); stand-ins maps such a host to its stand-in fields. What
+        kilo.mesh.validate checks before any host has reported."""
+        def plan():
+            nodes, standins = list(self.nodes), {}
+            if not self.missing:
+                return nodes, standins
+            try:
+                families = [net.version for net in parse_subnets(self.args.get("subnet"), "options")]
+            except KiloError:
+                families = [4]  # the engine names the bad subnet
+            locations = placed(self.missing, self.host_vars, self.locations, self.group)
+            for index, host in enumerate(self.missing):
+                node, fields = standin_node(host, self.host_vars(host), index, locations.get(host, ""),
+                                            self.args["port"], families, self.dual)
+                nodes.append(node)
+                standins[host] = fields
+            return nodes, standins
+        return self._once("planned", plan)
+
+    def checked(self, connecting=()):
+        """The one check of the whole mesh (``validate.check_mesh``) for this reading, once: every
+        playbook that reads a mesh runs it before anything else. Returns its answer."""
+        return self._once("checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting))
+
     def computed(self, only=None):
-        """The engine's answer for the whole mesh (plans of ``only``, default every node)."""
+        """The engine's answer for the whole mesh (plans of ``only``, default every node). The whole
+        mesh is checked first (``checked``): its reader (a plan, a picture) runs the one check."""
         if only is not None:
             return build_plans(self.nodes, self.peers, self.options, only=only)
+        self.checked()
         return self._once("computed", lambda: build_plans(self.nodes, self.peers, self.options))
 
     # --- one host ----------------------------------------------------------------------------

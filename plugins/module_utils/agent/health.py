@@ -38,8 +38,10 @@ import socket
 import struct
 import time
 
-UNREACHABLE = "kilo.mesh/unreachable-leaders"  # our own annotations, never Kilo's
-DEPOSED = "kilo.mesh/deposed-at"
+# our own annotations, never Kilo's (named with the others in kube_node)
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import DEPOSED_AT as DEPOSED
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import UNREACHABLE_LEADERS as UNREACHABLE
+
 PROBE_INTERVAL = 5.0
 PROBE_TIMEOUT = 1.0
 DEAD_AFTER = 20.0  # no answer for this long: dead

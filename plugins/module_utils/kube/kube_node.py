@@ -59,6 +59,19 @@ AGENT_ANNOTATIONS = (ENDPOINT, INTERNAL_IP, KEY, LAST_SEEN, WIREGUARD_IP, DISCOV
 WIREGUARD_IPS = OWN_PREFIX + "wireguard-ips"
 INTERNAL_IPS = OWN_PREFIX + "internal-ips"
 DUAL_ANNOTATIONS = (WIREGUARD_IPS, INTERNAL_IPS)
+# Annotations of our own that only agents write and read: a key rotation announced (agent/rotation.py),
+# the leaders a leader sees dead and a deposed leader's mark (agent/health.py).
+NEXT_KEY = OWN_PREFIX + "next-key"
+UNREACHABLE_LEADERS = OWN_PREFIX + "unreachable-leaders"
+DEPOSED_AT = OWN_PREFIX + "deposed-at"
+# Every Node annotation of Kilo's prefix and of ours that this collection knows (the node table's,
+# the agents'): kilo.mesh.validate refuses any other one of those prefixes on a host, naming the
+# closest (a misspelt annotation would otherwise be ignored, as Kilo ignores it).
+KNOWN_ANNOTATIONS = tuple(sorted(set(
+    [name for field in FIELDS.values() for name in (field.annotation, field.written) if name]
+    + list(AGENT_ANNOTATIONS) + list(DUAL_ANNOTATIONS) + [POD_SOURCE_ANNOTATION, NEXT_KEY, UNREACHABLE_LEADERS, DEPOSED_AT])))
+# The inventory plugin's host variable holding a Node's annotations as they are.
+ANNOTATIONS_VAR = "kubernetes_annotations"
 # Of those, what the node observes rather than is configured to be: refreshed by every writer
 # (an Ansible run, the agent) without counting as a change (a NAT'd peer's learned endpoint moves
 # on its own; an idempotence check must not see it).
