@@ -17,12 +17,13 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import connect_peer, missing_result, standin_key
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_play_group, check_rotation, converged_together
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_names, check_rotation, converged_together, mesh_hosts
 
 
 class ActionModule(KiloAction):
     _requires_connection = False
-    SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run")
+    # the options of every role and module (each host's are checked in every scope, options.SCOPES)
+    SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent")
     EXTRA_SPEC = dict(connecting=dict(type="list", elements="str", default=[]),
                       group_only=dict(type="bool", default=False))
 
@@ -51,17 +52,17 @@ class ActionModule(KiloAction):
         return result
 
     def check_group(self, task_vars):
-        """The playbooks' plays run on the hosts of ``-e kilo_group`` (else ``kilo``): refuse a run
-        where that group has no host, or the inventory names another (the play would match no
-        host, and the run would end at once with nothing done and no error)."""
+        """The playbooks' plays run on the hosts of ``-e kilo_group`` (else ``kilo``): a play's hosts
+        are templated with extra variables alone. Refuse a run where that group has no host (the
+        play would match none and the run end at once, nothing done, rc 0), naming the host whose
+        inventory kilo_group names another group (``validate.mesh_hosts``)."""
         extra = getattr(task_vars["hostvars"], "extra_vars", lambda: None)()
         if extra is None:  # not told: the variable as this host sees it
             group = self.mesh_group(task_vars)
         else:
             group = extra.get("kilo_group") or OPTIONS["group"]["default"]
-        check_play_group(task_vars, group, extra)
-        return dict(changed=False, group=group, hosts=len(task_vars["groups"][group]),
-                    msg="group %s: %d hosts" % (group, len(task_vars["groups"][group])))
+        hosts = mesh_hosts(task_vars, group)
+        return dict(changed=False, group=group, hosts=len(hosts), msg="group %s: %d hosts" % (group, len(hosts)))
 
     def connecting(self, task_vars, args, mesh):
         """(name, peer) of each machine of ``connecting`` as connect.yml is about to keep it (None:
@@ -74,6 +75,8 @@ class ActionModule(KiloAction):
             if host in group_hosts:
                 raise KiloError("is a node of the mesh (group %r); connect.yml's machines are outside it"
                                 % args["group"], host_subject(host), "connect_hosts")
+        check_names(args["connecting"], task_vars["hostvars"])
+        for host in args["connecting"]:
             options = self.options_of(task_vars, source=host, scopes=("connect",))
             peer = connect_peer(options, host, families)
             if peer["state"] != "present":

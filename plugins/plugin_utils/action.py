@@ -20,7 +20,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec, out_of_bounds
+from ansible_collections.kilo.mesh.plugins.module_utils.options import CLIENT_VAR, OPTIONS, argument_spec, out_of_bounds
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, keepalive, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import MeshReading
@@ -305,7 +305,7 @@ class KiloAction(ActionBase):
                     if host not in play and not touched(host))
 
     # A Kubernetes client option the task does not give comes from this host's kilo_kube_<option>.
-    CLIENT_VAR = "kilo_kube_"
+    CLIENT_VAR = CLIENT_VAR  # options.CLIENT_VAR, among the variables validate knows
 
     def client_options(self, args, task_vars):
         """The Kubernetes client options of the task (kubernetes.core's names), each missing one

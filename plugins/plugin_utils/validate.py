@@ -11,7 +11,7 @@ words, in the same order, before any remote call:
 
 1. the mesh group (``mesh_hosts``): it exists and has hosts;
 2. names (``check_names``): every ``kilo_*`` variable of every host is one the collection reads
-   (``known_variables``: the option table, the node table and ``OTHER_VARIABLES``), and every
+   (``options.known_variables``: the option table, the node table, ``options.OTHER_VARIABLES``), and every
    Node annotation of Kilo's prefix or ours is one it knows (``kube_node.KNOWN_ANNOTATIONS``);
 3. every option of every host (``host_options``: types, choices, bounds, as each action reads it);
 4. mesh-wide options agree between hosts (``agree``), and name the group in use;
@@ -36,56 +36,31 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import T
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import OPTIONS_SUBJECT, TopologyError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import ANNOTATIONS_VAR, KNOWN_ANNOTATIONS
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX, NODE_POD_SOURCE_VAR, OWN_PREFIX, VARS, check_host_vars, pod_source_of, var_of_field)
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, SCOPES, names
+    ANNOTATION_PREFIX, OWN_PREFIX, check_host_vars, pod_source_of, var_of_field)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (
+    OPTIONS, OTHER_PREFIXES, SCOPES, VAR_PREFIX, known_variables, names)
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
-
-VAR_PREFIX = "kilo_"
-
-# The kilo_* variables the collection reads besides the options (options.OPTIONS) and the node
-# variables (nodes.FIELDS), with who reads them: one list, which the docs print and a unit test
-# holds to every name the playbooks, roles and plugins read.
-OTHER_VARIABLES = {
-    "kilo_kubernetes_node": "written by the inventory plugin kilo.mesh.kubernetes: what the host's Node says"
-                            " (Kilo's agent annotations, its pod ranges by source)",
-    NODE_POD_SOURCE_VAR: "one host's own source of pod ranges (the inventory plugin reads it from the Node's"
-                         " annotation kilo.mesh/pod-cidr-source), instead of the mesh's kilo_pod_cidr_source",
-    "kilo_rotate_hosts": "playbooks/rotate.yml: the hosts whose WireGuard key rotates (as -e hosts=PATTERN)",
-}
-# Families of kilo_* variables by prefix, with why they pass.
-OTHER_PREFIXES = {
-    "kilo_lab_": "the test lab's description of its hosts (lab/lab.py writes them into its inventory);"
-                 " no part of the collection reads them",
-}
-# The Kubernetes client options a task does not give come from these host variables
-# (KiloAction.CLIENT_VAR and kube_client.ENV, whose import would load the client library here;
-# tests/unit/test_validate_names.py holds the two equal).
-CLIENT_VAR = "kilo_kube_"
-CLIENT_OPTIONS = ("kubeconfig", "context", "host", "api_key", "validate_certs", "ca_cert")
-
-
-def known_variables():
-    """{kilo_* variable: what it is} of every variable the collection reads."""
-    known = dict((spec["var"], "option %s" % name) for name, spec in OPTIONS.items()
-                 if spec["var"] and spec["var"].startswith(VAR_PREFIX))
-    known.update((var, "node field %s" % field) for var, field in VARS.items())
-    known.update((CLIENT_VAR + option, "Kubernetes client option %s" % option) for option in CLIENT_OPTIONS)
-    known.update(OTHER_VARIABLES)
-    return known
-
 
 # --- 1. the mesh group ------------------------------------------------------------------------
 
 def mesh_hosts(task_vars, group):
     """The hosts of the mesh group ``group``; refuse a group that does not exist or is empty,
-    saying how the group is named (and which group the inventory may mean)."""
-    hosts = task_vars.get("groups", {}).get(group) or []
+    naming the host whose inventory kilo_group names another group (a play's hosts, and the
+    playbooks' ``hosts:``, see extra variables only), else the groups it may mean."""
+    groups = task_vars.get("groups", {})
+    hosts = groups.get(group) or []
     if hosts:
         return list(hosts)
+    hostvars = task_vars["hostvars"]
+    for host in groups.get("all") or ():
+        named = hostvars[host].get("kilo_group") if "kilo_group" in hostvars[host] else None
+        if named and named != group and groups.get(named):
+            raise KiloError("%r in the inventory, but this run reads group %r: the playbooks' plays see extra variables"
+                            " only; run with -e kilo_group=%s" % (named, group, named), host_subject(host), "kilo_group")
     meant = inventory_groups(task_vars)
     hint = (" (the inventory's groups with child groups: %s)" % ", ".join(meant)) if meant else ""
-    raise KiloError("no host in group %r, the mesh group%s: name it with -e kilo_group=NAME (a play's hosts"
-                    " see extra variables only, never the inventory's)" % (group, hint), "inventory", "kilo_group")
+    raise KiloError("no host in group %r, the mesh group%s: name it with -e kilo_group=NAME"
+                    % (group, hint), "inventory", "kilo_group")
 
 
 def inventory_groups(task_vars):
@@ -94,19 +69,6 @@ def inventory_groups(task_vars):
     inventory = getattr(hostvars, "inventory", None) or ansible_internals.inventory_of(hostvars)
     groups = getattr(inventory, "groups", None) or {}
     return sorted(name for name, group in groups.items() if name != "all" and getattr(group, "child_groups", None))
-
-
-def check_play_group(task_vars, group, extra):
-    """The group the playbooks' plays run on (``group``: ``-e kilo_group`` or ``kilo``) has hosts,
-    and the kilo_group the inventory gives this host (``task_vars``) is that one: a play's hosts
-    are templated with extra variables alone, so a kilo_group in the inventory never reaches
-    them (site.yml would run on no host and exit 0). ``extra``: the run's extra variables."""
-    mesh_hosts(task_vars, group)
-    seen = task_vars.get("kilo_group")
-    if seen and seen != group and "kilo_group" not in (extra or {}):
-        raise KiloError("%r in the inventory, but the playbooks' plays run on group %r: a play's hosts see extra"
-                        " variables only; run with -e kilo_group=%s" % (seen, group, seen),
-                        host_subject(task_vars.get("inventory_hostname")), "kilo_group")
 
 
 # --- 2. names ---------------------------------------------------------------------------------
@@ -125,11 +87,11 @@ def check_names(hosts, hostvars):
             if name in known or name in own or name.startswith(tuple(OTHER_PREFIXES)):
                 continue
             raise KiloError("unknown variable%s (every kilo_* variable: ansible-doc kilo.mesh.validate)"
-                            % did_you_mean(name, known), host_subject(host), name)
+                            % did_you_mean(name, known, (VAR_PREFIX,)), host_subject(host), name)
         annotations = hvars.get(ANNOTATIONS_VAR) if ANNOTATIONS_VAR in hvars else None
         for name in sorted(annotations or ()) if isinstance(annotations, dict) else ():
             if name.startswith((ANNOTATION_PREFIX, OWN_PREFIX)) and name not in KNOWN_ANNOTATIONS:
-                raise KiloError("unknown annotation on the host's Node%s" % did_you_mean(name, KNOWN_ANNOTATIONS),
+                raise KiloError("unknown annotation on the host's Node%s" % did_you_mean(name, KNOWN_ANNOTATIONS, (ANNOTATION_PREFIX, OWN_PREFIX)),
                                 host_subject(host), name)
 
 

@@ -25,11 +25,9 @@ whose message names the other party.
 
 from __future__ import absolute_import, division, print_function
 
-import ipaddress
-
 from ansible_collections.kilo.mesh.plugins.module_utils.common import node_subject, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    OPTIONS_SUBJECT, TopologyError, parse_peer)
+    OPTIONS_SUBJECT, TopologyError, parse_peer, relation)
 
 # Kinds of claim; which pairs conflict is CONFLICTS; who is named as at fault, SUBJECT_RANK (lower first).
 PEER, ALIP, POD, CNI, INTERNAL, SERVICE, SUBNET, WIREGUARD = (
@@ -37,20 +35,21 @@ PEER, ALIP, POD, CNI, INTERNAL, SERVICE, SUBNET, WIREGUARD = (
 SUBJECT_RANK = {PEER: 0, ALIP: 1, POD: 2, CNI: 3, INTERNAL: 4, SERVICE: 5, SUBNET: 6, WIREGUARD: 7}
 
 
-def _host_net(ip):
-    return ipaddress.ip_network("%s/%d" % (ip, ip.max_prefixlen))
-
-
 class Claim(object):
-    """One network one party holds: ``kind``, the network, its owner (a parsed node, a peer, a
-    segment, or None for the mesh's options), the field it comes from and how to say it."""
+    """One network one party holds: ``kind``, the network (an ``ipaddress`` network, or an address
+    for a single one), its owner (a parsed node, a peer, a segment, or None for the mesh's
+    options), the field it comes from and how to say it."""
 
-    __slots__ = ("kind", "net", "owner", "field", "text", "start", "end")
+    __slots__ = ("kind", "version", "prefixlen", "owner", "field", "text", "start", "end")
 
-    def __init__(self, kind, net, owner, field, text=None):
-        self.kind, self.net, self.owner, self.field = kind, net, owner, field
-        self.text = text or str(net)
-        self.start, self.end = int(net.network_address), int(net.broadcast_address)
+    def __init__(self, kind, net, owner, field):
+        self.kind, self.owner, self.field, self.version = kind, owner, field, net.version
+        self.text = str(net)
+        if hasattr(net, "network_address"):
+            self.start, self.end, self.prefixlen = int(net.network_address), int(net.broadcast_address), net.prefixlen
+        else:  # one address
+            self.start = self.end = int(net)
+            self.prefixlen = net.max_prefixlen
 
     def said(self):
         """The claim as another party's error names it."""
@@ -100,14 +99,6 @@ def _conflict(a, b):
     return False
 
 
-def _relation(own, other):
-    if own.net == other.net:
-        return "is also"
-    if own.net.prefixlen < other.net.prefixlen:
-        return "holds"
-    return "lies inside"
-
-
 def _raise(a, b):
     """The error of the conflicting claims ``a`` and ``b``, said of the one at fault."""
     ra, rb = SUBJECT_RANK[a.kind], SUBJECT_RANK[b.kind]
@@ -115,7 +106,9 @@ def _raise(a, b):
         own, other = (a, b) if a.owner.name > b.owner.name else (b, a)
     else:
         own, other = (a, b) if ra < rb else (b, a)
-    raise TopologyError(own.subject(), own.field, "%s %s %s" % (own.text, _relation(own, other), other.said()))
+    equal = (own.start, own.end) == (other.start, other.end)
+    raise TopologyError(own.subject(), own.field, "%s %s %s" % (
+        own.text, relation(equal, own.prefixlen, other.prefixlen), other.said()))
 
 
 def claims(topology, peers, standins):
@@ -125,16 +118,16 @@ def claims(topology, peers, standins):
     for node in topology.nodes:
         standin = standins.get(node.name, ())
         if "internal_ip" not in standin:
-            out.extend(Claim(INTERNAL, _host_net(i.ip), node, "internal_ip", str(i.ip)) for i in node.internals)
+            out.extend(Claim(INTERNAL, i.ip, node, "internal_ip") for i in node.internals)
         out.extend(Claim(POD, net, node, "pod_cidr") for net in node.pods)
         out.extend(Claim(ALIP, net, node, "allowed_location_ips") for net in node.alips)
         if node.cni_ip is not None:
-            out.append(Claim(CNI, _host_net(node.cni_ip), node, "cni_compatibility_ip", str(node.cni_ip)))
+            out.append(Claim(CNI, node.cni_ip, node, "cni_compatibility_ip"))
     opts = topology.opts
     out.extend(Claim(SUBNET, net, None, "subnet") for net in opts["subnets"])
     out.extend(Claim(SERVICE, net, None, "service_cidrs") for net in opts["service_cidrs"])
     for seg in topology.segments:
-        out.extend(Claim(WIREGUARD, _host_net(ip), seg, "subnet", text) for ip, text, dummy in seg.wg_ips)
+        out.extend(Claim(WIREGUARD, ip, seg, "subnet") for ip, dummy, dummy in seg.wg_ips)
     for index, item in enumerate(peers):
         peer = parse_peer(item, index)
         out.extend(Claim(PEER, net, peer, "allowed_ips") for net in peer.allowed)
@@ -143,12 +136,12 @@ def claims(topology, peers, standins):
 
 def check_overlaps(found):
     """Raise for the first pair of conflicting claims in address order (one sweep per IP family)."""
-    order = sorted(found, key=lambda c: (c.net.version, c.start, -c.end, SUBJECT_RANK[c.kind],
+    order = sorted(found, key=lambda c: (c.version, c.start, -c.end, SUBJECT_RANK[c.kind],
                                          getattr(c.owner, "name", "") or ""))
     open_claims, version = [], None
     for claim in order:
-        if claim.net.version != version:
-            open_claims, version = [], claim.net.version
+        if claim.version != version:
+            open_claims, version = [], claim.version
         open_claims = [c for c in open_claims if c.end >= claim.start]
         for other in open_claims:
             if _conflict(other, claim):

@@ -28,13 +28,12 @@ deliberate and marked "beyond Kilo" below:
 * nodes without an endpoint may join a location (as non-leaders); a segment with no endpoint at
   all is an error (Kilo would simply skip such nodes).
 
-Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs; issue
-23). Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever
+Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs). Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever
 Kilo has the one pod CIDR, in the node's order; the first is Kilo's pod CIDR where only one can
 count (tunl0's address, the add-on gateway, the CNI conflist). No two ranges may overlap. A node of
 one range gives exactly Kilo's output.
 
-Beyond Kilo: a dual-stack mesh (issue 23): option ``subnet`` a list of two CIDRs of different
+Beyond Kilo: a dual-stack mesh: option ``subnet`` a list of two CIDRs of different
 families, the first the primary (Kilo's one WireGuard IP). Each segment gets a WireGuard IP from
 each subnet; a node may have an internal IP of each family and pod ranges of both; its endpoint
 stays one address. Every IP family is routed on its own, as its single-stack mesh would be (the

@@ -176,6 +176,14 @@ def _check_pod_family(pods, subject):
                                 " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version))
 
 
+def relation(equal, prefixlen, other_prefixlen):
+    """How one network stands to another that it overlaps, as the errors of two claims say it
+    (here and engine/conflicts.py)."""
+    if equal:
+        return "is also"
+    return "holds" if prefixlen < other_prefixlen else "lies inside"
+
+
 def check_pod_overlaps(nodes):
     """No two pod ranges overlap, of one node or of two (two nodes claiming one block, a block
     inside another's range): each range is a route to exactly one node. Two nodes of one range
@@ -187,8 +195,10 @@ def check_pod_overlaps(nodes):
     for start, dummy, version, net, node in ranges:
         seen = last.get(version)
         if seen is not None and start <= seen[0] and (seen[2] is node or len(node.pods) > 1 or len(seen[2].pods) > 1):
-            other = "its own %s" % seen[1] if seen[2] is node else "%s of node %r" % (seen[1], seen[2].name)
-            raise TopologyError(node_subject(node.name), "pod_cidr", "%s overlaps %s" % (net, other))
+            other = "its own pod range %s" % seen[1] if seen[2] is node else "the pod range %s of node %r" % (
+                seen[1], seen[2].name)
+            raise TopologyError(node_subject(node.name), "pod_cidr", "%s %s %s" % (
+                net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other))
         end = int(net.broadcast_address)
         if seen is None or end > seen[0]:
             last[version] = (end, net, node)

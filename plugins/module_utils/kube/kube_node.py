@@ -355,7 +355,7 @@ def host_vars(node, topology_label=REGION_LABEL, ipam=None):
     topology label, else ""; the leader annotation counts by its presence alone, whatever its
     value; force-internal-ip "" or "-" means the node has no internal IP (kept as given).
 
-    Pod ranges (beyond Kilo, issue 23): ``kilo_kubernetes_node.pod_cidrs`` holds them per source,
+    Pod ranges (beyond Kilo): ``kilo_kubernetes_node.pod_cidrs`` holds them per source,
     ``node`` (``spec_pod_cidrs``) and each source of ``ipam`` ({source: {node name: [CIDR]}}, as
     ``IPAM_READERS`` read its objects); ``nodes.node_from_host`` takes those of the node's source
     (annotation ``kilo.mesh/pod-cidr-source``, read into ``kilo_pod_cidr_source``) unless
