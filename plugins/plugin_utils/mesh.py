@@ -158,11 +158,12 @@ class MeshReading(object):
         playbook that reads a mesh runs it before anything else. Returns its answer."""
         return self._once("checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting))
 
-    def computed(self, only=None):
+    def computed(self, only=None, check=None):
         """The engine's answer for the whole mesh (plans of ``only``, default every node). The whole
-        mesh is checked first (``checked``): its reader (a plan, a picture) runs the one check."""
+        mesh is checked first (``checked``): its reader (a plan, a picture) runs the one check.
+        ``check``: build_plans' (called on the engine's mesh before any plan of ``only``)."""
         if only is not None:
-            return build_plans(self.nodes, self.peers, self.options, only=only)
+            return build_plans(self.nodes, self.peers, self.options, only=only, check=check)
         self.checked()
         return self._once("computed", lambda: build_plans(self.nodes, self.peers, self.options))
 

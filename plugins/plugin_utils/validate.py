@@ -178,32 +178,42 @@ def check_node_vars(hosts, hostvars):
 # --- 7. the topology ------------------------------------------------------------------------------
 
 def check_topology(nodes, peers, options, hostvars, first, standins=None):
-    """Compute the mesh once (every check of the engine, no plan rendered), then check_one_family
-    and the conflicts between parties (``engine/conflicts.py``); returns the engine's Topology.
-    ``standins``: host -> the fields of its node that stand in for what it has not reported.
-    A node's error is told as its host's variable, a mesh-wide option's as the variable of
-    ``first`` (every host agrees on those)."""
-    standins = standins or {}
+    """Compute the mesh once (every check of the engine, no plan rendered), then
+    ``check_parties``; returns the engine's Topology. ``standins``: host -> the fields of its
+    node that stand in for what it has not reported. A node's error is told as its host's
+    variable, a mesh-wide option's as the variable of ``first`` (every host agrees on those)."""
     try:
         # ours on the nodes as the engine parsed them (no second reading of the inputs)
         topology = Topology(nodes, peers or [], options)
-        check_one_family(topology.opts, topology.nodes, standins)
-        check_conflicts(topology, peers or [], standins)
+        check_parties(topology, peers, standins)
         return topology
     except KiloError as e:
-        if e.kind == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"] and first is not None:
-            raise KiloError(e.message, host_subject(first), OPTIONS[e.field]["var"])
-        host = e.name if e.kind == "node" else None
-        if host is not None and host in hostvars and e.field:
-            # a node's field as the host's variable; fields of a list or mapping as the whole field
-            var = var_of_field(e.field.split("[")[0])
-            if var and var in hostvars[host]:
-                raise KiloError(e.message, host_subject(host), var)
-            if e.field == "pod_cidr":  # not a variable: the ranges of the host's source (its Kubernetes Node)
-                source = pod_source_of(hostvars[host], None, host_subject(host))
-                raise KiloError(e.message, host_subject(host), "pod_cidr (kilo_pod_cidr_source %s)" % source)
-            raise KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
-        raise
+        raise as_host_error(e, hostvars, first)
+
+
+def check_parties(topology, peers, standins=None):
+    """Our checks of the engine's parsed mesh (``topology``): check_one_family and the conflicts
+    between parties (``engine/conflicts.py``); ``peers`` as the engine was given them."""
+    check_one_family(topology.opts, topology.nodes, standins)
+    check_conflicts(topology, peers or [], standins)
+
+
+def as_host_error(e, hostvars, first):
+    """The engine's error ``e`` told as the inventory says it: a node's field as its host's
+    variable (fields of a list or mapping as the whole field), a mesh-wide option as the variable
+    of ``first``; other errors as they are."""
+    if e.kind == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"] and first is not None:
+        return KiloError(e.message, host_subject(first), OPTIONS[e.field]["var"])
+    host = e.name if e.kind == "node" else None
+    if host is not None and host in hostvars and e.field:
+        var = var_of_field(e.field.split("[")[0])
+        if var and var in hostvars[host]:
+            return KiloError(e.message, host_subject(host), var)
+        if e.field == "pod_cidr":  # not a variable: the ranges of the host's source (its Kubernetes Node)
+            source = pod_source_of(hostvars[host], None, host_subject(host))
+            return KiloError(e.message, host_subject(host), "pod_cidr (kilo_pod_cidr_source %s)" % source)
+        return KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
+    return e
 
 
 def check_one_family(opts, parsed, standins=None):

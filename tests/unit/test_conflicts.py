@@ -110,3 +110,27 @@ def test_the_check_follows_the_distinct_data():
     start = time.time()
     check_conflicts(topology, [], {})
     print("conflicts of 3,000 nodes: %.2f s" % (time.time() - start))
+
+
+def test_what_hosts_report_is_checked_before_any_host_converges(tmp_path):
+    """Two locations' LANs of one range: both hosts discover 192.168.1.10. Validate could not know
+    (no host had reported); the run's topology step refuses it, before any converge, naming the
+    host and what reported it."""
+    from ansible_collections.kilo.mesh.plugins.action import topology as module
+    from test_mesh_reading import FakeHostvars, make_action
+
+    def reported(key, public):
+        return {"public_key": key, "internal_ip": "192.168.1.10/24", "external_ip": public, "discovered_endpoints": {},
+                "mtu": 1500, "changed": False}
+    hostvars = {"a": {"kilo_location": "x", "kilo_host": reported(KEYS[0], "203.0.113.1")},
+                "b": {"kilo_location": "y", "kilo_host": reported(KEYS[1], "203.0.113.2")}}
+    for h in hostvars.values():
+        h["kilo_registry"] = str(tmp_path / "registry.json")
+    task_vars = dict(hostvars["a"], inventory_hostname="a", hostvars=FakeHostvars(hostvars),
+                     groups={"kilo": ["a", "b"], "all": ["a", "b"]}, ansible_play_hosts=["a", "b"])
+    action = make_action(module, {"save_plans": True})
+    with pytest.raises(KiloError) as e:
+        action.run_kilo(action.options_of(task_vars), task_vars)
+    assert str(e.value) == ("host 'b': internal_ip (reported by kilo.mesh.key): 192.168.1.10 is also the internal IP"
+                            " 192.168.1.10 of node 'a'")
+    assert not (tmp_path / "registry.json").exists()

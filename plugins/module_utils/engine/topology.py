@@ -754,13 +754,17 @@ def _host_net(ip):
     return ipaddress.ip_network(ip)
 
 
-def build_plans(nodes, peers, options=None, only=None):
-    """Validate, compute the mesh once, render the plans of ``only`` (default: every node).
+def build_plans(nodes, peers, options=None, only=None, check=None):
+    """Validate, compute the mesh once, render the plans of ``only`` (default: every node);
+    ``check(topology)``, when given, is called on the mesh before any plan is rendered (a caller's
+    own checks of the same computation: kilo.mesh.topology's conflicts between parties).
 
     Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
     topology = Topology(nodes, peers or [], options)
+    if check is not None:
+        check(topology)
     names = [n.name for n in topology.nodes] if only is None else list(only)
     for name in names:
         if name not in topology.by_name:
