@@ -91,8 +91,8 @@ def check_names(hosts, hostvars):
         annotations = hvars.get(ANNOTATIONS_VAR) if ANNOTATIONS_VAR in hvars else None
         for name in sorted(annotations or ()) if isinstance(annotations, dict) else ():
             if name.startswith((ANNOTATION_PREFIX, OWN_PREFIX)) and name not in KNOWN_ANNOTATIONS:
-                raise KiloError("unknown annotation on the host's Node%s" % did_you_mean(name, KNOWN_ANNOTATIONS, (ANNOTATION_PREFIX, OWN_PREFIX)),
-                                host_subject(host), name)
+                closest = did_you_mean(name, KNOWN_ANNOTATIONS, (ANNOTATION_PREFIX, OWN_PREFIX))
+                raise KiloError("unknown annotation on the host's Node%s" % closest, host_subject(host), name)
 
 
 # --- 3. and 4. options --------------------------------------------------------------------------

@@ -28,8 +28,9 @@ deliberate and marked "beyond Kilo" below:
 * nodes without an endpoint may join a location (as non-leaders); a segment with no endpoint at
   all is an error (Kilo would simply skip such nodes).
 
-Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs). Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever
-Kilo has the one pod CIDR, in the node's order; the first is Kilo's pod CIDR where only one can
+Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs).
+Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever Kilo
+has the one pod CIDR, in the node's order; the first is Kilo's pod CIDR where only one can
 count (tunl0's address, the add-on gateway, the CNI conflist). No two ranges may overlap. A node of
 one range gives exactly Kilo's output.
 
