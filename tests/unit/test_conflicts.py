@@ -134,3 +134,11 @@ def test_what_hosts_report_is_checked_before_any_host_converges(tmp_path):
     assert str(e.value) == ("host 'b': internal_ip (reported by kilo.mesh.key): 192.168.1.10 is also the internal IP"
                             " 192.168.1.10 of node 'a'")
     assert not (tmp_path / "registry.json").exists()
+
+
+def test_an_endpoint_inside_the_subnet_is_refused():
+    assert refused(edit(c={"endpoint": "10.4.0.7:51820"})).startswith(
+        "node 'c': endpoint: 10.4.0.7:51820 lies inside the mesh's subnet 10.4.0.0/16")
+    assert refused(mesh(), [dict(name="p", public_key=PEER_KEY, allowed_ips=["10.5.0.1/32"],
+                                 endpoint="[fd04::9]:51820")], {"subnet": ["10.4.0.0/16", "fd04::/64"]}).startswith(
+        "peer 'p': endpoint: [fd04::9]:51820 lies inside the mesh's subnet fd04::/64")

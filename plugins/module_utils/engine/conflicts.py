@@ -16,8 +16,9 @@ any host changes.
 What is compared (``Claim``): every node's internal IPs, pod ranges, allowed location IPs and
 CNI compatibility IP; the mesh's subnets and service CIDRs; every segment's WireGuard IPs; every
 peer's allowed IPs; and endpoints (two nodes, or a peer and a node, at one ``host:port``; a
-node's endpoint at another node's internal IP). Values that are stand-ins for what a host has not
-reported yet (``standins``: node name -> its stand-in fields) take no part. The first conflict in
+node's endpoint at another node's internal IP; an endpoint inside the mesh's subnet). Values that
+are stand-ins for what a host has not reported yet (``standins``: node name -> its stand-in
+fields) take no part. The first conflict in
 address order raises a TopologyError whose subject is the party at fault as ``SUBJECT_RANK`` says
 (a peer before a node, a node before a mesh-wide option; of two nodes, the later by name) and
 whose message names the other party.
@@ -149,9 +150,16 @@ def check_overlaps(found):
         open_claims.append(claim)
 
 
+def _in_subnet(topology, ip):
+    for net in topology.opts["subnets"]:
+        if ip is not None and ip.version == net.version and ip in net:
+            return net
+    return None
+
+
 def check_endpoints(topology, peers, standins):
     """Two nodes at one endpoint, a node's endpoint at another node's internal IP, a peer at a
-    node's endpoint (stand-ins left out)."""
+    node's endpoint, an endpoint inside the mesh's subnet (stand-ins left out)."""
     seen, internals = {}, {}
     for node in topology.nodes:
         if "internal_ip" not in standins.get(node.name, ()):
@@ -164,6 +172,10 @@ def check_endpoints(topology, peers, standins):
             raise TopologyError(node_subject(node.name), "endpoint", "%s is also the endpoint of node %r"
                                 % (node.endpoint, seen[node.endpoint].name))
         seen[node.endpoint] = node
+        subnet = _in_subnet(topology, node.endpoint_ip)
+        if subnet is not None:
+            raise TopologyError(node_subject(node.name), "endpoint", "%s lies inside the mesh's subnet %s (the WireGuard"
+                                " IPs come from it)" % (node.endpoint, subnet))
         owner = internals.get(node.endpoint_ip)
         if owner is not None and owner is not node:
             raise TopologyError(node_subject(node.name), "endpoint", "%s is at the internal IP %s of node %r"
@@ -173,6 +185,10 @@ def check_endpoints(topology, peers, standins):
         if peer.endpoint is not None and peer.endpoint[0] in seen:
             raise TopologyError(peer_subject(peer.name), "endpoint", "%s is the endpoint of node %r"
                                 % (peer.endpoint[0], seen[peer.endpoint[0]].name))
+        subnet = _in_subnet(topology, peer.endpoint[1]) if peer.endpoint is not None else None
+        if subnet is not None:
+            raise TopologyError(peer_subject(peer.name), "endpoint", "%s lies inside the mesh's subnet %s (the WireGuard"
+                                " IPs come from it)" % (peer.endpoint[0], subnet))
 
 
 def check_conflicts(topology, peers=None, standins=None):
