@@ -347,6 +347,7 @@ def known_variables():
     known.update(OTHER_VARIABLES)
     return known
 
+
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
 

@@ -41,6 +41,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     OPTIONS, OTHER_PREFIXES, SCOPES, VAR_PREFIX, known_variables, names)
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 
+
 # --- 1. the mesh group ------------------------------------------------------------------------
 
 def mesh_hosts(task_vars, group):

@@ -38,9 +38,11 @@ import socket
 import struct
 import time
 
-# our own annotations, never Kilo's (named with the others in kube_node)
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import DEPOSED_AT as DEPOSED
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import UNREACHABLE_LEADERS as UNREACHABLE
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import DEPOSED_AT, UNREACHABLE_LEADERS
+
+# our own annotations, never Kilo's (named with the others in kube_node.KNOWN_ANNOTATIONS)
+UNREACHABLE = UNREACHABLE_LEADERS
+DEPOSED = DEPOSED_AT
 
 PROBE_INTERVAL = 5.0
 PROBE_TIMEOUT = 1.0
