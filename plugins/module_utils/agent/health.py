@@ -38,11 +38,11 @@ import socket
 import struct
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import DEPOSED_AT, UNREACHABLE_LEADERS
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 
-# our own annotations, never Kilo's (named with the others in kube_node.KNOWN_ANNOTATIONS)
-UNREACHABLE = UNREACHABLE_LEADERS
-DEPOSED = DEPOSED_AT
+# our own annotations, never Kilo's (kube_node names every annotation of a Node)
+UNREACHABLE = kube_node.UNREACHABLE_LEADERS
+DEPOSED = kube_node.DEPOSED_AT
 
 PROBE_INTERVAL = 5.0
 PROBE_TIMEOUT = 1.0

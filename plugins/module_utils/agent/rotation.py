@@ -20,7 +20,7 @@ import zlib
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import NEXT_KEY  # ours, never Kilo's
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import NEXT_KEY  # our own annotation, never Kilo's
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
 
 KEY = FIELDS["public_key"].written
