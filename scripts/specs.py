@@ -78,8 +78,8 @@ def variables_notes():
              " variables, and these:"]
     for name, doc in sorted(options.OTHER_VARIABLES.items()):
         notes.append("C(%s) - %s." % (name, doc))
-    notes.append("C(%s<option>) - a Kubernetes client option (%s) of the actions that talk to the API server, when"
-                 " the task does not give it." % (options.CLIENT_VAR, ", ".join(options.CLIENT_OPTIONS)))
+    for name, new in sorted(options.DEPRECATED_VARS.items()):
+        notes.append("C(%s) - deprecated, read as C(%s)." % (name, new))
     for prefix, doc in sorted(options.OTHER_PREFIXES.items()):
         notes.append("C(%s*) - %s; never read, never refused." % (prefix, doc))
     notes.append("A peer (an item of C(kilo_peers), a peer of the registry) has the fields C(name), %s; any other is"

@@ -13,17 +13,22 @@ from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import read_families
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, SCOPES
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import connect_peer, missing_result, standin_key
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import connect_peer, missing_result
+from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import stand_in_key
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_names, check_rotation, converged_together, mesh_hosts
+
+
+# Stand-in keys of connecting machines without one yet: numbered apart from the hosts' (1, 2, ...).
+CONNECTING_KEYS = 10 ** 12
 
 
 class ActionModule(KiloAction):
     _requires_connection = False
-    # the options of every role and module (each host's are checked in every scope, options.SCOPES)
-    SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent")
+    # the options of every role and module: each host's are checked in every scope
+    SCOPES = SCOPES
     EXTRA_SPEC = dict(connecting=dict(type="list", elements="str", default=[]),
                       group_only=dict(type="bool", default=False))
 
@@ -76,7 +81,7 @@ class ActionModule(KiloAction):
                 raise KiloError("is a node of the mesh (group %r); connect.yml's machines are outside it"
                                 % args["group"], host_subject(host), "connect_hosts")
         check_names(args["connecting"], task_vars["hostvars"])
-        for host in args["connecting"]:
+        for index, host in enumerate(args["connecting"]):
             options = self.options_of(task_vars, source=host, scopes=("connect",))
             peer = connect_peer(options, host, families)
             if peer["state"] != "present":
@@ -84,5 +89,5 @@ class ActionModule(KiloAction):
                 continue
             out.append((peer["name"], dict(name=peer["name"], allowed_ips=peer["allowed_ips"],
                                            persistent_keepalive=peer["persistent_keepalive"],
-                                           public_key=known.get(peer["name"]) or standin_key("peer " + peer["name"]))))
+                                           public_key=known.get(peer["name"]) or stand_in_key(CONNECTING_KEYS + index))))
         return out

@@ -50,6 +50,8 @@ extends_documentation_fragment:
   - kilo.mesh.options.registry
   - kilo.mesh.options.connect
   - kilo.mesh.options.agent
+  - kilo.mesh.options.kube
+  - kilo.mesh.options.output
   - kilo.mesh.options.node_vars
   - kilo.mesh.options.variables
 options:

@@ -10,10 +10,7 @@ JSON file beside the inventory holding public data only (public keys, endpoints,
 
 from __future__ import annotations
 
-import base64
 import fcntl
-import hashlib
-import ipaddress
 import json
 import os
 import time
@@ -70,43 +67,6 @@ def host_node(host, hvars, facts_var, known, location, port, dual=False):
     if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
         return None, facts, fresh
     return node_from_host(host, hvars, facts, location, port, dual=dual), facts, fresh
-
-
-# A host that has reported nothing yet (a fresh mesh) is checked as the node it is about to be: what
-# its variables pin, and stand-ins for what its key step will report. Every check of the segments
-# and leaders then runs before the first remote call (kilo.mesh.validate), not after the key step
-# changed the hosts. The stand-ins take no part in a conflict (engine/conflicts.py).
-STANDIN_FIELDS = ("public_key", "internal_ip", "endpoint")
-# Internal IPs no host has: IPv4's reserved 240.0.0.0/4, IPv6's discard prefix 100::/64 (RFC 6666).
-# A host that has not reported is taken to have one (kilo.mesh.key finds a private address on most
-# hosts), so it sits in its location's segment: the segments counted are the fewest there can be.
-STANDIN_NETWORKS = {4: ipaddress.ip_network("240.0.0.0/4"), 6: ipaddress.ip_network("100::/64")}
-STANDIN_ENDPOINT = "kilo-stand-in.invalid"
-
-
-def standin_key(name):
-    """A WireGuard public key of nobody's, fixed for ``name``."""
-    return base64.b64encode(hashlib.sha256(("kilo.mesh stand-in " + name).encode("utf-8")).digest()).decode("ascii")
-
-
-def standin_node(host, hvars, index, location, port, families, dual=False):
-    """(node, stand-in fields) of a host that has not reported: ``families`` are the IP versions it is
-    taken to have an internal IP of (the mesh's), ``index`` makes its stand-in addresses its own."""
-    facts = {"public_key": standin_key(host),
-             "internal_ip": [str(STANDIN_NETWORKS[v].network_address + index + 1) + "/%d" % (32 if v == 4 else 128)
-                             for v in families],
-             "endpoint": "%s:%d" % (STANDIN_ENDPOINT, port)}
-    if len(facts["internal_ip"]) == 1:
-        facts["internal_ip"] = facts["internal_ip"][0]
-    node = node_from_host(host, hvars, facts, location, port, dual=dual)
-    fields = set()
-    if node["public_key"] == facts["public_key"]:
-        fields.add("public_key")
-    if hvars.get(FIELDS["internal_ip"].var) is None:
-        fields.add("internal_ip")
-    if node["endpoint"] == facts["endpoint"]:
-        fields.add("endpoint")
-    return node, fields
 
 
 def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=None, dual=False):
@@ -176,12 +136,12 @@ def registry_path(task_vars, path=None, group=None):
         inventory_dir = task_vars["hostvars"][hosts[0]].get("inventory_dir") or inventory_dir
     directory = inventory_dir or os.getcwd()
     visible, hidden = os.path.join(directory, REGISTRY_FILE), os.path.join(directory, "." + REGISTRY_FILE)
-    if not _in_directory_source(directory, task_vars.get("ansible_inventory_sources")):
+    if not in_directory_source(directory, task_vars.get("ansible_inventory_sources")):
         return visible
     return visible if os.path.exists(visible) and not os.path.exists(hidden) else hidden
 
 
-def _in_directory_source(directory, sources):
+def in_directory_source(directory, sources):
     """Is ``directory`` (in) an inventory source that is a directory, which Ansible reads whole?"""
     real = os.path.realpath(directory)
     for source in sources or ():

@@ -278,7 +278,7 @@ CONTROLS = [
     ("a host's own kilo_location outside the location groups", {"direct": {"stray": {"kilo_location": "gcp"}}}),
     ("mesh group named with -e kilo_group", {"rename": {"group": "mesh", "kilo_group": "mesh"}, "extra": {"kilo_group": "mesh"}}),
     ("variables the playbooks and the lab read", {"extra": {"kilo_rotate_hosts": "aws-1"},
-                                                  "kilo": {"kilo_lab_prefix": "x", "kilo_kube_kubeconfig": "/nowhere"}}),
+                                                  "kilo": {"kilo_lab_prefix": "x", "kilo_kube": {"kubeconfig": "/nowhere"}}}),
     ("connect: one machine at the default address", {"connect": {"laptop1": {}}}, CONNECT),
     ("connect: two machines at their own addresses", {"connect": {"laptop1": {"kilo_connect_allowed_ip": "10.5.0.11/32"},
                                                                   "laptop2": {"kilo_connect_allowed_ip": "10.5.0.12/32"}}}, CONNECT),
