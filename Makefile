@@ -7,13 +7,21 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 LAB_LOCATIONS ?= 3
 LAB_HOSTS ?= 3
 
-.PHONY: setup specs test unit sanity lint integration molecule vm bench demo demo-down plans lab-up lab-down clean
+.PHONY: setup setup-demo setup-venv specs test unit sanity lint integration molecule vm bench demo demo-down plans lab-up lab-down clean
 
 setup:
-	bash scripts/setup.sh
+	bash scripts/setup.sh all
+
+# What the demo needs (the lab, site.yml), none of the test rig (API server build, VM tools).
+setup-demo:
+	bash scripts/setup.sh demo
+
+# The controller virtualenv alone (the engine's plans need no host).
+setup-venv:
+	bash scripts/setup.sh venv
 
 # Doc fragments and role argument specs, written from plugins/module_utils/options.py.
-specs: setup
+specs: setup-venv
 	$(PY) scripts/specs.py
 
 # Every stage runs even when an earlier one fails; the last line counts stages.
@@ -43,17 +51,17 @@ bench: setup
 	bash scripts/bench.sh
 
 # The main job on the built-in lab: lab up, site.yml, connectivity matrix, picture.
-demo: setup
+demo: setup-demo
 	bash scripts/demo.sh
 
 demo-down:
 	$(PY) lab/lab.py down
 
 # Plans of the example inventory, without any host (the engine alone).
-plans: setup
+plans: setup-venv
 	$(VENV)/bin/ansible-playbook -i inventory/example.yml playbooks/plan.yml
 
-lab-up: setup
+lab-up: setup-demo
 	$(PY) lab/lab.py up $(LAB_LOCATIONS) $(LAB_HOSTS) 1
 
 lab-down:

@@ -44,7 +44,9 @@ GLOBAL_LOCK = "/run/lock/kilo-lab.lock" if os.path.isdir("/run/lock") else "/tmp
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Directories each host gets as overlay (lower = the machine's own, so dpkg's database and
 # the installed packages stay visible; writes land in the host's upper dir).
-OVERLAY_DIRS = ["etc", "var/lib", "var/log"]
+# usr/lib: the collection's app goes to /usr/lib/kilo-mesh on a real host, and the lab hosts share
+# the machine's /usr otherwise
+OVERLAY_DIRS = ["etc", "var/lib", "var/log", "usr/lib"]
 # Files and directories `down` removes from the state dir (it never removes anything else,
 # so a second lab's state nested in the default state dir survives).
 STATE_ENTRIES = ["hosts", "ssh", "cp", "lab.json", "hosts.json", "inventory.yml",

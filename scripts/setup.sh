@@ -2,21 +2,36 @@
 # One-shot set-up for a fresh Debian/Ubuntu machine, run as root: Debian packages for the
 # lab and the tests, the controller virtualenv .venv/, and the collection link that makes
 # this checkout importable as ansible_collections.kilo.mesh.
+#
+#   scripts/setup.sh [all|demo|venv]
+#
+# all (make setup, make test): everything the tests need, the VM's and the API server's tools too.
+# demo (make demo): what the lab and site.yml need, nothing of the test rig.
+# venv (make plans): the controller virtualenv and the collection link alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-all}
+case $MODE in all|demo|venv) ;; *) echo "setup: mode must be all, demo or venv, not '$MODE'" >&2; exit 2 ;; esac
 
-APT_PACKAGES=(
-  wireguard-go wireguard-tools openssh-server openssh-client nftables iptables iproute2
-  iputils-ping procps util-linux graphviz rsync python3 python3-venv
-  # what the host-side modules import on the lab hosts (they share this machine's /usr)
-  python3-pyroute2 python3-cryptography python3-yaml python3-apt
-  # what the agent (kilo_agent) imports on the lab hosts
-  python3-kubernetes python3-prometheus-client
-  # the kernel-backend test VM
-  qemu-system-x86 debootstrap cpio zstd xz-utils kmod
-  # the real CNI plugins (bridge, host-local, loopback) for the CNI test
-  containernetworking-plugins
-)
+APT_PACKAGES=()
+if [ "$MODE" != venv ]; then
+  APT_PACKAGES+=(
+    wireguard-go wireguard-tools openssh-server openssh-client nftables iptables iproute2
+    iputils-ping procps util-linux graphviz rsync python3 python3-venv
+    # what the host-side modules import on the lab hosts (they share this machine's /usr)
+    python3-pyroute2 python3-cryptography python3-yaml python3-apt
+  )
+fi
+if [ "$MODE" = all ]; then
+  APT_PACKAGES+=(
+    # what the agent (kilo_agent) imports on the lab hosts
+    python3-kubernetes python3-prometheus-client
+    # the kernel-backend test VM
+    qemu-system-x86 debootstrap cpio zstd xz-utils kmod
+    # the real CNI plugins (bridge, host-local, loopback) for the CNI test
+    containernetworking-plugins
+  )
+fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -61,6 +76,14 @@ controller_venv() {
   cat "$want" $pins >"$dir/.requirements.txt"
 }
 controller_venv .venv requirements.txt
+# Make the checkout importable as ansible_collections.kilo.mesh (ansible.cfg points here).
+mkdir -p .collections/ansible_collections/kilo
+ln -sfn ../../.. .collections/ansible_collections/kilo/mesh
+if [ "$MODE" != all ]; then echo "setup: done ($MODE)"; exit 0; fi
+# The collections it depends on (galaxy.yml: kubernetes.core), beside it, from PyPI's ansible wheel
+# (the demo's playbooks use none of it).
+bash scripts/collections.sh
+
 # The oldest and the newest ansible-core that meta/runtime.yml admits, each in a venv of its own
 # for the test stages ansible-core-2.17 and ansible-core-2.21; every other version is .venv's.
 for want in requirements-core-*.txt; do
@@ -70,11 +93,6 @@ for want in requirements-core-*.txt; do
   controller_venv "$dir" "$want" "$dir/.constraints.txt"
 done
 
-# Make the checkout importable as ansible_collections.kilo.mesh (ansible.cfg points here).
-mkdir -p .collections/ansible_collections/kilo
-ln -sfn ../../.. .collections/ansible_collections/kilo/mesh
-# The collections it depends on (galaxy.yml: kubernetes.core), beside it, from PyPI's ansible wheel.
-bash scripts/collections.sh
 # etcd, kube-apiserver, kubectl for tests/kube (.cache/kube, built once); the lab and the demo
 # do not need them, so a failed build only warns here (the kubernetes test stage then fails).
 bash scripts/kube.sh || echo "setup: WARNING: the Kubernetes API server build failed (see above)" >&2

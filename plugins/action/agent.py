@@ -17,12 +17,9 @@ tokens die with its ServiceAccount).
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec, names
-from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_identity, agent_zip
+from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_identity
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import engine_options
 
@@ -61,24 +58,17 @@ class ActionModule(KiloAction):
         identity, uid = agent_identity.ensure(client, node, args["agent_namespace"], "present", self._task.check_mode,
                                               pod_source=args["pod_cidr_source"])
         server, ca_data, insecure = agent_identity.cluster_of(client, args["agent_api_server"])
-        data, digest = agent_zip.build()
         module_args.update(
-            app_digest=digest, config=self.agent_config(args, node),
+            config=self.agent_config(args, node),
             kubeconfig=dict(server=server, ca_data=ca_data, insecure=insecure,
                             subject=agent_identity.subject(node, args["agent_namespace"]), uid=uid))
-        result = self.module(module_args, task_vars)
-        need = result.get("need") or []
-        if need and not result.get("failed"):
-            tmp = self._make_tmp_path()
-            try:
-                if "app" in need:
-                    module_args["app_src"] = self.send(data, tmp)
-                if "token" in need:
-                    module_args["token"] = agent_identity.token(client, node, args["agent_namespace"],
-                                                                args["agent_token_lifetime"])
-                result = self.module(module_args, task_vars)
-            finally:
-                self._remove_tmp_path(tmp)
+
+        def provide(need):
+            if "token" not in need:
+                return {}
+            return {"token": agent_identity.token(client, node, args["agent_namespace"], args["agent_token_lifetime"])}
+
+        result, digest = self.run_with_app("kilo.mesh.agent", module_args, task_vars, provide)
         if result.get("failed"):
             return result
         result["changes"] = identity + list(result.get("changes") or [])
@@ -115,19 +105,6 @@ class ActionModule(KiloAction):
     def module(self, module_args, task_vars):
         given = dict((k, v) for k, v in module_args.items() if v is not None)
         return self._execute_module(module_name="kilo.mesh.agent", module_args=given, task_vars=task_vars)
-
-    def send(self, data, tmp):
-        """Copy the zip to the host's temporary directory; its path there."""
-        fd, local = tempfile.mkstemp(prefix="kilo-mesh-agent.", suffix=".pyz")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            remote = self._connection._shell.join_path(tmp, "kilo-mesh-agent.pyz")
-            self._transfer_file(local, remote)
-            self._fixup_perms2((tmp, remote))
-        finally:
-            os.unlink(local)
-        return remote
 
     @staticmethod
     def agent_config(args, node):

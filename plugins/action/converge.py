@@ -19,4 +19,4 @@ class ActionModule(KiloAction):
         if any(isinstance(p, dict) and p.get("preshared_key") for p in peers):
             # checked here, before the module's arguments are logged on the host
             raise KiloError("peers carry preshared keys; pass them in preshared_keys (no_log) instead", "plan")
-        return self._execute_module(module_name="kilo.mesh.converge", module_args=args, task_vars=task_vars)
+        return self.converge(args, task_vars)

@@ -68,8 +68,7 @@ class ActionModule(KiloAction):
             # the rotating hosts switch first (leaders one by one), their peers a step after the last
             # (kilo.mesh.topology's schedule)
             module_args["switch_at"] = rotation["moments"].get(task_vars["inventory_hostname"], rotation["peers_at"])
-        converged = self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
-                                         task_vars=task_vars)
+        converged = self.converge(module_args, task_vars)
         result.update(converged)
         if plan is not None and not converged.get("failed") and not self._task.check_mode \
                 and isinstance(own, dict) and own.get("rotating"):

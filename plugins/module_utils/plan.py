@@ -260,6 +260,8 @@ CONVERGE_SPEC = dict(
     preshared_keys=dict(type="dict", no_log=True),
     switch_at=dict(type="float"),
     pending_public_key=dict(type="str", no_log=False),
+    app_digest=dict(type="str"),
+    app_src=dict(type="path"),
 )
 
 

@@ -42,6 +42,16 @@ options:
         (its RV(kilo.mesh.key#module:pending) result), so the WireGuard comparison and diff show the switch
         to it. Ignored outside check mode. M(kilo.mesh.join) sets it.
     type: str
+  app_digest:
+    description:
+      - SHA-256 of the collection's zip application for the boot restore (O(boot_restore)). When the host's
+        copy at O(agent_app) differs and O(app_src) is not given, nothing changes and the result's RV(need)
+        names V(app). The action plugin sets it and sends the app when asked; there is no need to set it by hand.
+    type: str
+  app_src:
+    description:
+      - A file on the host holding the zip application of O(app_digest) (the action plugin's transfer).
+    type: path
 extends_documentation_fragment:
   - kilo.mesh.options.plan
   - kilo.mesh.options.host
@@ -51,9 +61,12 @@ attributes:
     description: Reports exactly what would change and changes nothing.
   diff_mode:
     support: full
-    description: Shows peers, addresses, routes, rules and firewall before and after, without keys.
+    description: Shows peers, addresses, routes, rules, firewall, the stored plan and the boot unit before and
+      after, without keys.
 notes:
   - Private and preshared keys never appear in results or diffs.
+  - With O(boot_restore) (the default) the host keeps its plan and comes back to it at boot by the unit
+    C(kilo-mesh.service), which runs this same converge (C(python3 APP --restore /var/lib/kilo/mesh-plan.json)).
 seealso:
   - module: kilo.mesh.join
   - module: kilo.mesh.topology
@@ -81,6 +94,13 @@ leader:
   description: Whether this host leads its segment.
   returned: when state is present
   type: bool
+need:
+  description: What the host lacks before it can converge (V(app) - the zip application); nothing changed.
+    The action plugin sends it and calls again, so a playbook never sees it.
+  returned: when the host lacks something
+  type: list
+  elements: str
+  sample: ["app"]
 late:
   description: Seconds past O(switch_at) at which the changes were applied (0 - on time).
   returned: when O(switch_at) is set and something changed
@@ -109,15 +129,17 @@ def main():
     if any(isinstance(p, dict) and p.get("preshared_key") for p in (plan or {}).get("peers") or []):
         # The plan is logged on the host as it arrives: a key inside it would be in syslog.
         module.fail_json(msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead")
+    app_digest, app_src = module.params.pop("app_digest"), module.params.pop("app_src")
+    app = dict(digest=app_digest, src=app_src) if app_digest else None
     try:
         result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys,
                           switch_at=module.params.pop("switch_at"),
-                          pending_public_key=module.params.pop("pending_public_key"))
+                          pending_public_key=module.params.pop("pending_public_key"), app=app)
     except KiloError as e:
         module.fail_json(msg=str(e))
     except Exception as e:  # pylint: disable=broad-exception-caught
         module.fail_json(msg="%s: %s" % (type(e).__name__, e), exception=traceback.format_exc())
-    if plan is not None:
+    if plan is not None and not result.get("need"):
         result["leader"] = bool(plan.get("leader"))
     if not module._diff:
         result.pop("diff")

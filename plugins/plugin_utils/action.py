@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -21,7 +23,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec, out_of_bounds
-from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, keepalive, plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_zip, ansible_internals, keepalive, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import MeshReading
 
@@ -312,3 +314,49 @@ class KiloAction(ActionBase):
     def module_args(self, args, scopes):
         """The options of ``scopes`` out of ``args``, for a module call."""
         return dict((k, v) for k, v in args.items() if k in argument_spec(*scopes))
+
+    # --- the collection's zip application on the host (the agent, the boot restore) ----------
+
+    def run_with_app(self, module_name, module_args, task_vars, provide=None):
+        """Run ``module_name`` with the digest of the collection's zip application (``app_digest``).
+
+        A host whose copy differs answers ``need: ["app", ...]`` and changes nothing; the app is
+        then sent (a file transfer into the task's temporary directory) and the module called
+        again with ``app_src``, so a host that has it pays one remote call. ``provide(need)``
+        returns further arguments for other needs (the agent's token). Returns (result, digest)."""
+        data, digest = agent_zip.build()
+        module_args = dict((k, v) for k, v in module_args.items() if v is not None)
+        module_args["app_digest"] = digest
+        result = self._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars)
+        need = result.get("need") or []
+        if need and not result.get("failed"):
+            tmp = self._make_tmp_path()
+            try:
+                if "app" in need:
+                    module_args["app_src"] = self._send_app(data, tmp)
+                if provide:
+                    module_args.update(provide(need))
+                result = self._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars)
+            finally:
+                self._remove_tmp_path(tmp)
+        result.pop("need", None)
+        return result, digest
+
+    def converge(self, module_args, task_vars):
+        """kilo.mesh.converge on the host; the app goes along where the boot restore keeps it."""
+        if module_args.get("state") != "absent" and module_args.get("boot_restore", True):
+            return self.run_with_app("kilo.mesh.converge", module_args, task_vars)[0]
+        return self._execute_module(module_name="kilo.mesh.converge", module_args=module_args, task_vars=task_vars)
+
+    def _send_app(self, data, tmp):
+        """Copy the zip to the host's temporary directory; its path there."""
+        fd, local = tempfile.mkstemp(prefix="kilo-mesh-agent.", suffix=".pyz")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            remote = self._connection._shell.join_path(tmp, "kilo-mesh-agent.pyz")
+            self._transfer_file(local, remote)
+            self._fixup_perms2((tmp, remote))
+        finally:
+            os.unlink(local)
+        return remote

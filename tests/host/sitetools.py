@@ -84,3 +84,17 @@ def close_masters(directory):
     for name in os.listdir(directory) if os.path.isdir(directory) else []:
         subprocess.run(["ssh", "-o", "ControlPath=%s" % os.path.join(directory, name), "-O", "exit", "x"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=30)
+
+
+# What a reboot takes away on a lab host (the files stay): the WireGuard interface and its daemon,
+# our routes and rules, our nftables table, /run's content.
+WIPE = ("pid=$(head -n1 /run/kilo/{iface}.pid 2>/dev/null) && kill $pid; sleep 0.3;"
+        " ip link del {iface} 2>/dev/null; ip route flush table all proto 107;"
+        " ip -6 route flush table all proto 107;"
+        " while ip rule del table 1107 2>/dev/null; do :; done;"
+        " nft delete table inet kilo_mesh 2>/dev/null; rm -rf /run/kilo /run/wireguard/*; true")
+
+
+def wipe(lab, host, iface="kilo0"):
+    """What a reboot wipes, wiped on ``host`` (the boot restore's lab test, the agent's)."""
+    lab.run(host, ["sh", "-c", WIPE.format(iface=iface)], timeout=60)

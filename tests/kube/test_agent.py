@@ -204,6 +204,32 @@ def test_a_killed_agent_is_restarted_and_no_packet_is_lost(cluster, api):
     assert _watch.lost() == {}, (_watch.lost(), agentlab.read_log(lab, victim)[-3000:])
 
 
+def test_a_rebooted_node_comes_back_before_the_api_server_does(cluster, api):
+    """What a reboot wipes, wiped on a leader while the API server is stopped; its agent started
+    again as at boot: it converges its stored plan before it asks the API server anything."""
+    lab, server, _inventory = cluster
+    hosts = members(lab, api)
+    victim = agentlab.leaders(lab, hosts)[0]
+    supervisor = lab.run(victim, ["sh", "-c", "tr '\\0' ' ' </proc/$(cat /run/kilo/kilo-mesh-agent.pid)/cmdline"]).stdout
+    assert "--supervise" in supervisor, supervisor
+    server.stop_apiserver()
+    try:
+        lab.run(victim, ["sh", "-c", "kill $(cat /run/kilo/kilo-mesh-agent.pid)"], check=True)
+        assert agentlab.wait_for(lambda: not agentlab.pids(lab, victim), 30), "the agent did not stop"
+        sitetools.wipe(lab, victim)
+        assert not agentlab.all_pairs_ping(lab, hosts), "the wiped leader's location still reached"
+        start = time.monotonic()
+        lab.run(victim, ["sh", "-c", "mkdir -p /run/kilo; cd /; setsid %s >>/run/kilo/kilo-mesh-agent.log 2>&1 "
+                                     "</dev/null & echo $! >/run/kilo/kilo-mesh-agent.pid" % supervisor], check=True)
+        took = agentlab.stopwatch(lambda: agentlab.all_pairs_ping(lab, hosts), 90)
+        log = agentlab.read_log(lab, victim)
+        print("\nagent started on a wiped leader, API server away -> every pair: %.1f s" % took)
+        assert "restored the last plan" in log, log[-3000:]
+        assert agentlab.all_pairs_ping(lab, hosts), log[-3000:]
+    finally:
+        server.start_apiserver()
+
+
 def test_a_node_deleted_leaves_every_plan(cluster, api):
     lab, _server, _inventory = cluster
     gone_cidr = labcluster.pod_cidr(lab.hosts[JOINER])

@@ -25,9 +25,9 @@ def load(path):
         return json.load(f)
 
 
-def test_backends_for_has_cni_last():
+def test_backends_for_has_cni_last_before_the_stored_plan():
     names = [b.name for b in backends_for(host_settings({}))]
-    assert names[-1] == "cni" and host_settings({})["cni_path"] == "/etc/cni/net.d/10-kilo.conflist"
+    assert names[-2:] == ["cni", "boot"] and host_settings({})["cni_path"] == "/etc/cni/net.d/10-kilo.conflist"
 
 
 def test_absent_file_written_as_kilo_does(tmp_path):

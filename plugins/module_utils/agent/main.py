@@ -29,6 +29,7 @@ import argparse
 import functools
 import hashlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -169,8 +170,25 @@ class Agent(object):
         self.wakeup.set()
 
     # -- the loop --------------------------------------------------------------------------------
+    def restore(self):
+        """The host as the last converge left it (``host/boot.py``), before the API server is asked
+        anything: after a reboot the node is back in the mesh while the API server is away."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.host import boot
+        if not (self.config.get("settings") or {}).get("boot_restore", True) or not os.path.exists(boot.PLAN_PATH):
+            return False
+        try:
+            result = boot.restore(boot.PLAN_PATH)
+        except KiloError as e:
+            log("cannot restore the last plan: %s" % e)
+            return False
+        changes = result.get("changes") or {}
+        log("restored the last plan (%s)" % ("; ".join("%s: %d" % (k, len(v)) for k, v in sorted(changes.items()))
+                                             or "already in place"))
+        return True
+
     def run(self):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
+        self.restore()
         for informer in self.informers:
             informer.start()
         if self.prober:

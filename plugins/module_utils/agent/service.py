@@ -35,7 +35,9 @@ import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, _alive, systemd_running
+from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import STORE_DIR, UNIT_NAME as BOOT_UNIT
+from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import is_enabled, systemctl, systemctl_checked, systemd_running
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, _alive
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     DEFAULT_AGENT_APP, DEFAULT_AGENT_CONFIG, DEFAULT_AGENT_KUBECONFIG, DEFAULT_KEY_PATH)
 
@@ -187,6 +189,7 @@ def writable_paths(config):
     for path in (key.get("key_path") or settings.get("key_path"), settings.get("cni_path")):
         if path:
             paths.append(os.path.dirname(os.path.abspath(path)))
+    paths.append(STORE_DIR)  # the stored plan the boot restore reads (host/boot.py)
     paths.extend(WRITABLE)
     out = []
     for path in paths:
@@ -205,7 +208,8 @@ def unit_text(app, config_path, config, python=PYTHON):
         "Description=kilo.mesh agent: keeps this node in the WireGuard mesh",
         "Documentation=https://github.com/squat/kilo",
         "Wants=network-online.target",
-        "After=network-online.target",
+        # after the boot restore where push runs left one: one converge at a time either way
+        "After=network-online.target %s" % BOOT_UNIT,
         "",
         "[Service]",
         "Type=simple",
@@ -245,24 +249,10 @@ def unit_text(app, config_path, config, python=PYTHON):
     ])
 
 
-def systemctl(*args):
-    """(rc, stdout) of systemctl."""
-    proc = subprocess.run(["systemctl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, check=False)
-    return proc.returncode, proc.stdout.strip() + proc.stderr.strip()
-
-
-def systemctl_checked(*args):
-    rc, out = systemctl(*args)
-    if rc != 0:
-        raise AgentError("systemctl %s failed (rc %d): %s" % (" ".join(args), rc, out))
-    return out
-
-
 def unit_state():
     """(active, enabled, main PID) of the unit."""
     active = systemctl("is-active", UNIT_NAME)[1] == "active"
-    enabled = systemctl("is-enabled", UNIT_NAME)[1] == "enabled"
+    enabled = is_enabled(UNIT_NAME)
     pid = systemctl("show", "-p", "MainPID", "--value", UNIT_NAME)[1]
     return active, enabled, int(pid) if pid.isdigit() and int(pid) > 0 else None
 
@@ -470,16 +460,16 @@ def present(params, check_mode=False, now=None):
         if systemd:
             key_dir = os.path.dirname(os.path.abspath((config.get("key") or {}).get("key_path") or DEFAULT_KEY_PATH))
             for path in missing_dirs:
-                os.makedirs(path, 0o700 if path == key_dir else 0o755)
+                os.makedirs(path, 0o700 if path in (key_dir, STORE_DIR) else 0o755)
             if unit_changed:
                 write_atomic(UNIT_PATH, unit_new, 0o644)
-                systemctl_checked("daemon-reload")
+                systemctl_checked("daemon-reload", error=AgentError)
             if not enabled:
-                systemctl_checked("enable", UNIT_NAME)
+                systemctl_checked("enable", UNIT_NAME, error=AgentError)
             if not running:
-                systemctl_checked("start", UNIT_NAME)
+                systemctl_checked("start", UNIT_NAME, error=AgentError)
             elif files_changed or unit_changed:
-                systemctl_checked("restart", UNIT_NAME)
+                systemctl_checked("restart", UNIT_NAME, error=AgentError)
                 restarted = True
             pid = unit_state()[2]
         else:
@@ -518,7 +508,7 @@ def absent(params, check_mode=False):
         if unit:
             systemctl("disable", "--now", UNIT_NAME)
             os.unlink(UNIT_PATH)
-            systemctl_checked("daemon-reload")
+            systemctl_checked("daemon-reload", error=AgentError)
         sup.stop()
         for path in files:
             if os.path.exists(path):

@@ -14,6 +14,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+import fcntl
+import os
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
@@ -61,16 +64,18 @@ class Backend(object):
         raise NotImplementedError
 
 
-def backends_for(settings, preshared_keys=None):
+def backends_for(settings, preshared_keys=None, app=None):
     # Imported here so that a host missing one backend's dependency still gets a clear
     # message from the backend that needs it.
     from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import NetStateBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import FirewallBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import CNIBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import BootBackend
 
+    # boot last: the stored plan is written only once every other backend applied it
     return [WireGuardBackend(settings, preshared_keys), NetStateBackend(settings), FirewallBackend(settings),
-            CNIBackend(settings)]
+            CNIBackend(settings), BootBackend(settings, preshared_keys, app)]
 
 
 def host_settings(given):
@@ -91,6 +96,39 @@ MAX_SWITCH_WAIT = 30
 SWITCH_STEP = 0.25
 
 
+# Held by every converge that changes the host; in RUN_DIR (wireguard_daemon), a tmpfs: a lock
+# never outlives a boot.
+LOCK_NAME = "converge.lock"
+LOCK_TIMEOUT = 300.0
+
+
+class Busy(KiloError):
+    """Another converge of this host holds the lock."""
+
+
+@contextlib.contextmanager
+def converge_lock(timeout=LOCK_TIMEOUT):
+    """Wait for (at most ``timeout`` s; 0: not at all) and hold the host's converge lock; Busy otherwise."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
+    if not os.path.isdir(wireguard_daemon.RUN_DIR):
+        os.makedirs(wireguard_daemon.RUN_DIR, 0o700)
+    path = os.path.join(wireguard_daemon.RUN_DIR, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except (IOError, OSError):
+                if time.time() >= deadline:
+                    raise Busy("another converge of this host has held %s for %d s" % (path, timeout))
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
 def wait_for(switch_at, now=None, sleep=time.sleep):
     """Sleep until ``switch_at`` (seconds since the epoch) when it is ahead and within
     MAX_SWITCH_WAIT; returns how late the moment is met (negative: early, never in practice)."""
@@ -103,7 +141,7 @@ def wait_for(switch_at, now=None, sleep=time.sleep):
 
 
 def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None,
-             pending_public_key=None):
+             pending_public_key=None, app=None, locked=False):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
@@ -129,7 +167,7 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
             raise KiloError("required when state is present", "plan")
         plan = check_plan(plan, settings["interface"])
     if backends is None:
-        backends = backends_for(settings, preshared_keys or {})
+        backends = backends_for(settings, preshared_keys or {}, app)
 
     result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
     steps = []
@@ -153,6 +191,10 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     warnings = [w for backend in backends for w in getattr(backend, "warnings", ())]
     if warnings:
         result["warnings"] = warnings
+    need = sorted(set(n for backend in backends for n in getattr(backend, "need", ())))
+    if need and not check_mode:
+        # the caller sends what is missing and calls again; nothing changed meanwhile
+        return {"changed": False, "need": need, "changes": {}, "diff": {"before": {}, "after": {}}}
     if check_mode:
         return result
 

@@ -196,8 +196,13 @@ class WireGuardBackend(Backend):
         return socket_path(self.interface, SOCKET_DIR)
 
     def _daemon(self):
+        after_start = None
+        if self.settings.get("boot_restore") and self.settings.get("agent_app"):
+            # a daemon systemd restarted comes back empty: the stored plan fills it again
+            from ansible_collections.kilo.mesh.plugins.module_utils.host import boot
+            after_start = boot.after_restart_command(self.settings["agent_app"])
         return Daemon(self.interface, self.settings["userspace_command"], self._socket(),
-                      run_dir=RUN_DIR, start_timeout=START_TIMEOUT)
+                      run_dir=RUN_DIR, start_timeout=START_TIMEOUT, after_start=after_start)
 
     def implementation(self, link, strict=True):
         """'kernel' or 'userspace' for this interface, given its live link (or None).

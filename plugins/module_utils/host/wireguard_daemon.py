@@ -3,10 +3,13 @@
 # Apache License 2.0 (see LICENSE)
 """Supervision of a userspace WireGuard daemon (wireguard-go, boringtun) for one interface.
 
-Started as a systemd transient unit when systemd runs, else in a session of its own; its PID
-is recorded in ``RUN_DIR/IFACE.pid`` and only a process that still runs the configured command
-for this interface counts as ours (a recycled PID is never signalled). Where the daemon opens
-its UAPI socket is the caller's business (``socket``); it is only waited for here.
+Where systemd runs, the daemon is the unit ``kilo-wireguard-IFACE.service``, a file of ours in
+/etc/systemd/system (``unit_text``: ``Restart=on-failure``; not enabled: the boot restore or a
+converge starts it), whose ``ExecStartPost`` (``after_start``) brings the interface back to the
+stored plan after systemd restarted a daemon that died; elsewhere it runs in a session of its
+own. Its PID is recorded in ``RUN_DIR/IFACE.pid`` and only a process that still runs the
+configured command for this interface counts as ours (a recycled PID is never signalled). Where
+the daemon opens its UAPI socket is the caller's business (``socket``); it is only waited for here.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,11 +18,14 @@ __metaclass__ = type
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import UNIT_DIR, systemctl, systemd_running
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient
 
 # Where PID and log files go, and how long a daemon may take to open its socket. Not module
@@ -34,10 +40,6 @@ class DaemonError(KiloError):
     """The userspace daemon could not be started."""
 
 
-def systemd_running():
-    return os.path.isdir("/run/systemd/system")
-
-
 def _alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -50,9 +52,10 @@ def _alive(pid):
 class Daemon(object):
     """The daemon serving ``interface``, started from ``command`` (a shell-quoted string)."""
 
-    def __init__(self, interface, command, socket, run_dir=None, start_timeout=None):
+    def __init__(self, interface, command, socket, run_dir=None, start_timeout=None, after_start=None):
         self.interface = interface
         self.command = command
+        self.after_start = after_start
         self.socket = socket
         self.run_dir = run_dir or RUN_DIR
         self.start_timeout = float(start_timeout if start_timeout is not None else START_TIMEOUT)
@@ -68,6 +71,42 @@ class Daemon(object):
     @property
     def unit(self):
         return "kilo-wireguard-%s" % self.interface
+
+    @property
+    def unit_path(self):
+        return os.path.join(UNIT_DIR, self.unit + ".service")
+
+    def unit_text(self):
+        """The daemon's systemd unit: restarted when it dies, then the stored plan applied again."""
+        argv = self.argv()
+        # systemd wants an absolute ExecStart
+        argv[0] = shutil.which(argv[0]) or argv[0]
+        lines = [
+            "# Written by kilo.mesh (the converge's WireGuard backend); removed with the interface.",
+            "[Unit]",
+            "Description=kilo.mesh userspace WireGuard (%s) for %s" % (os.path.basename(argv[0]), self.interface),
+            "",
+            "[Service]",
+            "Type=simple",
+            "Environment=%s=1" % USERSPACE_ENV,
+            "ExecStart=%s" % " ".join(shlex.quote(a) for a in argv),
+        ]
+        if self.after_start:
+            # "-": a failed restore leaves the daemon running (the next run repairs the rest)
+            lines.append("ExecStartPost=-%s" % " ".join(shlex.quote(a) for a in self.after_start))
+        lines += ["Restart=on-failure", "RestartSec=1", ""]
+        return "\n".join(lines)
+
+    def _write_unit(self):
+        text = self.unit_text()
+        try:
+            with open(self.unit_path) as f:
+                if f.read() == text:
+                    return
+        except (IOError, OSError):
+            pass
+        write_atomic(self.unit_path, text, 0o644, make_dirs=0o755)
+        systemctl("daemon-reload")
 
     def argv(self):
         argv = shlex.split(self.command or "")
@@ -89,16 +128,19 @@ class Daemon(object):
         proc = None
         systemd = systemd_running()
         if systemd:
-            subprocess.call(["systemctl", "reset-failed", self.unit], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-            rc = subprocess.call(["systemd-run", "--unit", self.unit, "--description",
-                                  "kilo.mesh WireGuard userspace daemon for %s" % self.interface,
-                                  "--property", "Restart=on-failure", "--setenv", USERSPACE_ENV + "=1",
-                                  "--"] + argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._write_unit()
+            systemctl("reset-failed", self.unit)
+            # --no-block: the unit's ExecStartPost waits for the socket this start waits for below
+            rc, out = systemctl("start", "--no-block", self.unit)
             if rc != 0:
-                raise DaemonError("systemd-run of %s failed (rc %d)" % (self.unit, rc))
-            pid = subprocess.check_output(["systemctl", "show", "-p", "MainPID", "--value", self.unit]).strip()
-            pid = int(pid or 0)
+                raise DaemonError("systemctl start %s failed (rc %d): %s" % (self.unit, rc, out))
+            pid = 0
+            deadline = time.time() + self.start_timeout
+            while not pid and time.time() < deadline:
+                shown = systemctl("show", "-p", "MainPID", "--value", self.unit)[1]
+                pid = int(shown) if shown.isdigit() else 0
+                if not pid:
+                    time.sleep(0.05)
         else:
             env = dict(os.environ)
             env[USERSPACE_ENV] = "1"
@@ -164,9 +206,11 @@ class Daemon(object):
 
     def stop(self):
         """Stop the daemon we started (unit, then PID) and delete our files; a stale socket too."""
-        if systemd_running() and os.path.exists(self.pidfile):
-            subprocess.call(["systemctl", "stop", self.unit], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+        if systemd_running() and (os.path.exists(self.pidfile) or os.path.exists(self.unit_path)):
+            systemctl("stop", self.unit)
+            if os.path.exists(self.unit_path):
+                os.unlink(self.unit_path)
+                systemctl("daemon-reload")
         pid = self.pid()
         if pid:
             os.kill(pid, signal.SIGTERM)

@@ -1,0 +1,337 @@
+# -*- coding: utf-8 -*-
+# Copyright: kilo.mesh developers
+# Apache License 2.0 (see LICENSE)
+"""Boot restore: a host brought back to its last converged plan by the same converge.
+
+In push mode everything a converge sets is runtime state (netlink, nftables, a daemon) and a
+reboot wipes it. So after a converge the ``boot`` backend (the last of ``converge.backends_for``)
+keeps on the host's own disk:
+
+* the stored plan (``PLAN_PATH``, 0600): the plan and the host settings the converge ran with
+  (``state`` left out); no key of any kind in it;
+* the preshared keys (``PSK_PATH``, 0600), only when the plan has some;
+* when the module ships it (``app``): the collection's zip application (``agent_app``, the
+  agent's own app) and the unit ``kilo-mesh.service``, enabled where PID 1 is systemd, whose
+  ``ExecStart`` is ``python3 APP --restore PLAN_PATH``.
+
+``restore(path)`` (``--restore``) reads the stored plan, checks it and runs ``converge.converge``
+on it: the interface, its peers, addresses, routes, rules, firewall and CNI file come back by
+difference. A missing, unreadable or invalid file raises ``RestoreError`` naming the file before
+anything changes; the unit then fails and the machine boots on. The agent keeps its plan in the
+same file (it converges with this backend too, without ``app``) and restores it before it asks
+the API server anything.
+
+Standard library only; /usr/bin/python3 3.9+.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, Busy, converge, converge_lock
+from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
+    UNIT_DIR, is_enabled, systemctl, systemctl_checked, systemd_running)
+
+STORE_DIR = "/var/lib/kilo"
+PLAN_PATH = STORE_DIR + "/mesh-plan.json"
+PSK_PATH = STORE_DIR + "/mesh-preshared-keys.json"
+UNIT_NAME = "kilo-mesh.service"
+PYTHON = "/usr/bin/python3"
+# The stored plan's format: a restore refuses any other (a file written by a later collection).
+FORMAT = 1
+# How long the unit may take at boot (wireguard-go's start is bounded at 15 s): past it systemd
+# fails the unit and the boot goes on.
+START_TIMEOUT = 90
+# Settings a restore must not take from the file: one run's requests, never a host's state.
+TRANSIENT = ("state", "pending_public_key")
+
+
+class RestoreError(KiloError):
+    """The stored plan cannot be restored."""
+
+
+def unit_path():
+    return os.path.join(UNIT_DIR, UNIT_NAME)
+
+
+def stored_text(plan, settings):
+    """The stored plan's text: sorted keys, so the same plan and settings are the same bytes."""
+    kept = dict((k, v) for k, v in sorted(settings.items()) if k not in TRANSIENT)
+    return json.dumps({"format": FORMAT, "plan": plan, "settings": kept}, sort_keys=True, indent=1) + "\n"
+
+
+def psk_text(preshared_keys):
+    return json.dumps(preshared_keys, sort_keys=True, indent=1) + "\n" if preshared_keys else None
+
+
+def unit_text(app, plan_path=PLAN_PATH, python=PYTHON):
+    """The boot unit: once at boot, after the network, before kubelet; never holds the boot."""
+    return "\n".join([
+        "# Written by the Ansible module kilo.mesh.converge; changes here are undone by its next run.",
+        "[Unit]",
+        "Description=kilo.mesh: this host's WireGuard mesh as its last converge left it",
+        "Documentation=https://github.com/squat/kilo",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "Before=kubelet.service",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+        "ExecStart=%s %s --restore %s" % (python, app, plan_path),
+        "TimeoutStartSec=%d" % START_TIMEOUT,
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except (IOError, OSError, UnicodeError):
+        return None
+
+
+def _digest(path):
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except (IOError, OSError):
+        return None
+
+
+def _remove(path):
+    if os.path.lexists(path):
+        os.unlink(path)
+
+
+# --- the restore ---------------------------------------------------------------------------------
+
+def read_store(path, psk_path=None):
+    """(plan, settings, preshared keys) of the stored plan at ``path``; RestoreError names the file."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except (IOError, OSError) as e:
+        raise RestoreError("cannot read the stored plan: %s" % (e.strerror or e), path)
+    except (ValueError, UnicodeError) as e:
+        raise RestoreError("not a stored plan (invalid JSON: %s)" % e, path)
+    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict) or not isinstance(data.get("settings"), dict):
+        raise RestoreError("not a stored plan (an object with 'plan' and 'settings' expected)", path)
+    if data.get("format") != FORMAT:
+        raise RestoreError("stored in format %r, this restore reads format %d: run the collection again"
+                           % (data.get("format"), FORMAT), path)
+    keys = {}
+    psk_path = psk_path or os.path.join(os.path.dirname(path), os.path.basename(PSK_PATH))
+    if os.path.exists(psk_path):
+        try:
+            with open(psk_path, "rb") as f:
+                keys = json.loads(f.read().decode("utf-8"))
+        except (IOError, OSError, ValueError, UnicodeError) as e:
+            raise RestoreError("cannot read the preshared keys: %s" % e, psk_path)
+        if not isinstance(keys, dict):
+            raise RestoreError("not a map of preshared keys", psk_path)
+    return data["plan"], data["settings"], keys
+
+
+def after_restart_command(app, path=PLAN_PATH, python=PYTHON):
+    """The userspace daemon unit's ExecStartPost (``wireguard_daemon``): after systemd restarted a
+    daemon that died, its interface is empty; this fills it from the stored plan."""
+    return [python, app, "--restore", path, "--after-restart"]
+
+
+def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
+    """Converge this host to the plan stored at ``path``; the converge's result.
+
+    The plan is checked (``plan.check_plan``, inside ``converge``) before any backend applies,
+    so a stored plan this host can no longer carry out changes nothing."""
+    plan, settings, keys = read_store(path)
+    settings = dict(settings, state="present")
+    try:
+        return converge(plan, settings, check_mode=check_mode, preshared_keys=keys, backends=backends, locked=locked)
+    except KiloError as e:
+        raise RestoreError("%s" % e, path)
+
+
+def _wait_for_socket(path, timeout=15.0):
+    """After a restart, until the daemon's UAPI socket of the stored plan's interface answers."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient, socket_path
+    plan, settings, _keys = read_store(path)
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_INTERFACE
+    sock = socket_path(settings.get("interface") or plan.get("interface") or DEFAULT_INTERFACE)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(sock) and UAPIClient(sock, timeout=1.0).alive():
+            return
+        time.sleep(0.1)
+
+
+def main(argv, out=None):
+    """``APP --restore [PATH] [--after-restart]``: exit 0 when the host is at its stored plan, 1
+    otherwise. ``--after-restart`` (the userspace daemon's unit): nothing to do when no plan is
+    stored or another converge holds the lock (it is the one that started the daemon)."""
+    out = out or sys.stderr
+    argv = list(argv)
+    after_restart = "--after-restart" in argv
+    if after_restart:
+        argv.remove("--after-restart")
+    path = argv[0] if argv else PLAN_PATH
+    start = time.time()
+    if after_restart:
+        if not os.path.exists(path):
+            return 0
+        try:
+            with converge_lock(timeout=0):
+                _wait_for_socket(path)
+                return _report(path, start, out, locked=True)
+        except Busy:
+            return 0  # the converge holding the lock started the daemon and configures it
+        except KiloError as e:
+            out.write("kilo-mesh restore: %s; nothing changed\n" % e)
+            return 1
+    return _report(path, start, out)
+
+
+def _report(path, start, out, locked=False):
+    try:
+        result = restore(path, locked=locked)
+    except KiloError as e:
+        out.write("kilo-mesh restore: %s; nothing changed\n" % e)
+        return 1
+    except Exception as e:  # pylint: disable=broad-exception-caught
+        # a half-applied restore says which step broke; the unit fails and the boot goes on
+        out.write("kilo-mesh restore: %s: %s: %s\n" % (path, type(e).__name__, e))
+        return 1
+    changes = result.get("changes") or {}
+    count = sum(len(v) for v in changes.values())
+    out.write("kilo-mesh restore: %s: %s in %.2f s%s\n" % (
+        path, "%d changes" % count if count else "already in place", time.time() - start,
+        "".join("\n  %s: %s" % (name, "; ".join(items)) for name, items in sorted(changes.items()))))
+    for warning in result.get("warnings") or ():
+        out.write("kilo-mesh restore: warning: %s\n" % warning)
+    return 0
+
+
+# --- the backend -----------------------------------------------------------------------------------
+
+class BootBackend(Backend):
+    """The stored plan, the preshared keys, and (``app`` given) the app and the boot unit.
+
+    ``app``: {"digest": sha256 of the zip, "src": a file holding it on the host, or None}; None
+    when the caller ships no app (the agent, a restore), which keeps only the stored plan.
+    ``need`` names what the caller must send before anything can change ("app")."""
+
+    name = "boot"
+
+    def __init__(self, settings, preshared_keys=None, app=None, plan_path=PLAN_PATH, psk_path=PSK_PATH):
+        super(BootBackend, self).__init__(settings, preshared_keys)
+        self.preshared_keys = preshared_keys or {}
+        self.app = app
+        self.plan_path = plan_path
+        self.psk_path = psk_path
+        self.app_path = settings.get("agent_app")
+        self.systemd = systemd_running()
+        self.need = []
+
+    def _agent_installed(self):
+        # the agent's app is the same file: it stays while the agent runs from it
+        from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_AGENT_CONFIG
+        return os.path.exists(DEFAULT_AGENT_CONFIG)
+
+    def current(self, plan):
+        unit = _read(unit_path())
+        return {
+            "plan": _read(self.plan_path),
+            "psk": _read(self.psk_path),
+            "unit": unit,
+            "enabled": is_enabled(UNIT_NAME) if self.systemd and unit is not None else False,
+            "app": _digest(self.app_path) if self.app_path else None,
+        }
+
+    def desired(self, plan, current):
+        if not self.settings.get("boot_restore", True):
+            # off: nothing of ours stays (the agent's app stays for the agent)
+            return {"plan": None, "psk": None, "unit": None, "enabled": False,
+                    "app": current["app"] if self._agent_installed() else None}
+        want = {"plan": stored_text(plan, self.settings), "psk": psk_text(self.preshared_keys),
+                "unit": current["unit"], "enabled": current["enabled"], "app": current["app"]}
+        if self.app is not None:
+            want["unit"] = unit_text(self.app_path, self.plan_path)
+            want["enabled"] = self.systemd
+            want["app"] = self.app["digest"]
+            if current["app"] != self.app["digest"] and not self.app.get("src"):
+                self.need = ["app"]
+        return want
+
+    def changes(self, current, desired):
+        out = []
+        if current["app"] != desired["app"]:
+            out.append("write %s" % self.app_path if desired["app"] else "remove %s" % self.app_path)
+        for key, path in (("plan", self.plan_path), ("psk", self.psk_path), ("unit", unit_path())):
+            if current[key] != desired[key]:
+                out.append(("write %s" % path) if desired[key] is not None else ("remove %s" % path))
+        if current["enabled"] != desired["enabled"]:
+            out.append("%s %s" % ("enable" if desired["enabled"] else "disable", UNIT_NAME))
+        return out
+
+    def apply(self, current, desired):
+        if current["app"] != desired["app"] and desired["app"]:
+            with open(self.app["src"], "rb") as f:
+                data = f.read()
+            if hashlib.sha256(data).hexdigest() != desired["app"]:
+                raise KiloError("%s does not hold the app of digest %s" % (self.app["src"], desired["app"]), None,
+                                "app_src")
+            write_atomic(self.app_path, data, 0o644, make_dirs=0o755)
+        for key, path in (("plan", self.plan_path), ("psk", self.psk_path)):
+            if current[key] != desired[key]:
+                if desired[key] is None:
+                    _remove(path)
+                else:
+                    write_atomic(path, desired[key], 0o600, make_dirs=0o700)
+        if current["enabled"] and not desired["enabled"]:
+            systemctl("disable", UNIT_NAME)
+        if current["unit"] != desired["unit"]:
+            if desired["unit"] is None:
+                _remove(unit_path())
+            else:
+                write_atomic(unit_path(), desired["unit"], 0o644, make_dirs=0o755)
+            if self.systemd:
+                systemctl_checked("daemon-reload")
+        if desired["enabled"] and not current["enabled"]:
+            # enabled, not started: this converge has just done what the unit would do
+            systemctl_checked("enable", UNIT_NAME)
+        if current["app"] != desired["app"] and not desired["app"] and self.app_path:
+            _remove(self.app_path)
+
+    def diff(self, current, desired):
+        def shown(state):
+            if state is None:
+                return None
+            try:
+                stored = json.loads(state["plan"]) if state["plan"] else None
+            except ValueError:
+                stored = state["plan"]
+            keys = json.loads(state["psk"]) if state["psk"] else {}
+            return {"stored_plan": stored, "preshared_keys": "%d (not shown)" % len(keys) if keys else None,
+                    "unit": state["unit"], "enabled": state["enabled"], "app": state["app"]}
+        return shown(current), shown(desired)
+
+    def owns(self, current):
+        return any(current[k] for k in ("plan", "psk", "unit", "enabled")) or bool(
+            current["app"] and not self._agent_installed())
+
+    def remove(self, current):
+        empty = {"plan": None, "psk": None, "unit": None, "enabled": False,
+                 "app": current["app"] if self._agent_installed() else None}
+        self.apply(current, empty)

@@ -1,0 +1,209 @@
+"""The boot backend and the restore on a temporary directory (no systemd here): the stored plan
+and preshared keys written 0600 with no key in the plan file, the unit written with the app's
+restore command, the app asked for (``need``) and nothing changed until it is sent, idempotence,
+check mode, turning it off, state absent; the restore refusing a missing, corrupt, foreign or
+invalid file by its name before any backend runs, and converging a good one.
+(A real reboot: tests/vm/; the restore on lab hosts: tests/host/test_boot_restore.py.)"""
+import hashlib
+import io
+import json
+import os
+import stat
+
+import pytest
+
+from ansible_collections.kilo.mesh.plugins.module_utils.host import boot
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, converge, host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
+
+PLAN = {"name": "a", "leader": True, "segment": "location:x", "listen_port": 51820, "address": "10.4.0.1/16",
+        "peers": [{"name": "b", "public_key": "B" * 43 + "=", "allowed_ips": ["10.4.0.2/32"],
+                   "endpoint": "203.0.113.2:51820"}]}
+PSK = {"B" * 43 + "=": "P" * 43 + "="}
+APP = b"PK-not-really-a-zip"
+DIGEST = hashlib.sha256(APP).hexdigest()
+CHECKED = check_plan(PLAN, "kilo0")  # what the backends get, and so what is stored
+
+
+@pytest.fixture(name="where")
+def where_fixture(tmp_path, monkeypatch):
+    monkeypatch.setattr(boot, "UNIT_DIR", str(tmp_path / "systemd"))
+    monkeypatch.setattr(boot, "systemd_running", lambda: False)
+    monkeypatch.setattr(boot.BootBackend, "_agent_installed", lambda self: False)
+    src = tmp_path / "upload.pyz"
+    src.write_bytes(APP)
+    return tmp_path
+
+
+def backend(where, settings, app=None, psk=None):
+    return boot.BootBackend(settings, psk, app, plan_path=str(where / "lib" / "mesh-plan.json"),
+                            psk_path=str(where / "lib" / "mesh-preshared-keys.json"))
+
+
+def run(where, plan=None, check=False, app="send", psk=None, **given):
+    settings = host_settings(dict({"agent_app": str(where / "app" / "kilo.pyz")}, **given))
+    app = {"digest": DIGEST, "src": str(where / "upload.pyz") if app == "send" else None} if app else None
+    b = backend(where, settings, app, psk)
+    plan = PLAN if plan is None else plan
+    return converge(plan if settings["state"] == "present" else None, settings, check_mode=check, backends=[b],
+                    preshared_keys=psk), b
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(str(path)).st_mode)
+
+
+def test_stored_plan_unit_and_app_written_then_nothing_to_do(where):
+    out = run(where, check=True, psk=PSK)[0]
+    assert out["changed"] and not (where / "lib").exists() and not (where / "app").exists(), "check mode wrote"
+    assert out["diff"]["after"]["boot"]["stored_plan"]["plan"] == CHECKED
+    assert out["diff"]["after"]["boot"]["preshared_keys"] == "1 (not shown)"
+    out = run(where, psk=PSK)[0]
+    changes = out["changes"]["boot"]
+    assert "write %s" % (where / "lib" / "mesh-plan.json") in changes
+    assert "write %s" % (where / "systemd" / "kilo-mesh.service") in changes
+    stored = where / "lib" / "mesh-plan.json"
+    assert mode(stored) == 0o600 and mode(where / "lib" / "mesh-preshared-keys.json") == 0o600
+    text = stored.read_text()
+    assert "P" * 43 not in text, "a preshared key in the stored plan"
+    data = json.loads(text)
+    assert data["plan"] == CHECKED and data["format"] == boot.FORMAT and "state" not in data["settings"]
+    assert json.loads((where / "lib" / "mesh-preshared-keys.json").read_text()) == PSK
+    assert (where / "app" / "kilo.pyz").read_bytes() == APP
+    unit = (where / "systemd" / "kilo-mesh.service").read_text()
+    assert "ExecStart=/usr/bin/python3 %s --restore %s\n" % (where / "app" / "kilo.pyz", stored) in unit
+    assert "Type=oneshot" in unit and "Before=kubelet.service" in unit and "TimeoutStartSec=" in unit
+    again = run(where, psk=PSK)[0]
+    assert not again["changed"], again["changes"]
+
+
+def test_the_app_is_asked_for_and_nothing_changes_until_it_is_sent(where):
+    out, b = run(where, app="ask")
+    assert out == {"changed": False, "need": ["app"], "changes": {}, "diff": {"before": {}, "after": {}}}
+    assert b.need == ["app"] and not (where / "lib").exists() and not (where / "systemd").exists()
+    run(where)
+    out, b = run(where, app="ask")  # the host has it now: no second transfer
+    assert not out["changed"] and "need" not in out and b.need == []
+
+
+def test_a_sent_app_of_another_digest_is_refused(where):
+    (where / "upload.pyz").write_bytes(b"something else")
+    with pytest.raises(boot.KiloError, match="does not hold the app"):
+        run(where)
+
+
+def test_a_changed_plan_is_stored_again_and_off_removes_everything(where):
+    run(where, psk=PSK)
+    moved = dict(PLAN, address="10.4.0.9/16")
+    out = run(where, plan=moved)[0]
+    assert out["changes"]["boot"] == ["write %s" % (where / "lib" / "mesh-plan.json"),
+                                      "remove %s" % (where / "lib" / "mesh-preshared-keys.json")]
+    assert json.loads((where / "lib" / "mesh-plan.json").read_text())["plan"]["address"] == "10.4.0.9/16"
+    out = run(where, plan=moved, boot_restore=False)[0]
+    assert out["changed"]
+    assert not (where / "lib" / "mesh-plan.json").exists() and not (where / "systemd" / "kilo-mesh.service").exists()
+    assert not (where / "app" / "kilo.pyz").exists()
+    assert not run(where, plan=moved, boot_restore=False)[0]["changed"]
+
+
+def test_state_absent_removes_what_it_wrote_and_keeps_the_agents_app(where, monkeypatch):
+    run(where, psk=PSK)
+    out = run(where, state="absent", check=True)[0]
+    assert out["changes"] == {"boot": ["remove boot"]} and (where / "lib" / "mesh-plan.json").exists()
+    monkeypatch.setattr(boot.BootBackend, "_agent_installed", lambda self: True)
+    run(where, state="absent")
+    assert sorted(os.listdir(str(where / "lib"))) == [] and not (where / "systemd" / "kilo-mesh.service").exists()
+    assert (where / "app" / "kilo.pyz").exists(), "the agent's app was removed"
+    assert not run(where, state="absent")[0]["changed"]
+
+
+class Recorder(Backend):
+    name = "recorder"
+
+    def __init__(self):
+        super(Recorder, self).__init__(host_settings({}))
+        self.seen = []
+
+    def current(self, plan):
+        return None
+
+    def desired(self, plan, current):
+        self.seen.append(plan)
+        return plan
+
+    def changes(self, current, desired):
+        return ["converge"]
+
+    def apply(self, current, desired):
+        pass
+
+    def diff(self, current, desired):
+        return None, None
+
+
+def stored(where, text):
+    path = where / "mesh-plan.json"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{not json", "invalid JSON"),
+    ('["a list"]', "an object with 'plan' and 'settings' expected"),
+    (json.dumps({"format": 99, "plan": PLAN, "settings": {}}), "format 99"),
+    (json.dumps({"format": 1, "plan": dict(PLAN, listen_port="x"), "settings": {}}), "listen_port"),
+])
+def test_a_bad_stored_plan_names_the_file_and_changes_nothing(where, text, why):
+    path = stored(where, text)
+    recorder = Recorder()
+    with pytest.raises(boot.RestoreError) as e:
+        boot.restore(path, backends=[recorder])
+    assert path in str(e.value) and why in str(e.value)
+    assert recorder.seen == []
+    out = io.StringIO()
+    assert boot.main([path], out=out) == 1 and path in out.getvalue() and "nothing changed" in out.getvalue()
+
+
+def test_a_missing_stored_plan_fails_the_restore(where):
+    out = io.StringIO()
+    assert boot.main([str(where / "none.json")], out=out) == 1
+    assert "cannot read the stored plan" in out.getvalue() and str(where / "none.json") in out.getvalue()
+
+
+def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where):
+    run(where, psk=PSK, mtu=1380)
+    recorder = Recorder()
+    seen = {}
+
+    class Keys(Recorder):
+        def __init__(self, settings, keys):
+            Recorder.__init__(self)
+            seen.update(settings=settings, keys=keys)
+
+    plan, settings, keys = boot.read_store(str(where / "lib" / "mesh-plan.json"))
+    assert plan == CHECKED and check_plan(plan, "kilo0") == CHECKED and settings["mtu"] == 1380 and keys == PSK
+    result = boot.restore(str(where / "lib" / "mesh-plan.json"), backends=[recorder, Keys(settings, keys)])
+    assert result["changes"] == {"recorder": ["converge"]} and recorder.seen[0]["name"] == "a"
+
+
+def test_the_userspace_daemons_unit_restarts_it_and_restores_the_plan_after():
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import Daemon
+    after = boot.after_restart_command("/usr/lib/kilo-mesh/kilo-mesh-agent.pyz")
+    text = Daemon("kilo0", "wireguard-go", "/run/wireguard/kilo0.sock", after_start=after).unit_text()
+    lines = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    assert lines["ExecStart"].endswith("wireguard-go -f kilo0") and lines["ExecStart"].startswith("/")
+    assert lines["Restart"] == "on-failure" and lines["Environment"] == "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1"
+    assert lines["ExecStartPost"] == ("-/usr/bin/python3 /usr/lib/kilo-mesh/kilo-mesh-agent.pyz --restore %s"
+                                      " --after-restart" % boot.PLAN_PATH)
+    assert "[Install]" not in text, "enabled on its own: the restore or a converge starts it"
+    assert "ExecStartPost" not in Daemon("kilo0", "wireguard-go", "/x").unit_text()
+
+
+def test_after_a_restart_nothing_is_done_without_a_plan_or_while_a_converge_runs(where, tmp_path, monkeypatch):
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as conv, wireguard_daemon
+    monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(tmp_path / "run"))
+    out = io.StringIO()
+    assert boot.main([str(tmp_path / "none.json"), "--after-restart"], out=out) == 0 and out.getvalue() == ""
+    path = stored(where, json.dumps({"format": 1, "plan": PLAN, "settings": {}}))
+    with conv.converge_lock():
+        assert boot.main([path, "--after-restart"], out=out) == 0 and out.getvalue() == ""
