@@ -29,6 +29,7 @@ outage, checks that each boot answered, adds the VM's PASS/FAIL lines to its own
 removed on every exit path, by PID for processes.
 """
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -297,6 +298,15 @@ def main():
             return 2
     userspace = not args.no_userspace
     boots = 3
+    # one run at a time on this machine (the names below are fixed): another waits here, and only
+    # under this lock are leftovers of a killed run removed
+    lock = open(os.path.join(tempfile.gettempdir(), "kilo-mesh-test-%s.lock" % P), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print("reboot_run: waiting for another run (%s)" % lock.name)
+        sys.stdout.flush()
+        fcntl.flock(lock, fcntl.LOCK_EX)
     # the image first, outside the namespaces (a first build downloads)
     if subprocess.call(["bash", os.path.join(HERE, "build.sh")], env=dict(os.environ, KV_SYSTEMD="1")) != 0:
         print("reboot_run: building the VM image failed")
