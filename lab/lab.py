@@ -14,6 +14,11 @@ Networks (see lab/README.md for the full address plan):
   * fabric: namespace ``<prefix>-fabric`` holds one LAN bridge per location and the
     "internet" bridge that public hosts (and NAT routers) sit on. No default routes anywhere.
 
+With a login user (``--user NAME``), every host also has that non-root user in its private /etc
+(passwd, shadow, group, sudoers.d) with its own home under a fresh /home, SSH key login only for
+it (root cannot log in), and sudo: without a password on some hosts, with one on the others (the
+inventory then says ansible_become and, there, ansible_become_password).
+
 Stdlib only; runs on /usr/bin/python3 (3.11) and the controller venv (3.12).
 CLI: ``lab.py up|down|status|exec``; API: ``from lab.lab import Lab``.
 """
@@ -23,6 +28,7 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -47,6 +53,9 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # usr/lib: the collection's app goes to /usr/lib/kilo-mesh on a real host, and the lab hosts share
 # the machine's /usr otherwise
 OVERLAY_DIRS = ["etc", "var/lib", "var/log", "usr/lib"]
+# Which hosts' login user needs a password for sudo: some (a checkerboard over location and host
+# index, so both kinds sit in every location and among the leaders), all, or none.
+SUDO_PASSWORD = ("some", "all", "none")
 # Files and directories `down` removes from the state dir (it never removes anything else,
 # so a second lab's state nested in the default state dir survives).
 STATE_ENTRIES = ["hosts", "ssh", "cp", "lab.json", "hosts.json", "inventory.yml",
@@ -165,11 +174,14 @@ def pick_mgmt_net():
 
 
 def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-             mgmt_net="198.18.0.0/20", prefix=DEFAULT_PREFIX, ipv6_only=None):
+             mgmt_net="198.18.0.0/20", prefix=DEFAULT_PREFIX, ipv6_only=None, user=None, sudo_password="some"):
     """Address plan of a lab (pure; no side effects). Returns the lab description dict.
 
     ``ipv6_only``: indices of locations whose underlay has IPv6 alone (no IPv4 on their LAN and
-    internet links; implies ``ipv6``), to mesh an IPv6-only site with dual-stack ones."""
+    internet links; implies ``ipv6``), to mesh an IPv6-only site with dual-stack ones.
+    ``user``: a non-root login user with sudo on every host (each host's ``sudo`` says
+    ``nopasswd`` or ``password``, as ``sudo_password`` chooses: see SUDO_PASSWORD); None: root
+    logs in (``sudo`` None)."""
     nat = sorted(set(nat or []))
     ipv6_only = sorted(set(ipv6_only or []))
     ipv6 = ipv6 or bool(ipv6_only)
@@ -192,6 +204,10 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
             raise LabError("ipv6_only: location index %d is out of range 1..%d" % (n, locations))
         if n in nat:
             raise LabError("ipv6_only: location %d is behind NAT, which the lab only builds for IPv4" % n)
+    if user is not None and (not re.fullmatch(r"[a-z_][a-z0-9_-]{0,30}", user) or user == "root"):
+        raise LabError("user: %r must be a login name other than root (lowercase letters, digits, _ and -)" % (user,))
+    if sudo_password not in SUDO_PASSWORD:
+        raise LabError("sudo_password: %r is not one of %s" % (sudo_password, ", ".join(SUDO_PASSWORD)))
     mgmt = ipaddress.ip_network(mgmt_net)
     if mgmt.prefixlen > MGMT_BLOCK or not mgmt.subnet_of(MGMT_POOL):
         raise LabError("mgmt_net: %s must be a /%d (or larger) inside %s" % (mgmt, MGMT_BLOCK, MGMT_POOL))
@@ -210,6 +226,7 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
         "ipv6_only": ipv6_only,
         "nat": nat,
         "routers": {},
+        "user": user,
     }
     for i in range(1, locations + 1):
         loc = location_name(i)
@@ -243,6 +260,9 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
                 "public_ip6": None,
                 "nat_ip": None,
                 "nat_ip6": None,
+                "sudo": None if user is None else (
+                    "password" if sudo_password == "all" or (sudo_password == "some" and (i + k) % 2)
+                    else "nopasswd"),
             }
             if public and not behind_nat:
                 h["public_ip"] = "203.0.113.%d" % (10 * i + k)
@@ -290,24 +310,48 @@ mkdir -p "$R" "$S"
 mount --no-canonicalize --bind /proc/self/fd/8 "$R"
 mount --no-canonicalize --bind /proc/self/fd/9 "$S"
 exec 8<&- 9<&-
-/usr/sbin/sshd -f "$H/sshd_config" -E /var/log/sshd.log
+{login}/usr/sbin/sshd -f "$H/sshd_config" -E /var/log/sshd.log
 echo ready > "$H/ready"
 trap 'exit 0' TERM INT
 while :; do sleep 86400 & wait $! || true; done
+"""
+
+# The login user of a lab with one (lab "user"), made by the host's init before sshd starts, in
+# the host's own /etc (an overlay: passwd, shadow, group, sudoers.d) and its own fresh /home.
+# Its shadow entry is "*" (no password, not locked: sshd without PAM refuses a locked account's
+# keys) or the hash of the lab's sudo password; sudo asks for it on those hosts only.
+LOGIN_SCRIPT = r"""# the login user {user}: key login, sudo {sudo}
+mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /home
+id -u {user} >/dev/null 2>&1 || useradd --no-create-home --home-dir /home/{user} --shell /bin/bash --user-group {user}
+usermod -p {hash} {user}
+install -d -m 0755 -o {user} -g {user} /home/{user}
+install -d -m 0700 -o {user} -g {user} /home/{user}/.ssh
+install -m 0600 -o {user} -g {user} "$S/ssh/authorized_keys" /home/{user}/.ssh/authorized_keys
+echo '{user} ALL=(ALL:ALL) {tag}ALL' > /etc/sudoers.d/kilo-lab
+chmod 0440 /etc/sudoers.d/kilo-lab
+"""
+
+ROOT_LOGIN = """AuthorizedKeysFile {authorized_keys}
+PermitRootLogin prohibit-password
+# keys live under the state dir, whose parents are not root-only
+StrictModes no
+"""
+
+USER_LOGIN = """# the login user alone, by the key in its own home (whose modes sshd checks); root cannot log in
+AuthorizedKeysFile .ssh/authorized_keys
+PermitRootLogin no
+AllowUsers {user}
+StrictModes yes
 """
 
 SSHD_CONFIG = """# lab host {name}: listen on the management address only
 ListenAddress {mgmt_ip}
 Port 22
 HostKey {hdir}/ssh_host_ed25519_key
-AuthorizedKeysFile {authorized_keys}
-PidFile /run/sshd.pid
+{logins}PidFile /run/sshd.pid
 UsePAM no
-PermitRootLogin prohibit-password
 PasswordAuthentication no
 KbdInteractiveAuthentication no
-# keys live under the state dir, whose parents are not root-only
-StrictModes no
 UseDNS no
 PrintMotd no
 X11Forwarding no
@@ -379,7 +423,9 @@ class Lab(object):
 
     # -- up --------------------------------------------------------------------------
     def up(self, locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-           mgmt_net=None, timeout=60, ipv6_only=None):
+           mgmt_net=None, timeout=60, ipv6_only=None, user=None, sudo_password="some"):
+        """Build the lab (see plan_lab for the options); its description. With ``user``, that
+        user logs in on every host and becomes root with sudo (see LOGIN_SCRIPT)."""
         if isinstance(nat, int):
             nat = [nat]
         fd = self._lock()
@@ -394,7 +440,9 @@ class Lab(object):
             try:
                 fcntl.flock(gfd, fcntl.LOCK_EX)
                 lab = plan_lab(locations, hosts_per_location, public_per_location, nat, ipv6,
-                               mgmt_net or pick_mgmt_net(), self.prefix, ipv6_only)
+                               mgmt_net or pick_mgmt_net(), self.prefix, ipv6_only, user, sudo_password)
+                if any(h["sudo"] == "password" for h in lab["hosts"].values()):
+                    lab["become_password"] = secrets.token_urlsafe(12)
                 lab["state_dir"] = self.state_dir
                 lab["status"] = "creating"
                 self._save(lab)
@@ -517,6 +565,10 @@ class Lab(object):
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kilo-lab-%s" % self.prefix,
                   "-f", key], what="ssh-keygen (client key)")
         shutil.copyfile(key + ".pub", os.path.join(sshdir, "authorized_keys"))
+        password_hash = None
+        if lab.get("become_password"):
+            password_hash = _run(["openssl", "passwd", "-6", "-stdin"], input=lab["become_password"] + "\n",
+                                 what="openssl passwd (the lab's sudo password)").stdout.strip()
         for h in lab["hosts"].values():
             hdir = self.path("hosts", h["name"])
             for d in OVERLAY_DIRS:
@@ -532,14 +584,24 @@ class Lab(object):
             if not os.path.exists(hk):
                 _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "root@%s" % h["name"],
                       "-f", hk], what="ssh-keygen (host key of %s)" % h["name"])
+            user = lab.get("user")
+            if user:
+                logins = USER_LOGIN.format(user=user)
+                login = LOGIN_SCRIPT.format(user=user, sudo=h["sudo"],
+                                            hash=shlex.quote(password_hash if h["sudo"] == "password" else "*"),
+                                            tag="NOPASSWD: " if h["sudo"] == "nopasswd" else "")
+            else:
+                logins = ROOT_LOGIN.format(authorized_keys=os.path.join(sshdir, "authorized_keys"))
+                login = ""
             with open(os.path.join(hdir, "sshd_config"), "w") as f:
-                f.write(SSHD_CONFIG.format(name=h["name"], mgmt_ip=h["mgmt_ip"], hdir=hdir,
-                                           authorized_keys=os.path.join(sshdir, "authorized_keys")))
-            with open(os.path.join(hdir, "init.sh"), "w") as f:
+                f.write(SSHD_CONFIG.format(name=h["name"], mgmt_ip=h["mgmt_ip"], hdir=hdir, logins=logins))
+            # 0700: with a login user it holds the hash of the lab's sudo password
+            fd = os.open(os.path.join(hdir, "init.sh"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+            with os.fdopen(fd, "w") as f:
                 f.write(INIT_SCRIPT.format(name=h["name"], hdir=shlex.quote(hdir),
                                            sdir=shlex.quote(self.state_dir),
                                            rdir=shlex.quote(REPO),
-                                           overlay_dirs=" ".join(OVERLAY_DIRS)))
+                                           overlay_dirs=" ".join(OVERLAY_DIRS), login=login))
             try:
                 os.unlink(os.path.join(hdir, "ready"))
             except OSError:
@@ -610,7 +672,7 @@ class Lab(object):
         lines = ["# lab %s, written by lab/lab.py; use: ssh -F %s HOST" % (self.prefix, self.ssh_config)]
         for h in hosts.values():
             lines += ["Host %s" % h["name"], "  HostName %s" % h["mgmt_ip"]]
-        lines += ["Host *", "  User root",
+        lines += ["Host *", "  User %s" % (lab.get("user") or "root"),
                   "  IdentityFile %s" % os.path.join(keydir, "id_ed25519"),
                   "  IdentitiesOnly yes",
                   "  UserKnownHostsFile %s" % self.known_hosts,
@@ -654,8 +716,13 @@ class Lab(object):
                 if h["location"] != loc:
                     continue
                 hv = [("ansible_host", h["mgmt_ip"]), ("ansible_ssh_common_args", common),
-                      ("ansible_user", "root"), ("ansible_python_interpreter", "/usr/bin/python3"),
-                      ("kilo_lab_public", h["public"])]
+                      ("ansible_user", lab.get("user") or "root"),
+                      ("ansible_python_interpreter", "/usr/bin/python3")]
+                if h.get("sudo"):
+                    hv.append(("ansible_become", True))
+                if h.get("sudo") == "password":
+                    hv.append(("ansible_become_password", lab["become_password"]))
+                hv.append(("kilo_lab_public", h["public"]))
                 if h["lan_ip"]:
                     hv.append(("kilo_lab_lan_ip", h["lan_ip"]))
                 if h["public_ip"]:
@@ -676,7 +743,7 @@ class Lab(object):
         for h in hosts.values():
             summary[h["name"]] = {k: h[k] for k in (
                 "netns", "pid", "mgmt_ip", "lan_ip", "public_ip", "location", "nat", "nat_ip",
-                "lan_ip6", "public_ip6", "public")}
+                "lan_ip6", "public_ip6", "public", "sudo")}
         with open(self.path("hosts.json"), "w") as f:
             json.dump(summary, f, indent=1, sort_keys=True)
 
@@ -826,6 +893,10 @@ def main(argv=None):
     up.add_argument("--ipv6-only", type=int, action="append", metavar="LOCATION_INDEX",
                     help="this location's LAN and internet links carry IPv6 only (repeatable; implies --ipv6)")
     up.add_argument("--mgmt-net", default=None, help="management /20 (default: first free in 198.18.0.0/15)")
+    up.add_argument("--user", default=None, metavar="NAME",
+                    help="log in as this non-root user with sudo on every host (root cannot log in)")
+    up.add_argument("--sudo-password", choices=SUDO_PASSWORD, default="some",
+                    help="with --user: the hosts whose sudo asks for a password (default: some, half of them)")
     sub.add_parser("down", help="remove everything `up` made (safe to repeat)")
     st = sub.add_parser("status", help="show the lab")
     st.add_argument("--json", action="store_true")
@@ -841,7 +912,8 @@ def main(argv=None):
         if args.cmd == "up":
             t = time.monotonic()
             desc = lab.up(args.locations, args.hosts_per_location, args.public_per_location,
-                          args.nat, args.ipv6, args.mgmt_net, ipv6_only=args.ipv6_only)
+                          args.nat, args.ipv6, args.mgmt_net, ipv6_only=args.ipv6_only,
+                          user=args.user, sudo_password=args.sudo_password)
             print("lab %s up: %d hosts in %d locations, mgmt %s, %.1fs; inventory %s"
                   % (lab.prefix, len(desc["hosts"]), len(desc["locations"]), desc["mgmt_net"],
                      time.monotonic() - t, lab.inventory))
@@ -859,9 +931,10 @@ def main(argv=None):
                 print("lab %s: %s, mgmt %s, state %s" % (lab.prefix, st["status"], st["mgmt_net"],
                                                          lab.state_dir))
                 for name, h in st["hosts"].items():
-                    print("  %-10s %-5s pid=%-7s mgmt=%-13s lan=%-13s public=%s%s" % (
+                    print("  %-10s %-5s pid=%-7s mgmt=%-13s lan=%-13s public=%s%s%s" % (
                         name, "up" if h["alive"] else "DEAD", h.get("pid"), h["mgmt_ip"], h["lan_ip"] or h["lan_ip6"],
-                        h["public_ip"] or h["public_ip6"] or "-", " nat=%s" % h["nat_ip"] if h["nat"] else ""))
+                        h["public_ip"] or h["public_ip6"] or "-", " nat=%s" % h["nat_ip"] if h["nat"] else "",
+                        " sudo=%s" % h["sudo"] if h.get("sudo") else ""))
             return 0 if st["status"] in ("up", "down") else 1
         elif args.cmd == "exec":
             cmd = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -15,6 +15,12 @@ BIN=$CACHE/bin
 WORK=$CACHE/build
 say() { echo "kube: $*"; }
 
+# One build at a time: two set-ups sharing .cache (worktrees of one checkout) would unpack and
+# build over each other; the second waits and then finds the binaries ready.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+
 runs() { "$BIN/$1" "${@:2}" >/dev/null 2>&1; }
 have_all() {
   runs kube-apiserver --version && runs etcd --version && runs kubectl version --client

@@ -24,6 +24,8 @@ if [ "$MODE" != venv ]; then
 fi
 if [ "$MODE" = all ]; then
   APT_PACKAGES+=(
+    # the lab's non-root login user becomes root with sudo (lab.py up --user; the hosts share /usr)
+    sudo
     # what the agent (kilo_agent) imports on the lab hosts
     python3-kubernetes python3-prometheus-client
     # the kernel-backend test VM

@@ -51,21 +51,26 @@ class ActionModule(KiloAction):
             node["discovered_endpoints"] = kube_node.nat_endpoints(node["discovered_endpoints"], plan)
             wanted = kube_node.write_back(node, plan, args["granularity"], int(time.time()))
         else:
-            wanted = kube_node.remove_agent_annotations()
+            wanted = None  # once the Node's annotations are read: removed_when_leaving
         client = kube_client.api_client(self.client_options(args, task_vars))
         path = "/api/v1/nodes/" + name
         api = kube_client.kubernetes.client.CoreV1Api(client)
         try:
             obj = kube_client.json_call(api.read_node, "GET", path, name)
         except kube_client.KubeError as e:
+            if e.status == 404 and args["state"] == "absent":
+                return dict(changed=False, node=name, annotations={}, last_seen=None)  # gone with its Node
             if e.status == 404:
                 raise KiloError("no such Node in the cluster (option node, default the inventory hostname)",
                                 node_subject(name))
             raise
         current = (obj.get("metadata") or {}).get("annotations") or {}
+        if wanted is None:
+            wanted = kube_node.removed_when_leaving(current)
         wanted.update(kube_node.dual_removals(wanted, current))
         ours = [k for k in kube_node.AGENT_ANNOTATIONS if k not in kube_node.OBSERVED_ANNOTATIONS]
-        ours += [k for k in kube_node.DUAL_ANNOTATIONS if k in wanted]  # a dual-stack node's, or one to remove
+        # a dual-stack node's, or one to remove; our agent's own, removed when leaving
+        ours += [k for k in kube_node.DUAL_ANNOTATIONS + kube_node.OWN_AGENT_ANNOTATIONS if k in wanted]
         differ = dict((k, wanted[k]) for k in ours if current.get(k) != wanted[k])
         patch = dict(differ)
         for k in kube_node.OBSERVED_ANNOTATIONS:

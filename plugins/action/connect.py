@@ -43,8 +43,7 @@ class ActionModule(KiloAction):
         if args["connect_state"] == "present":
             plan = self.plan(args, task_vars, host, group, result)
         module_args = dict(settings, plan=plan, preshared_keys=split_preshared_keys(plan))
-        result.update(self._execute_module(module_name="kilo.mesh.converge", module_args=module_args,
-                                           task_vars=task_vars))
+        result.update(self.converge(module_args, task_vars))
         if plan is not None and not result.get("failed"):
             result.update(address=plan["address"], peers=len(plan["peers"]), routes=len(flat_routes(plan["routes"])))
         return result

@@ -11,10 +11,11 @@ in this run come from the registry, so their peers survive.
 
 from __future__ import annotations
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import facts_from_result
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import forget_registry_hosts, update_registry
 
 
 def unswitched_keys(task_vars, facts_var, rotation_var, rotating):
@@ -45,9 +46,12 @@ def keep_unswitched_keys(plan, keep):
 
 class ActionModule(KiloAction):
     SCOPES = ("mesh", "inputs", "host")
-    EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"))
+    EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"),
+                      forget=dict(type="bool", default=False))
 
     def run_kilo(self, args, task_vars):
+        if args["forget"] and args["state"] != "absent":
+            raise KiloError("takes this host out of the registry: only with state absent", "task", "forget")
         result = {}
         plan = None
         if args["state"] == "present":
@@ -76,7 +80,18 @@ class ActionModule(KiloAction):
             # interface ran: inputs.registry_facts)
             update_registry(self.mesh(task_vars, args).registry_file,
                             {task_vars["inventory_hostname"]: facts_from_result(own)})
+        if args["forget"] and not converged.get("failed"):
+            self.forget(args, task_vars, result)
         if plan is not None and not converged.get("failed"):
             result.update(segment=plan["segment"], leader=plan["leader"], address=plan.get("address"),
                           peers=len(plan.get("peers", [])), routes=len(flat_routes(plan.get("routes"))))
         return result
+
+    def forget(self, args, task_vars, result):
+        """This host out of the registry (``forget``), once its state is removed; in check mode,
+        what would go."""
+        host = task_vars["inventory_hostname"]
+        path = self.mesh(task_vars, args).registry_file
+        if forget_registry_hosts(path, [host], self._task.check_mode):
+            result["changed"] = True
+            result.setdefault("changes", {})["registry"] = ["forget %s in %s" % (host, path)]

@@ -8,6 +8,8 @@ packages, this action installs them through ansible.builtin.package's own action
 picks apt, dnf or pacman as a package task would) and runs the key step once more: a host that
 lacks nothing pays one remote call.
 
+``state: absent`` (a task argument only) removes the key file and nothing else.
+
 The module checks the host itself (port, subnet, forced internal IP); a host that reports no
 usable address and has no forced endpoint fails here, before any converge call.
 """
@@ -15,6 +17,7 @@ usable address and has no forced endpoint fails here, before any converge call.
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import KEY_STATE
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
@@ -24,8 +27,18 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import converge
 
 class ActionModule(KiloAction):
     SCOPES = ("key", "prepare")
+    EXTRA_SPEC = {"state": KEY_STATE}
 
     def run_kilo(self, args, task_vars):
+        if "state" not in self._task.args:
+            # a task argument only: the table's kilo_state (a node leaving the mesh) never reaches it
+            args["state"] = "present"
+        if args["state"] == "absent":
+            # the key file alone: no discovery, no preparation, no look at the mesh
+            if self._task.args.get("prepare"):
+                raise KiloError("removes the key; it prepares nothing (leave prepare out)", "task", "prepare")
+            return self._execute_module(module_name="kilo.mesh.key", task_vars=task_vars,
+                                        module_args={"state": "absent", "key_path": args["key_path"]})
         self.refuse_rotation_under_limit(args, task_vars)
         args["port"] = self.listen_port(args, task_vars)
         held = self.hold_rotation_under_limit(args, task_vars)

@@ -274,10 +274,11 @@ options:
     description:
       - 'Bring the host back to its last converged plan at boot: the plan is kept on the host (C(/var/lib/kilo/mesh-plan.json),
         0600, no key in it; preshared keys apart in C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection''s
-        zip application (C(agent_app)) and the unit C(kilo-mesh.service), enabled where systemd runs, which runs
-        the same converge on that plan after the network is up and before C(kubelet). A host that was down while
-        the mesh changed comes back with its last plan; the next run (or the agent) brings it up to date.'
-      - V(false) removes the unit, the stored plan and the app (unless the agent uses it).
+        host code as one file (C(/usr/lib/kilo-mesh/kilo-mesh.pyz)) and the unit C(kilo-mesh.service), enabled where
+        systemd runs, which runs the same converge on that plan after the network is up and before C(kubelet). A
+        host that was down while the mesh changed comes back with its last plan; the next run (or the agent) brings
+        it up to date.'
+      - V(false) removes the unit, the stored plan and that file.
       - Defaults to the inventory variable C(kilo_boot_restore), then to the default below.
     type: bool
     default: true
@@ -290,13 +291,6 @@ options:
       - present
       - absent
     default: present
-  agent_app:
-    description:
-      - 'Where the collection''s zip application goes on the host (run by C(/usr/bin/python3)): the agent, and the
-        boot restore of C(boot_restore).'
-      - Defaults to the inventory variable C(kilo_agent_app), then to the default below.
-    type: path
-    default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz
 """
 
     KEY = r"""
@@ -622,8 +616,7 @@ options:
     default: 31536000
   agent_app:
     description:
-      - 'Where the collection''s zip application goes on the host (run by C(/usr/bin/python3)): the agent, and the
-        boot restore of C(boot_restore).'
+      - Where the agent's zip application goes on the host (run by C(/usr/bin/python3)).
       - Defaults to the inventory variable C(kilo_agent_app), then to the default below.
     type: path
     default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import os
 import tempfile
 
@@ -63,3 +64,26 @@ def leftovers(path):
         return []
     return sorted(os.path.join(directory, name) for name in names
                   if name.startswith(prefix) and name.endswith(_TMP_SUFFIX) and len(name) > len(prefix + _TMP_SUFFIX))
+
+
+def read_bytes(path):
+    """The file's bytes, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def file_digest(path):
+    """sha256 hex digest of the file, or None when it cannot be read."""
+    data = read_bytes(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def install_verified(path, src, digest, mode=0o644):
+    """Replace ``path`` by the file ``src`` (an upload) when it holds ``digest``; ValueError otherwise."""
+    data = read_bytes(src)
+    if data is None or hashlib.sha256(data).hexdigest() != digest:
+        raise ValueError("%s does not hold the app of digest %s" % (src, digest))
+    write_atomic(path, data, mode, make_dirs=0o755)

@@ -42,6 +42,9 @@ DEFAULT_TASK_TIMEOUT = 300
 DEFAULT_AGENT_APP = "/usr/lib/kilo-mesh/kilo-mesh-agent.pyz"
 DEFAULT_AGENT_CONFIG = "/etc/kilo-mesh/agent.json"
 DEFAULT_AGENT_KUBECONFIG = "/etc/kilo-mesh/kubeconfig"
+# The boot restore's own copy of the same code (not the agent's file: each is replaced and
+# removed with what runs it)
+DEFAULT_BOOT_APP = "/usr/lib/kilo-mesh/kilo-mesh.pyz"
 
 
 def _option(name, scopes, type, description, default=None, var="", **extra):
@@ -186,11 +189,12 @@ OPTIONS = dict([
     _option("boot_restore", ("host",), "bool", [
         "Bring the host back to its last converged plan at boot: the plan is kept on the host"
         " (C(/var/lib/kilo/mesh-plan.json), 0600, no key in it; preshared keys apart in"
-        " C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection's zip application (C(agent_app)) and the"
-        " unit C(kilo-mesh.service), enabled where systemd runs, which runs the same converge on that plan after"
-        " the network is up and before C(kubelet). A host that was down while the mesh changed comes back with"
-        " its last plan; the next run (or the agent) brings it up to date.",
-        "V(false) removes the unit, the stored plan and the app (unless the agent uses it)."],
+        " C(/var/lib/kilo/mesh-preshared-keys.json)) with the collection's host code as one file"
+        " (C(/usr/lib/kilo-mesh/kilo-mesh.pyz)) and the unit C(kilo-mesh.service), enabled where systemd runs,"
+        " which runs the same converge on that plan after the network is up and before C(kubelet). A host that"
+        " was down while the mesh changed comes back with its last plan; the next run (or the agent) brings it"
+        " up to date.",
+        "V(false) removes the unit, the stored plan and that file."],
         default=True),
     _option("state", ("host",), "str", ["V(absent) removes exactly what this collection owns on the host."],
             default="present", choices=["present", "absent"]),
@@ -295,9 +299,8 @@ OPTIONS = dict([
         "Seconds the agent's service account token is asked to live (the API server may cap it). A run renews"
         " the token once a third of its life has passed, and restarts the agent then."],
         default=31536000, bounds=(600, None), no_log=False),  # a lifetime, not a secret
-    _option("agent_app", ("agent", "host"), "path", [
-        "Where the collection's zip application goes on the host (run by C(/usr/bin/python3)): the agent, and the"
-        " boot restore of C(boot_restore)."],
+    _option("agent_app", ("agent",), "path", [
+        "Where the agent's zip application goes on the host (run by C(/usr/bin/python3))."],
         default=DEFAULT_AGENT_APP),
     _option("pod_cidr_source", ("inputs", "agent"), "str", [
         "Beyond Kilo (issue 23): where the nodes' pod ranges come from, for the whole mesh (a group variable: every"

@@ -80,6 +80,8 @@ attributes:
     support: full
     details: The app's digest, the configuration, the unit and the kubeconfig's server, CA digest, identity and expiry - never the token.
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, before anything changes, with a message naming the host and that fix.
   - Needs the Python library C(kubernetes) on the controller.
   - The host's agent reads its own Node as O(agent_node) names it; run it on hosts of a Kubernetes cluster
     (the inventory plugin C(kilo.mesh.kubernetes) names hosts after their Nodes).
@@ -140,6 +142,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import service
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import argument_spec as client_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 
@@ -159,6 +162,7 @@ def run_module():
     spec.update(client_spec())
     spec.update(INTERNAL_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    require_root(module)  # first, before the host changes (the action names the host)
     p = dict(module.params, app_path=module.params["agent_app"])
     try:
         if p["state"] == "absent":

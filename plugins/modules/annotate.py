@@ -29,7 +29,11 @@ description:
     C(changed), so a second run reports no change.
   - Operator annotations (location, leader, force-endpoint, ...) and every other annotation are
     never touched.
-  - O(state=absent) removes the agent annotations, as Kilo's agent does when it leaves.
+  - O(state=absent) removes the agent annotations, as Kilo's agent does when it leaves, and those of the
+    collection's own that describe the node's part in the mesh (C(kilo.mesh/wireguard-ips), C(kilo.mesh/internal-ips),
+    and the agent's C(kilo.mesh/unreachable-leaders), C(kilo.mesh/deposed-at), C(kilo.mesh/next-key)); the
+    operator's (location, leader, forced values, C(kilo.mesh/pod-cidrs), C(kilo.mesh/pod-cidr-source)) stay. A Node
+    that no longer exists has nothing to remove - no error then (it is one with O(state=present)).
   - A client option not given in the task comes from the host's inventory variable
     C(kilo_kube_<option>) (for example C(kilo_kube_kubeconfig), C(kilo_kube_api_key)), else from its
     C(K8S_AUTH_*) environment variable.

@@ -45,8 +45,8 @@ options:
   app_digest:
     description:
       - SHA-256 of the collection's zip application for the boot restore (O(boot_restore)). When the host's
-        copy at O(agent_app) differs and O(app_src) is not given, nothing changes and the result's RV(need)
-        names V(app). The action plugin sets it and sends the app when asked; there is no need to set it by hand.
+        copy (C(/usr/lib/kilo-mesh/kilo-mesh.pyz)) differs and O(app_src) is not given, nothing changes and
+        the result's RV(need) names V(app). The action plugin sets it and sends the app when asked; there is no need to set it by hand.
     type: str
   app_src:
     description:
@@ -64,6 +64,8 @@ attributes:
     description: Shows peers, addresses, routes, rules, firewall, the stored plan and the boot unit before and
       after, without keys.
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, before anything changes, with a message naming the host and that fix.
   - Private and preshared keys never appear in results or diffs.
   - With O(boot_restore) (the default) the host keeps its plan and comes back to it at boot by the unit
     C(kilo-mesh.service), which runs this same converge (C(python3 APP --restore /var/lib/kilo/mesh-plan.json)).
@@ -114,6 +116,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import converge
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import CONVERGE_SPEC
 
@@ -124,6 +127,7 @@ def main():
         required_if=[("state", "present", ["plan"])],
         supports_check_mode=True,
     )
+    require_root(module)  # first, before the host changes (the action names the host)
     plan = module.params.pop("plan")
     preshared_keys = module.params.pop("preshared_keys") or {}
     if any(isinstance(p, dict) and p.get("preshared_key") for p in (plan or {}).get("peers") or []):

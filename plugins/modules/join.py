@@ -47,6 +47,15 @@ options:
       - A rotating host whose result there is not a success (failed, unreachable, skipped) keeps the
         key its interface still runs in this host's plan, so this host does not cut it off.
     type: str
+  forget:
+    description:
+      - With O(state=absent), once this host's state is removed, take its entry out of the registry (where
+        hosts outside a run keep their place), so no later run hands this host to its peers. A registry left
+        with no host and no peer is deleted, with its lock file. C(playbooks/uninstall.yml) sets it.
+      - Without it a host removed with C(kilo_state=absent) keeps its entry, and the other hosts keep it as a peer
+        while it stays in the mesh group.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full

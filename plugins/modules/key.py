@@ -31,10 +31,23 @@ description:
   - With O(prepare), it first does in the same call what M(kilo.mesh.prepare) does. When packages are
     missing it stops there (the libraries it needs may be among them) and returns them in RV(prepared);
     the action installs them with M(ansible.builtin.package) and runs the key step again.
+options:
+  state:
+    description:
+      - V(present) ensures the key and reports the host as described above.
+      - V(absent) removes the private key file at O(key_path) (and temporary files of a key write cut short), then
+        its directory when that leaves it empty. Nothing is discovered or checked, and only C(changed) and RV(msg)
+        are returned. C(playbooks/uninstall.yml) runs it with C(-e kilo_remove_keys=true).
+      - A task argument only; C(kilo_state) does not set it (a node leaving the mesh keeps its key).
+    type: str
+    choices: [present, absent]
+    default: present
 extends_documentation_fragment:
   - kilo.mesh.options.key
   - kilo.mesh.options.prepare
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, before anything changes, with a message naming the host and that fix.
   - The key file - an existing valid key is kept; a file that is not a valid key is an error (it is
     never overwritten). A key file readable by others is tightened to C(0600).
   - Options not given in the task are read from the host's inventory variables (C(kilo_key_path),
@@ -78,6 +91,10 @@ EXAMPLES = r"""
     prepare: true
   register: kilo_key
 
+- name: Remove the private key (as playbooks/uninstall.yml does with -e kilo_remove_keys=true)
+  kilo.mesh.key:
+    state: absent
+
 - name: Use the results
   ansible.builtin.debug:
     msg: "{{ kilo_key.public_key }} at {{ kilo_key.external_ip }} (internal {{ kilo_key.internal_ip }})"
@@ -88,12 +105,12 @@ public_key:
   description:
     - WireGuard public key (base64) of the host.
     - In check mode, when the key would be created, the public key of an unsaved stand-in key (see RV(pending)).
-  returned: always
+  returned: when O(state=present)
   type: str
   sample: "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
 pending:
   description: True in check mode when the key does not exist yet and RV(public_key) is a stand-in.
-  returned: always
+  returned: when O(state=present)
   type: bool
 internal_ip:
   description:
@@ -101,7 +118,7 @@ internal_ip:
     - In a dual-stack mesh (O(subnet) a list of two), a list of two where the host has a private address of each
       IP family on one interface - the primary family's first (the family of the first subnet), then the
       other family's on the same interface.
-  returned: always
+  returned: when O(state=present)
   type: raw
   sample: 10.1.0.5/24
 external_ip:
@@ -109,12 +126,12 @@ external_ip:
     - The chosen external IP (no prefix length), the host part of the node's endpoint.
     - The first public candidate, else the first private one, else null.
     - With O(prioritise_private_addresses), the chosen internal IP when there is one.
-  returned: always
+  returned: when O(state=present)
   type: str
   sample: 203.0.113.5
 candidates:
   description: All candidates, in order of preference.
-  returned: always
+  returned: when O(state=present)
   type: dict
   contains:
     internal:
@@ -129,19 +146,19 @@ candidates:
       sample: [203.0.113.5/24]
 mtu:
   description: MTU of the interface holding the default route, or null when there is no default route.
-  returned: always
+  returned: when O(state=present)
   type: int
   sample: 1500
 discovered_endpoints:
   description:
     - Map of peer public key to the C(ip:port) WireGuard last saw it at, for peers that completed
       a handshake. Empty when the interface does not exist.
-  returned: always
+  returned: when O(state=present)
   type: dict
   sample: {"kXp0...=": "198.51.100.7:40112"}
 handshakes:
   description: Seconds since the latest handshake with each peer of the WireGuard interface (null - never); empty without the interface.
-  returned: always
+  returned: when O(state=present)
   type: dict
   sample: {"kXp0...=": 42}
 prepared:
@@ -163,18 +180,24 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host import report
-from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems
-from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems, require_root
+from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import KEY_STATE, ensure_key, remove_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import diff_of, prepare_module_host
 
 
 def run_module():
     module = AnsibleModule(
-        argument_spec=argument_spec("key", "prepare"),
+        argument_spec=dict(argument_spec("key", "prepare"), state=KEY_STATE),
         supports_check_mode=True,
     )
     p = module.params
+    require_root(module)  # first, before the host changes (the action names the host)
+    if p["state"] == "absent":
+        try:
+            module.exit_json(**remove_key(p["key_path"], check_mode=module.check_mode))
+        except KiloError as e:
+            module.fail_json(msg=str(e))
     prepared = prepare_module_host(module) if p["prepare"] else None
     if prepared and prepared["missing"]:
         # discovery may need what is missing (pyroute2): the action

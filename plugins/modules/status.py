@@ -73,6 +73,9 @@ attributes:
     support: none
     description: Reports state, not differences.
 notes:
+  - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
+    that does not run as root fails first, with a message naming the host and that fix (not root, it could read
+    neither the interface nor the key, and every host would look out of the mesh).
   - Runs on the managed host with the host's Python and pyroute2 (O(summary) on the controller).
 seealso:
   - module: kilo.mesh.key
@@ -205,6 +208,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.status import DEFAULT_STALE_AFTER, host_status, metrics, write_atomic
 
@@ -240,6 +244,8 @@ def run_module():
     p = module.params
     if p["summary"]:
         module.fail_json(msg="summary: runs on the controller through the kilo.mesh.status action only")
+    # the interface and its key are root's to read: not root, every host would look out of the mesh
+    require_root(module)
     if p["stale_after"] < 0:
         module.fail_json(msg="stale_after: must be 0 or more seconds")
     try:

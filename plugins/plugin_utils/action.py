@@ -131,6 +131,16 @@ class KiloAction(ActionBase):
     def run_kilo(self, args, task_vars):
         raise NotImplementedError
 
+    def _execute_module(self, *args, **kwargs):
+        """Ansible's, and a host module that did not run as root (each says ``not_root`` first
+        thing: the hosts need root, by root SSH or by become) fails the task with its message,
+        naming the host."""
+        result = super()._execute_module(*args, **kwargs)
+        if result.get("not_root"):
+            host = (kwargs.get("task_vars") or {}).get("inventory_hostname")
+            raise KiloError(result.get("msg"), host_subject(host))
+        return result
+
     # --- options ---------------------------------------------------------------------------
 
     def spec(self):

@@ -66,15 +66,25 @@ def entries(source=None):
     return files
 
 
+_BUILT = {}
+
+
 def build(source=None):
-    """(zip bytes, sha256 hex digest) of the application."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in sorted(entries(source).items()):
-            info = zipfile.ZipInfo(name, date_time=STAMP)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o100644 << 16
-            info.create_system = 3  # Unix, whatever builds it
-            zf.writestr(info, data, compresslevel=9)
-    data = out.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
+    """(zip bytes, sha256 hex digest) of the application (the collection's own: once per process).
+
+    Entries are stored, not deflated: deflate's bytes depend on the controller's zlib (zlib-ng,
+    another version), and a digest that moved with the controller would send the app to every
+    host again and report a change there."""
+    key = source or module_utils_dir()
+    if source is not None or key not in _BUILT:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+            for name, data in sorted(entries(source).items()):
+                info = zipfile.ZipInfo(name, date_time=STAMP)
+                info.compress_type = zipfile.ZIP_STORED
+                info.external_attr = 0o100644 << 16
+                info.create_system = 3  # Unix, whatever builds it
+                zf.writestr(info, data)
+        data = out.getvalue()
+        _BUILT[key] = (data, hashlib.sha256(data).hexdigest())
+    return _BUILT[key]

@@ -213,6 +213,31 @@ def _change_registry(path, change):
         return changed
 
 
+def forget_registry_hosts(path, hosts, check_mode=False):
+    """Take ``hosts`` out of the registry (playbooks/uninstall.yml, once their state is removed);
+    returns the hosts that had an entry. A registry left with no host and no peer is removed,
+    with its lock file: a mesh taken away leaves nothing beside the inventory. Check mode
+    writes nothing (not even the lock file)."""
+    if check_mode or not os.path.exists(path):  # no registry: nothing to forget, no lock file made
+        return sorted(h for h in hosts if h in read_registry(path)["hosts"])
+    gone = []
+
+    def change(data):
+        gone.extend(sorted(h for h in hosts if h in data["hosts"]))
+        for host in gone:
+            del data["hosts"][host]
+        if not data["hosts"] and not data["peers"] and os.path.exists(path):
+            os.unlink(path)  # under the lock; writers after it find no registry, as on a first run
+            os.unlink(path + ".lock")
+            return False
+        return bool(gone)
+    try:
+        _change_registry(path, change)
+    except OSError as e:
+        raise InputError("cannot write it: %s" % e, "registry %s" % path)
+    return gone
+
+
 def set_registry_peer(path, name, entry, check_mode=False):
     """Store peer ``name`` as ``entry`` (None: remove it); returns the entry it had (None if none).
 
@@ -220,7 +245,7 @@ def set_registry_peer(path, name, entry, check_mode=False):
     if (entry or {}).get("preshared_key"):
         raise InputError("a preshared key never goes to the registry (public data only)", "registry %s" % path,
                          "peers.%s" % name)
-    if check_mode:  # not even the lock file
+    if check_mode or (entry is None and not os.path.exists(path)):  # not even the lock file
         return read_registry(path)["peers"].get(name)
     before = []
 

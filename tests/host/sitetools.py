@@ -38,6 +38,10 @@ def recap(output):
     return out
 
 
+# The non-root login user of the labs that reach their hosts as most fleets do (lab.py up --user):
+# sudo without a password on half of the hosts, with one (ansible_become_password) on the others.
+LOGIN_USER = "kilodeploy"
+
 # What site.yml leaves beside a lab's inventory.
 RUN_FILES = ("kilo-registry.json", "kilo-registry.json.lock", "kilo-topology.dot")
 

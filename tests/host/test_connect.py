@@ -10,6 +10,10 @@ leaders out; a leader it uses rotates (rotate.yml) under 50 pings/s and the lapt
 key in the same run, after which the leader's old private key completes no handshake with it
 (the losses printed: run with -s to see them). Real parts only: network-namespace hosts with
 sshd, wireguard-go, nftables, iproute2, Ansible over SSH. Tests run in file order and share one lab.
+
+Every host is reached as the non-root user sitetools.LOGIN_USER with become (the inventory's
+ansible_become; sudo without a password on some hosts, with ansible_become_password on the
+others): site.yml, connect.yml, rotate.yml and status.yml run as a fleet without root SSH runs them.
 """
 import json
 import os
@@ -26,7 +30,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import be
 from attacker import Attacker, attacker_net, remove_net
 from flows import under_traffic
 from lab.lab import Lab
-from sitetools import playbook, recap
+from sitetools import LOGIN_USER, playbook, recap
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_CONNECT", "kvp")  # overridable: two checkouts testing at once
 LAPTOP, INTERNET, EXIT = "azure-1", "home-1", "gcp-1"
@@ -71,7 +75,7 @@ def lab():
     lab.registry = lab.path("kilo-registry.json")
     try:
         forget(lab.registry)  # a registry of an earlier lab would carry its hosts and peers
-        lab.up(4, 2, 1)
+        lab.up(4, 2, 1, user=LOGIN_USER)
         lab.connect_inventory = write_inventory(lab)
         # "the internet" behind the exit: home-1 holds FAR; gcp-1 alone routes to it
         sh(lab, INTERNET, "ip addr add %s/32 dev lo" % FAR)

@@ -3,8 +3,10 @@ the topology picture, an outside peer's configuration, and a validation error.""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -329,3 +331,72 @@ def test_a_registry_in_an_inventory_directory_is_not_read_as_inventory(tmp_path)
     graph = subprocess.run([os.path.join(venv, "ansible-inventory"), "-i", str(source), "--graph"], cwd=REPO, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     assert graph.returncode == 0 and "WARNING" not in graph.stdout and "peers" not in graph.stdout, graph.stdout
+
+
+
+NOBODY = 65534
+
+
+def _blocked(paths):
+    """{directory: first names below it on the way to ``paths``} for the directories on those ways
+    that others cannot search (this machine's controller Python lives under root's 0700 home)."""
+    out = {}
+    for path in paths:
+        parts = os.path.realpath(path).split(os.sep)[1:]
+        for depth in range(len(parts)):
+            directory = os.sep + os.path.join(*parts[:depth]) if depth else os.sep
+            if not os.stat(directory).st_mode & 0o001:
+                out.setdefault(directory, set()).add(parts[depth])
+    return out
+
+
+def as_invoking_user(argv, paths):
+    """(argv, (uid, gid)): argv run by a user who is not root. The test's own user when it is not
+    root; as root, the user nobody (no group, no sudo rights) in a mount namespace of its own where
+    every directory on the way to ``paths`` that nobody could not search is a searchable tmpfs with
+    the entries on the way bound back (their own modes and owners unchanged)."""
+    if os.geteuid() != 0:
+        return argv, (os.geteuid(), os.getegid())
+    script = ["set -e", "hold=$(mktemp -d)"]
+    for directory, names in sorted(_blocked(paths).items(), key=lambda item: item[0].count(os.sep)):
+        d = shlex.quote(directory)
+        script += ['mount --bind %s "$hold"' % d, "mount -t tmpfs -o mode=0755 tmpfs %s" % d]
+        for name in sorted(names):
+            below = shlex.quote(os.path.join(directory, name))
+            script += ['if [ -d "$hold"/%s ]; then mkdir %s; else touch %s; fi' % (shlex.quote(name), below, below),
+                       'mount --bind "$hold"/%s %s' % (shlex.quote(name), below)]
+        script.append('umount "$hold"')
+    script += ['rmdir "$hold"', 'exec setpriv --reuid=%d --regid=%d --clear-groups -- "$@"' % (NOBODY, NOBODY)]
+    return (["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script), "sh"] + argv,
+            (NOBODY, NOBODY))
+
+
+def test_with_become_the_controller_plays_write_as_the_invoking_user(tmp_path):
+    """-b is for the hosts: the controller plays (hosts: localhost) set become: false, so the files
+    they write (plans' picture, graph, showconf) are the invoking user's and no sudo runs on the
+    controller (here it would fail: the user has no sudo rights)."""
+    tmp_path.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    inventory = copied_inventory(work)
+    home = tmp_path / "home"
+    home.mkdir()
+    ansible = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
+    paths = [sys.executable, os.path.realpath(ansible), REPO, str(tmp_path)]
+    _argv, (uid, gid) = as_invoking_user([], paths)
+    for path in (work, inventory, home):
+        os.chown(path, uid, gid)
+    # (nobody's home in the passwd file does not exist: Ansible's temporary files go to this one)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), HOME=str(home),
+               ANSIBLE_LOCAL_TEMP=str(home / "tmp"), ANSIBLE_REMOTE_TMP=str(home / "tmp"))
+    runs = [("plan.yml",), ("graph.yml", "-e", "dest=mesh.svg"),
+            ("showconf.yml", "-e", "peer=laptop", "-e", "dest=laptop.conf")]
+    for name, *extra in runs:
+        argv, _ = as_invoking_user([ansible, "-b", "-i", str(inventory), os.path.join(REPO, "playbooks", name)] + extra,
+                                   paths)
+        proc = subprocess.run(argv, cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, check=False)
+        assert proc.returncode == 0, "%s:\n%s" % (name, proc.stdout[-3000:])
+    written = dict((p.name, (p.stat().st_uid, p.stat().st_gid)) for p in work.iterdir())
+    assert {"kilo-topology.dot", "mesh.svg", "laptop.conf"} <= set(written), written
+    assert all(owner == (uid, gid) for owner in written.values()), written

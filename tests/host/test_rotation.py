@@ -16,6 +16,9 @@ through it. site.yml runs once; the tests then run in file order on the same mes
 * an interrupted rotation heals in one ordinary run: rotate.yml SIGKILLed at each step, and the
   rotating host going dark (SSH blocked) after its key step.
 
+Every host is reached as the non-root user sitetools.LOGIN_USER with become (sudo without a
+password on some hosts, with ansible_become_password on the others).
+
 Run with -s to see the figures.
 """
 import base64
@@ -31,7 +34,7 @@ import pytest
 
 from attacker import Attacker, attacker_net, remove_net
 from flows import under_traffic
-from sitetools import ANSIBLE_BIN, REPO, fresh_lab, playbook, recap, site
+from sitetools import ANSIBLE_BIN, LOGIN_USER, REPO, fresh_lab, playbook, recap, site
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the lab")
 
@@ -42,7 +45,7 @@ IFACE = "kilo0"
 
 @pytest.fixture(scope="module")
 def lab():
-    with fresh_lab(PREFIX, 3, 2, 1) as lab:
+    with fresh_lab(PREFIX, 3, 2, 1, user=LOGIN_USER) as lab:
         started = time.monotonic()
         site(lab.inventory)
         print("\nsite.yml (first run, 6 hosts): %.1f s" % (time.monotonic() - started))

@@ -2,6 +2,12 @@
 fresh handshakes on both leaders after traffic; then the wireguard-go of one leader is killed
 by its PID and the other leader reports that tunnel stale; the textfile parses as Prometheus
 text; no private key in any output.
+
+Every host is reached as the non-root user sitetools.LOGIN_USER with become (sudo without a
+password on some hosts, with ansible_become_password on the others). Before the mesh exists,
+site.yml without become fails at the key step on every host, naming it and the fix, and changes
+nothing on any host; status.yml without become names each host too (not root, it would read no
+interface and call every host out of the mesh).
 """
 import json
 import os
@@ -11,7 +17,7 @@ import time
 
 import pytest
 
-from sitetools import REPO, fresh_lab, site
+from sitetools import LOGIN_USER, REPO, fresh_lab, recap, site
 from ansible_collections.kilo.mesh.plugins.module_utils.host.status import SAMPLE_RE
 
 PREFIX = "kst"
@@ -51,15 +57,68 @@ def traffic(lab):
 
 
 @pytest.fixture(scope="module")
-def lab():
-    with fresh_lab(PREFIX, 2, 2, 1) as lab:
-        site(lab.inventory)
-        traffic(lab)
+def fresh():
+    with fresh_lab(PREFIX, 2, 2, 1, user=LOGIN_USER) as lab:
         yield lab
+
+
+@pytest.fixture(scope="module")
+def lab(fresh):
+    site(fresh.inventory)
+    traffic(fresh)
+    return fresh
+
+
+# What a host's state is made of, read as root inside it: links, addresses, rules, routes of every
+# table, the whole firewall, the forwarding sysctls, and the files under the host's own /etc,
+# /var/lib, /run, /tmp and /home (not /var/log: sshd logs every login there).
+SNAPSHOT = ("ip -d link show; ip addr show; ip rule show; ip -6 rule show; ip route show table all;"
+            " ip -6 route show table all; nft list ruleset; sysctl net.ipv4.ip_forward"
+            " net.ipv6.conf.all.forwarding; find /etc /var/lib /run /tmp /home -xdev -newer /etc/hostname"
+            " -printf '%p %s %m %u\\n' 2>&1 | sort")
+
+
+def snapshot(lab, host):
+    return lab.run(host, ["sh", "-c", SNAPSHOT]).stdout
+
+
+def settled(lab, timeout=30):
+    """Until no host has an IPv6 address in duplicate detection (a fresh lab's link-local ones:
+    the kernel adds their local routes when it ends, which is no change of ours)."""
+    deadline = time.monotonic() + timeout
+    while any("tentative" in lab.run(h, ["ip", "-6", "addr", "show"]).stdout for h in lab.hosts):
+        assert time.monotonic() < deadline, "IPv6 duplicate detection still running"
+        time.sleep(0.2)
+
+
+def test_without_become_site_stops_at_the_key_step_naming_each_host_and_changes_nothing(fresh):
+    settled(fresh)
+    before = dict((h, snapshot(fresh, h)) for h in sorted(fresh.hosts))
+    out = site(fresh.inventory, "-e", "ansible_become=false", expect_rc=2)
+    counts = recap(out)
+    assert set(counts) == set(fresh.hosts), out[-3000:]
+    assert all(c["failed"] == 1 and c["changed"] == 0 for c in counts.values()), counts
+    said = " ".join(out.split()).replace("''", "'")
+    for host in fresh.hosts:
+        assert ("host '%s': runs as %s (uid " % (host, LOGIN_USER)) in said, out[-3000:]
+    assert "-b on the command line or ansible_become: true" in said, out[-3000:]
+    assert "TASK [Compute the mesh once" not in out  # the key step was the last of the run
+    for host in sorted(fresh.hosts):
+        assert snapshot(fresh, host) == before[host], host
+    assert not os.path.exists(fresh.path("kilo-registry.json"))
 
 
 def private_keys(lab):
     return [lab.run(h, ["cat", "/var/lib/kilo/key"]).stdout.strip() for h in sorted(lab.hosts)]
+
+
+def test_without_become_status_names_each_host_instead_of_calling_it_out_of_the_mesh(lab):
+    table = status_playbook(lab, "-e", "ansible_become=false")
+    assert table.returncode == 2, table.stdout[-3000:]
+    said = " ".join(table.stdout.split()).replace("''", "'")
+    for host in lab.hosts:
+        assert ("host '%s': runs as %s (uid " % (host, LOGIN_USER)) in said, table.stdout[-3000:]
+    assert "not in mesh" not in table.stdout
 
 
 def test_leaders_report_fresh_handshakes_and_a_textfile(lab):

@@ -37,7 +37,8 @@ PEER_ALLOWED_IPS = ["10.5.0.1/32"]
 # What a kubelet writes on its Node (Kilo's agent fails on a Node without any annotation).
 KUBELET_ANNOTATIONS = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
 # Lab host variables that reach the host (the rest come from the Node).
-SSH_VARS = ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter")
+SSH_VARS = ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter", "ansible_become",
+            "ansible_become_password")
 
 
 def pod_cidr(h):

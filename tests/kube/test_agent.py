@@ -5,6 +5,9 @@ The API server is this module's own, on the lab's management bridge (agents in t
 it there), so the fault tests can stop it. Tests run in file order and share the lab: the
 first brings the mesh up with site.yml and starts the agents; each later one changes the
 cluster (or breaks something) and waits for the mesh to follow, printing the time it took.
+Ansible reaches every host as the non-root user sitetools.LOGIN_USER with become (sudo without a
+password on some hosts, with ansible_become_password on the others): site.yml and the agent's
+install run as a fleet without root SSH runs them.
 """
 import json
 import os
@@ -37,7 +40,7 @@ KGCTL_IDLE = 300  # the issue asks for kgctl to agree 5 minutes after the last A
 def cluster():
     agentlab.require_lab_and_kube()
     # two public hosts a location: a dark leader can be replaced by one the others can reach
-    with agentlab.agent_cluster(PREFIX, 2, 3, skip=[JOINER], public=2) as made:
+    with agentlab.agent_cluster(PREFIX, 2, 3, skip=[JOINER], public=2, user=sitetools.LOGIN_USER) as made:
         yield made
 
 

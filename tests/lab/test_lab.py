@@ -89,6 +89,23 @@ def test_plan_rejects_bad_input(args, field):
         plan_lab(*args)
 
 
+def test_plan_login_user_sudo_with_and_without_a_password():
+    p = plan_lab(3, 2, 1, user="kilodeploy")
+    sudo = dict((name, h["sudo"]) for name, h in p["hosts"].items())
+    # a checkerboard: both kinds in every location and among the leaders (host 1 of each)
+    assert sudo == {"aws-1": "nopasswd", "aws-2": "password", "gcp-1": "password", "gcp-2": "nopasswd",
+                    "azure-1": "nopasswd", "azure-2": "password"}
+    assert p["user"] == "kilodeploy"
+    assert set(h["sudo"] for h in plan_lab(2, 2, 1, user="u", sudo_password="all")["hosts"].values()) == {"password"}
+    assert set(h["sudo"] for h in plan_lab(2, 2, 1, user="u", sudo_password="none")["hosts"].values()) == {"nopasswd"}
+    assert set(h["sudo"] for h in plan_lab(2, 2, 1)["hosts"].values()) == {None}
+    for bad in ("root", "Deploy", "a b", ""):
+        with pytest.raises(LabError, match="user"):
+            plan_lab(1, 1, 1, user=bad)
+    with pytest.raises(LabError, match="sudo_password"):
+        plan_lab(1, 1, 1, user="u", sudo_password="half")
+
+
 def test_prefix_checked():
     assert check_prefix("klt") == "klt"
     for bad in ("", "KL", "toolong", "k-l", "1k"):
@@ -290,6 +307,40 @@ def test_ansible_ping(lab):
     assert hv["aws-2"]["kilo_lab_public"] is False and hv["aws-1"]["kilo_lab_public_ip"] == "203.0.113.11"
     assert hv["gcp-1"]["kilo_location"] == "gcp"
     assert hv["aws-1"]["kilo_discovery_ignore_interfaces"] == ["mgmt0"]
+
+
+@needs_root
+def test_a_login_user_with_sudo_and_no_root_login():
+    """lab.up(user=...): the user logs in by key (root cannot), in its own home; sudo asks no
+    password on aws-1 and the lab's password on aws-2; the machine's own /etc never sees it."""
+    lab = _cleanup(PREFIX + "u")
+    try:
+        lab.up(1, 2, 1, user="kilodeploy")
+        password = lab.load()["become_password"]
+
+        def ssh(host, command, *options, **kw):
+            return subprocess.run(["ssh", "-F", lab.ssh_config] + list(options) + [host, command],
+                                  capture_output=True, text=True, timeout=30, **kw)
+        for host in ("aws-1", "aws-2"):
+            r = ssh(host, "id -un; stat -c '%U %a' ~ ~/.ssh ~/.ssh/authorized_keys")
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.split("\n")[:4] == ["kilodeploy", "kilodeploy 755", "kilodeploy 700",
+                                                 "kilodeploy 600"], r.stdout
+            r = ssh(host, "true", "-l", "root")
+            assert r.returncode != 0 and "permission denied" in r.stderr.lower(), r.stderr
+        assert ssh("aws-1", "sudo -n id -u").stdout.strip() == "0"
+        asked = ssh("aws-2", "sudo -n id -u")
+        assert asked.returncode != 0 and "password is required" in asked.stderr, asked.stderr
+        r = ssh("aws-2", "sudo -S -p '' id -u", input=password + "\n")
+        assert r.stdout.strip() == "0", r.stderr
+        with open(lab.inventory) as f:
+            text = f.read()
+        assert text.count("ansible_user: \"kilodeploy\"") == 2 and text.count("ansible_become: true") == 2
+        assert text.count("ansible_become_password:") == 1
+        with open("/etc/passwd") as f:
+            assert "kilodeploy:" not in f.read()
+    finally:
+        lab.down()
 
 
 # -- a second lab (CLI, IPv6) that is torn down and checked ---------------------------------

@@ -105,7 +105,9 @@ def test_unit_limits_capabilities_and_writable_paths():
     assert lines["CapabilityBoundingSet"] == lines["AmbientCapabilities"] == "CAP_NET_ADMIN CAP_NET_RAW"
     assert lines["ProtectSystem"] == "strict" and lines["ProtectHome"] == "yes"
     assert lines["NoNewPrivileges"] == lines["PrivateTmp"] == "yes"
-    assert lines["ReadWritePaths"].split() == ["-/var/lib/kilo", "-/etc/cni/net.d", "-/run/kilo", "-/run/wireguard"]
+    # /run/systemd/system: the userspace daemon's unit
+    assert lines["ReadWritePaths"].split() == [
+        "-/var/lib/kilo", "-/etc/cni/net.d", "-/run/kilo", "-/run/wireguard", "-/run/systemd/system"]
     assert lines["DeviceAllow"] == "/dev/net/tun rw"
     # made at every start (a reboot empties /run), kept at a stop (the push run's PID files)
     assert lines["RuntimeDirectory"].split() == ["kilo", "wireguard"]

@@ -29,7 +29,6 @@ CHECKED = check_plan(PLAN, "kilo0")  # what the backends get, and so what is sto
 def where_fixture(tmp_path, monkeypatch):
     monkeypatch.setattr(boot, "UNIT_DIR", str(tmp_path / "systemd"))
     monkeypatch.setattr(boot, "systemd_running", lambda: False)
-    monkeypatch.setattr(boot.BootBackend, "_agent_installed", lambda self: False)
     src = tmp_path / "upload.pyz"
     src.write_bytes(APP)
     return tmp_path
@@ -37,11 +36,12 @@ def where_fixture(tmp_path, monkeypatch):
 
 def backend(where, settings, app=None, psk=None):
     return boot.BootBackend(settings, psk, app, plan_path=str(where / "lib" / "mesh-plan.json"),
-                            psk_path=str(where / "lib" / "mesh-preshared-keys.json"))
+                            psk_path=str(where / "lib" / "mesh-preshared-keys.json"),
+                            app_path=str(where / "app" / "kilo.pyz"))
 
 
 def run(where, plan=None, check=False, app="send", psk=None, **given):
-    settings = host_settings(dict({"agent_app": str(where / "app" / "kilo.pyz")}, **given))
+    settings = host_settings(given)
     app = {"digest": DIGEST, "src": str(where / "upload.pyz") if app == "send" else None} if app else None
     b = backend(where, settings, app, psk)
     plan = PLAN if plan is None else plan
@@ -106,15 +106,71 @@ def test_a_changed_plan_is_stored_again_and_off_removes_everything(where):
     assert not run(where, plan=moved, boot_restore=False)[0]["changed"]
 
 
-def test_state_absent_removes_what_it_wrote_and_keeps_the_agents_app(where, monkeypatch):
+def test_state_absent_removes_what_it_wrote_and_only_that(where):
     run(where, psk=PSK)
+    (where / "app" / "kilo-mesh-agent.pyz").write_bytes(b"the agent's own")
     out = run(where, state="absent", check=True)[0]
     assert out["changes"] == {"boot": ["remove boot"]} and (where / "lib" / "mesh-plan.json").exists()
-    monkeypatch.setattr(boot.BootBackend, "_agent_installed", lambda self: True)
     run(where, state="absent")
     assert sorted(os.listdir(str(where / "lib"))) == [] and not (where / "systemd" / "kilo-mesh.service").exists()
-    assert (where / "app" / "kilo.pyz").exists(), "the agent's app was removed"
+    assert sorted(os.listdir(str(where / "app"))) == ["kilo-mesh-agent.pyz"], "the agent's app went too"
     assert not run(where, state="absent")[0]["changed"]
+    (where / "app" / "kilo-mesh-agent.pyz").unlink()
+    run(where)
+    run(where, state="absent")
+    assert not (where / "app").exists(), "the emptied app directory stayed"
+
+
+def test_a_roaming_peers_endpoint_alone_is_not_stored_anew(where):
+    roaming = dict(PLAN, peers=[dict(PLAN["peers"][0], roaming=True, persistent_keepalive=25)])
+    run(where, plan=roaming)
+    moved = dict(roaming, peers=[dict(roaming["peers"][0], endpoint="198.51.100.7:40000")])
+    out = run(where, plan=moved)[0]
+    assert not out["changed"], out["changes"]
+    stored = json.loads((where / "lib" / "mesh-plan.json").read_text())
+    assert stored["plan"]["peers"][0]["endpoint"] == "203.0.113.2:51820"
+    other = dict(moved, peers=[dict(moved["peers"][0], allowed_ips=["10.4.0.3/32"])])
+    assert run(where, plan=other)[0]["changes"]["boot"] == ["write %s" % (where / "lib" / "mesh-plan.json")]
+    assert json.loads((where / "lib" / "mesh-plan.json").read_text())["plan"]["peers"][0]["endpoint"] == \
+        "198.51.100.7:40000"
+
+
+def test_a_converge_holds_the_lock_while_it_reads_and_applies(tmp_path, monkeypatch):
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as conv, wireguard_daemon
+    monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(tmp_path / "run"))
+    seen = []
+
+    class Probe(Backend):
+        name = "probe"
+
+        def _free(self):
+            try:
+                with conv.converge_lock(timeout=0):
+                    return True
+            except conv.Busy:
+                return False
+
+        def current(self, plan):
+            seen.append(("current", self._free()))
+
+        def desired(self, plan, current):
+            return None
+
+        def changes(self, current, desired):
+            return ["probe"]
+
+        def apply(self, current, desired):
+            seen.append(("apply", self._free()))
+
+        def diff(self, current, desired):
+            return None, None
+
+    monkeypatch.setattr(conv, "backends_for", lambda settings, keys=None, app=None: [Probe(settings)])
+    conv.converge(PLAN, host_settings({}))
+    assert seen == [("current", False), ("apply", False)], "a converge ran without the lock"
+    seen[:] = []
+    conv.converge(PLAN, host_settings({}), check_mode=True)
+    assert seen == [("current", True)], "check mode took the lock"
 
 
 class Recorder(Backend):
@@ -170,20 +226,22 @@ def test_a_missing_stored_plan_fails_the_restore(where):
     assert "cannot read the stored plan" in out.getvalue() and str(where / "none.json") in out.getvalue()
 
 
-def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where):
+def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where, monkeypatch):
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
+    monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(where / "run"))
     run(where, psk=PSK, mtu=1380)
     recorder = Recorder()
     seen = {}
 
-    class Keys(Recorder):
-        def __init__(self, settings, keys):
-            Recorder.__init__(self)
-            seen.update(settings=settings, keys=keys)
-
-    plan, settings, keys = boot.read_store(str(where / "lib" / "mesh-plan.json"))
-    assert plan == CHECKED and check_plan(plan, "kilo0") == CHECKED and settings["mtu"] == 1380 and keys == PSK
-    result = boot.restore(str(where / "lib" / "mesh-plan.json"), backends=[recorder, Keys(settings, keys)])
+    def backends_for(settings, keys=None, app=None):
+        seen.update(settings=settings, keys=keys, app=app)
+        return [recorder]
+    monkeypatch.setattr(boot, "backends_for", backends_for)
+    result = boot.restore(str(where / "lib" / "mesh-plan.json"))
     assert result["changes"] == {"recorder": ["converge"]} and recorder.seen[0]["name"] == "a"
+    assert seen["settings"]["mtu"] == 1380 and seen["settings"]["state"] == "present"
+    assert seen["keys"] == PSK and seen["app"] is None
+    assert recorder.lenient_endpoints, "a restore fails on an endpoint DNS cannot resolve yet"
 
 
 def test_the_userspace_daemons_unit_restarts_it_and_restores_the_plan_after():
@@ -199,11 +257,13 @@ def test_the_userspace_daemons_unit_restarts_it_and_restores_the_plan_after():
     assert "ExecStartPost" not in Daemon("kilo0", "wireguard-go", "/x").unit_text()
 
 
-def test_after_a_restart_nothing_is_done_without_a_plan_or_while_a_converge_runs(where, tmp_path, monkeypatch):
+def test_after_a_restart_nothing_is_done_without_a_plan_and_a_converge_is_waited_for(where, tmp_path,
+                                                                                     monkeypatch):
     from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as conv, wireguard_daemon
     monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(tmp_path / "run"))
     out = io.StringIO()
     assert boot.main([str(tmp_path / "none.json"), "--after-restart"], out=out) == 0 and out.getvalue() == ""
     path = stored(where, json.dumps({"format": 1, "plan": PLAN, "settings": {}}))
+    monkeypatch.setattr(boot, "AFTER_RESTART_WAIT", 0.3)
     with conv.converge_lock():
-        assert boot.main([path, "--after-restart"], out=out) == 0 and out.getvalue() == ""
+        assert boot.main([path, "--after-restart"], out=out) == 0 and "left to it" in out.getvalue()

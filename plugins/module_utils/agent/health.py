@@ -38,8 +38,12 @@ import socket
 import struct
 import time
 
-UNREACHABLE = "kilo.mesh/unreachable-leaders"  # our own annotations, never Kilo's
-DEPOSED = "kilo.mesh/deposed-at"
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+
+# our own annotations, never Kilo's (kube_node names every annotation of a Node)
+UNREACHABLE = kube_node.UNREACHABLE_LEADERS
+DEPOSED = kube_node.DEPOSED_AT
+
 PROBE_INTERVAL = 5.0
 PROBE_TIMEOUT = 1.0
 DEAD_AFTER = 20.0  # no answer for this long: dead

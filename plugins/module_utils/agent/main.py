@@ -178,8 +178,9 @@ class Agent(object):
             return False
         try:
             result = boot.restore(boot.PLAN_PATH)
-        except KiloError as e:
-            log("cannot restore the last plan: %s" % e)
+        except Exception as e:  # pylint: disable=broad-exception-caught
+            # whatever breaks here, the agent goes on to the API server, which can mend it
+            log("cannot restore the last plan: %s: %s" % (type(e).__name__, e))
             return False
         changes = result.get("changes") or {}
         log("restored the last plan (%s)" % ("; ".join("%s: %d" % (k, len(v)) for k, v in sorted(changes.items()))

@@ -20,9 +20,9 @@ import zlib
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import NEXT_KEY  # our own annotation, never Kilo's
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
 
-NEXT_KEY = "kilo.mesh/next-key"  # our own annotation, never Kilo's
 KEY = FIELDS["public_key"].written
 # From the announcement to the switch: the watch event, the peers' debounce (0.2 s) and their
 # reconcile must fit, with room for a loaded host.

@@ -33,10 +33,12 @@ import signal
 import subprocess
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
+    file_digest, install_verified, read_bytes, write_atomic)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import STORE_DIR, UNIT_NAME as BOOT_UNIT
-from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import is_enabled, systemctl, systemctl_checked, systemd_running
+from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
+    RUNTIME_UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl, systemctl_checked, systemd_running)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, _alive
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     DEFAULT_AGENT_APP, DEFAULT_AGENT_CONFIG, DEFAULT_AGENT_KUBECONFIG, DEFAULT_KEY_PATH)
@@ -65,19 +67,6 @@ class AgentError(KiloError):
 
 
 # --- files -----------------------------------------------------------------------------------
-
-def read_bytes(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
-
-
-def file_digest(path):
-    data = read_bytes(path)
-    return None if data is None else hashlib.sha256(data).hexdigest()
-
 
 def config_text(config):
     """The configuration file's text: sorted keys, so equal configurations are equal bytes."""
@@ -191,6 +180,8 @@ def writable_paths(config):
             paths.append(os.path.dirname(os.path.abspath(path)))
     paths.append(STORE_DIR)  # the stored plan the boot restore reads (host/boot.py)
     paths.extend(WRITABLE)
+    # the userspace daemon's unit (wireguard_daemon); never a RuntimeDirectory= of ours
+    paths.append(RUNTIME_UNIT_DIR)
     out = []
     for path in paths:
         if path not in out:
@@ -448,10 +439,10 @@ def present(params, check_mode=False, now=None):
     restarted = False
     if not check_mode:
         if app_changed:
-            app_data = read_bytes(params["app_src"])
-            if app_data is None or hashlib.sha256(app_data).hexdigest() != params["app_digest"]:
-                raise AgentError("%s does not hold the app of digest %s" % (params["app_src"], params["app_digest"]))
-            write_atomic(paths["app"], app_data, 0o644, make_dirs=0o755)
+            try:
+                install_verified(paths["app"], params["app_src"], params["app_digest"])
+            except ValueError as e:
+                raise AgentError(str(e))
         if config_changed:
             write_atomic(paths["config"], config_new, 0o600, make_dirs=0o700)
         if kube_why:
@@ -462,8 +453,7 @@ def present(params, check_mode=False, now=None):
             for path in missing_dirs:
                 os.makedirs(path, 0o700 if path in (key_dir, STORE_DIR) else 0o755)
             if unit_changed:
-                write_atomic(UNIT_PATH, unit_new, 0o644)
-                systemctl_checked("daemon-reload", error=AgentError)
+                install_unit(UNIT_PATH, unit_new)
             if not enabled:
                 systemctl_checked("enable", UNIT_NAME, error=AgentError)
             if not running:
@@ -506,9 +496,7 @@ def absent(params, check_mode=False):
     changes.extend("remove %s" % p for p in files + ([UNIT_PATH] if unit else []))
     if not check_mode:
         if unit:
-            systemctl("disable", "--now", UNIT_NAME)
-            os.unlink(UNIT_PATH)
-            systemctl_checked("daemon-reload", error=AgentError)
+            remove_unit(UNIT_PATH)
         sup.stop()
         for path in files:
             if os.path.exists(path):

@@ -10,9 +10,9 @@ keeps on the host's own disk:
 * the stored plan (``PLAN_PATH``, 0600): the plan and the host settings the converge ran with
   (``state`` left out); no key of any kind in it;
 * the preshared keys (``PSK_PATH``, 0600), only when the plan has some;
-* when the module ships it (``app``): the collection's zip application (``agent_app``, the
-  agent's own app) and the unit ``kilo-mesh.service``, enabled where PID 1 is systemd, whose
-  ``ExecStart`` is ``python3 APP --restore PLAN_PATH``.
+* when the module ships it (``app``): the collection's zip application (``APP_PATH``, a copy of
+  its own beside the agent's) and the unit ``kilo-mesh.service``, enabled where PID 1 is systemd,
+  whose ``ExecStart`` is ``python3 APP --restore PLAN_PATH``.
 
 ``restore(path)`` (``--restore``) reads the stored plan, checks it and runs ``converge.converge``
 on it: the interface, its peers, addresses, routes, rules, firewall and CNI file come back by
@@ -28,19 +28,22 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import json
 import os
 import sys
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
+    file_digest, install_verified, read_bytes, write_atomic)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, Busy, converge, converge_lock
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
+    Backend, Busy, backends_for, converge, converge_lock)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
-    UNIT_DIR, is_enabled, systemctl, systemctl_checked, systemd_running)
+    UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl_checked, systemd_running, unit_text_of)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_BOOT_APP, DEFAULT_INTERFACE
 
 STORE_DIR = "/var/lib/kilo"
+APP_PATH = DEFAULT_BOOT_APP
 PLAN_PATH = STORE_DIR + "/mesh-plan.json"
 PSK_PATH = STORE_DIR + "/mesh-preshared-keys.json"
 UNIT_NAME = "kilo-mesh.service"
@@ -52,6 +55,9 @@ FORMAT = 1
 START_TIMEOUT = 90
 # Settings a restore must not take from the file: one run's requests, never a host's state.
 TRANSIENT = ("state", "pending_public_key")
+# How long a restarted userspace daemon's restore waits for a converge in progress (the unit's
+# ExecStartPost has systemd's 90 s)
+AFTER_RESTART_WAIT = 75.0
 
 
 class RestoreError(KiloError):
@@ -66,6 +72,19 @@ def stored_text(plan, settings):
     """The stored plan's text: sorted keys, so the same plan and settings are the same bytes."""
     kept = dict((k, v) for k, v in sorted(settings.items()) if k not in TRANSIENT)
     return json.dumps({"format": FORMAT, "plan": plan, "settings": kept}, sort_keys=True, indent=1) + "\n"
+
+
+def comparable(text):
+    """The stored plan's text with what changes without any host change left out: the endpoint of
+    a roaming peer (the address other hosts saw it at; WireGuard keeps the one it learned anyway)."""
+    try:
+        data = json.loads(text)
+        for peer in data["plan"].get("peers") or ():
+            if peer.get("roaming"):
+                peer["endpoint"] = None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return text
+    return json.dumps(data, sort_keys=True)
 
 
 def psk_text(preshared_keys):
@@ -96,24 +115,11 @@ def unit_text(app, plan_path=PLAN_PATH, python=PYTHON):
 
 
 def _read(path):
+    data = read_bytes(path)
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8")
-    except (IOError, OSError, UnicodeError):
+        return None if data is None else data.decode("utf-8")
+    except UnicodeError:
         return None
-
-
-def _digest(path):
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except (IOError, OSError):
-        return None
-
-
-def _remove(path):
-    if os.path.lexists(path):
-        os.unlink(path)
 
 
 # --- the restore ---------------------------------------------------------------------------------
@@ -154,21 +160,32 @@ def after_restart_command(app, path=PLAN_PATH, python=PYTHON):
 def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
     """Converge this host to the plan stored at ``path``; the converge's result.
 
-    The plan is checked (``plan.check_plan``, inside ``converge``) before any backend applies,
-    so a stored plan this host can no longer carry out changes nothing."""
+    The file is read and the plan checked before any backend reads the host, so a stored plan
+    this host cannot take changes nothing (RestoreError, naming the file). A peer whose endpoint
+    does not resolve (DNS not up yet at boot) is configured without one, with a warning, rather
+    than keeping the whole host out of the mesh."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
     plan, settings, keys = read_store(path)
     settings = dict(settings, state="present")
     try:
-        return converge(plan, settings, check_mode=check_mode, preshared_keys=keys, backends=backends, locked=locked)
+        check_plan(plan, settings.get("interface") or DEFAULT_INTERFACE)
     except KiloError as e:
         raise RestoreError("%s" % e, path)
+    own = backends is None
+    if own:
+        backends = backends_for(settings, keys)
+        for backend in backends:
+            backend.lenient_endpoints = True
+    if not own or check_mode or locked:
+        return converge(plan, settings, check_mode=check_mode, preshared_keys=keys, backends=backends)
+    with converge_lock():
+        return converge(plan, settings, preshared_keys=keys, backends=backends)
 
 
 def _wait_for_socket(path, timeout=15.0):
     """After a restart, until the daemon's UAPI socket of the stored plan's interface answers."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient, socket_path
     plan, settings, _keys = read_store(path)
-    from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_INTERFACE
     sock = socket_path(settings.get("interface") or plan.get("interface") or DEFAULT_INTERFACE)
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -180,7 +197,8 @@ def _wait_for_socket(path, timeout=15.0):
 def main(argv, out=None):
     """``APP --restore [PATH] [--after-restart]``: exit 0 when the host is at its stored plan, 1
     otherwise. ``--after-restart`` (the userspace daemon's unit): nothing to do when no plan is
-    stored or another converge holds the lock (it is the one that started the daemon)."""
+    stored; it waits for a converge in progress (which may have started the daemon) and then
+    converges the plan that converge stored, which is then in place: nothing to do."""
     out = out or sys.stderr
     argv = list(argv)
     after_restart = "--after-restart" in argv
@@ -192,22 +210,23 @@ def main(argv, out=None):
         if not os.path.exists(path):
             return 0
         try:
-            with converge_lock(timeout=0):
+            with converge_lock(timeout=AFTER_RESTART_WAIT):
                 _wait_for_socket(path)
                 return _report(path, start, out, locked=True)
-        except Busy:
-            return 0  # the converge holding the lock started the daemon and configures it
-        except KiloError as e:
-            out.write("kilo-mesh restore: %s; nothing changed\n" % e)
-            return 1
+        except Busy as e:
+            out.write("kilo-mesh restore: %s; left to it\n" % e)
+            return 0
     return _report(path, start, out)
 
 
 def _report(path, start, out, locked=False):
     try:
         result = restore(path, locked=locked)
-    except KiloError as e:
+    except RestoreError as e:
         out.write("kilo-mesh restore: %s; nothing changed\n" % e)
+        return 1
+    except KiloError as e:
+        out.write("kilo-mesh restore: %s: %s\n" % (path, e))
         return 1
     except Exception as e:  # pylint: disable=broad-exception-caught
         # a half-applied restore says which step broke; the unit fails and the boot goes on
@@ -234,37 +253,34 @@ class BootBackend(Backend):
 
     name = "boot"
 
-    def __init__(self, settings, preshared_keys=None, app=None, plan_path=PLAN_PATH, psk_path=PSK_PATH):
+    def __init__(self, settings, preshared_keys=None, app=None, plan_path=PLAN_PATH, psk_path=PSK_PATH,
+                 app_path=APP_PATH):
         super(BootBackend, self).__init__(settings, preshared_keys)
         self.preshared_keys = preshared_keys or {}
         self.app = app
         self.plan_path = plan_path
         self.psk_path = psk_path
-        self.app_path = settings.get("agent_app")
+        self.app_path = app_path
         self.systemd = systemd_running()
         self.need = []
 
-    def _agent_installed(self):
-        # the agent's app is the same file: it stays while the agent runs from it
-        from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_AGENT_CONFIG
-        return os.path.exists(DEFAULT_AGENT_CONFIG)
-
     def current(self, plan):
-        unit = _read(unit_path())
+        unit = unit_text_of(unit_path())
         return {
             "plan": _read(self.plan_path),
             "psk": _read(self.psk_path),
             "unit": unit,
             "enabled": is_enabled(UNIT_NAME) if self.systemd and unit is not None else False,
-            "app": _digest(self.app_path) if self.app_path else None,
+            "app": file_digest(self.app_path),
         }
 
     def desired(self, plan, current):
         if not self.settings.get("boot_restore", True):
-            # off: nothing of ours stays (the agent's app stays for the agent)
-            return {"plan": None, "psk": None, "unit": None, "enabled": False,
-                    "app": current["app"] if self._agent_installed() else None}
-        want = {"plan": stored_text(plan, self.settings), "psk": psk_text(self.preshared_keys),
+            return {"plan": None, "psk": None, "unit": None, "enabled": False, "app": None}
+        text = stored_text(plan, self.settings)
+        if current["plan"] is not None and comparable(current["plan"]) == comparable(text):
+            text = current["plan"]  # only a roaming peer's endpoint moved: nothing to keep anew
+        want = {"plan": text, "psk": psk_text(self.preshared_keys),
                 "unit": current["unit"], "enabled": current["enabled"], "app": current["app"]}
         if self.app is not None:
             want["unit"] = unit_text(self.app_path, self.plan_path)
@@ -287,32 +303,29 @@ class BootBackend(Backend):
 
     def apply(self, current, desired):
         if current["app"] != desired["app"] and desired["app"]:
-            with open(self.app["src"], "rb") as f:
-                data = f.read()
-            if hashlib.sha256(data).hexdigest() != desired["app"]:
-                raise KiloError("%s does not hold the app of digest %s" % (self.app["src"], desired["app"]), None,
-                                "app_src")
-            write_atomic(self.app_path, data, 0o644, make_dirs=0o755)
+            try:
+                install_verified(self.app_path, self.app["src"], desired["app"])
+            except ValueError as e:
+                raise KiloError("%s" % e, None, "app_src")
         for key, path in (("plan", self.plan_path), ("psk", self.psk_path)):
             if current[key] != desired[key]:
                 if desired[key] is None:
-                    _remove(path)
+                    os.unlink(path)
                 else:
                     write_atomic(path, desired[key], 0o600, make_dirs=0o700)
-        if current["enabled"] and not desired["enabled"]:
-            systemctl("disable", UNIT_NAME)
-        if current["unit"] != desired["unit"]:
-            if desired["unit"] is None:
-                _remove(unit_path())
-            else:
-                write_atomic(unit_path(), desired["unit"], 0o644, make_dirs=0o755)
-            if self.systemd:
-                systemctl_checked("daemon-reload")
-        if desired["enabled"] and not current["enabled"]:
-            # enabled, not started: this converge has just done what the unit would do
-            systemctl_checked("enable", UNIT_NAME)
-        if current["app"] != desired["app"] and not desired["app"] and self.app_path:
-            _remove(self.app_path)
+        if desired["unit"] is None:
+            remove_unit(unit_path())
+        else:
+            install_unit(unit_path(), desired["unit"])
+            if desired["enabled"] and not current["enabled"]:
+                # enabled, not started: this converge has just done what the unit would do
+                systemctl_checked("enable", UNIT_NAME)
+        if current["app"] and not desired["app"]:
+            os.unlink(self.app_path)
+            try:
+                os.rmdir(os.path.dirname(self.app_path))  # only when empty (the agent's app stays)
+            except OSError:
+                pass
 
     def diff(self, current, desired):
         def shown(state):
@@ -328,10 +341,7 @@ class BootBackend(Backend):
         return shown(current), shown(desired)
 
     def owns(self, current):
-        return any(current[k] for k in ("plan", "psk", "unit", "enabled")) or bool(
-            current["app"] and not self._agent_installed())
+        return any(current[k] for k in ("plan", "psk", "unit", "enabled", "app"))
 
     def remove(self, current):
-        empty = {"plan": None, "psk": None, "unit": None, "enabled": False,
-                 "app": current["app"] if self._agent_installed() else None}
-        self.apply(current, empty)
+        self.apply(current, {"plan": None, "psk": None, "unit": None, "enabled": False, "app": None})

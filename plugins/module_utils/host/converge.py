@@ -99,7 +99,9 @@ SWITCH_STEP = 0.25
 # Held by every converge that changes the host; in RUN_DIR (wireguard_daemon), a tmpfs: a lock
 # never outlives a boot.
 LOCK_NAME = "converge.lock"
-LOCK_TIMEOUT = 300.0
+# shorter than the task timeout (kilo_task_timeout, 300 s): a run kept waiting fails with Busy's
+# message, not Ansible's timeout
+LOCK_TIMEOUT = 240.0
 
 
 class Busy(KiloError):
@@ -156,7 +158,23 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     ``switch_at``: a key rotation's moment for this host (kilo.mesh.join's schedule): changes
     are applied then, not as soon as they are known, so a rotating host switches its key just
     before its peers switch to the new one (``late``: seconds past the moment, in the result).
+
+    ``app`` ({"digest", "src"}): the zip application of the boot restore (``boot.BootBackend``);
+    when the host lacks it and ``src`` is not given, nothing changes and the result's ``need`` is
+    ``["app"]``: the caller sends it and calls again.
+
+    Two converges of one host never overlap (the module, the boot restore, the agent, a restarted
+    userspace daemon's restore): with the host's own backends (``backends`` None) and outside
+    check mode, reading, comparing and applying run under ``converge_lock`` (``locked``: the
+    caller holds it already).
     """
+    if backends is None and not check_mode and not locked:
+        with converge_lock():
+            return _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app)
+    return _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app)
+
+
+def _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app):
     settings = host_settings(settings)
     if check_mode and pending_public_key:
         # the key step's stand-in for a key it would make or rotate: the comparison shows the switch

@@ -3,9 +3,10 @@
 # Apache License 2.0 (see LICENSE)
 """Checks only the host can answer, made in its first call (kilo.mesh.key), before any converge.
 
-The controller validated every variable already; these look at the host itself: a LAN in the
-way of the WireGuard subnet, the listen port held by another process, a forced internal IP no
-interface carries. Each returns messages; the module fails on errors and warns on warnings.
+The controller validated every variable already; these look at the host itself: the call not
+running as root, a LAN in the way of the WireGuard subnet, the listen port held by another
+process, a forced internal IP no interface carries. Each returns messages; the module fails on
+errors and warns on warnings.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,6 +15,36 @@ __metaclass__ = type
 
 import ipaddress
 import os
+
+# The fix for a call that does not run as root, as the failure and the docs say it.
+BECOME_HINT = ("log in as root, or let Ansible become root: -b on the command line or ansible_become: true"
+               " in the inventory (with ansible_become_password when sudo asks for a password)")
+
+
+def not_root():
+    """The failure message when this process is not root, else None. The hosts need root: the
+    WireGuard interface, routes, rules, firewall and sysctls are the kernel's, the key and the
+    stored plan are root's files. Checked first, before anything on the host changes."""
+    uid = os.geteuid()
+    if uid == 0:
+        return None
+    try:
+        import pwd
+        user = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        user = "uid %d" % uid
+    else:
+        user = "%s (uid %d)" % (user, uid)
+    return ("runs as %s, not as root: kilo.mesh changes the host's network (WireGuard, routes, rules,"
+            " firewall, sysctls) and keeps its key in a root-only file; %s" % (user, BECOME_HINT))
+
+
+def require_root(module):
+    """Fail ``module`` (an AnsibleModule) at once when its call is not root: the first thing each
+    host module does. ``not_root`` in the result tells the action (KiloAction) to name the host."""
+    problem = not_root()
+    if problem:
+        module.fail_json(msg=problem, not_root=True)
 
 
 def subnet_conflicts(addrs, subnet, interface):

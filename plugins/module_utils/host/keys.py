@@ -20,6 +20,10 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH
 
 
+# kilo.mesh.key's state (a task argument only: kilo_state never removes a key).
+KEY_STATE = dict(type="str", choices=["present", "absent"], default="present")
+
+
 class KeyFileError(KiloError):
     """A key file that cannot be read, written or holds no key (the message never holds a key)."""
 
@@ -123,6 +127,33 @@ def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False, rotate=False, max_age=0)
         result["msg"] += "; %s %d temporary file(s) of a key write cut short" % (
             "would remove" if check_mode else "removed", cut_short)
     return result
+
+
+def remove_key(path=DEFAULT_KEY_PATH, check_mode=False):
+    """Remove the private key at ``path`` and the temporary files of key writes cut short
+    (``leftovers``), then the key's directory when that leaves it empty (``ensure_key`` made it;
+    anything else in it, Kilo's or the stored plan's, keeps it). Never reads the key. Returns
+    {'changed', 'msg'}; nothing is removed in check mode. Failures are KeyFileError."""
+    found = ([path] if os.path.lexists(path) else []) + leftovers(path)
+    if not found:
+        return {"changed": False, "msg": "no key at %s" % path}
+    directory = os.path.dirname(os.path.abspath(path))
+    msg = "%s key %s" % ("would remove" if check_mode else "removed", path)
+    if len(found) > 1 or found[0] != path:
+        msg += " and %d temporary file(s) of a key write cut short" % (len(found) - (found[0] == path))
+    if check_mode:
+        return {"changed": True, "msg": msg}
+    try:
+        for name in found:
+            os.unlink(name)
+    except OSError as e:
+        raise KeyFileError(e.strerror or str(e), _subject(path))
+    try:
+        os.rmdir(directory)  # only when empty
+        msg += " and its empty directory"
+    except OSError:
+        pass
+    return {"changed": True, "msg": msg}
 
 
 def _remove_cut_short_writes(path, check_mode):

@@ -28,6 +28,9 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_A
 PROC_SYS = "/proc/sys"
 SYSCTL_FILE = "/etc/sysctl.d/90-kilo-mesh.conf"
 
+# The module's state (a task argument only: kilo_state never removes the install step's state).
+PREPARE_STATE = dict(type="str", choices=["present", "absent"], default="present")
+
 # The comment that marks our nftables rule in the "inet filter" input chain.
 NFT_CHAIN = ("inet", "filter", "input")
 
@@ -64,8 +67,8 @@ class PrepareError(KiloError):
 
 # --- commands -------------------------------------------------------------------------------
 
-def run_checked(argv, field):
-    rc, out, err = run_command(argv)
+def run_checked(argv, field, runner=run_command):
+    rc, out, err = runner(argv)
     if rc != 0:
         raise PrepareError("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), field=field)
     return out
@@ -344,7 +347,7 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
         for key in to_set:
             write_sysctl(key, values[key], proc_sys)
         for argv in port_commands:
-            run_checked(argv, "open_port")
+            run_checked(argv, "open_port", runner)
 
     before = {"sysctls": dict((key, current[key]) for key in values), "sysctl_file": file_before}
     after = {"sysctls": dict((key, values[key] if current[key] is not None else None) for key in values),
@@ -368,16 +371,86 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
     }
 
 
+# --- state absent: what the install step leaves that is ours --------------------------------------
+
+class InstallState(object):
+    """What ``prepare`` leaves on a host that is ours to remove, in the shape of converge's
+    ``Backend`` (current, owns, changes, diff, remove; nothing is desired): the boot file of the
+    sysctls and the nftables rules carrying our comment in the ``inet filter`` input chain.
+
+    Left alone, and said so in the module's documentation: the sysctls' runtime values (forwarding
+    may be what the host's other software needs, a kubelet or a container runtime; the boot file
+    gone, the next boot takes the system's own), a port opened in firewalld or ufw (neither marks
+    who opened it), and the packages.
+    """
+
+    name = "prepare"
+
+    def __init__(self, runner=run_command, which=shutil.which, sysctl_file=None):
+        self.runner = runner
+        self.which = which
+        self.sysctl_file = SYSCTL_FILE if sysctl_file is None else sysctl_file
+
+    def current(self):
+        """{"sysctl_file": its text or None, "nft_rules": [(port or None, handle)] of ours}."""
+        rules = []
+        if self.which("nft"):
+            rc, out, dummy = self.runner(["nft", "-a", "list", "chain"] + list(NFT_CHAIN))
+            if rc == 0:  # no such chain: no rule of ours
+                rules = nft_our_rules(out)
+        return {"sysctl_file": read_file(self.sysctl_file), "nft_rules": rules}
+
+    def owns(self, current):
+        return current["sysctl_file"] is not None or bool(current["nft_rules"])
+
+    def changes(self, current):
+        out = ["remove %s" % self.sysctl_file] if current["sysctl_file"] is not None else []
+        out.extend("nftables: delete rule handle %d (%s)" % (handle, "port %d/udp" % port if port else "edited")
+                   for port, handle in current["nft_rules"])
+        return out
+
+    def diff(self, current):
+        before = {"sysctl_file": current["sysctl_file"],
+                  "nftables_ports": [port for port, dummy in current["nft_rules"]]}
+        return before, {"sysctl_file": None, "nftables_ports": []}
+
+    def remove(self, current):
+        if current["sysctl_file"] is not None:
+            try:
+                os.unlink(self.sysctl_file)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise PrepareError("cannot remove %s: %s" % (self.sysctl_file, e), field="state")
+        for dummy, handle in current["nft_rules"]:
+            run_checked(["nft", "delete", "rule"] + list(NFT_CHAIN) + ["handle", str(handle)], "state", self.runner)
+
+
+def unprepare(check_mode, runner=run_command, which=shutil.which, sysctl_file=None):
+    """``state: absent``: remove what ``prepare`` wrote that is ours (``InstallState``); nothing
+    in check mode. Returns changed, changes and diff (before, after)."""
+    state = InstallState(runner, which, sysctl_file)
+    current = state.current()
+    changes = state.changes(current) if state.owns(current) else []
+    before, after = state.diff(current)
+    if changes and not check_mode:
+        state.remove(current)
+    return {"changed": bool(changes), "changes": changes, "diff": {"before": before, "after": after}}
+
+
 # --- for the modules that run it (kilo.mesh.prepare, kilo.mesh.key with prepare) ----------------
 
 def prepare_module_host(module):
     """prepare() with an AnsibleModule's options and check mode: a KiloError fails the module,
     an unknown sysctl warns, and the diff stays only in diff mode."""
     try:
-        result = prepare(module.params, check_mode=module.check_mode)
+        if module.params.get("state") == "absent":
+            result = unprepare(check_mode=module.check_mode)
+        else:
+            result = prepare(module.params, check_mode=module.check_mode)
     except KiloError as e:
         module.fail_json(msg=str(e))
-    for key in result["unknown_sysctls"]:
+    for key in result.get("unknown_sysctls", ()):
         module.warn("sysctl %s does not exist on this kernel: written to the boot file only" % key)
     if not module._diff:
         result.pop("diff")

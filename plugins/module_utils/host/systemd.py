@@ -11,9 +11,12 @@ __metaclass__ = type
 import os
 import subprocess
 
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import read_bytes, write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 UNIT_DIR = "/etc/systemd/system"
+# units that must not outlive a boot (the userspace daemon's: the boot restore starts it again)
+RUNTIME_UNIT_DIR = "/run/systemd/system"
 
 
 def systemd_running():
@@ -38,3 +41,31 @@ def systemctl_checked(*args, **kwargs):
 
 def is_enabled(unit):
     return systemctl("is-enabled", unit)[1] == "enabled"
+
+
+def unit_text_of(path):
+    data = read_bytes(path)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def install_unit(path, text):
+    """Write the unit file ``path`` when its text differs (daemon-reload where systemd runs);
+    whether it changed."""
+    if unit_text_of(path) == text:
+        return False
+    write_atomic(path, text, 0o644, make_dirs=0o755)
+    if systemd_running():
+        systemctl("daemon-reload")
+    return True
+
+
+def remove_unit(path):
+    """Stop and disable the unit of file ``path`` and remove the file; whether there was one."""
+    if not os.path.lexists(path):
+        return False
+    if systemd_running():
+        systemctl("disable", "--now", os.path.basename(path))
+    os.unlink(path)
+    if systemd_running():
+        systemctl("daemon-reload")
+    return True

@@ -197,10 +197,10 @@ class WireGuardBackend(Backend):
 
     def _daemon(self):
         after_start = None
-        if self.settings.get("boot_restore") and self.settings.get("agent_app"):
+        if self.settings.get("boot_restore"):
             # a daemon systemd restarted comes back empty: the stored plan fills it again
             from ansible_collections.kilo.mesh.plugins.module_utils.host import boot
-            after_start = boot.after_restart_command(self.settings["agent_app"])
+            after_start = boot.after_restart_command(boot.APP_PATH)
         return Daemon(self.interface, self.settings["userspace_command"], self._socket(),
                       run_dir=RUN_DIR, start_timeout=START_TIMEOUT, after_start=after_start)
 
@@ -304,7 +304,13 @@ class WireGuardBackend(Backend):
                 try:
                     peer["resolved"] = resolve_endpoint(p["endpoint"])
                 except WireGuardError as e:
-                    raise WireGuardError("peer %s: %s" % (p["name"], e.message), subject, field + ".endpoint")
+                    if not getattr(self, "lenient_endpoints", False):
+                        raise WireGuardError("peer %s: %s" % (p["name"], e.message), subject, field + ".endpoint")
+                    # the boot restore: DNS may not be up yet; the peer waits for the other end
+                    # (or the next run) rather than the whole host staying out of the mesh
+                    peer["endpoint"] = None
+                    self.warnings = list(getattr(self, "warnings", ())) + [
+                        "peer %s: %s; configured without an endpoint" % (p["name"], e.message)]
             peers.append(peer)
         return {"interface": self.interface, "backend": current["backend"], "present": True,
                 "up": plan["leader"], "mtu": discovery.wireguard_mtu(self.settings["mtu"]),
@@ -482,8 +488,11 @@ class WireGuardBackend(Backend):
             self._daemon().start()
 
     def owns(self, current):
-        """Whether the interface of ours exists (state=absent then has something to remove)."""
-        return bool(current and current.get("present"))
+        """Whether the interface of ours exists, or a userspace daemon of ours left its files
+        (its unit, PID file: state=absent then has something to remove)."""
+        if not current:
+            return False
+        return bool(current.get("present")) or (current.get("backend") == "userspace" and self._daemon().recorded())
 
     def remove(self, current):
         """Remove the interface; stop our daemon (recorded PID or unit), nothing else."""

@@ -4,8 +4,8 @@
 """Supervision of a userspace WireGuard daemon (wireguard-go, boringtun) for one interface.
 
 Where systemd runs, the daemon is the unit ``kilo-wireguard-IFACE.service``, a file of ours in
-/etc/systemd/system (``unit_text``: ``Restart=on-failure``; not enabled: the boot restore or a
-converge starts it), whose ``ExecStartPost`` (``after_start``) brings the interface back to the
+/run/systemd/system (``unit_text``: ``Restart=on-failure``; gone with the boot, which the boot
+restore starts again; /run is writable for the sandboxed agent where /etc is not), whose ``ExecStartPost`` (``after_start``) brings the interface back to the
 stored plan after systemd restarted a daemon that died; elsewhere it runs in a session of its
 own. Its PID is recorded in ``RUN_DIR/IFACE.pid`` and only a process that still runs the
 configured command for this interface counts as ours (a recycled PID is never signalled). Where
@@ -24,8 +24,8 @@ import subprocess
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
-from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import UNIT_DIR, systemctl, systemd_running
+from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
+    RUNTIME_UNIT_DIR, install_unit, remove_unit, systemctl, systemd_running)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient
 
 # Where PID and log files go, and how long a daemon may take to open its socket. Not module
@@ -74,7 +74,7 @@ class Daemon(object):
 
     @property
     def unit_path(self):
-        return os.path.join(UNIT_DIR, self.unit + ".service")
+        return os.path.join(RUNTIME_UNIT_DIR, self.unit + ".service")
 
     def unit_text(self):
         """The daemon's systemd unit: restarted when it dies, then the stored plan applied again."""
@@ -97,17 +97,6 @@ class Daemon(object):
         lines += ["Restart=on-failure", "RestartSec=1", ""]
         return "\n".join(lines)
 
-    def _write_unit(self):
-        text = self.unit_text()
-        try:
-            with open(self.unit_path) as f:
-                if f.read() == text:
-                    return
-        except (IOError, OSError):
-            pass
-        write_atomic(self.unit_path, text, 0o644, make_dirs=0o755)
-        systemctl("daemon-reload")
-
     def argv(self):
         argv = shlex.split(self.command or "")
         if not argv:
@@ -128,7 +117,7 @@ class Daemon(object):
         proc = None
         systemd = systemd_running()
         if systemd:
-            self._write_unit()
+            install_unit(self.unit_path, self.unit_text())
             systemctl("reset-failed", self.unit)
             # --no-block: the unit's ExecStartPost waits for the socket this start waits for below
             rc, out = systemctl("start", "--no-block", self.unit)
@@ -201,16 +190,14 @@ class Daemon(object):
         return pid
 
     def recorded(self):
-        """Whether a PID or log file of ours is there (a daemon started by us, maybe dead)."""
-        return os.path.exists(self.pidfile) or os.path.exists(self.logfile)
+        """Whether a PID, log or unit file of ours is there (a daemon started by us, maybe dead)."""
+        return os.path.exists(self.pidfile) or os.path.exists(self.logfile) or os.path.exists(self.unit_path)
 
     def stop(self):
         """Stop the daemon we started (unit, then PID) and delete our files; a stale socket too."""
-        if systemd_running() and (os.path.exists(self.pidfile) or os.path.exists(self.unit_path)):
+        if systemd_running() and os.path.exists(self.pidfile):
             systemctl("stop", self.unit)
-            if os.path.exists(self.unit_path):
-                os.unlink(self.unit_path)
-                systemctl("daemon-reload")
+        remove_unit(self.unit_path)
         pid = self.pid()
         if pid:
             os.kill(pid, signal.SIGTERM)

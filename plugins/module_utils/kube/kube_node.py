@@ -59,6 +59,12 @@ AGENT_ANNOTATIONS = (ENDPOINT, INTERNAL_IP, KEY, LAST_SEEN, WIREGUARD_IP, DISCOV
 WIREGUARD_IPS = OWN_PREFIX + "wireguard-ips"
 INTERNAL_IPS = OWN_PREFIX + "internal-ips"
 DUAL_ANNOTATIONS = (WIREGUARD_IPS, INTERNAL_IPS)
+# Our agent's own (beyond Kilo): leader health's names of the leaders it saw dead and a deposed
+# leader's mark (agent/health.py), a key rotation's announcement (agent/rotation.py).
+UNREACHABLE_LEADERS = OWN_PREFIX + "unreachable-leaders"
+DEPOSED_AT = OWN_PREFIX + "deposed-at"
+NEXT_KEY = OWN_PREFIX + "next-key"
+OWN_AGENT_ANNOTATIONS = (UNREACHABLE_LEADERS, DEPOSED_AT, NEXT_KEY)
 # Of those, what the node observes rather than is configured to be: refreshed by every writer
 # (an Ansible run, the agent) without counting as a change (a NAT'd peer's learned endpoint moves
 # on its own; an idempotence check must not see it).
@@ -546,3 +552,14 @@ def dual_removals(wanted, current):
 def remove_agent_annotations():
     """What Kilo's agent removes from its Node when it leaves: every agent annotation -> None."""
     return dict.fromkeys(AGENT_ANNOTATIONS)
+
+
+def removed_when_leaving(current):
+    """{annotation: None} of everything a node that leaves the mesh loses (kilo.mesh.annotate
+    with state absent): Kilo's agent annotations, as Kilo's agent removes them when it leaves,
+    and those of ours the Node has (``current``: its annotations), the dual-stack addresses and
+    our agent's own. The operator's (location, leader, forced values, our pod ranges and their
+    source) stay: they are the node's configuration."""
+    out = remove_agent_annotations()
+    out.update((key, None) for key in DUAL_ANNOTATIONS + OWN_AGENT_ANNOTATIONS if current.get(key) is not None)
+    return out
