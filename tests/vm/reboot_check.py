@@ -35,7 +35,7 @@ from vmcheck import (Checker, TUNNEL_LABEL, link, live_routes, live_rules, nft_t
                      route_matches, run, tunnel_addrs)
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import boot  # noqa: E402
-from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_AGENT_APP, DEFAULT_KEY_PATH  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH  # noqa: E402
 
 INPUTS = "/kv/reboot/inputs.json"
 KEY_SRC = "/kv/reboot/vm.key"
@@ -46,7 +46,7 @@ DEV = "eth0"
 UNIT = boot.UNIT_NAME
 UNIT_PATH = boot.unit_path()
 STORED_PLAN = boot.PLAN_PATH
-APP = DEFAULT_AGENT_APP
+APP = boot.APP_PATH
 SYSCTLS = {"net.ipv4.ip_forward": 1}
 UNIT_WAIT = 240.0      # seconds a boot waits for the restore unit to finish
 OUTSIDE_WAIT = 90.0    # seconds a boot waits for echo requests from outside
@@ -74,9 +74,9 @@ def converge(c, tag, inp, backend, state="present"):
     kw = {}
     if state == "present":
         data, digest = agent_zip.build()
-        with open("/tmp/kilo-mesh-agent.pyz", "wb") as f:
+        with open("/tmp/kilo-mesh.pyz", "wb") as f:
             f.write(data)
-        kw["app"] = {"digest": digest, "src": "/tmp/kilo-mesh-agent.pyz"}
+        kw["app"] = {"digest": digest, "src": "/tmp/kilo-mesh.pyz"}
     t0 = time.monotonic()
     try:
         out = host_converge.converge(inp["plan"], s, **kw)
@@ -189,7 +189,8 @@ def check_state(c, tag, inp, backend):
         print("figure: %s %s %s after %.1f s of waiting, %.1f s after the kernel started"
               % (tag, unit, props.get("ActiveState"), time.monotonic() - t0, uptime()))
         journal = sh("journalctl", "-b", "-u", unit, "--no-pager", "-o", "short-monotonic").stdout
-        for line in journal.strip().splitlines()[-6:]:
+        lines = [line for line in journal.strip().splitlines() if not set(line) & set("│┌└")]  # its banner
+        for line in lines[-6:]:
             print("%s journal: %s" % (tag, line if len(line) < 240 else line[:240] + "..."))
         c.check("%s wireguard-go serves %s from a unit that restarts it (%s)" % (tag, IFACE, unit),
                 pid is not None and unit.endswith(".service") and props.get("ActiveState") == "active"
