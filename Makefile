@@ -57,7 +57,7 @@ demo: setup-demo
 demo-down:
 	$(PY) lab/lab.py down
 
-# Plans of the example inventory, without any host (the engine alone).
+# Plans of the example inventory, without any host (the engine alone); kilo-topology.dot here.
 plans: setup-venv
 	$(VENV)/bin/ansible-playbook -i inventory/example.yml playbooks/plan.yml
 

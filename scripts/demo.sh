@@ -17,7 +17,7 @@ echo "== ansible-playbook -i .lab/inventory.yml playbooks/site.yml"
 echo "== plans and picture"
 mkdir -p demo
 .venv/bin/ansible-playbook -i .lab/inventory.yml playbooks/plan.yml -e plan_dot="$PWD/demo/topology.dot" \
-  | sed -n '/"msg"\|msg: |/,/^$/p'
+  | sed -n '/"msg"\|msg:/,/^$/p'
 dot -Tsvg demo/topology.dot -o demo/topology.svg
 echo "picture: demo/topology.svg"
 

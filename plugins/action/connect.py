@@ -35,7 +35,10 @@ class ActionModule(KiloAction):
             raise KiloError("is a node of the mesh (group %r); kilo.mesh.connect is for machines outside it" % group,
                             host_subject(host), "group")
         if args["step"] == "peer":
-            return dict(changed=False, peer=self.peer(args, host, self.families(task_vars, group)))
+            # a mesh with Kubernetes client options (kilo_kube: the inventory plugin sets it) keeps its peers
+            # as Peer resources, which it reads back
+            kube = args["kubernetes"] or self.variable(task_vars, self.mesh_source(task_vars, args), "kilo_kube")[1] is not None
+            return dict(changed=False, peer=self.peer(dict(args, kubernetes=kube), host, self.families(task_vars, group)))
         settings = self.module_args(args, ("host",))
         settings["state"] = args["connect_state"]
         result = {}

@@ -14,11 +14,24 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
     PEER_STORES, check_peer_name, desired_peer, peer_argument_spec)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import registry_path, set_registry_peer
+
+
+def canonical_client_args(args):
+    """The task's arguments with the client options' aliases (kubernetes.core's verify_ssl,
+    ssl_ca_cert) under their own names, so a value from kilo_kube never meets its alias."""
+    out = dict(args)
+    for name, spec in kube_client.argument_spec().items():
+        for alias in spec.get("aliases") or ():
+            if alias in out and name not in out:
+                out[name] = out.pop(alias)
+    return out
+
 
 # What the registry keeps of a peer: public data only.
 ENTRY_FIELDS = ("public_key", "allowed_ips", "endpoint", "persistent_keepalive")
@@ -31,11 +44,17 @@ class ActionModule(KiloAction):
     def run(self, tmp=None, task_vars=None):
         if self._task.args.get("store", PEER_STORES[0]) == "registry":
             return super().run(tmp, task_vars)
-        # A Peer resource: the module, where the task runs (the client library is needed there).
+        # A Peer resource: the module, where the task runs (the client library is needed there),
+        # with the mesh's Kubernetes client options (kilo_kube) for those the task does not give.
         result = ActionBase.run(self, tmp, task_vars)
-        result.update(self._execute_module(module_name="kilo.mesh.peer", module_args=dict(self._task.args),
-                                           task_vars=task_vars))
-        return result
+        module_args = canonical_client_args(self._task.args)
+        try:
+            module_args.update((k, v) for k, v in self.client_options(module_args, task_vars).items() if v is not None)
+        except KiloError as e:
+            result.update(failed=True, msg=str(e))
+            return result
+        result.update(self._execute_module(module_name="kilo.mesh.peer", module_args=module_args, task_vars=task_vars))
+        return self.with_deprecations(result)
 
     def vars_source(self, task_vars, given=None):
         """The registry is the mesh's: on a host outside the mesh group (a laptop, localhost), its

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
@@ -38,10 +39,16 @@ ROTATING_GAP = 0.15
 class ActionModule(KiloAction):
     _requires_connection = False
     SCOPES = ("mesh", "inputs")
-    EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False))
+    EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False),
+                      stand_ins=dict(type="bool", default=False))
 
     def run_kilo(self, args, task_vars):
-        mesh = self.mesh(task_vars, args, earlier=self.earlier_reading(task_vars, args["group"]))
+        if args["stand_ins"] and (args["save_plans"] or args["peer"]):
+            # stand-in keys are for people to read, never for a host or a peer's configuration
+            raise KiloError("a preview for people: not with %s" % ("save_plans" if args["save_plans"] else "peer"),
+                            "task", "stand_ins")
+        mesh = self.mesh(task_vars, args, earlier=self.earlier_reading(task_vars, args["group"]),
+                         stand_ins=args["stand_ins"])
         if args["leader_health"]:
             self.mark_down(args, task_vars, mesh.nodes)
         if args["save_plans"]:
@@ -55,6 +62,8 @@ class ActionModule(KiloAction):
             sections = public_entries(sections)
             result.update(peer_config=sections, peer_conf=wireguard_conf(sections))
         result.update(missing_result(mesh.missing))
+        if args["stand_ins"]:
+            result["stand_ins"] = list(mesh.stand_ins)
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
         for plan in computed["plans"].values():
             split_preshared_keys(plan)

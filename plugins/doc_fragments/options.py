@@ -519,8 +519,9 @@ options:
       - Where the peer is kept - V(registry), the mesh's registry beside the inventory; V(kubernetes), a Kilo Peer
         resource in the cluster of the Kubernetes client options (the inventory plugin C(kilo.mesh.kubernetes) reads
         it back).
-      - When not set - V(kubernetes) when C(playbooks/connect.yml) is given Kubernetes client options (C(-e kubeconfig=...),
-        C(-e context=...)), else V(registry).
+      - When not set - V(kubernetes) when the mesh has Kubernetes client options (C(kilo_kube), which the inventory
+        plugin C(kilo.mesh.kubernetes) sets; or C(playbooks/connect.yml)'s deprecated C(-e kubeconfig=...), C(-e
+        context=...)), else V(registry).
       - Defaults to the inventory variable C(kilo_connect_store), then to the default below.
     type: str
     choices:
@@ -638,6 +639,38 @@ options:
       - calico
       - cilium
     default: node
+"""
+
+    KUBE = r"""
+options:
+  kube:
+    description:
+      - 'How the controller reaches the Kubernetes API - kubernetes.core''s client options as one mapping: C(kubeconfig),
+        C(context), C(host), C(api_key), C(ca_cert), C(validate_certs) (also C(ssl_ca_cert), C(verify_ssl)); each
+        one not given comes from its C(K8S_AUTH_*) environment variable, as for kubernetes.core''s modules.'
+      - Read by every task that talks to the API - the write-back M(kilo.mesh.annotate), M(kilo.mesh.agent) (the
+        role C(kilo.mesh.agent)), M(kilo.mesh.peer) with C(store=kubernetes) (C(playbooks/connect.yml)) and C(playbooks/kubernetes.yml);
+        a task's own client options win. A host outside the mesh group (a connecting machine, V(localhost)) takes
+        the mesh group's first host's.
+      - 'The inventory plugin C(kilo.mesh.kubernetes) sets it on every host it makes to the client options of its
+        own configuration file, so every task reaches the cluster the inventory was read from: with the plugin,
+        give them in its file, once.'
+      - Replaces C(kilo_kube_kubeconfig), C(kilo_kube_context), C(kilo_kube_host), C(kilo_kube_api_key), C(kilo_kube_ca_cert)
+        and C(kilo_kube_validate_certs), which are still read (deprecated).
+      - Defaults to the inventory variable C(kilo_kube), then to the default below.
+    type: dict
+"""
+
+    OUTPUT = r"""
+options:
+  output_dir:
+    description:
+      - Directory on the controller where the files written for people go (C(playbooks/plan.yml)'s DOT file, C(playbooks/graph.yml)'s
+        picture, a configuration C(playbooks/showconf.yml) writes), and where a relative C(dest) is taken from.
+      - Default - the directory C(ansible-playbook) runs in (never the playbook's or the inventory's).
+      - 'A file inside a directory given as inventory source is refused: Ansible would read it as inventory.'
+      - Defaults to the inventory variable C(kilo_output_dir), then to the default below.
+    type: path
 """
 
     PLAN = r"""

@@ -30,6 +30,13 @@ description:
     pod ranges; C(kilo.mesh/pod-cidr-source) sets C(kilo_node_pod_cidr_source), the node's own source.
   - C(kubernetes_labels) and C(kubernetes_annotations) hold the Node's labels and annotations, for
     O(compose), O(groups) and O(keyed_groups).
+  - C(kilo_kube) holds the Kubernetes client options given in this file (O(kubeconfig), O(context), O(host),
+    O(api_key), O(ca_cert), O(validate_certs); those not given are not set, and come from their C(K8S_AUTH_*)
+    environment variables for every reader alike). The tasks that talk to the API later - the write-back
+    M(kilo.mesh.annotate) in C(playbooks/site.yml), M(kilo.mesh.agent), M(kilo.mesh.peer),
+    C(playbooks/kubernetes.yml) - read it, so they reach the cluster this inventory came from; give the
+    options here, once. An O(api_key) given here is in that variable too (as it is in this file); prefer
+    E(K8S_AUTH_API_KEY), or Ansible Vault.
   - A value the collection cannot use (a bad annotation, an invalid Peer with O(invalid_peers=error)) fails
     the inventory with the Node or Peer and the annotation or field named.
   - The configuration file's name must end with C(kubernetes.yml) or C(kubernetes.yaml).
@@ -109,8 +116,11 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
 RESERVED_GROUPS = ("all", "ungrouped")
+# The host variable holding the client options this file gave (options.py's kube option).
+CLIENT_VAR = OPTIONS["kube"]["var"]
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable):
@@ -125,8 +135,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         if not kube_client.HAS_KUBERNETES:
             raise AnsibleError("%s needs the Python library 'kubernetes' on the controller (pip install kubernetes): %s"
                                % (self.NAME, kube_client.KUBERNETES_IMPORT_ERROR.strip().splitlines()[-1]))
+        # the client options of this file: every host gets them as kilo_kube, so the tasks that talk to
+        # the API later (the write-back, the agent, kilo.mesh.peer, playbooks/kubernetes.yml) reach this cluster
+        self._client = dict((name, self.get_option(name)) for name in kube_client.ENV
+                            if self.get_option(name) not in (None, ""))
         try:
-            client = kube_client.api_client(dict((name, self.get_option(name)) for name in kube_client.ENV))
+            client = kube_client.api_client(self._client)
             nodes = kube_client.list_nodes(client)
             peers = self._peers(client) if self.get_option("peers") else None
             ipam = self._ipam(client)
@@ -197,6 +211,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             self.inventory.add_host(name, group=self._location_group(name, hvars["kilo_location"], group, locations))
         for key, value in hvars.items():
             self.inventory.set_variable(name, key, value)
+        self.inventory.set_variable(name, CLIENT_VAR, dict(self._client))
         self.inventory.set_variable(name, "kubernetes_labels", dict(meta.get("labels") or {}))
         self.inventory.set_variable(name, "kubernetes_annotations", dict(meta.get("annotations") or {}))
         address = kube_node.node_address(node, self.get_option("address"))

@@ -20,6 +20,9 @@ Scopes say who reads an option:
 * ``registry``: where kilo.mesh.peer finds the registry with ``store: registry``.
 * ``connect``: kilo.mesh.connect and the role connect (a machine outside the mesh as a peer).
 * ``agent``: kilo.mesh.agent and the role agent (the agent that keeps a node in the mesh between runs).
+* ``kube``: the Kubernetes client of the actions that talk to the API (KiloAction.client_options) and
+  playbooks/kubernetes.yml; no task argument (the actions' own client options are kubernetes.core's).
+* ``output``: the controller actions that write files for people (kilo.mesh.graph, kilo.mesh.showconf).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -259,8 +262,9 @@ OPTIONS = dict([
         "Where the peer is kept - V(registry), the mesh's registry beside the inventory; V(kubernetes), a Kilo"
         " Peer resource in the cluster of the Kubernetes client options (the inventory plugin"
         " C(kilo.mesh.kubernetes) reads it back).",
-        "When not set - V(kubernetes) when C(playbooks/connect.yml) is given Kubernetes client options"
-        " (C(-e kubeconfig=...), C(-e context=...)), else V(registry)."],
+        "When not set - V(kubernetes) when the mesh has Kubernetes client options (C(kilo_kube), which the"
+        " inventory plugin C(kilo.mesh.kubernetes) sets; or C(playbooks/connect.yml)'s deprecated"
+        " C(-e kubeconfig=...), C(-e context=...)), else V(registry)."],
         choices=["registry", "kubernetes"]),
     _option("connect_state", ("connect",), "str", [
         "V(absent) removes the peer everywhere - from the registry or cluster, from every leader, and this"
@@ -313,9 +317,36 @@ OPTIONS = dict([
         " its ranges, for any other IPAM.",
         "The agents may list and watch the objects of the source in effect (their ClusterRole follows it)."],
         default="node", choices=list(POD_SOURCES)),
+    # --- kube: how the controller reaches the Kubernetes API ------------------------------------
+    _option("kube", ("kube",), "dict", [
+        "How the controller reaches the Kubernetes API - kubernetes.core's client options as one mapping:"
+        " C(kubeconfig), C(context), C(host), C(api_key), C(ca_cert), C(validate_certs) (also C(ssl_ca_cert),"
+        " C(verify_ssl)); each one not given comes from its C(K8S_AUTH_*) environment variable, as for"
+        " kubernetes.core's modules.",
+        "Read by every task that talks to the API - the write-back M(kilo.mesh.annotate), M(kilo.mesh.agent) (the"
+        " role C(kilo.mesh.agent)), M(kilo.mesh.peer) with C(store=kubernetes) (C(playbooks/connect.yml)) and"
+        " C(playbooks/kubernetes.yml); a task's own client options win. A host outside the mesh group (a"
+        " connecting machine, V(localhost)) takes the mesh group's first host's.",
+        "The inventory plugin C(kilo.mesh.kubernetes) sets it on every host it makes to the client options of"
+        " its own configuration file, so every task reaches the cluster the inventory was read from: with the"
+        " plugin, give them in its file, once.",
+        "Replaces C(kilo_kube_kubeconfig), C(kilo_kube_context), C(kilo_kube_host), C(kilo_kube_api_key),"
+        " C(kilo_kube_ca_cert) and C(kilo_kube_validate_certs), which are still read (deprecated)."],
+        no_log=True),
+    # --- output: the files the controller writes for people -----------------------------------
+    _option("output_dir", ("output",), "path", [
+        "Directory on the controller where the files written for people go (C(playbooks/plan.yml)'s DOT file,"
+        " C(playbooks/graph.yml)'s picture, a configuration C(playbooks/showconf.yml) writes), and where a relative"
+        " C(dest) is taken from.",
+        "Default - the directory C(ansible-playbook) runs in (never the playbook's or the inventory's).",
+        "A file inside a directory given as inventory source is refused: Ansible would read it as inventory."]),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "kube", "output")
+
+# Variables that are no longer read under this name: the old name -> what replaces it.
+DEPRECATED_VARS = dict(("kilo_kube_" + name, "kilo_kube.%s" % name)
+                       for name in ("kubeconfig", "context", "host", "api_key", "ca_cert", "validate_certs"))
 
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
@@ -388,7 +419,7 @@ ROLES = {
             " call) and then M(kilo.mesh.join) on each host. Every option is read from the"
             " inventory variable named here (Kilo's default otherwise); the roles have no defaults of their own.",
             "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
-        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run"),
+        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run", "kube"),
     },
     "connect": {
         "short": "Connect a machine outside the mesh as a peer, like kgctl connect",
@@ -397,7 +428,7 @@ ROLES = {
             " or the cluster) and converges its WireGuard interface and routes to the mesh (M(kilo.mesh.connect)).",
             "C(playbooks/connect.yml) runs it, then the mesh's join, so the leaders take the peer in the same run.",
             "The mesh-wide options (subnet, granularity, port, ...) come from the mesh group's first host."],
-        "scopes": ("connect", "host", "run"),
+        "scopes": ("connect", "host", "run", "kube"),
         # kilo.mesh.connect converges no CNI and reads kilo_connect_state, never kilo_state
         "exclude": ("cni_path", "state"),
     },
@@ -416,7 +447,18 @@ ROLES = {
             " supervised daemon); otherwise it stops and removes it. C(playbooks/site.yml) runs it after the mesh's"
             " converge.",
             "The agent reads the same C(kilo_*) variables as the push run (mesh, host and key options)."],
-        "scopes": ("agent", "mesh", "host", "key", "run"),
+        "scopes": ("agent", "mesh", "host", "key", "run", "kube"),
+    },
+    "mesh": {
+        "short": "Deprecated - the old name of the role kilo.mesh.node, kept for one release",
+        "description": [
+            "Runs the role C(kilo.mesh.node) with the same variables; use that role instead (this one goes in 1.0.0).",
+            "Its old variable C(mesh_state) still works and is C(kilo_state); the other old C(mesh_*) variables are"
+            " the C(kilo_*) ones listed here."],
+        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run", "kube"),
+        "extra": {"mesh_state": {
+            "description": ["Deprecated - C(kilo_state): V(absent) removes exactly what this collection owns on the host."],
+            "type": "str", "choices": ["present", "absent"], "required": False}},
     },
 }
 
@@ -432,5 +474,6 @@ def role_argument_specs(role):
         entry = dict(entry, description=[d for d in entry["description"] if not d.startswith("Defaults to the inventory")],
                      required=False)
         options[var] = entry
+    options.update(copy.deepcopy(meta.get("extra", {})))
     return {"argument_specs": {"main": {"short_description": meta["short"], "description": list(meta["description"]),
                                         "options": options}}}

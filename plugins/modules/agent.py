@@ -17,7 +17,8 @@ description:
   - The agent keeps a node in the mesh between Ansible runs, as Kilo's C(kg) does - it watches the cluster's
     Nodes and Peers and converges the host with the same engine and backends as M(kilo.mesh.join).
   - With O(state=present), on the controller - creates the node's own identity with the controller's
-    Kubernetes credentials (the client options below, else the host's C(kilo_kube_*) variables) -
+    Kubernetes credentials (the client options below, else the host's C(kilo_kube) variable, as
+    for M(kilo.mesh.annotate)) -
     a ServiceAccount C(kilo-mesh-agent-<node>) in O(agent_namespace), bound to the shared ClusterRole
     C(kilo-mesh-agent) (get, list, watch Nodes and Peers) and to a ClusterRole allowing get and patch of
     B(its own Node only) (C(resourceNames)). Its token comes from the TokenRequest API.

@@ -34,9 +34,10 @@ description:
     and the agent's C(kilo.mesh/unreachable-leaders), C(kilo.mesh/deposed-at), C(kilo.mesh/next-key)); the
     operator's (location, leader, forced values, C(kilo.mesh/pod-cidrs), C(kilo.mesh/pod-cidr-source)) stay. A Node
     that no longer exists has nothing to remove - no error then (it is one with O(state=present)).
-  - A client option not given in the task comes from the host's inventory variable
-    C(kilo_kube_<option>) (for example C(kilo_kube_kubeconfig), C(kilo_kube_api_key)), else from its
-    C(K8S_AUTH_*) environment variable.
+  - A client option not given in the task comes from the host's inventory variable C(kilo_kube) (a mapping
+    of these options; the inventory plugin P(kilo.mesh.kubernetes#inventory) sets it to the options of its
+    own file, so the write-back reaches the cluster the inventory was read from), else from its
+    C(K8S_AUTH_*) environment variable. The old variables C(kilo_kube_<option>) are still read, deprecated.
   - The role C(kilo.mesh.node) runs this after M(kilo.mesh.join) for hosts from the inventory plugin
     P(kilo.mesh.kubernetes#inventory) (those with C(kilo_kubernetes_node)).
 extends_documentation_fragment:

@@ -53,6 +53,8 @@ options:
   kubernetes:
     description:
       - Kubernetes client options were given; O(connect_store) then defaults to V(kubernetes).
+      - So it does when the mesh group's first host has C(kilo_kube) (the inventory plugin C(kilo.mesh.kubernetes)
+        sets it on every host it makes).
     type: bool
     default: false
   mesh_facts_var:

@@ -29,19 +29,29 @@ description:
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
   - kilo.mesh.options.inputs
+  - kilo.mesh.options.output
 options:
   dest:
     description:
-      - File on the controller to write the graph to (a relative path is taken from where
-        C(ansible-playbook) runs). Replaced atomically, and only when its content changes.
+      - File on the controller to write the graph to; a relative path is taken from O(output_dir), else from
+        the directory C(ansible-playbook) runs in. Replaced atomically, and only when its content changes.
+      - Its extension says the format - C(.dot) or C(.gv) the DOT text, C(.svg), C(.png), C(.pdf) rendered by
+        Graphviz; any other name is refused before anything is computed.
       - Without it, the DOT text is returned only (RV(graph)).
     type: path
   format:
     description:
       - V(dot) - the DOT text; V(svg), V(png), V(pdf) - rendered by Graphviz.
-      - Defaults to the extension of O(dest) (C(.gv) is V(dot)), else V(dot).
+      - The extension of O(dest) says it; when given too, the two must agree.
     type: str
     choices: [dot, svg, png, pdf]
+  stand_ins:
+    description:
+      - A preview before every host has run - hosts that reported nothing yet are drawn, dashed and labelled
+        as having no key yet, where Kilo would place them (see
+        O(kilo.mesh.topology#module:stand_ins)); RV(stand_ins) names them.
+    type: bool
+    default: false
   layout:
     description:
       - Graphviz layout engine (C(dot -K)). V(auto) is V(dot) (kgctl's picture) and V(fdp) for a
@@ -142,4 +152,17 @@ missing:
   returned: when any
   type: list
   elements: str
+stand_ins:
+  description: With O(stand_ins), the hosts drawn with stand-in keys - those that still need their first run.
+  returned: when O(stand_ins) is true
+  type: list
+  elements: str
+lines:
+  description:
+    - What the task did, for people - the counts, the file written, the hosts drawn with stand-ins or left out;
+      a list, so Ansible's default output prints one line each.
+  returned: success
+  type: list
+  elements: str
+  sample: ["2 segments, 4 nodes, 0 peers", "written: /home/me/kilo-topology.svg (svg, dot layout)"]
 """

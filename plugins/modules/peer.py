@@ -80,6 +80,10 @@ attributes:
     support: full
     description: The spec before and after; the preshared key is masked.
 notes:
+  - With O(store=kubernetes), a client option not given in the task comes from the inventory variable
+    C(kilo_kube) (a mapping of these options) of this host, or of the mesh group's first host for a host
+    outside the mesh (a connecting machine) - the inventory plugin P(kilo.mesh.kubernetes#inventory) sets it
+    to the options of its own file - else from its C(K8S_AUTH_*) environment variable.
   - The spec is compared in canonical form (keys in base64's canonical spelling, endpoint names in lower case),
     so a second run with the same options changes nothing.
   - A missing C(Peer) CRD (the server answers 404 for the resource type) fails with a pointer to C(playbooks/kubernetes.yml).

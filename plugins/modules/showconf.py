@@ -31,7 +31,14 @@ description:
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
   - kilo.mesh.options.inputs
+  - kilo.mesh.options.output
 options:
+  dest:
+    description:
+      - Also write the configuration (RV(config)) to this file on the controller; a relative path is taken from
+        O(output_dir), else from the directory C(ansible-playbook) runs in. Replaced atomically, mode C(0644),
+        only when its content changes.
+    type: path
   node:
     description:
       - The node (inventory host of the mesh group) to show, like C(kgctl showconf node NAME).
@@ -65,7 +72,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Computes only; nothing is changed in either mode.
+    description: Computes only; O(dest) is not written, the task reports changed when it would be.
   diff_mode:
     support: none
     description: Returns a configuration, not differences.
@@ -121,6 +128,15 @@ config:
     Endpoint = 198.51.100.21:51820
     PersistentKeepalive = 0
     PublicKey = JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=
+lines:
+  description: RV(config) as a list of lines, which Ansible's default output prints one per line.
+  returned: success
+  type: list
+  elements: str
+dest:
+  description: The absolute path written (or, in check mode, that would be).
+  returned: when O(dest) is given
+  type: str
 data:
   description:
     - The same as data. With O(as_peer), the C(Peer) resource (C(apiVersion), C(kind), C(metadata.name),

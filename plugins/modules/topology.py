@@ -44,6 +44,20 @@ options:
         removed when the run ends).
     type: bool
     default: false
+  stand_ins:
+    description:
+      - A preview for people, before every host has run - a host of the group that reported nothing yet (no
+        key or endpoint in this run, the registry or its Node) is computed with a stand-in key (its text
+        starts with C(kiloMeshStandInNoKeyYet)), internal IP and public endpoint (from C(100.64.0.0/10), clear
+        of every network the mesh names), so the result shows every location, segment and leader.
+      - Who leads is Kilo's choice with those stand-ins - C(kilo_leader), else the first by name, since every
+        stand-in endpoint counts as public; a host whose real endpoint turns out private may lose the lead to
+        one with a public endpoint.
+      - RV(stand_ins) names those hosts, the graph draws them dashed and RV(segments) leaves out their stand-in
+        addresses. Never with O(save_plans) or O(peer) - stand-ins never reach a host or a peer's configuration.
+      - C(playbooks/plan.yml) sets it.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -176,4 +190,10 @@ missing:
   returned: when any
   type: list
   elements: str
+stand_ins:
+  description: With O(stand_ins), the hosts computed with stand-in keys and addresses - those that still need their first run.
+  returned: when O(stand_ins) is true
+  type: list
+  elements: str
+  sample: [aws-1, aws-2]
 """

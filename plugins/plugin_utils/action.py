@@ -12,6 +12,7 @@ validate fails the task with a message naming the host and the variable. Expecte
 from __future__ import annotations
 
 import copy
+import difflib
 import gc
 import json
 import os
@@ -52,6 +53,35 @@ def _out_of_bounds(parameters, given):
         if why:
             return "%s: %s" % (name, why)
     return None
+
+
+# The prefix of the deprecated variables of the Kubernetes client options (options.DEPRECATED_VARS),
+# kilo_kube_<option>: now the keys of kilo_kube.
+CLIENT_VAR = OPTIONS["kube"]["var"] + "_"
+
+
+def client_mapping(value, host):
+    """The client options of a ``kilo_kube`` value (kubernetes.core's names; its aliases taken),
+    checked: a mapping of known options of the right types, else a KiloError naming the host."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import argument_spec as client_spec
+    if value is None:
+        return {}
+    var = OPTIONS["kube"]["var"]
+    spec = client_spec()
+    if not isinstance(value, Mapping):
+        raise KiloError("a mapping of Kubernetes client options (%s), not %r" % (", ".join(spec), type(value).__name__),
+                        host_subject(host), var)
+    known = set(spec).union(*(spec[n].get("aliases") or () for n in spec))
+    for key in sorted(value, key=str):
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), 1)
+            raise KiloError("unknown client option %r%s (known: %s)" % (
+                key, " - did you mean %r?" % close[0] if close else "", ", ".join(spec)), host_subject(host), var)
+    validation = ArgumentSpecValidator(spec).validate(dict(value))
+    error = _first_error(validation)
+    if error:
+        raise KiloError(error, host_subject(host), var)
+    return dict((n, v) for n, v in validation.validated_parameters.items() if n in spec and v is not None)
 
 
 def _first_error(validation):
@@ -126,6 +156,12 @@ class KiloAction(ActionBase):
             result.update(self.run_kilo(args, task_vars))
         except KiloError as e:
             result.update(failed=True, msg=str(e.about(host_subject(task_vars.get("inventory_hostname")))))
+        return self.with_deprecations(result)
+
+    def with_deprecations(self, result):
+        """``result`` with the deprecations this action met (``deprecate``)."""
+        if self.__dict__.get("_deprecations"):
+            result["deprecations"] = list(result.get("deprecations") or []) + self._deprecations
         return result
 
     def run_kilo(self, args, task_vars):
@@ -308,18 +344,37 @@ class KiloAction(ActionBase):
         return dict((host, inputs) for host, inputs in plan_store.load_reading(key).items()
                     if host not in play and not touched(host))
 
-    # A Kubernetes client option the task does not give comes from this host's kilo_kube_<option>.
-    CLIENT_VAR = "kilo_kube_"
-
     def client_options(self, args, task_vars):
-        """The Kubernetes client options of the task (kubernetes.core's names), each missing one
-        from this host's variable kilo_kube_<option>; actions that talk to the API use this."""
+        """The Kubernetes client options (kubernetes.core's names) of an action that talks to the API:
+        the task's own (``args``), each one it does not give from the variable ``kilo_kube`` (a
+        mapping; the inventory plugin sets it to its own file's), else from the deprecated
+        ``kilo_kube_<option>``; kube_client reads K8S_AUTH_* for what is still missing. The
+        variables are this host's, or the mesh group's first host's for a host outside the mesh
+        (kilo.mesh.peer on a connecting machine)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import ENV
-        names = [n for n in ENV if args.get(n) in (None, "")]
-        found = self.variables(task_vars, task_vars["inventory_hostname"], [self.CLIENT_VAR + n for n in names])
+        source = self.mesh_source(task_vars)
+        var = OPTIONS["kube"]["var"]
+        found = self.variables(task_vars, source, [var] + [CLIENT_VAR + n for n in ENV])
+        given = client_mapping(found.get(var), source)
         options = dict((n, args.get(n)) for n in ENV)
-        options.update((n, found[self.CLIENT_VAR + n]) for n in names if found.get(self.CLIENT_VAR + n) not in (None, ""))
+        for name in ENV:
+            if options[name] not in (None, ""):
+                continue
+            if given.get(name) not in (None, ""):
+                options[name] = given[name]
+            elif found.get(CLIENT_VAR + name) not in (None, ""):
+                options[name] = found[CLIENT_VAR + name]
+                self.deprecate("%s%s is deprecated: give the Kubernetes client options once, as kilo_kube: {%s: ...}"
+                               " (the inventory plugin kilo.mesh.kubernetes sets kilo_kube from its own file)"
+                               % (CLIENT_VAR, name, name))
         return options
+
+    def deprecate(self, msg, version="1.0.0"):
+        """A deprecation warning in this task's result (Ansible shows it once per message)."""
+        found = self.__dict__.setdefault("_deprecations", [])
+        entry = dict(msg=msg, version=version, collection_name="kilo.mesh")
+        if entry not in found:
+            found.append(entry)
 
     def module_args(self, args, scopes):
         """The options of ``scopes`` out of ``args``, for a module call."""

@@ -134,12 +134,12 @@ def registry_path(task_vars, path=None, group=None):
         inventory_dir = task_vars["hostvars"][hosts[0]].get("inventory_dir") or inventory_dir
     directory = inventory_dir or os.getcwd()
     visible, hidden = os.path.join(directory, REGISTRY_FILE), os.path.join(directory, "." + REGISTRY_FILE)
-    if not _in_directory_source(directory, task_vars.get("ansible_inventory_sources")):
+    if not in_directory_source(directory, task_vars.get("ansible_inventory_sources")):
         return visible
     return visible if os.path.exists(visible) and not os.path.exists(hidden) else hidden
 
 
-def _in_directory_source(directory, sources):
+def in_directory_source(directory, sources):
     """Is ``directory`` (in) an inventory source that is a directory, which Ansible reads whole?"""
     real = os.path.realpath(directory)
     for source in sources or ():

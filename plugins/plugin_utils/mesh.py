@@ -17,6 +17,8 @@ names that step's registered result.
 
 from __future__ import annotations
 
+import ipaddress
+
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
@@ -27,6 +29,88 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
     INPUT_VARS, gather_nodes, host_node, mesh_peers, missing_warning, placed, read_registry, registry_path,
     update_registry)
+
+
+# Stand-ins (``MeshReading(stand_ins=True)``, kilo.mesh.topology and kilo.mesh.graph for people
+# only): a host that reported nothing yet is shown with a made-up key that says what it is, an
+# internal IP and a "public" endpoint (Kilo's test: outside 10/8, 172.16/12, 192.168/16) from
+# 100.64.0.0/10, clear of every network the mesh names. Never in a plan a host gets: the run-once
+# step, join, annotate and showconf read no stand-ins.
+STAND_IN_KEY = "kiloMeshStandInNoKeyYet%019d0="
+STAND_IN_INTERNAL = ipaddress.ip_network("100.64.0.0/11")
+STAND_IN_EXTERNAL = ipaddress.ip_network("100.96.0.0/11")
+STAND_IN_INTERNAL6 = ipaddress.ip_network("fd6b:696c:6f00::/64")
+
+
+def _networks(value):
+    """The IP networks of a node's or peer's field value (one, a list, text with commas); what does
+    not parse is skipped (the engine's checks name it)."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",") if value else []
+    out = []
+    for item in items:
+        text = str(item).strip()
+        if text.startswith("["):  # [IPv6]:port
+            text = text[1:].partition("]")[0]
+        elif text.count(":") == 1:  # IPv4:port
+            text = text.partition(":")[0]
+        try:
+            out.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            continue
+    return out
+
+
+def stand_in_facts(hosts, nodes, peers, options, dual=False):
+    """host -> made-up public facts (key, internal IP, external IP) for ``hosts``, for display:
+    each address unique and outside every network ``nodes``, ``peers`` and ``options`` name."""
+    taken = _networks(options.get("subnet")) + _networks(options.get("service_cidrs"))
+    for node in nodes:
+        for field in ("internal_ip", "pod_cidr", "allowed_location_ips", "endpoint"):
+            taken += _networks(node.get(field))
+    for peer in peers or ():
+        if isinstance(peer, dict):
+            taken += _networks(peer.get("allowed_ips"))
+
+    def free(network):
+        """The addresses of ``network`` (not its first or last) outside every taken network, in order:
+        a taken network is stepped over whole, so a big one costs one step."""
+        near = sorted((net for net in taken if net.version == network.version and net.overlaps(network)),
+                      key=lambda net: int(net.network_address))
+        last = int(network.broadcast_address) - 1
+        value = int(network.network_address) + 1
+        while value <= last:
+            inside = [net for net in near if int(net.network_address) <= value <= int(net.broadcast_address)]
+            if inside:
+                value = max(int(net.broadcast_address) for net in inside) + 1
+                continue
+            yield ipaddress.ip_address(value) if network.version == 4 else ipaddress.IPv6Address(value)
+            value += 1
+        raise KiloError("no address left for a stand-in in %s" % network, "task", "stand_ins")
+    internal, external, internal6 = free(STAND_IN_INTERNAL), free(STAND_IN_EXTERNAL), free(STAND_IN_INTERNAL6)
+    out = {}
+    for index, host in enumerate(hosts, 1):
+        ip = "%s/%d" % (next(internal), STAND_IN_INTERNAL.prefixlen)
+        if dual:
+            ip = [ip, "%s/%d" % (next(internal6), STAND_IN_INTERNAL6.prefixlen)]
+        out[host] = dict(public_key=STAND_IN_KEY % index, internal_ip=ip, external_ip=str(next(external)))
+    return out
+
+
+def mark_stand_ins(computed, hosts):
+    """The engine's answer with the stand-in nodes ``hosts`` marked for display: their members
+    (``stand_in``, no internal IP or endpoint) and the segments they lead (no key or endpoint,
+    ``leader_stand_in``). The plans are the engine's, shared, unchanged."""
+    hosts = set(hosts)
+    if not hosts:
+        return computed
+    segments = []
+    for seg in computed["segments"]:
+        seg = dict(seg, members=[dict(m, stand_in=True, internal_ip=None, endpoint=None) if m["name"] in hosts else m
+                                 for m in seg.get("members") or []])
+        if seg["leader"] in hosts:
+            seg.update(leader_stand_in=True, endpoint=None, public_key=None)
+        segments.append(seg)
+    return dict(computed, segments=segments)
 
 
 def engine_options(args):
@@ -47,11 +131,15 @@ class MeshReading(object):
     fewer: only what its questions need). ``check_mode``: the task's (no registry write).
     ``earlier``: host -> inputs of hosts outside the play
     as an earlier step of the play read them (``KiloAction.earlier_reading``). ``location_groups``:
-    ``KiloAction.location_groups``' answer when the caller has it already.
+    ``KiloAction.location_groups``' answer when the caller has it already. ``stand_ins``: hosts
+    that reported nothing yet are nodes with stand-in facts (``stand_in_facts``), for a reading
+    shown to people only (a preview before the first run); ``stand_ins`` then lists them.
     """
 
-    def __init__(self, action, task_vars, args, check_mode=False, earlier=None, location_groups=None):
+    def __init__(self, action, task_vars, args, check_mode=False, earlier=None, location_groups=None,
+                 stand_ins=False):
         self._action = action
+        self._stand_ins = stand_ins
         self.check_mode = check_mode
         self.task_vars = task_vars
         self.args = args
@@ -99,9 +187,21 @@ class MeshReading(object):
     def _gathered(self):
         def gather():
             if self.args.get("nodes") is not None:  # explicit nodes win over the inventory
-                return [dict(n) for n in self.args["nodes"]], [], {}, set()
-            return gather_nodes(self.task_vars, self.group, self.args["port"], self.args["facts_var"],
-                                self.registry, self.locations, self._earlier, self.dual)
+                return [dict(n) for n in self.args["nodes"]], [], {}, set(), []
+            nodes, missing, fresh, rotating = gather_nodes(
+                self.task_vars, self.group, self.args["port"], self.args["facts_var"], self.registry,
+                self.locations, self._earlier, self.dual)
+            stand_ins = []
+            if self._stand_ins and missing:
+                facts = stand_in_facts(missing, nodes, self.peers, self.args, self.dual)
+                locations = self.locations or {}
+                for host in missing:
+                    node = host_node(host, self.host_vars(host), None, facts[host], locations.get(host, ""),
+                                     self.args["port"], self.dual)[0]
+                    nodes.append(node)
+                    stand_ins.append(host)
+                missing = []
+            return nodes, missing, fresh, rotating, stand_ins
         return self._once("gathered", gather)
 
     @property
@@ -125,6 +225,11 @@ class MeshReading(object):
         return self._gathered()[3]
 
     @property
+    def stand_ins(self):
+        """Hosts shown with stand-in facts (``stand_ins=True``): they still need their first run."""
+        return self._gathered()[4]
+
+    @property
     def peers(self):
         """The outside peers: kilo_peers, then the registry's."""
         return self._once("peers", lambda: mesh_peers(self.args.get("peers"), self.registry))
@@ -133,7 +238,8 @@ class MeshReading(object):
         """The engine's answer for the whole mesh (plans of ``only``, default every node)."""
         if only is not None:
             return build_plans(self.nodes, self.peers, self.options, only=only)
-        return self._once("computed", lambda: build_plans(self.nodes, self.peers, self.options))
+        return self._once("computed", lambda: mark_stand_ins(
+            build_plans(self.nodes, self.peers, self.options), self.stand_ins))
 
     # --- one host ----------------------------------------------------------------------------
 

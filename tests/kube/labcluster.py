@@ -103,8 +103,8 @@ def write_inventory(lab, kubeconfig, directory, registry):
         os.makedirs(os.path.join(directory, sub), exist_ok=True)
     config = os.path.join(directory, "cluster.kubernetes.yml")
     _dump(config, {"plugin": "kilo.mesh.kubernetes", "kubeconfig": kubeconfig})
-    _dump(os.path.join(directory, "group_vars", "kilo.yml"),
-          dict(kilo["vars"], kilo_kube_kubeconfig=kubeconfig, kilo_registry=registry))
+    # the client options once, in the plugin's file: it gives every host kilo_kube for the write-back
+    _dump(os.path.join(directory, "group_vars", "kilo.yml"), dict(kilo["vars"], kilo_registry=registry))
     for location in kilo["children"].values():
         for host, hvars in location["hosts"].items():
             _dump(os.path.join(directory, "host_vars", host + ".yml"),

@@ -2,6 +2,7 @@
 nothing, the first run installs the Peer CRD (Established) and the RBAC objects by server-side apply,
 a second run changes nothing; an object changed behind its back is reported by --check and put back
 by the next run."""
+import json
 import os
 
 import pytest
@@ -48,10 +49,10 @@ def applied_by_us(obj):
 
 
 def run(kube, *args, env=None):
-    """The playbook against ``kube`` (its kubeconfig as -e kubeconfig, unless ``env`` names the cluster):
-    (changed count, output)."""
+    """The playbook against ``kube`` (its kubeconfig in kilo_kube, the collection's one variable of the
+    client options, unless ``env`` names the cluster): (changed count, output)."""
     if env is None:
-        args = ("-e", f"kubeconfig={kube.kubeconfig}") + args
+        args = ("-e", json.dumps({"kilo_kube": {"kubeconfig": kube.kubeconfig}})) + args
     rc, out = playbook(PLAYBOOK, *args, env=env)
     assert rc == 0, out
     return recap(out)["changed"], out
@@ -86,6 +87,9 @@ def test_install_twice(kube, admin, had):
     assert changed == 0, out
     changed, out = run(kube, "--check", "--diff", env=env)
     assert changed == 0, out
+    # the playbook's old variables still work, and say they are deprecated
+    changed, out = run(kube, "-e", f"kubeconfig={kube.kubeconfig}", env=environment())
+    assert changed == 0 and "DEPRECATED: -e kubeconfig" in out, out
 
 
 def test_drift_is_reported_in_check_mode_and_repaired(kube, admin, had):

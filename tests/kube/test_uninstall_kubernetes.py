@@ -9,6 +9,7 @@ and a foreign annotation on each Node. Then kubernetes.yml (the Peer CRD and the
 server-side apply), site.yml in agent mode (each agent with its own ServiceAccount and roles,
 its annotations on its Node). Tests run in file order and share the cluster.
 """
+import json
 import os
 import sys
 import time
@@ -59,7 +60,8 @@ def api(cluster):
 
 def kubernetes_yml(server, *args, expect_rc=0):
     start = time.monotonic()
-    rc, out = playbook(KUBERNETES_YML, "-e", "kubeconfig=%s" % server.kubeconfig, *args, env=environment())
+    rc, out = playbook(KUBERNETES_YML, "-e", json.dumps({"kilo_kube": {"kubeconfig": server.kubeconfig}}), *args,
+                       env=environment())
     print("kubernetes.yml %s: %.1f s, rc %d" % (" ".join(args), time.monotonic() - start, rc))
     assert rc == expect_rc, out[-6000:]
     return recap(out)["changed"], out

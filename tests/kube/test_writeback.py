@@ -64,7 +64,7 @@ def mesh(kube, admin, tmp_path):
                        "fake_key": {"public_key": KEYS[i], "internal_ip": "172.16.%d.%d/24" % (1 + i // 2, i + 1),
                                     "external_ip": "203.0.113.%d" % (i + 1), "mtu": 1500,
                                     "discovered_endpoints": {KEYS[(i + 1) % 3]: "198.51.100.%d:51820" % i}}}
-    inventory = {"kilo": {"vars": {"kilo_kube_kubeconfig": kube.kubeconfig, "kilo_encapsulate": "never"},
+    inventory = {"kilo": {"vars": {"kilo_kube": {"kubeconfig": kube.kubeconfig}, "kilo_encapsulate": "never"},
                           "children": {"a": {"hosts": dict((n, hosts[n]) for n in names[:2]),
                                              "vars": {"kilo_persistent_keepalive": 25}},
                                        "b": {"hosts": {names[2]: hosts[names[2]]}}}}}
@@ -83,7 +83,7 @@ def run(tmp_path, *extra, rc=0):
     assert done.returncode == rc, done.stdout[-4000:] + done.stderr[-2000:]
     results = [json.loads(json.loads("{%s}" % line.strip().rstrip(","))["msg"][len("RESULT "):])
                for line in done.stdout.splitlines() if '"msg": "RESULT ' in line]
-    return done.stdout, results
+    return done.stdout + done.stderr, results
 
 
 def annotations(admin, name):
@@ -164,11 +164,13 @@ def test_a_missing_node_and_missing_rights_are_named(kube, admin, mesh, tmp_path
     if kube.user_token is None:
         return
     inventory = yaml.safe_load((tmp_path / "inventory.yml").read_text())
+    # the old variables (deprecated) still work, and say so
     inventory["kilo"]["vars"] = {"kilo_kube_host": kube.host, "kilo_kube_api_key": kube.user_token,
                                  "kilo_kube_ca_cert": kube.ca_cert}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     out, _results = run(tmp_path, rc=2)
     assert "403" in out and "lack" in out and kube.user_token not in out
+    assert "kilo_kube_host is deprecated" in out and "kilo_kube_api_key is deprecated" in out
 
 
 def test_kubernetes_core_alias_names_of_the_client_options_work(kube, admin, mesh, tmp_path):
@@ -176,7 +178,7 @@ def test_kubernetes_core_alias_names_of_the_client_options_work(kube, admin, mes
     if kube.ca_cert is None:
         pytest.skip("the cluster's kubeconfig names no CA file")
     inventory = yaml.safe_load((tmp_path / "inventory.yml").read_text())
-    del inventory["kilo"]["vars"]["kilo_kube_kubeconfig"]
+    del inventory["kilo"]["vars"]["kilo_kube"]
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     play = PLAY.replace("        facts_var: node_host\n        topology_var: node_mesh\n",
                         "        facts_var: node_host\n        topology_var: node_mesh\n"

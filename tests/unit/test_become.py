@@ -75,10 +75,11 @@ def test_a_call_that_is_not_root_names_the_user_and_the_fix(monkeypatch):
     class Module(object):
         def fail_json(self, **result):
             raise SystemExit(result)
+    failed = {}
     try:
         host_checks.require_root(Module())
     except SystemExit as e:
         failed = e.args[0]
-    assert failed["not_root"] is True and failed["msg"] == host_checks.not_root()
+    assert failed.get("not_root") is True and failed.get("msg") == host_checks.not_root()
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert host_checks.require_root(Module()) is None

@@ -40,3 +40,63 @@ def test_argument_spec_is_the_fragment():
         assert spec[name]["type"] == doc["type"], name
         assert sorted(spec[name].get("aliases", [])) == sorted(doc.get("aliases", [])), name
     assert spec["api_key"]["no_log"] is True
+
+
+# --- one way to give them: kilo_kube (KiloAction.client_options) -----------------------------------
+
+import pytest  # noqa: E402
+
+from ansible_collections.kilo.mesh.plugins.action import annotate  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEPRECATED_VARS, OPTIONS  # noqa: E402
+from test_mesh_reading import make_action, task_vars_of  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def client_of(hostvars, host, args=None, groups=None):
+    action = make_action(annotate)
+    return action.client_options(dict(args or {}), task_vars_of(hostvars, host, groups=groups)), action
+
+
+def test_kilo_kube_gives_each_option_the_task_does_not():
+    hostvars = {"a": {"kilo_kube": {"kubeconfig": "/srv/other.kubeconfig", "context": "c", "verify_ssl": "no"}}}
+    options, action = client_of(hostvars, "a", {"context": "mine"})
+    assert options == {"kubeconfig": "/srv/other.kubeconfig", "context": "mine", "host": None, "api_key": None,
+                       "validate_certs": False, "ca_cert": None}
+    assert not action.__dict__.get("_deprecations")
+
+
+def test_the_old_variables_still_work_and_say_they_are_deprecated():
+    assert sorted(DEPRECATED_VARS) == sorted("kilo_kube_" + n for n in kube_client.ENV)
+    hostvars = {"a": {"kilo_kube_kubeconfig": "/old", "kilo_kube": {"context": "c"}}}
+    options, action = client_of(hostvars, "a")
+    assert options["kubeconfig"] == "/old" and options["context"] == "c"
+    assert [d["msg"].split(" ")[0] for d in action._deprecations] == ["kilo_kube_kubeconfig"]
+    assert action.with_deprecations({})["deprecations"][0]["collection_name"] == "kilo.mesh"
+    # kilo_kube wins over an old name
+    options, action = client_of({"a": {"kilo_kube_kubeconfig": "/old", "kilo_kube": {"kubeconfig": "/new"}}}, "a")
+    assert options["kubeconfig"] == "/new" and not action.__dict__.get("_deprecations")
+
+
+def test_a_host_outside_the_mesh_takes_the_meshs():
+    """kilo.mesh.peer delegated from a connecting machine, playbooks/kubernetes.yml on localhost."""
+    hostvars = {"a": {"kilo_kube": {"kubeconfig": "/mesh"}}, "laptop": {}}
+    options = client_of(hostvars, "laptop", groups={"kilo": ["a"], "connect": ["laptop"]})[0]
+    assert options["kubeconfig"] == "/mesh"
+
+
+@pytest.mark.parametrize("value, said", [
+    ("/a/kubeconfig", "a mapping of Kubernetes client options"),
+    ({"kubconfig": "/a"}, "unknown client option 'kubconfig' - did you mean 'kubeconfig'?"),
+    ({"validate_certs": "maybe"}, "validate_certs"),
+])
+def test_a_bad_kilo_kube_is_named_with_its_host(value, said):
+    with pytest.raises(KiloError) as e:
+        client_of({"a": {"kilo_kube": value}}, "a")
+    assert str(e.value).startswith("host 'a': kilo_kube: ") and said in str(e.value)
+
+
+def test_kilo_kube_is_an_option_of_the_table_and_of_the_roles_that_reach_the_api():
+    assert OPTIONS["kube"]["var"] == "kilo_kube" and OPTIONS["kube"]["scopes"] == ("kube",)
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import role_argument_specs
+    for role in ("node", "agent", "connect", "mesh"):
+        assert "kilo_kube" in role_argument_specs(role)["argument_specs"]["main"]["options"], role

@@ -89,12 +89,26 @@ def test_cross_granularity_hub_says_different_locations():
 
 def test_formats_and_layouts():
     assert format_of("/x/a.svg") == "svg" and format_of("a.PNG") == "png" and format_of("a.gv") == "dot"
-    assert format_of(None) == "dot" and format_of("a.svg", "pdf") == "pdf" and format_of("a.txt") == "dot"
+    assert format_of(None) == "dot" and format_of(None, "svg") == "svg" and format_of("a.svg", "svg") == "svg"
     with pytest.raises(GraphError):
         format_of("a", "gif")
     assert layout_for(to_dot(mesh(3))) == "dot" and layout_for(to_dot(mesh(30))) == "fdp"
     assert layout_for(to_dot(mesh(3)), "circo") == "circo"
     assert render("digraph a {}\n", "dot") == (b"digraph a {}\n", None)
+
+
+@pytest.mark.parametrize("path, fmt, said", [
+    ("m.jpg", None, "'.jpg' names no format"),      # DOT text (or an SVG) under a .jpg name: refused
+    ("m.jpg", "png", "'.jpg' names no format"),     # even when the format is given
+    ("m", None, "(none) names no format"),
+    ("m.txt", "dot", "'.txt' names no format"),
+    ("m.svg", "pdf", "format pdf, but the extension says svg"),
+    ("m.gv", "svg", "format svg, but the extension says dot"),
+])
+def test_the_format_follows_the_extension_or_is_refused(path, fmt, said):
+    with pytest.raises(GraphError) as e:
+        format_of(path, fmt)
+    assert said in str(e.value) and str(e.value).startswith(path + ":")
 
 
 def test_render_without_graphviz_says_how_to_install(tmp_path):

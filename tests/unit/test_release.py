@@ -26,6 +26,7 @@ def test_the_tarball_ships_no_checkout_files(tarball):
     with tarfile.open(str(tarball)) as tar:
         names = tar.getnames()
     for unwanted in ("ansible.cfg", ".gitignore", "inventory/kilo-topology.dot", "inventory/kilo-registry.json",
+                     "kilo-topology.dot", "kilo-topology.svg",
                      "lab", "extensions", "Makefile", "tests/host", "requirements.txt"):
         assert not any(n == unwanted or n.startswith(unwanted + "/") for n in names), unwanted
     for wanted in ("plugins/modules/converge.py", "playbooks/site.yml", "roles/node/tasks/main.yml",
@@ -34,6 +35,8 @@ def test_the_tarball_ships_no_checkout_files(tarball):
         assert wanted in names, wanted
 
 
+@pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ansible-builder")),
+                    reason="ansible-builder is in .venv only (the ansible-core-2.17/2.21 venvs run without it)")
 def test_an_execution_environment_gets_the_collections_dependencies(tarball, tmp_path):
     collections = tmp_path / "collections"
     subprocess.run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "--force", "-p", str(collections),

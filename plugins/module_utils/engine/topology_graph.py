@@ -32,6 +32,8 @@ MESH_EDGES = ("auto", "all", "hub")
 # Graphviz layout engines worth choosing here; "auto" is dot for small meshes, fdp for hubs.
 LAYOUTS = ("auto", "dot", "fdp", "neato", "circo", "twopi", "sfdp")
 FORMATS = ("dot", "svg", "png", "pdf")
+# What a node that reported nothing yet says in a preview's picture (its key and addresses are stand-ins).
+STAND_IN_LABEL = "(no key yet: after its first run)"
 HUB_ID = "wireguard/mesh"
 INSTALL_HINT = ("Graphviz's dot is not installed on the controller: apt install graphviz (Debian, Ubuntu),"
                 " dnf install graphviz (Fedora, EL), pacman -S graphviz (Arch), brew install graphviz (macOS);"
@@ -88,11 +90,19 @@ def to_dot(result, mesh_edges="auto"):
             parts = [seg["key"], member["name"]] + (list(pods) if isinstance(pods, list) else [pods]) + [
                 member.get("internal_ip")]
             attrs = ["shape=ellipse"]
+            styles = []
             if is_leader:
                 parts += [seg.get("wireguard_ip"), seg.get("endpoint")]
                 attrs.insert(0, "rank=1")
                 # Leaders stand out at a glance: a double outline, bold.
-                attrs += ["peripheries=2", "style=bold"]
+                attrs.append("peripheries=2")
+                styles.append("bold")
+            if member.get("stand_in"):
+                # a host that reported nothing yet, drawn from a preview (kilo.mesh.graph stand_ins)
+                parts.append(STAND_IN_LABEL)
+                styles.append("dashed")
+            if styles:
+                attrs.append("style=%s" % (styles[0] if len(styles) == 1 else _quote(",".join(styles))))
             node_id = _quote("node/" + member["name"])
             lines.append("\t\t%s [label=%s, %s];" % (node_id, _label(parts), ", ".join(attrs)))
             if not is_leader:
@@ -141,15 +151,22 @@ def layout_for(dot_text, layout="auto"):
 
 
 def format_of(path, fmt=None):
-    """The output format: ``fmt`` when given, else the file's extension, else dot."""
-    if fmt:
-        if fmt not in FORMATS:
-            raise GraphError("format: %r is not one of %s" % (fmt, ", ".join(FORMATS)))
-        return fmt
-    ext = os.path.splitext(path or "")[1].lstrip(".").lower()
-    if ext == "gv":
-        return "dot"
-    return ext if ext in FORMATS else "dot"
+    """The output format of a file ``path``: its extension's (C(.gv) is dot); ``fmt`` may repeat
+    it. GraphError when the extension names no format of FORMATS (a C(.jpg) would get DOT text or
+    an SVG under its name) or another one than ``fmt``. Without ``path`` (the DOT text is only
+    returned): ``fmt``, else dot."""
+    if fmt and fmt not in FORMATS:
+        raise GraphError("format: %r is not one of %s" % (fmt, ", ".join(FORMATS)))
+    if not path:
+        return fmt or "dot"
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    named = "dot" if ext == "gv" else ext if ext in FORMATS else None
+    if named is None:
+        raise GraphError("%s: the extension %s names no format this module writes: end the name with %s" % (
+            path, repr("." + ext) if ext else "(none)", ", ".join("." + f for f in FORMATS + ("gv",))))
+    if fmt and fmt != named:
+        raise GraphError("%s: format %s, but the extension says %s" % (path, fmt, named))
+    return named
 
 
 def render(dot_text, fmt, layout="auto", timeout=120, dot_command=None):
