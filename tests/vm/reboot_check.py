@@ -26,7 +26,6 @@ Lines "figure: ..." are the figures reboot_run.py prints again at the end.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
