@@ -317,6 +317,15 @@ def restored(c, tag, inp, backend):
     print("%s kv-test started %.1f s after the kernel started" % (tag, uptime()))
     wait_unit(c, tag)
     check_state(c, tag, inp, backend)
+    if backend == "userspace":
+        # the daemon's unit restores the stored plan after it starts (ExecStartPost, for a daemon
+        # systemd restarted); at boot the boot restore started it and holds the converge lock, so
+        # that second restore must wait and find everything in place, not converge alongside
+        unit = userspace_daemon()[1]
+        journal = sh("journalctl", "-b", "-u", unit or "none", "--no-pager", "-o", "cat").stdout
+        second = [line for line in journal.splitlines() if "kilo-mesh restore: %s:" % STORED_PLAN in line]
+        c.check("%s the daemon's own restore waited for the boot restore (%d run, all 'already in place')"
+                % (tag, len(second)), all("already in place" in line for line in second), second)
     traffic(c, tag, inp)
     # reboot_run.py counts the outside pings of this boot up to here: what the restore brought back
     print("KVB-RESTORED %s" % os.environ.get("KV_BOOT"))
