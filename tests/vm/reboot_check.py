@@ -380,7 +380,7 @@ def main():
         except Exception as e:  # a crash is a failure; the schedule goes on so later boots report
             c.check("[boot %d] ran to the end" % boot, False, "%s: %s" % (type(e).__name__, e))
             rc = {1: REBOOT, 2: RESET}.get(boot, 1)
-    print("boot %d: %d passed, %d failed" % (boot, c.passed, c.failed))
+    print("reboot-check: %d passed, %d failed (boot %d)" % (c.passed, c.failed, boot))
     if rc in (REBOOT, RESET):
         return rc
     return 1 if c.failed or rc else 0
