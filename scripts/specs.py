@@ -3,8 +3,10 @@
 table (plugins/module_utils/nodes.py):
 
 * plugins/doc_fragments/options.py - the doc fragments MESH, INPUTS, HOST, KEY, PREPARE
-  and PLAN (literal YAML: ansible-test reads doc fragments as text), and NODE_VARS (the node
-  variables as notes, for kilo.mesh.topology and the inventory plugin kilo.mesh.kubernetes);
+  and PLAN (literal YAML: ansible-test reads doc fragments as text), NODE_VARS (the node
+  variables as notes, for kilo.mesh.topology and the inventory plugin kilo.mesh.kubernetes) and
+  VARIABLES (every other kilo_* variable, the peer fields and the Node annotations kilo.mesh.validate
+  knows, as notes);
 * roles/*/meta/argument_specs.yml - the roles' variables;
 * docs/docsite/rst/guide_push.rst - the node variables between its "node variables" markers (the
   collection docs' page on the inventory's variables).
@@ -22,6 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
 from ansible_collections.kilo.mesh.plugins.module_utils import nodes, options, plan  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import PEER_FIELDS  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import KNOWN_ANNOTATIONS  # noqa: E402
 
 
 class Dumper(yaml.SafeDumper):
@@ -62,7 +66,29 @@ def fragments():
     # no options of its own: a fragment must carry the key, and notes are what it adds
     out["NODE_VARS"] = {"options": {}, "notes": ["Node variables (Kilo's node annotations), one per host:"]
                         + nodes.doc_lines()}
+    out["VARIABLES"] = {"options": {}, "notes": variables_notes()}
     return out
+
+
+def variables_notes():
+    """What kilo.mesh.validate holds names to, besides the options and the node variables."""
+    notes = ["Every C(kilo_*) variable of a host of the mesh is one the collection reads, or M(kilo.mesh.validate)"
+             " refuses it, naming the host, the variable and the closest known name (a variable a task of the run set,"
+             " with C(register) or C(set_fact), is the play's own and passes) - the options' variables, the node"
+             " variables, and these:"]
+    for name, doc in sorted(options.OTHER_VARIABLES.items()):
+        notes.append("C(%s) - %s." % (name, doc))
+    for name, new in sorted(options.DEPRECATED_VARS.items()):
+        notes.append("C(%s) - deprecated, read as C(%s)." % (name, new))
+    for prefix, doc in sorted(options.OTHER_PREFIXES.items()):
+        notes.append("C(%s*) - %s; never read, never refused." % (prefix, doc))
+    notes.append("A peer (an item of C(kilo_peers), a peer of the registry) has the fields C(name), %s; any other is"
+                 " refused, naming the peer and the closest field." % ", ".join("C(%s)" % f for f in PEER_FIELDS))
+    notes.append("A Node's annotations of Kilo's prefix C(%s) and of ours, C(%s) (the inventory plugin's"
+                 " C(kubernetes_annotations)), are among %s; any other is refused, naming the host, the annotation"
+                 " and the closest known one." % (nodes.ANNOTATION_PREFIX, nodes.OWN_PREFIX,
+                                                  ", ".join("C(%s)" % a for a in KNOWN_ANNOTATIONS)))
+    return notes
 
 
 def fragment_file():

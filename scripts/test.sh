@@ -40,6 +40,8 @@ stages=(
   "vm|kernel-vm-debian-pyroute2|bash tests/vm/run.sh --pyroute2 debian tests/vm/kernel_backend_check.py"
   "vm|converge-vm-ipip|bash tests/vm/run.sh --pyroute2 debian tests/vm/converge_check.py"
   "vm|agent-unit-vm|bash tests/vm/run.sh --systemd --pyroute2 debian tests/vm/agent_unit_check.py"
+  # three boots of one VM (converge, systemctl reboot, hard reset) with a WireGuard peer outside it
+  "vm|reboot-vm|.venv/bin/python tests/vm/reboot_run.py"
 )
 # Which lane follows which: "pure" is short (a few minutes), so the VM stages come after it in
 # the same lane; the lab and the API server lanes are the long ones.

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan, peer_addresses
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families, read_families
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_warning
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import connect_peer, missing_warning
 
 
 class ActionModule(KiloAction):
@@ -64,15 +63,7 @@ class ActionModule(KiloAction):
     def peer(args, host, families=()):
         """The arguments of kilo.mesh.peer for this machine (the role passes them on); in a
         dual-stack mesh (``families``) its allowed IPs may be one of each family."""
-        name = args["connect_name"] or host
-        check_peer_name(name)
-        peer = dict(name=name, state=args["connect_state"], store=args["connect_store"]
-                    or ("kubernetes" if args["kubernetes"] else "registry"))
-        if args["connect_state"] == "present":
-            addresses = peer_addresses(args["connect_allowed_ip"], host_subject(host), families)
-            peer.update(allowed_ips=[str(a) for a in addresses],
-                        persistent_keepalive=args["connect_persistent_keepalive"])
-        return peer
+        return connect_peer(args, host, families, args["kubernetes"])
 
     def plan(self, args, task_vars, host, group, result):
         members = task_vars.get("groups", {}).get(group) or []

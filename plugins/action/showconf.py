@@ -27,6 +27,7 @@ class ActionModule(KiloAction):
     def run_kilo(self, args, task_vars):
         dest = args["dest"] and output_path(args["dest"], args["output_dir"], task_vars.get("ansible_inventory_sources"))
         mesh = self.mesh(task_vars, args)
+        mesh.checked()  # the one check of the whole mesh (plugin_utils/validate.py), as every reader
         result = dict(changed=False)
         result.update(showconf(mesh.nodes, mesh.peers, mesh.options, node=args["node"], peer=args["peer"],
                                as_peer=args["as_peer"], allowed_ips=args["allowed_ips"], output=args["format"]))

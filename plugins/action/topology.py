@@ -21,6 +21,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph im
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result, stale_leaders, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import as_host_error, check_parties
 
 
 # A key rotation's schedule (``rotation`` in the result; kilo.mesh.join hands each host its moment):
@@ -91,7 +92,7 @@ class ActionModule(KiloAction):
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
         batch = task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]]
         play = [h for h in batch if h in names]
-        computed = mesh.computed(only=play)
+        computed = mesh.computed(only=play, check=lambda topology: self.check_parties(task_vars, mesh, topology))
         mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:
             update_registry(mesh.registry_file, mesh.fresh)
@@ -101,6 +102,18 @@ class ActionModule(KiloAction):
                       rotation=self.rotation(play, mesh.rotating, computed["plans"]))
         result.update(missing_result(mesh.missing))
         return result
+
+    @staticmethod
+    def check_parties(task_vars, mesh, topology):
+        """What validate checked before the key step with stand-ins, now with what the hosts
+        reported (two locations' hosts that found one internal IP, a discovered address inside
+        the subnet): refused before any host converges, as validate says it."""
+        hostvars = task_vars["hostvars"]
+        hosts = task_vars.get("groups", {}).get(mesh.group) or [None]
+        try:
+            check_parties(topology, mesh.peers)
+        except KiloError as e:
+            raise as_host_error(e, hostvars, hosts[0])
 
     def rotation(self, play, reported, plans):
         """Which hosts of the play switch to a new key in this run (``reported``: the mesh reading's

@@ -30,9 +30,9 @@ options:
   subnet:
     description:
       - Subnet the WireGuard IPs of the segments come from (a CIDR).
-      - 'Beyond Kilo (issue 23): a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each segment
-        gets a WireGuard IP from each, the first is the primary (Kilo''s one WireGuard IP), and nodes may carry
-        internal IPs and pod ranges of both families.'
+      - 'Beyond Kilo: a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each segment gets
+        a WireGuard IP from each, the first is the primary (Kilo''s one WireGuard IP), and nodes may carry internal
+        IPs and pod ranges of both families.'
       - M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way).
       - Defaults to the inventory variable C(kilo_subnet), then to the default below.
     type: raw
@@ -176,11 +176,11 @@ options:
     default: kilo_host
   pod_cidr_source:
     description:
-      - 'Beyond Kilo (issue 23): where the nodes'' pod ranges come from, for the whole mesh (a group variable: every
-        host must agree, M(kilo.mesh.validate) checks it; the agents take it from their configuration) - V(node),
-        the Node''s C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects
-        of C(crd.projectcalico.org/v1), several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs)
-        of the node''s C(CiliumNode) (C(cilium.io/v2), cluster-pool IPAM).'
+      - 'Beyond Kilo: where the nodes'' pod ranges come from, for the whole mesh (a group variable: every host must
+        agree, M(kilo.mesh.validate) checks it; the agents take it from their configuration) - V(node), the Node''s
+        C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects of C(crd.projectcalico.org/v1),
+        several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs) of the node''s C(CiliumNode)
+        (C(cilium.io/v2), cluster-pool IPAM).'
       - A node's own C(kilo.mesh/pod-cidr-source) annotation (or C(kilo_node_pod_cidr_source) on its host, push
         runs only) picks its source; its C(kilo.mesh/pod-cidrs) annotation (CIDRs separated by commas) or C(kilo_pod_cidr)
         forces its ranges, for any other IPAM.
@@ -298,9 +298,9 @@ options:
   subnet:
     description:
       - Subnet the WireGuard IPs of the segments come from (a CIDR).
-      - 'Beyond Kilo (issue 23): a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each segment
-        gets a WireGuard IP from each, the first is the primary (Kilo''s one WireGuard IP), and nodes may carry
-        internal IPs and pod ranges of both families.'
+      - 'Beyond Kilo: a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each segment gets
+        a WireGuard IP from each, the first is the primary (Kilo''s one WireGuard IP), and nodes may carry internal
+        IPs and pod ranges of both families.'
       - M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way).
       - Defaults to the inventory variable C(kilo_subnet), then to the default below.
     type: raw
@@ -423,9 +423,9 @@ options:
       net.ipv6.conf.all.forwarding: 1
   agent:
     description:
-      - 'Agent mode (issue 22): C(playbooks/site.yml) converges as usual, then installs and starts the agent (role
-        C(kilo.mesh.agent)), which keeps the host in the mesh from its Kubernetes Node and Peers between runs. False
-        on a host where an agent runs removes it, leaving the mesh as the last converge left it.'
+      - 'Agent mode: C(playbooks/site.yml) converges as usual, then installs and starts the agent (role C(kilo.mesh.agent)),
+        which keeps the host in the mesh from its Kubernetes Node and Peers between runs. False on a host where
+        an agent runs removes it, leaving the mesh as the last converge left it.'
       - The host preparation then installs the agent's Python libraries (Kubernetes client, Prometheus client).
       - Defaults to the inventory variable C(kilo_agent), then to the default below.
     type: bool
@@ -445,9 +445,9 @@ options:
     default: 300
   agent:
     description:
-      - 'Agent mode (issue 22): C(playbooks/site.yml) converges as usual, then installs and starts the agent (role
-        C(kilo.mesh.agent)), which keeps the host in the mesh from its Kubernetes Node and Peers between runs. False
-        on a host where an agent runs removes it, leaving the mesh as the last converge left it.'
+      - 'Agent mode: C(playbooks/site.yml) converges as usual, then installs and starts the agent (role C(kilo.mesh.agent)),
+        which keeps the host in the mesh from its Kubernetes Node and Peers between runs. False on a host where
+        an agent runs removes it, leaving the mesh as the last converge left it.'
       - The host preparation then installs the agent's Python libraries (Kubernetes client, Prometheus client).
       - Defaults to the inventory variable C(kilo_agent), then to the default below.
     type: bool
@@ -485,8 +485,8 @@ options:
     description:
       - 'This peer''s address inside the mesh, in CIDR form (kgctl connect''s C(--allowed-ip)): the address of its
         WireGuard interface and the peer''s allowed IP on every leader.'
-      - 'Beyond Kilo (issue 23): in a dual-stack mesh (C(kilo_subnet) a list of two), a list of two addresses, one
-        of each IP family, gives the peer both families; refused in a single-stack mesh.'
+      - 'Beyond Kilo: in a dual-stack mesh (C(kilo_subnet) a list of two), a list of two addresses, one of each
+        IP family, gives the peer both families; refused in a single-stack mesh.'
       - Defaults to the inventory variable C(kilo_connect_allowed_ip), then to the default below.
     type: raw
     default: 10.10.10.10/32
@@ -623,11 +623,11 @@ options:
     default: /usr/lib/kilo-mesh/kilo-mesh-agent.pyz
   pod_cidr_source:
     description:
-      - 'Beyond Kilo (issue 23): where the nodes'' pod ranges come from, for the whole mesh (a group variable: every
-        host must agree, M(kilo.mesh.validate) checks it; the agents take it from their configuration) - V(node),
-        the Node''s C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects
-        of C(crd.projectcalico.org/v1), several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs)
-        of the node''s C(CiliumNode) (C(cilium.io/v2), cluster-pool IPAM).'
+      - 'Beyond Kilo: where the nodes'' pod ranges come from, for the whole mesh (a group variable: every host must
+        agree, M(kilo.mesh.validate) checks it; the agents take it from their configuration) - V(node), the Node''s
+        C(spec.podCIDR) (Kilo''s); V(calico), Calico''s IPAM blocks (confirmed C(BlockAffinity) objects of C(crd.projectcalico.org/v1),
+        several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs) of the node''s C(CiliumNode)
+        (C(cilium.io/v2), cluster-pool IPAM).'
       - A node's own C(kilo.mesh/pod-cidr-source) annotation (or C(kilo_node_pod_cidr_source) on its host, push
         runs only) picks its source; its C(kilo.mesh/pod-cidrs) annotation (CIDRs separated by commas) or C(kilo_pod_cidr)
         forces its ranges, for any other IPAM.
@@ -734,8 +734,9 @@ notes:
   - 'Node variables (Kilo''s node annotations), one per host:'
   - C(kilo_location) (Kilo's annotation C(kilo.squat.ai/location)) - The node's location (segment); overrides the
     location group holding the host.
-  - C(kilo_leader) (Kilo's annotation C(kilo.squat.ai/leader)) - Prefer this node as its location's leader; set
-    at all (even empty) counts as V(true), as Kilo's annotation.
+  - C(kilo_leader) (Kilo's annotation C(kilo.squat.ai/leader)) - Prefer this node as its location's leader - V(true),
+    or set empty (V("") or null), as Kilo's annotation counts by its presence whatever its value; V(false) or unset
+    is no preference.
   - C(kilo_force_endpoint) (Kilo's annotation C(kilo.squat.ai/force-endpoint)) - The endpoint other nodes reach
     this one at, V(host:port) or V([IPv6]:port); its port is the listen port.
   - 'C(kilo_force_internal_ip) (Kilo''s annotation C(kilo.squat.ai/force-internal-ip)) - The node''s internal IP
@@ -751,4 +752,36 @@ notes:
   - C(kilo_public_key) - The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.
   - C(kilo_cni_compatibility_ip) (Kilo's annotation C(kilo.squat.ai/cni-compatibility-ip)) - Under compatibility
     V(cilium), the address traffic to this node goes to (its C(cilium_host) address).
+"""
+
+    VARIABLES = r"""
+options: {}
+notes:
+  - 'Every C(kilo_*) variable of a host of the mesh is one the collection reads, or M(kilo.mesh.validate) refuses
+    it, naming the host, the variable and the closest known name (a variable a task of the run set, with C(register)
+    or C(set_fact), is the play''s own and passes) - the options'' variables, the node variables, and these:'
+  - C(kilo_kubernetes_node) - set by the inventory plugin C(kilo.mesh.kubernetes) - what the host's Node says (Kilo's
+    agent annotations, its pod ranges by source).
+  - C(kilo_node_pod_cidr_source) - one host's own source of pod ranges instead of the mesh's C(kilo_pod_cidr_source)
+    (the inventory plugin reads it from the Node's annotation C(kilo.mesh/pod-cidr-source)).
+  - C(kilo_remove_keys) - C(playbooks/uninstall.yml) - remove the hosts' private keys too (C(-e kilo_remove_keys=true)).
+  - C(kilo_rotate_hosts) - C(playbooks/rotate.yml) - the hosts whose WireGuard key rotates (as C(-e hosts=PATTERN)).
+  - C(kilo_kube_api_key) - deprecated, read as C(kilo_kube.api_key).
+  - C(kilo_kube_ca_cert) - deprecated, read as C(kilo_kube.ca_cert).
+  - C(kilo_kube_context) - deprecated, read as C(kilo_kube.context).
+  - C(kilo_kube_host) - deprecated, read as C(kilo_kube.host).
+  - C(kilo_kube_kubeconfig) - deprecated, read as C(kilo_kube.kubeconfig).
+  - C(kilo_kube_validate_certs) - deprecated, read as C(kilo_kube.validate_certs).
+  - C(kilo_lab_*) - the test lab's description of its hosts (C(lab/lab.py) writes them into its inventory); never
+    read, never refused.
+  - A peer (an item of C(kilo_peers), a peer of the registry) has the fields C(name), C(public_key), C(allowed_ips),
+    C(endpoint), C(persistent_keepalive), C(preshared_key); any other is refused, naming the peer and the closest
+    field.
+  - A Node's annotations of Kilo's prefix C(kilo.squat.ai/) and of ours, C(kilo.mesh/) (the inventory plugin's C(kubernetes_annotations)),
+    are among C(kilo.mesh/deposed-at), C(kilo.mesh/internal-ips), C(kilo.mesh/next-key), C(kilo.mesh/pod-cidr-source),
+    C(kilo.mesh/pod-cidrs), C(kilo.mesh/unreachable-leaders), C(kilo.mesh/wireguard-ips), C(kilo.squat.ai/allowed-location-ips),
+    C(kilo.squat.ai/cni-compatibility-ip), C(kilo.squat.ai/discovered-endpoints), C(kilo.squat.ai/endpoint), C(kilo.squat.ai/force-endpoint),
+    C(kilo.squat.ai/force-internal-ip), C(kilo.squat.ai/granularity), C(kilo.squat.ai/internal-ip), C(kilo.squat.ai/key),
+    C(kilo.squat.ai/last-seen), C(kilo.squat.ai/leader), C(kilo.squat.ai/location), C(kilo.squat.ai/persistent-keepalive),
+    C(kilo.squat.ai/wireguard-ip); any other is refused, naming the host, the annotation and the closest known one.
 """

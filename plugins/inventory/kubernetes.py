@@ -213,7 +213,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             self.inventory.set_variable(name, key, value)
         self.inventory.set_variable(name, CLIENT_VAR, dict(self._client))
         self.inventory.set_variable(name, "kubernetes_labels", dict(meta.get("labels") or {}))
-        self.inventory.set_variable(name, "kubernetes_annotations", dict(meta.get("annotations") or {}))
+        self.inventory.set_variable(name, kube_node.ANNOTATIONS_VAR, dict(meta.get("annotations") or {}))
         address = kube_node.node_address(node, self.get_option("address"))
         if address:
             self.inventory.set_variable(name, "ansible_host", address)

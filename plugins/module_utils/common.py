@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import base64
 import binascii
+import difflib
 import ipaddress
 import os
 import subprocess
@@ -57,6 +58,22 @@ class KiloError(Exception):
     def about(self, subject):
         """The same error, said of ``subject`` when it names no subject yet."""
         return self if self.subject else KiloError(self.message, subject, self.field)
+
+
+def did_you_mean(name, known, prefixes=()):
+    """'; did you mean X?' naming the one of ``known`` closest to the unknown ``name`` (difflib's
+    ratio, at least 0.6), or '' when none is close. A prefix of ``prefixes`` that both names share
+    (``kilo_``, an annotation's domain) is left out of the comparison: it would make any two close."""
+    def tail(text):
+        for prefix in prefixes:
+            if text.startswith(prefix):
+                return text[len(prefix):]
+        return text
+    tails = {}
+    for candidate in sorted(known):
+        tails.setdefault(tail(candidate), candidate)
+    close = difflib.get_close_matches(tail(str(name)), list(tails), n=1, cutoff=0.6)
+    return "; did you mean %s?" % tails[close[0]] if close else ""
 
 
 def host_subject(name):

@@ -403,7 +403,8 @@ FIELDS = OrderedDict((field.name, field) for field in (
               "The node's location (segment); overrides the location group holding the host.",
               check=_location, parse=_location, source=_A + "location", kube=lambda v, s, f: v or ""),
     NodeField("leader", "kilo_leader",
-              "Prefer this node as its location's leader; set at all (even empty) counts as V(true), as Kilo's annotation.",
+              "Prefer this node as its location's leader - V(true), or set empty (V(\"\") or null), as Kilo's annotation"
+              " counts by its presence whatever its value; V(false) or unset is no preference.",
               check=_leader_var, parse=to_bool, source=_A + "leader", kube=_leader_kube,
               form="bool"),
     NodeField("endpoint", "kilo_force_endpoint",

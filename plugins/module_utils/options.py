@@ -32,7 +32,7 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, to_int
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import POD_SOURCES, engine_doc
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCES, engine_doc
 
 DEFAULT_INTERFACE = "kilo0"
 DEFAULT_PORT = 51820
@@ -70,7 +70,7 @@ OPTIONS = dict([
         default="location", choices=["location", "full", "cross"]),
     _option("subnet", ("mesh", "key"), "raw", [
         "Subnet the WireGuard IPs of the segments come from (a CIDR).",
-        "Beyond Kilo (issue 23): a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each"
+        "Beyond Kilo: a list of two CIDRs, one of each IP family, makes the mesh dual-stack - each"
         " segment gets a WireGuard IP from each, the first is the primary (Kilo's one WireGuard IP), and nodes"
         " may carry internal IPs and pod ranges of both families.",
         "M(kilo.mesh.key) fails on a host that has an address on another interface inside it (a LAN in the way)."],
@@ -242,7 +242,7 @@ OPTIONS = dict([
     _option("connect_allowed_ip", ("connect",), "raw", [
         "This peer's address inside the mesh, in CIDR form (kgctl connect's C(--allowed-ip)): the address of"
         " its WireGuard interface and the peer's allowed IP on every leader.",
-        "Beyond Kilo (issue 23): in a dual-stack mesh (C(kilo_subnet) a list of two), a list of two addresses,"
+        "Beyond Kilo: in a dual-stack mesh (C(kilo_subnet) a list of two), a list of two addresses,"
         " one of each IP family, gives the peer both families; refused in a single-stack mesh."],
         default="10.10.10.10/32"),
     _option("connect_allowed_ips", ("connect",), "list", [
@@ -277,7 +277,7 @@ OPTIONS = dict([
         " stay on every host. The default covers a slow first package install."],
         default=DEFAULT_TASK_TIMEOUT, bounds=(1, None)),
     _option("agent", ("run", "prepare"), "bool", [
-        "Agent mode (issue 22): C(playbooks/site.yml) converges as usual, then installs and starts the agent"
+        "Agent mode: C(playbooks/site.yml) converges as usual, then installs and starts the agent"
         " (role C(kilo.mesh.agent)), which keeps the host in the mesh from its Kubernetes Node and Peers between"
         " runs. False on a host where an agent runs removes it, leaving the mesh as the last converge left it.",
         "The host preparation then installs the agent's Python libraries (Kubernetes client, Prometheus client)."],
@@ -307,7 +307,7 @@ OPTIONS = dict([
         "Where the agent's zip application goes on the host (run by C(/usr/bin/python3))."],
         default=DEFAULT_AGENT_APP),
     _option("pod_cidr_source", ("inputs", "agent"), "str", [
-        "Beyond Kilo (issue 23): where the nodes' pod ranges come from, for the whole mesh (a group variable: every"
+        "Beyond Kilo: where the nodes' pod ranges come from, for the whole mesh (a group variable: every"
         " host must agree, M(kilo.mesh.validate) checks it; the agents take it from their configuration) - V(node),"
         " the Node's C(spec.podCIDR) (Kilo's); V(calico), Calico's IPAM blocks (confirmed C(BlockAffinity) objects of"
         " C(crd.projectcalico.org/v1), several per node, each its own route); V(cilium), the C(spec.ipam.podCIDRs)"
@@ -347,6 +347,37 @@ SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connec
 # Variables that are no longer read under this name: the old name -> what replaces it.
 DEPRECATED_VARS = dict(("kilo_kube_" + name, "kilo_kube.%s" % name)
                        for name in ("kubeconfig", "context", "host", "api_key", "ca_cert", "validate_certs"))
+
+# --- every kilo_* variable the collection reads ---------------------------------------------------
+# The options' variables (above), the node variables (nodes.FIELDS), the deprecated names still read
+# (DEPRECATED_VARS), and these: one list, which
+# kilo.mesh.validate holds every host's kilo_* variables to (anything else is refused, naming the
+# closest), its documentation prints (the VARIABLES doc fragment) and tests/unit/test_variables.py
+# holds to every name the playbooks, roles and plugins read.
+VAR_PREFIX = "kilo_"
+OTHER_VARIABLES = {
+    "kilo_kubernetes_node": "set by the inventory plugin C(kilo.mesh.kubernetes) - what the host's Node says (Kilo's"
+                            " agent annotations, its pod ranges by source)",
+    NODE_POD_SOURCE_VAR: "one host's own source of pod ranges instead of the mesh's C(kilo_pod_cidr_source) (the"
+                         " inventory plugin reads it from the Node's annotation C(kilo.mesh/pod-cidr-source))",
+    "kilo_rotate_hosts": "C(playbooks/rotate.yml) - the hosts whose WireGuard key rotates (as C(-e hosts=PATTERN))",
+    "kilo_remove_keys": "C(playbooks/uninstall.yml) - remove the hosts' private keys too (C(-e kilo_remove_keys=true))",
+}
+# Families of kilo_* variables by prefix that no part of the collection reads, with why they pass.
+OTHER_PREFIXES = {
+    "kilo_lab_": "the test lab's description of its hosts (C(lab/lab.py) writes them into its inventory)",
+}
+
+
+def known_variables():
+    """{kilo_* variable: what reads it} of every kilo_* variable the collection reads."""
+    known = dict((spec["var"], "option %s" % name) for name, spec in OPTIONS.items()
+                 if spec["var"] and spec["var"].startswith(VAR_PREFIX))
+    known.update((field.var, "node field %s" % field.name) for field in FIELDS.values() if field.var)
+    known.update((name, "deprecated: %s" % new) for name, new in DEPRECATED_VARS.items())
+    known.update(OTHER_VARIABLES)
+    return known
+
 
 # The keys of an option that Ansible's argument spec knows.
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")

@@ -129,6 +129,14 @@ class HostVarsOnce(_Once):
         """ansible_internals.set_in_run of the hostvars behind this one."""
         return ansible_internals.set_in_run(self._source)
 
+    def names_set_in_run(self):
+        """ansible_internals.names_set_in_run of the hostvars behind this one."""
+        return ansible_internals.names_set_in_run(self._source)
+
+    def extra_vars(self):
+        """ansible_internals.extra_vars of the hostvars behind this one."""
+        return ansible_internals.extra_vars(self._source)
+
     def get(self, key, default=None):
         # Ansible's hostvars answer an unknown host with an undefined value, not KeyError
         return self[key] if key in self else default

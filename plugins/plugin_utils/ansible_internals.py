@@ -20,6 +20,17 @@ caller takes its documented fallback. What each fallback gives up:
     cannot trust what kilo.mesh.validate read of the hosts outside the play, so it reads every
     host again: slower at scale (one variable computation per host), never stale.
 
+``names_set_in_run(hostvars)`` (the same caches): the names of the variables this run has set on a
+    host (register, set_fact, include_vars). Validate refuses a ``kilo_*`` variable it does not
+    know, but a task's own registered result (``register: kilo_key``, as the modules' examples do)
+    is no inventory variable. Without it every ``kilo_*`` name a host has is checked: a user's
+    play that registers such a name before kilo.mesh.validate is refused.
+
+``extra_vars(hostvars)`` (the variable manager's ``extra_vars``): the run's ``-e`` variables. A
+    play's ``hosts:`` is templated with these alone (no inventory variable reaches it), so which
+    group the playbooks' plays run on is ``-e kilo_group`` or ``kilo``; validate says so when the
+    inventory names another. Without it the variable as the host sees it is taken instead.
+
 ``limit_admits(inventory, pattern)`` (the InventoryManager of ``inventory_of``; its ``get_hosts``
     with ``ignore_restrictions``): the hosts of a pattern that the run's ``--limit`` admits,
     whatever play is running. It relies on three things: the action's worker is a fork of
@@ -78,6 +89,30 @@ def set_in_run(hostvars):
     def touched(host):
         return bool(registered.get(host)) or bool(included.get(host)) or (injected and has_facts(host))
     return touched
+
+
+def names_set_in_run(hostvars):
+    """A function ``host -> set of names`` of the variables this run has set on the host
+    (register, set_fact, include_vars), or None when the variable manager does not tell."""
+    manager = getattr(hostvars, "_variable_manager", None)
+    registered = getattr(manager, "_nonpersistent_fact_cache", None)
+    included = getattr(manager, "_vars_cache", None)
+    if registered is None or included is None:
+        return None
+
+    def names(host):
+        return set(registered.get(host) or ()) | set(included.get(host) or ())
+    return names
+
+
+def extra_vars(hostvars):
+    """The run's extra variables (``-e``) as a mapping, or None when the variable manager does not tell."""
+    manager = getattr(hostvars, "_variable_manager", None)
+    try:
+        found = manager.extra_vars
+    except AttributeError:
+        return None
+    return found if isinstance(found, dict) or hasattr(found, "get") else None
 
 
 def _has_facts(cache):

@@ -17,6 +17,8 @@ import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import peer_addresses
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
     FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_VAR, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
@@ -171,6 +173,22 @@ def mesh_peers(peers, registry):
     peers = [dict(p) for p in peers or []]
     names = set(p.get("name") for p in peers)
     return peers + [dict(entry, name=name) for name, entry in sorted(registry["peers"].items()) if name not in names]
+
+
+def connect_peer(args, host, families=(), kubernetes=False):
+    """What a machine of connect.yml is as a peer (the arguments of kilo.mesh.peer, which the role
+    passes on), from its options ``args`` (kilo_connect_*): its name, state and store, and while
+    present its allowed IPs (``engine.connect.peer_addresses``; in a dual-stack mesh, ``families``,
+    one of each family) and keepalive. ``kubernetes``: the playbook was given a cluster."""
+    name = args["connect_name"] or host
+    check_peer_name(name)
+    peer = dict(name=name, state=args["connect_state"], store=args["connect_store"]
+                or ("kubernetes" if kubernetes else "registry"))
+    if args["connect_state"] == "present":
+        addresses = peer_addresses(args["connect_allowed_ip"], host_subject(host), families)
+        peer.update(allowed_ips=[str(a) for a in addresses],
+                    persistent_keepalive=args["connect_persistent_keepalive"])
+    return peer
 
 
 def update_registry(path, fresh):

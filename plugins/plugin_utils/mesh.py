@@ -23,9 +23,10 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     TopologyError, build_plans, listen_port, node_segment)
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import host_location, read_families
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS, host_location, read_families
 from ansible_collections.kilo.mesh.plugins.module_utils.options import names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_mesh
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
     INPUT_VARS, gather_nodes, host_node, mesh_peers, missing_warning, placed, read_registry, registry_path,
     update_registry)
@@ -92,8 +93,26 @@ def stand_in_facts(hosts, nodes, peers, options, dual=False):
         ip = "%s/%d" % (next(internal), STAND_IN_INTERNAL.prefixlen)
         if dual:
             ip = [ip, "%s/%d" % (next(internal6), STAND_IN_INTERNAL6.prefixlen)]
-        out[host] = dict(public_key=STAND_IN_KEY % index, internal_ip=ip, external_ip=str(next(external)))
+        out[host] = dict(public_key=stand_in_key(index), internal_ip=ip, external_ip=str(next(external)))
     return out
+
+
+def stand_in_key(index):
+    """The ``index``-th stand-in key (a valid public key that says what it is)."""
+    return STAND_IN_KEY % index
+
+
+def stand_in_fields(hvars, node, facts):
+    """The fields of a host's ``node`` (made from its variables ``hvars`` and stand-in ``facts``)
+    that stand in for what it has not reported: its key, internal IP, endpoint unless it pins them."""
+    fields = set()
+    if node.get("public_key") == facts["public_key"]:
+        fields.add("public_key")
+    if hvars.get(FIELDS["internal_ip"].var) is None:
+        fields.add("internal_ip")
+    if not hvars.get(FIELDS["endpoint"].var):
+        fields.add("endpoint")
+    return fields
 
 
 def mark_stand_ins(computed, hosts):
@@ -234,10 +253,43 @@ class MeshReading(object):
         """The outside peers: kilo_peers, then the registry's."""
         return self._once("peers", lambda: mesh_peers(self.args.get("peers"), self.registry))
 
-    def computed(self, only=None):
-        """The engine's answer for the whole mesh (plans of ``only``, default every node)."""
+    @property
+    def planned(self):
+        """(nodes, stand-ins): every host of the mesh as a node, for the one check (kilo.mesh.validate)
+        before any host has reported: the known ones as read, and each host without data (``missing``,
+        or shown with stand-ins) with the stand-in facts of ``stand_in_facts`` for what its key step
+        reports; stand-ins maps such a host to the fields of its node that are stand-ins (they take
+        part in no conflict, engine/conflicts.py)."""
+        def plan():
+            shown = set(self.stand_ins)
+            nodes = [node for node in self.nodes if node["name"] not in shown]
+            hosts = list(self.missing) + list(self.stand_ins)
+            if not hosts:
+                return nodes, {}
+            facts = stand_in_facts(hosts, nodes, self.peers, self.args, self.dual)
+            locations = placed(hosts, self.host_vars, self.locations, self.group)
+            standins = {}
+            for host in hosts:
+                hvars = self.host_vars(host)
+                node = host_node(host, hvars, None, facts[host], locations.get(host, ""), self.args["port"],
+                                 self.dual)[0]
+                nodes.append(node)
+                standins[host] = stand_in_fields(hvars, node, facts[host])
+            return nodes, standins
+        return self._once("planned", plan)
+
+    def checked(self, connecting=()):
+        """The one check of the whole mesh (``validate.check_mesh``) for this reading, once: every
+        playbook that reads a mesh runs it before anything else. Returns its answer."""
+        return self._once("checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting))
+
+    def computed(self, only=None, check=None):
+        """The engine's answer for the whole mesh (plans of ``only``, default every node). The whole
+        mesh is checked first (``checked``): its reader (a plan, a picture) runs the one check.
+        ``check``: build_plans' (called on the engine's mesh before any plan of ``only``)."""
         if only is not None:
-            return build_plans(self.nodes, self.peers, self.options, only=only)
+            return build_plans(self.nodes, self.peers, self.options, only=only, check=check)
+        self.checked()
         return self._once("computed", lambda: mark_stand_ins(
             build_plans(self.nodes, self.peers, self.options), self.stand_ins))
 

@@ -7,7 +7,7 @@ check step read of the hosts outside the play, handed to the topology step of th
 A run-once ``kilo.mesh.topology`` (``save_plans``) computes the mesh one time and writes each
 play host's plan to its own file; each host's ``kilo.mesh.join`` reads only its file. Only the
 directory's path travels in task variables, so no worker receives the whole mesh and a host's
-controller work follows the size of its own plan (issue 8: no O(N^2) per run).
+controller work follows the size of its own plan (no O(N^2) per run).
 
 The directory lives in Ansible's per-run local temporary directory (0700, removed when
 ansible-playbook exits); files are 0600 because plans carry preshared keys until ``join``

@@ -147,7 +147,7 @@ def test_every_kilo_mesh_name_the_docs_show_exists():
 
 
 def test_the_bad_inputs_page_lists_exactly_the_cases_of_its_test():
-    path = os.path.join(ROOT, "tests", "host", "test_bad_inputs.py")
+    path = os.path.join(ROOT, "tests", "core", "test_bad_inputs.py")
     if not os.path.exists(path):
         pytest.skip("tests/host does not ship with the collection; this runs in the checkout")
     tree = ast.parse(_read(path))

@@ -16,7 +16,7 @@ BIN = os.path.dirname(sys.executable)
 
 # module -> the scopes of the table it takes (its own options come on top)
 MODULES = {"topology": ("mesh", "inputs"), "join": ("mesh", "inputs", "host"), "converge": ("host",),
-           "key": ("key",), "prepare": ("prepare",), "validate": ("mesh", "inputs", "host", "key", "prepare", "run"),
+           "key": ("key",), "prepare": ("prepare",), "validate": options.SCOPES,
            "showconf": ("mesh", "inputs"), "annotate": ("mesh", "inputs"), "connect": ("host", "connect")}
 
 

@@ -101,10 +101,10 @@ def test_graph_and_showconf_list_every_block():
 
 
 @pytest.mark.parametrize("a_pods, c_pods, message", [
-    (["10.2.0.0/26", "10.2.9.0/26"], ["10.2.0.0/26"], "10.2.0.0/26 overlaps 10.2.0.0/26 of node 'a'"),
-    (["10.2.0.0/24", "10.2.9.0/26"], ["10.2.0.64/26"], "10.2.0.64/26 overlaps 10.2.0.0/24 of node 'a'"),
-    (["10.2.0.64/26", "10.2.0.0/25"], ["10.3.0.0/26"], "10.2.0.64/26 overlaps its own 10.2.0.0/25"),
-    (["10.2.0.0/26"], ["10.3.0.0/26", "10.2.1.128/25"], "10.2.1.128/25 overlaps 10.2.1.0/24 of node 'b'"),
+    (["10.2.0.0/26", "10.2.9.0/26"], ["10.2.0.0/26"], "10.2.0.0/26 is also the pod range 10.2.0.0/26 of node 'a'"),
+    (["10.2.0.0/24", "10.2.9.0/26"], ["10.2.0.64/26"], "10.2.0.64/26 lies inside the pod range 10.2.0.0/24 of node 'a'"),
+    (["10.2.0.64/26", "10.2.0.0/25"], ["10.3.0.0/26"], "10.2.0.64/26 lies inside its own pod range 10.2.0.0/25"),
+    (["10.2.0.0/26"], ["10.3.0.0/26", "10.2.1.128/25"], "10.2.1.128/25 lies inside the pod range 10.2.1.0/24 of node 'b'"),
 ])
 def test_overlapping_pod_ranges_are_refused_naming_node_and_field(a_pods, c_pods, message):
     with pytest.raises(KiloError) as error:

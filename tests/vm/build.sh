@@ -23,16 +23,20 @@ suite=bookworm
 # /opt/kv-pyroute2 and is picked by PYTHONPATH (run.sh --pyroute2). python3-cffi-backend is
 # listed because debootstrap does not resolve the virtual cffi API packages cryptography needs.
 packages=python3,python3-cryptography,python3-cffi-backend,python3-pyroute2,iproute2,wireguard-tools,iputils-ping,kmod,nftables,iptables
-# the agent's image: systemd as PID 1, the agent's libraries (python3-kubernetes, prometheus client)
-[ "$systemd" = 1 ] && packages=$packages,systemd-sysv,python3-kubernetes,python3-prometheus-client
+# the agent's image: systemd as PID 1, the agent's libraries (python3-kubernetes, prometheus client);
+# for the reboot test (run.sh --disk, --net): mkfs.ext4 for the persistent disk, ifupdown to
+# bring the NIC up at boot as a Debian server does, wireguard-go for the userspace backend
+[ "$systemd" = 1 ] && packages=$packages,systemd-sysv,python3-kubernetes,python3-prometheus-client,e2fsprogs,ifupdown,wireguard-go
 # Module roots; modules.dep adds their dependencies (crypto libs, udp_tunnel, ...). All crypto
 # algorithms are roots because some are only soft dependencies (libcrc32c needs crc32c for nf_tables).
 module_roots='kernel/net/core kernel/net/ipv4 kernel/net/ipv6 kernel/net/netfilter
   kernel/net/bridge kernel/net/sched kernel/net/8021q kernel/net/802 kernel/net/llc
   kernel/net/packet kernel/net/unix kernel/net/key kernel/net/xfrm kernel/net/9p
   kernel/drivers/net/wireguard kernel/drivers/net/ipvlan kernel/drivers/net/vxlan
-  kernel/drivers/net/bonding kernel/fs/9p kernel/crypto kernel/arch/x86/crypto'
-module_top_dir=kernel/drivers/net   # its top-level *.ko: veth, dummy, tun, vrf, macvlan, ...
+  kernel/drivers/net/bonding kernel/fs/9p kernel/crypto kernel/arch/x86/crypto
+  kernel/drivers/virtio kernel/fs/ext4 kernel/fs/jbd2'
+module_top_dir=kernel/drivers/net   # its top-level *.ko: veth, dummy, tun, vrf, macvlan, virtio_net, ...
+module_files=kernel/drivers/block/virtio_blk   # single modules (any .ko suffix): the reboot test's disk
 
 log() { printf 'kv-build: %s\n' "$*" >&2; }
 
@@ -124,6 +128,7 @@ install_kernel() {
     cd "$moddir"
     for m in $module_roots; do [ -d "$m" ] && find "$m" -name '*.ko*'; done
     find "$module_top_dir" -maxdepth 1 -name '*.ko*'
+    for m in $module_files; do find "$(dirname "$m")" -maxdepth 1 -name "$(basename "$m").ko*"; done
   ) | sort -u >"$dl/roots"
   awk -v roots="$dl/roots" '
     BEGIN { while ((getline l < roots) > 0) want[l] = 1 }
@@ -144,7 +149,7 @@ install_kernel() {
   cp "$x/boot/vmlinuz-$kver" "$vm/vmlinuz"
   log "kernel $kver: $(wc -l <"$dl/closure") modules"
   rm -rf "$dl"
-  echo "$pkg" $module_roots $module_top_dir >"$vm/kernel.stamp"
+  echo "$pkg" $module_roots $module_top_dir $module_files >"$vm/kernel.stamp"
 }
 
 pack_base() {
@@ -180,7 +185,7 @@ if [ ! -x "$vm/rootfs/usr/bin/python3" ] || [ "$(cat "$vm/rootfs.stamp" 2>/dev/n
   build_rootfs
   rm -f "$vm/kernel.stamp"
 fi
-if [ ! -f "$vm/vmlinuz" ] || [ "$(cut -d' ' -f2- "$vm/kernel.stamp" 2>/dev/null)" != "$(echo $module_roots $module_top_dir)" ]; then
+if [ ! -f "$vm/vmlinuz" ] || [ "$(cut -d' ' -f2- "$vm/kernel.stamp" 2>/dev/null)" != "$(echo $module_roots $module_top_dir $module_files)" ]; then
   install_kernel
   rm -f "$vm/base.stamp"
 fi

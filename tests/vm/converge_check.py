@@ -42,14 +42,15 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vmcheck import Checker, run  # noqa: E402  (beside this script, also in the VM)
+import vmcheck  # noqa: E402  (beside this script, also in the VM)
+from vmcheck import Checker, run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 P = "kcv"
 PORT = 51820
 TUNL = "tunl0"
-LABEL = "tunl0:kilo"
+LABEL = vmcheck.TUNNEL_LABEL
 CILIUM_TUNL = "cilium_tunl"  # tunl0 as Cilium renames it (enable-ipip-termination)
 
 # name: (location, lan address/prefix, pod CIDR, public address or None)
@@ -167,10 +168,11 @@ class Node(object):
         self.plan = None
 
     def converge(self, plan=None, check_mode=False, state="present"):
-        # the nodes are network namespaces sharing one /etc: a CNI conflist each
+        # the nodes are network namespaces sharing one /etc and /var/lib: a CNI conflist each, and
+        # no boot restore (one stored plan per host; tests/vm/reboot_run.py tests it)
         settings = {"backend": "kernel", "firewall": "nftables", "key_path": self.key_path,
                     "cni_path": os.path.join(os.path.dirname(self.key_path), "10-kilo.conflist"),
-                    "state": state}
+                    "boot_restore": False, "state": state}
         req = {"plan": plan if plan is not None else self.plan, "settings": settings,
                "check_mode": check_mode}
         r = subprocess.run(["ip", "netns", "exec", ns(self.name), sys.executable, "-c", CHILD, COLLECTIONS],
@@ -194,31 +196,22 @@ def inventory(nodes):
 
 
 # ------------------------------------------------------------------ reading live state
+# vmcheck's readers, in a node's namespace
+def at(name):
+    return ("ip", "netns", "exec", ns(name))
+
+
 def live_routes(name):
     """(dst, table) -> route dict, for routes of protocol 107 only."""
-    out = {}
-    for r in json.loads(nsx(name, "ip", "-j", "route", "show", "table", "all", "proto", "107").stdout or "[]"):
-        dst = str(ipaddress.ip_network(r["dst"]))
-        out[(dst, str(r.get("table", "main")))] = r
-    return out
+    return vmcheck.live_routes(at(name))
 
 
 def live_rules(name):
-    out = set()
-    for r in json.loads(nsx(name, "ip", "-j", "rule", "show").stdout or "[]"):
-        if r.get("table") != "1107":
-            continue
-        src = None if r.get("src", "all") == "all" else "%s/%s" % (r["src"], r.get("srclen", 32))
-        dst = "%s/%s" % (r["dst"], r.get("dstlen", 32)) if r.get("dst") else None
-        out.add((src, dst, r.get("iif")))
-    return out
+    return vmcheck.live_rules(at(name))
 
 
 def link(name, dev):
-    r = nsx(name, "ip", "-s", "-j", "link", "show", dev, check=False)
-    if r.returncode != 0:
-        return None
-    return json.loads(r.stdout)[0]
+    return vmcheck.link(dev, at(name))
 
 
 def tunl_packets(name, dev=TUNL):
@@ -229,14 +222,7 @@ def tunl_packets(name, dev=TUNL):
 
 def tunl_addrs(name, dev=TUNL):
     """[(address/prefix, label)] on tunl0 (or dev)."""
-    r = nsx(name, "ip", "-j", "addr", "show", "dev", dev, check=False)
-    if r.returncode != 0:
-        return []
-    out = []
-    for a in json.loads(r.stdout)[0].get("addr_info", []):
-        if a.get("family") == "inet":
-            out.append(("%s/%s" % (a["local"], a["prefixlen"]), a.get("label")))
-    return out
+    return vmcheck.tunnel_addrs(dev, at(name))
 
 
 def wg_rx(name):
@@ -251,21 +237,12 @@ def pod_ping(src, dst_ip, count=3):
 
 
 def nft_table(name):
-    r = nsx(name, "nft", "list", "table", "inet", "kilo_mesh", check=False)
-    return r.stdout if r.returncode == 0 else None
-
-
-def dev_of(plan_route):
-    d = plan_route["device"]
-    return {"private": "lan", "kilo0": "kilo0"}.get(d, d)
+    return vmcheck.nft_table(at(name))
 
 
 # ------------------------------------------------------------------ checks
 def route_matches(live, want):
-    return (live is not None and live.get("dev") == dev_of(want)
-            and (live.get("gateway") or None) == (want.get("gateway") or None)
-            and (live.get("prefsrc") or None) == (want.get("source") or None)
-            and ("onlink" in (live.get("flags") or [])) == bool(want.get("onlink") and want.get("gateway")))
+    return vmcheck.route_matches(live, want, "lan")  # the plan's "private" is the node's link "lan"
 
 
 def check_node_state(c, tag, name, plan):

@@ -106,7 +106,7 @@ class Agent(object):
                      self.changed, log, on_error=self.api_error),
         ]
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
-        # beyond Kilo (issue 23): the objects of the mesh's IPAM source, watched as Nodes are, so a
+        # beyond Kilo: the objects of the mesh's IPAM source, watched as Nodes are, so a
         # block that moves reaches the plan on the next event
         self.ipam = {}
         source = config.get("pod_cidr_source")

@@ -8,7 +8,7 @@ Pure Python, no Ansible. The engine (``topology.Topology``) gives the peer's [Pe
 the host converges it with the same backends as a node (``kilo.mesh.converge``):
 
 * the interface carries the peer's own allowed IP (kgctl's ``--allowed-ip``); in a dual-stack mesh
-  (issue 23) it may carry one of each IP family, and each family's routes leave from its own;
+  it may carry one of each IP family, and each family's routes leave from its own;
 * every section's allowed IPs are routed through the interface (kgctl's ``PeerRoutes``);
 * ``extra`` (kgctl's ``--allowed-ips``) joins the allowed IPs of the segment of node ``via``
   (kgctl: the first node by name), on the peer's side only: the mesh itself never routes them.

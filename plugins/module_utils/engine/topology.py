@@ -28,13 +28,13 @@ deliberate and marked "beyond Kilo" below:
 * nodes without an endpoint may join a location (as non-leaders); a segment with no endpoint at
   all is an error (Kilo would simply skip such nodes).
 
-Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs; issue
-23). Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever
-Kilo has the one pod CIDR, in the node's order; the first is Kilo's pod CIDR where only one can
+Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs).
+Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever Kilo
+has the one pod CIDR, in the node's order; the first is Kilo's pod CIDR where only one can
 count (tunl0's address, the add-on gateway, the CNI conflist). No two ranges may overlap. A node of
 one range gives exactly Kilo's output.
 
-Beyond Kilo: a dual-stack mesh (issue 23): option ``subnet`` a list of two CIDRs of different
+Beyond Kilo: a dual-stack mesh: option ``subnet`` a list of two CIDRs of different
 families, the first the primary (Kilo's one WireGuard IP). Each segment gets a WireGuard IP from
 each subnet; a node may have an internal IP of each family and pod ranges of both; its endpoint
 stays one address. Every IP family is routed on its own, as its single-stack mesh would be (the
@@ -755,13 +755,17 @@ def _host_net(ip):
     return ipaddress.ip_network(ip)
 
 
-def build_plans(nodes, peers, options=None, only=None):
-    """Validate, compute the mesh once, render the plans of ``only`` (default: every node).
+def build_plans(nodes, peers, options=None, only=None, check=None):
+    """Validate, compute the mesh once, render the plans of ``only`` (default: every node);
+    ``check(topology)``, when given, is called on the mesh before any plan is rendered (a caller's
+    own checks of the same computation: kilo.mesh.topology's conflicts between parties).
 
     Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
     topology = Topology(nodes, peers or [], options)
+    if check is not None:
+        check(topology)
     names = [n.name for n in topology.nodes] if only is None else list(only)
     for name in names:
         if name not in topology.by_name:

@@ -13,7 +13,7 @@ are kept in canonical base64 (the spelling Kilo prints).
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    Subject, check_interface_name, node_subject, peer_subject, parse_key, to_bool, to_int)
+    Subject, check_interface_name, did_you_mean, node_subject, peer_subject, parse_key, to_bool, to_int)
 # The value parsers and the error live with the node table; the engine's importers find them here too.
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
     FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list, parse_subnets)
@@ -24,6 +24,18 @@ ENCAPSULATIONS = tuple(OPTIONS["encapsulate"]["choices"])
 COMPATIBILITIES = tuple(OPTIONS["compatibility"]["choices"])
 DEFAULT_OPTIONS = defaults("mesh")
 OPTIONS_SUBJECT = Subject("options")
+# The fields of a peer besides its name (an item of ``kilo_peers``, a registry peer, a Peer
+# resource as read); a node's are the node table's. Anything else is refused, naming the closest
+# known field: a misspelt one would otherwise be dropped without a word.
+PEER_FIELDS = ("public_key", "allowed_ips", "endpoint", "persistent_keepalive", "preshared_key")
+
+
+def check_fields(item, known, subject, what):
+    """Refuse a key of ``item`` that is neither ``name`` nor one of ``known``, naming it and the
+    closest known one."""
+    for key in sorted(str(k) for k in item):
+        if key != "name" and key not in known:
+            raise TopologyError(subject, key, "unknown field of %s%s" % (what, did_you_mean(key, ["name"] + list(known))))
 
 
 def _name(item, kind, index):
@@ -101,6 +113,7 @@ def parse_node(item, index, default_port, subnets=None):
     """One node; ``subnets`` (the mesh's, parsed) decides which IP families it may carry."""
     name = _name(item, "node", index)
     subject = node_subject(name)
+    check_fields(item, FIELDS, subject, "a node")
     # every field of the node table, parsed by its row, in the table's order
     value = dict((field.name, field.parse(item.get(field.name), subject, field.name)) for field in FIELDS.values())
     node = Node()
@@ -163,6 +176,14 @@ def _check_pod_family(pods, subject):
                                 " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version))
 
 
+def relation(equal, prefixlen, other_prefixlen):
+    """How one network stands to another that it overlaps, as the errors of two claims say it
+    (here and engine/conflicts.py)."""
+    if equal:
+        return "is also"
+    return "holds" if prefixlen < other_prefixlen else "lies inside"
+
+
 def check_pod_overlaps(nodes):
     """No two pod ranges overlap, of one node or of two (two nodes claiming one block, a block
     inside another's range): each range is a route to exactly one node. Two nodes of one range
@@ -174,8 +195,10 @@ def check_pod_overlaps(nodes):
     for start, dummy, version, net, node in ranges:
         seen = last.get(version)
         if seen is not None and start <= seen[0] and (seen[2] is node or len(node.pods) > 1 or len(seen[2].pods) > 1):
-            other = "its own %s" % seen[1] if seen[2] is node else "%s of node %r" % (seen[1], seen[2].name)
-            raise TopologyError(node_subject(node.name), "pod_cidr", "%s overlaps %s" % (net, other))
+            other = "its own pod range %s" % seen[1] if seen[2] is node else "the pod range %s of node %r" % (
+                seen[1], seen[2].name)
+            raise TopologyError(node_subject(node.name), "pod_cidr", "%s %s %s" % (
+                net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other))
         end = int(net.broadcast_address)
         if seen is None or end > seen[0]:
             last[version] = (end, net, node)
@@ -184,6 +207,7 @@ def check_pod_overlaps(nodes):
 def parse_peer(item, index):
     name = _name(item, "peer", index)
     subject = peer_subject(name)
+    check_fields(item, PEER_FIELDS, subject, "a peer")
     peer = Peer()
     peer.name = name
     peer.key = parse_key(item.get("public_key"), subject, "public_key")

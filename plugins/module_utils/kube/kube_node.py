@@ -65,6 +65,14 @@ UNREACHABLE_LEADERS = OWN_PREFIX + "unreachable-leaders"
 DEPOSED_AT = OWN_PREFIX + "deposed-at"
 NEXT_KEY = OWN_PREFIX + "next-key"
 OWN_AGENT_ANNOTATIONS = (UNREACHABLE_LEADERS, DEPOSED_AT, NEXT_KEY)
+# Every Node annotation of Kilo's prefix and of ours that this collection knows (the node table's,
+# the agents'): kilo.mesh.validate refuses any other one of those prefixes on a host, naming the
+# closest (a misspelt annotation would otherwise be ignored, as Kilo ignores it).
+KNOWN_ANNOTATIONS = tuple(sorted(set(
+    [name for field in FIELDS.values() for name in (field.annotation, field.written) if name]
+    + list(AGENT_ANNOTATIONS) + list(DUAL_ANNOTATIONS) + [POD_SOURCE_ANNOTATION] + list(OWN_AGENT_ANNOTATIONS))))
+# The inventory plugin's host variable holding a Node's annotations as they are.
+ANNOTATIONS_VAR = "kubernetes_annotations"
 # Of those, what the node observes rather than is configured to be: refreshed by every writer
 # (an Ansible run, the agent) without counting as a change (a NAT'd peer's learned endpoint moves
 # on its own; an idempotence check must not see it).
@@ -351,7 +359,7 @@ def host_vars(node, topology_label=REGION_LABEL, ipam=None):
     topology label, else ""; the leader annotation counts by its presence alone, whatever its
     value; force-internal-ip "" or "-" means the node has no internal IP (kept as given).
 
-    Pod ranges (beyond Kilo, issue 23): ``kilo_kubernetes_node.pod_cidrs`` holds them per source,
+    Pod ranges (beyond Kilo): ``kilo_kubernetes_node.pod_cidrs`` holds them per source,
     ``node`` (``spec_pod_cidrs``) and each source of ``ipam`` ({source: {node name: [CIDR]}}, as
     ``IPAM_READERS`` read its objects); ``nodes.node_from_host`` takes those of the node's source
     (annotation ``kilo.mesh/pod-cidr-source``, read into ``kilo_pod_cidr_source``) unless
