@@ -240,6 +240,9 @@ def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where,
     result = boot.restore(str(where / "lib" / "mesh-plan.json"))
     assert result["changes"] == {"recorder": ["converge"]} and recorder.seen[0]["name"] == "a"
     assert seen["settings"]["mtu"] == 1380 and seen["settings"]["state"] == "present"
+    # one run's requests are not stored; the restore's backends get every option, defaults for those
+    stored_settings = json.loads((where / "lib" / "mesh-plan.json").read_text())["settings"]
+    assert "route_conflict" not in stored_settings and seen["settings"]["route_conflict"] == "fail"
     assert seen["keys"] == PSK and seen["app"] is None
     assert recorder.lenient_endpoints, "a restore fails on an endpoint DNS cannot resolve yet"
 

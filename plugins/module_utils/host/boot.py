@@ -37,7 +37,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
     file_digest, install_verified, read_bytes, write_atomic)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
-    Backend, Busy, backends_for, converge, converge_lock)
+    Backend, Busy, backends_for, converge, converge_lock, host_settings)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
     UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl_checked, systemd_running, unit_text_of)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_BOOT_APP, DEFAULT_INTERFACE
@@ -169,9 +169,11 @@ def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
     than keeping the whole host out of the mesh."""
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
     plan, settings, keys = read_store(path)
-    settings = dict(settings, state="present")
+    # every host option, the stored values over the defaults: a setting left out of the file (one
+    # run's request such as route_conflict, or an option added since) takes its default
+    settings = host_settings(dict(settings, state="present"))
     try:
-        check_plan(plan, settings.get("interface") or DEFAULT_INTERFACE)
+        check_plan(plan, settings["interface"])
     except KiloError as e:
         raise RestoreError("%s" % e, path)
     own = backends is None
