@@ -280,7 +280,11 @@ class MeshReading(object):
 
     def checked(self, connecting=()):
         """The one check of the whole mesh (``validate.check_mesh``) for this reading, once: every
-        playbook that reads a mesh runs it before anything else. Returns its answer."""
+        playbook that reads a mesh runs it before anything else. Returns its answer; None for nodes
+        given as the task's ``nodes`` (no inventory mesh to check: the engine refuses a bad node
+        when it reads them)."""
+        if self.args.get("nodes") is not None:
+            return None
         return self._once("checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting))
 
     def computed(self, only=None, check=None):
