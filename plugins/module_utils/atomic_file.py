@@ -75,6 +75,12 @@ def read_bytes(path):
         return None
 
 
+def read_text(path):
+    """The file's text (UTF-8, undecodable bytes replaced), or None when it cannot be read."""
+    data = read_bytes(path)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
 def file_digest(path):
     """sha256 hex digest of the file, or None when it cannot be read."""
     data = read_bytes(path)

@@ -34,12 +34,12 @@ import sys
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
-    file_digest, install_verified, read_bytes, write_atomic)
+    file_digest, install_verified, read_text, write_atomic)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
     Backend, Busy, backends_for, converge, converge_lock, host_settings)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
-    UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl_checked, systemd_running, unit_text_of)
+    UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl_checked, systemd_running)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_BOOT_APP, DEFAULT_INTERFACE
 
 STORE_DIR = "/var/lib/kilo"
@@ -115,14 +115,6 @@ def unit_text(app, plan_path=PLAN_PATH, python=PYTHON):
         "WantedBy=multi-user.target",
         "",
     ])
-
-
-def _read(path):
-    data = read_bytes(path)
-    try:
-        return None if data is None else data.decode("utf-8")
-    except UnicodeError:
-        return None
 
 
 # --- the restore ---------------------------------------------------------------------------------
@@ -270,10 +262,10 @@ class BootBackend(Backend):
         self.need = []
 
     def current(self, plan):
-        unit = unit_text_of(unit_path())
+        unit = read_text(unit_path())
         return {
-            "plan": _read(self.plan_path),
-            "psk": _read(self.psk_path),
+            "plan": read_text(self.plan_path),
+            "psk": read_text(self.psk_path),
             "unit": unit,
             "enabled": is_enabled(UNIT_NAME) if self.systemd and unit is not None else False,
             "app": file_digest(self.app_path),

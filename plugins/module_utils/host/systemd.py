@@ -11,7 +11,7 @@ __metaclass__ = type
 import os
 import subprocess
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import read_bytes, write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import read_text, write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 UNIT_DIR = "/etc/systemd/system"
@@ -43,15 +43,10 @@ def is_enabled(unit):
     return systemctl("is-enabled", unit)[1] == "enabled"
 
 
-def unit_text_of(path):
-    data = read_bytes(path)
-    return None if data is None else data.decode("utf-8", "replace")
-
-
 def install_unit(path, text):
     """Write the unit file ``path`` when its text differs (daemon-reload where systemd runs);
     whether it changed."""
-    if unit_text_of(path) == text:
+    if read_text(path) == text:
         return False
     write_atomic(path, text, 0o644, make_dirs=0o755)
     if systemd_running():
