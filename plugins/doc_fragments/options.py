@@ -695,13 +695,17 @@ options:
       - 'C(compatibility) (str): Kilo''s C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host
         that has C(cilium_tunl) routes the C(tunl0) routes through it.'
       - 'C(peers) (list of dicts with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive),
-        C(roaming)): WireGuard peers.'
+        C(roaming), C(relayed), C(probe)): WireGuard peers.'
       - 'C(peers.name) (str, required): Segment (C(location:NAME), C(node:NAME)) or outside peer name.'
       - 'C(peers.public_key) (key, required): WireGuard public key (base64).'
       - 'C(peers.endpoint) (endpoint): V(host:port) or V([IPv6]:port); null when the peer has none.'
       - 'C(peers.allowed_ips) (networks, required): CIDRs routed to this peer.'
       - 'C(peers.persistent_keepalive) (int): Seconds; 0 is off.'
       - 'C(peers.roaming) (bool): Keep an endpoint WireGuard learned while handshakes are fresh (NAT).'
+      - 'C(peers.relayed) (names): Beyond Kilo, a relay''s entry on a leader no other leader can reach: the segments
+        whose traffic goes through this peer (their CIDRs are among its C(allowed_ips)); absent otherwise.'
+      - 'C(peers.probe) (bool): Beyond Kilo: an entry that only tries a direct path (no C(allowed_ips): the CIDRs
+        stay on the relay''s entry until the path is direct).'
       - 'C(routes) (list of dicts with C(dst), C(gateway), C(device), C(source), C(table), C(onlink)): Routes, marked
         as ours on the host.'
       - 'C(routes.dst) (destinations, required): Destination CIDR, or a list of CIDRs that share every other field
@@ -718,13 +722,15 @@ options:
       - 'C(rules.iif) (ifname): Input interface.'
       - 'C(rules.table) (table): Table the rule points at; only 1107 is managed.'
       - 'C(firewall) (dict with C(nat_sources), C(nat_destinations), C(nat_exempt_destinations), C(forward_accept),
-        C(ipip_accept_sources), C(ipip_filter)): NAT, forward and IPIP lists.'
+        C(ipip_accept_sources), C(ipip_filter), C(relay_accept)): NAT, forward and IPIP lists.'
       - 'C(firewall.nat_sources) (networks): CIDRs.'
       - 'C(firewall.nat_destinations) (networks): CIDRs.'
       - 'C(firewall.nat_exempt_destinations) (networks): CIDRs.'
       - 'C(firewall.forward_accept) (networks): CIDRs.'
       - 'C(firewall.ipip_accept_sources) (networks): CIDRs.'
       - 'C(firewall.ipip_filter) (bool): Install the IPIP chain (accept C(ipip_accept_sources), drop other IPIP).'
+      - 'C(firewall.relay_accept) (bool): Beyond Kilo, a relay: accept (and count) forwarding from the WireGuard
+        interface back into it, the traffic it relays between leaders that cannot reach each other.'
     type: dict
 """
 
