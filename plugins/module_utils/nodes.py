@@ -38,6 +38,8 @@ ANNOTATION_PREFIX = "kilo.squat.ai/"
 OWN_PREFIX = "kilo.mesh/"
 POD_CIDRS_ANNOTATION = OWN_PREFIX + "pod-cidrs"
 POD_SOURCE_ANNOTATION = OWN_PREFIX + "pod-cidr-source"
+# a node no other location reaches at its endpoint (NAT): reached through a relay (engine/relays.py)
+BEHIND_NAT_ANNOTATION = OWN_PREFIX + "behind-nat"
 # Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
 # Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
 POD_SOURCES = ("node", "calico", "cilium")
@@ -441,6 +443,12 @@ FIELDS = OrderedDict((field.name, field) for field in (
     NodeField("discovered_endpoints", None, "Endpoints of peers as WireGuard saw them (reported by M(kilo.mesh.key)).",
               parse=_discovered, written=_A + "discovered-endpoints", write=discovered_json,
               form="public key to V(ip:port)"),
+    NodeField("behind_nat", "kilo_behind_nat",
+              "Beyond Kilo: no other location can reach this node at its endpoint (it sits behind NAT or a"
+              " firewall without a port forward); a location of such nodes alone is reached through a relay"
+              " (option C(relays)), and keeps alive (C(kilo_persistent_keepalive), else 25 s).",
+              check=lambda v, s, f: to_bool(v, s, f, default=False), parse=lambda v, s, f: to_bool(v, s, f, default=False),
+              source=BEHIND_NAT_ANNOTATION, kube=lambda v, s, f: to_bool(v or True, s, f), form="bool"),
     NodeField("healthy", None, "Beyond Kilo: false when the run saw the host down (kilo_leader_health).",
               parse=lambda v, s, f: to_bool(v, s, f, default=True), form="bool"),
 ))
