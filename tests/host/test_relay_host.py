@@ -12,6 +12,7 @@ the kind under test (eim, then symmetric). WireGuard IPs 10.4.0.1-3/16.
 * NAT'd leaders: the relay's entry with endpoint and keepalive carries the other's WireGuard IP
   (``relayed``), and a ``probe`` entry for the other with its router's address as endpoint, a
   keepalive and no allowed IPs;
+* both firewall backends: nftables behind eim, iptables behind symmetric;
 * re-converging changes nothing (the counter's figures are no state); check mode shows the
   relay's changes and makes none;
 * the probes: through two eim NATs the two NAT'd leaders handshake directly (WireGuard's
@@ -48,7 +49,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import con
 from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import FirewallBackend
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 req = json.load(sys.stdin)
-settings = {"backend": "userspace", "boot_restore": False}
+settings = {"backend": "userspace", "boot_restore": False, "firewall": req["firewall"]}
 if req["op"] == "key":
     out = {"public_key": keys.ensure_key("/var/lib/kilo/key")["public_key"]}
 elif req["op"] == "remove":
@@ -65,7 +66,8 @@ print(json.dumps(out))
 
 
 def call(lab, host, op, plan=None):
-    r = lab.run(host, ["/usr/bin/python3", "-c", DRIVER], input=json.dumps({"op": op, "plan": plan}))
+    r = lab.run(host, ["/usr/bin/python3", "-c", DRIVER],
+                input=json.dumps({"op": op, "plan": plan, "firewall": lab.firewall}))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     assert "error" not in out, out["error"]
@@ -79,6 +81,8 @@ def lab(request):
     lab.up(3, 1, 1, nat=[2, 3], nat_kind=request.param)
     try:
         lab.kind = request.param
+        # both firewall backends on real tools: nftables behind eim, iptables behind symmetric
+        lab.firewall = "nftables" if lab.kind == "eim" else "iptables"
         lab.keys = dict((h, call(lab, h, "key")["public_key"]) for h in WG)
         for h in WG:  # what the install step's sysctls do on a mesh host
             lab.run(h, ["sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True)
@@ -161,8 +165,11 @@ def test_relay_forwards_counts_and_sends_no_redirect(lab):
     # check mode: the relay's rule and sysctls listed, nothing made
     out = call(lab, "aws-1", "check", relay_plan(lab))
     assert out["changed"]
-    assert 'firewall (nftables): add chain forward: meta iifname "kilo0" meta oifname "kilo0" counter accept' \
-        in out["changes"]["firewall"]
+    rule = ('firewall (nftables): add chain forward: meta iifname "kilo0" meta oifname "kilo0" counter accept'
+            if lab.firewall == "nftables" else
+            'firewall (iptables): add ipv4 filter -A KILO-FORWARD -i kilo0 -o kilo0 -m comment --comment "kilo.mesh"'
+            ' -j ACCEPT')
+    assert rule in out["changes"]["firewall"], out["changes"]["firewall"]
     assert out["changes"]["netstate"] == ["sysctl net.ipv4.conf.all.send_redirects = 0 (was 1)",
                                           "sysctl net.ipv4.conf.kilo0.send_redirects = 0 (was 1)"]
     assert out["diff"]["after"]["netstate"]["sysctls"] == {"net.ipv4.conf.all.send_redirects": "0",
@@ -179,8 +186,8 @@ def test_relay_forwards_counts_and_sends_no_redirect(lab):
     assert ok, text
     packets, nbytes = call(lab, "aws-1", "counter")["counter"]
     sent = redirects_sent(lab, "aws-1") - before
-    print("%s: 10 pings each way relayed: the relay rule counted %d packets, %d bytes; redirects sent: %d"
-          % (lab.kind, packets, nbytes, sent))
+    print("%s: 10 pings each way relayed: the relay rule (%s) counted %d packets, %d bytes; redirects sent: %d"
+          % (lab.kind, lab.firewall, packets, nbytes, sent))
     assert packets >= 40 and sent == 0
     # idempotent: the counter's figures are no state, the learned endpoints stay (roaming)
     for h in ("aws-1",) + NATTED:
