@@ -320,11 +320,10 @@ def test_refusals_name_the_segment_and_the_field():
              {"name": "c", "location": "z", "internal_ip": "10.2.0.1/24", "public_key": key(3)}]
     with pytest.raises(KiloError) as info:
         build_plans(nodes, [], {"relays": ["y"]})
-    assert (info.value.subject, info.value.field) == ("location 'z'", "endpoint")
+    assert (info.value.subject, info.value.field) == ("options", "relays")
     assert "neither location:y nor location:z can be reached" in str(info.value)
-    with pytest.raises(KiloError) as info:
-        build_plans(nodes, [], {"relays": "y"})
-    assert "relays (y)" in str(info.value)
+    assert str(info.value).endswith("y names no location with a reachable leader to relay between them: add one (x)")
+    assert build_plans(nodes, [], {"relays": "x"})["paths"][-1]["via"] == "location:x"
     with pytest.raises(KiloError) as info:
         build_plans(nodes, [], {"relays": [1]})
     assert (info.value.subject, info.value.field) == ("options", "relays")
@@ -333,6 +332,7 @@ def test_refusals_name_the_segment_and_the_field():
     with pytest.raises(KiloError) as info:
         build_plans(nodes, [], {"granularity": "cross"})
     assert (info.value.subject, info.value.field) == ("node 'c'", "endpoint")
+    assert "no other segment has a reachable leader" in str(info.value)
     assert sorted(build_plans(nodes, [], {"granularity": "location"})["plans"]) == ["a", "b", "c"]
 
 
@@ -384,3 +384,18 @@ def test_the_walk_catches_broken_plans():
         with pytest.raises(AssertionError) as info:
             every_walk(mesh)
         print("seed %d, %s: caught (%s)" % (seed, what, str(info.value).splitlines()[0]))
+
+
+def test_endpoints_behind_nat_claim_nothing():
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
+    nodes = [{"name": "a", "location": "x", "endpoint": "203.0.113.1:51820", "public_key": key(1),
+              "internal_ip": "10.20.0.1/24"},
+             {"name": "b", "location": "y", "behind_nat": True, "endpoint": "192.168.1.2:51820",
+              "internal_ip": "10.21.0.1/24", "public_key": key(2)},
+             {"name": "c", "location": "z", "behind_nat": True, "endpoint": "192.168.1.2:51820",
+              "internal_ip": "10.22.0.1/24", "public_key": key(3)}]
+    check_conflicts(Topology(nodes, []))
+    del nodes[1]["behind_nat"], nodes[2]["behind_nat"]
+    with pytest.raises(KiloError, match="is also the endpoint of node 'b'"):
+        check_conflicts(Topology(nodes, []))

@@ -167,8 +167,9 @@ def test_location_without_any_endpoint():
         "location:z", "c", False, 25)
     error = fails(nodes=nodes + [{"name": "e", "location": "w", "internal_ip": "10.1.3.1/24", "public_key": key(5)}],
                   options={"relays": ["nowhere"]})
-    assert (error.subject, error.field) == ("location 'z'", "endpoint")
-    assert "location:w nor location:z" in str(error) and "relays (nowhere)" in str(error)
+    assert (error.subject, error.field) == ("options", "relays")
+    assert "location:w nor location:z" in str(error) and "nowhere names no location" in str(error)
+    assert str(error).endswith("add one (x, y)")
 
 
 def test_node_segment_without_endpoint():
@@ -182,7 +183,7 @@ def test_node_segment_without_endpoint():
     assert (error.subject, error.field) == ("node 'a'", "behind_nat")
     assert "no segment of the mesh is reachable" in str(error)
     error = fails(nodes=with_node(0, behind_nat=True)[:1])
-    assert (error.subject, error.field) == ("location 'x'", "behind_nat")
+    assert (error.subject, error.field) == ("node 'a'", "behind_nat")
 
 
 def test_node_without_endpoint_may_follow_a_leader():

@@ -89,10 +89,9 @@ def relay_locations(value, subject):
 
 
 def segment_subject(seg):
-    """Who an error about segment ``seg`` names: its location, or the node that is its own segment."""
-    if seg.key.startswith("node:"):
-        return node_subject(seg.members[0].name)
-    return Subject("location", seg.location)
+    """Who an error about segment ``seg`` names: its leader (a host the inventory can point at; the
+    message names the segment, so its location)."""
+    return node_subject(seg.leader.name)
 
 
 def _unreachable_field(seg):
@@ -227,13 +226,16 @@ def plan(topology, find_leader):
     relays = Relays(topology, set(seg.key for seg in unreachable), eligible)
     for i, a in enumerate(unreachable):
         for b in unreachable[i + 1:]:
-            if a.group == b.group:
+            if a.group == b.group or any(r.group != a.group and r.group != b.group for r in eligible):
                 continue
-            if not any(r.group != a.group and r.group != b.group for r in eligible):
-                why = ("option relays (%s) names no location with a reachable leader of another group"
-                       % ", ".join(names)) if names else "no other segment has a reachable leader"
-                raise TopologyError(segment_subject(b), _unreachable_field(b), (
-                    "neither %s nor %s can be reached (every node of each is behind_nat or has no endpoint), and %s"
-                    " to relay between them: give one of their nodes an endpoint the others can reach%s"
-                    % (a.key, b.key, why, ", or name a location with one in relays" if names else "")))
+            between = "neither %s nor %s can be reached (every node of each is behind_nat or has no endpoint)" % (
+                a.key, b.key)
+            if any(r.group != a.group and r.group != b.group for r in usable):
+                raise TopologyError(Subject("options"), "relays", (
+                    "%s, and %s names no location with a reachable leader to relay between them: add one (%s)"
+                    % (between, ", ".join(names), ", ".join(sorted(set(
+                        r.location for r in usable if r.group != a.group and r.group != b.group))))))
+            raise TopologyError(segment_subject(b), _unreachable_field(b), (
+                "%s, and no other segment has a reachable leader to relay between them: give a node of one of"
+                " them an endpoint the others can reach (without behind_nat)" % between))
     return relays

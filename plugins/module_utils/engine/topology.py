@@ -26,7 +26,8 @@ deliberate and marked "beyond Kilo" below:
 * plain hosts without a pod CIDR: the segment's allowed IPs are the internal IPs and the WireGuard
   IP; no pod routes; the ``from <pod CIDR>`` IPIP rule is left out (Kilo always has a pod CIDR).
 * nodes without an endpoint may join a location (as non-leaders); a segment with no endpoint at
-  all is an error (Kilo would simply skip such nodes).
+  all (Kilo would simply skip such nodes), or whose nodes are all marked ``behind_nat``, is
+  reached through a relay (``engine/relays.py``), or the mesh is refused there.
 
 Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs).
 Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever Kilo
