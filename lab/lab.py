@@ -914,6 +914,7 @@ class Lab(object):
         out["status"] = lab.get("status", "?") if all(alive) else (
             "degraded" if any(alive) else "dead")
         out["mgmt_net"] = lab["mgmt_net"]
+        out["routers"] = dict((loc, r.get("kind", "plain")) for loc, r in lab.get("routers", {}).items())
         return out
 
     def nsenter_argv(self, host, argv):
@@ -1083,7 +1084,8 @@ def main(argv=None):
                 for name, h in st["hosts"].items():
                     print("  %-10s %-5s pid=%-7s mgmt=%-13s lan=%-13s public=%s%s%s" % (
                         name, "up" if h["alive"] else "DEAD", h.get("pid"), h["mgmt_ip"], h["lan_ip"] or h["lan_ip6"],
-                        h["public_ip"] or h["public_ip6"] or "-", " nat=%s" % h["nat_ip"] if h["nat"] else "",
+                        h["public_ip"] or h["public_ip6"] or "-",
+                        " nat=%s (%s)" % (h["nat_ip"], st["routers"][h["location"]]) if h["nat"] else "",
                         " sudo=%s" % h["sudo"] if h.get("sudo") else ""))
             return 0 if st["status"] in ("up", "down") else 1
         elif args.cmd == "exec":

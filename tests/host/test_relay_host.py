@@ -230,3 +230,28 @@ def test_probe_entries_have_no_allowed_ips_and_punch_through_eim_only(lab):
         assert took is None
     # the relayed path is untouched either way
     assert ping(lab, "gcp-1", WG["azure-1"], 3)[0]
+
+
+SHOWCONF = r"""
+import json, sys
+sys.path.insert(0, %r)
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import wireguard_conf
+print(wireguard_conf(json.load(sys.stdin), 51821))
+""" % COLLECTIONS
+
+
+def test_showconf_of_a_probe_is_valid_for_wg_setconf(lab):
+    """showconf's rendering of a NAT'd leader's entries (the relay's and a probe) applied with
+    ``wg setconf`` to a throwaway wireguard-go interface: the probe comes out without allowed IPs."""
+    if lab.kind != "eim":
+        pytest.skip("once is enough")
+    entries = natted_plan(lab, "gcp-1")["peers"]
+    text = lab.run("gcp-1", ["/usr/bin/python3", "-c", SHOWCONF], input=json.dumps(entries)).stdout
+    assert text.count("AllowedIPs") == 1, text
+    script = ("wireguard-go kxp0 && printf '%s' > /tmp/kxp0.conf && wg setconf kxp0 /tmp/kxp0.conf && "
+              "wg show kxp0 dump; ip link del kxp0" % text)
+    out = lab.run("gcp-1", ["sh", "-c", script], env=dict(os.environ, WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD="1"))
+    assert out.returncode == 0, out.stderr
+    dump = dict((line.split("\t")[0], line.split("\t")) for line in out.stdout.splitlines()[1:])
+    assert dump[lab.keys["azure-1"]][3] == "(none)" and dump[lab.keys["azure-1"]][2].endswith(":%d" % PORT)
+    assert dump[lab.keys["aws-1"]][3] == "%s/32,%s/32" % (WG["aws-1"], WG["azure-1"])
