@@ -137,3 +137,35 @@ def test_relayed_mesh_pings_everywhere_and_reruns_clean(lab):
     assert after[0] - before[0] >= 2 * 2 * 2 * 2 * 3 * 2, (before, after)
     assert redirects == 0
     assert unreached(lab) == []
+
+
+def test_a_new_nat_mapping_heals_by_roaming_and_a_rerun_keeps_it(lab):
+    """The gcp router is re-addressed (lab.remap: every mapping new): the relay learns gcp's new
+    mapping from its next keepalive (WireGuard roaming, no run needed), azure reaches gcp again
+    through the relay, and a re-run changes nothing and keeps the path."""
+    src = [h for h in sorted(lab.hosts) if lab.hosts[h]["location"] == "azure"][0]
+    dst = [h for h in sorted(lab.hosts) if lab.hosts[h]["location"] == "gcp"][0]
+    target = pod(lab, dst)[1]
+    assert sh(lab, src, "ping -c 2 -i 0.3 -W 2 -q -I %s %s" % (pod(lab, src)[1], target)).returncode == 0
+    old = lab.router("gcp")["public_ip"]
+    new = lab.remap("gcp")
+    try:
+        started = time.monotonic()
+        healed = None
+        while time.monotonic() - started < 90:
+            if sh(lab, src, "ping -c 1 -W 1 -q -I %s %s" % (pod(lab, src)[1], target)).returncode == 0:
+                healed = time.monotonic() - started
+                break
+        print("\n%s: gcp's NAT router %s -> %s: %s reaches %s again after %s" % (
+            lab.kind, old, new, src, target, "%.1f s" % healed if healed is not None else "never (90 s)"))
+        assert healed is not None
+        relay = leader(lab, "aws")
+        gcp_key = sh(lab, leader(lab, "gcp"), "wg show kilo0 public-key").stdout.strip()
+        endpoints = dict(line.split("\t")[:3:2] for line in sh(lab, relay, "wg show kilo0 dump").stdout.splitlines()[1:])
+        assert endpoints[gcp_key].startswith(new + ":"), endpoints
+        again = recap(site(lab.site_inventory))
+        assert all(c["changed"] == 0 and c["failed"] == 0 for c in again.values()), again
+        assert unreached(lab) == []
+    finally:
+        lab.remap("gcp")
+
