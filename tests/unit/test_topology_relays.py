@@ -508,3 +508,22 @@ def test_packet_walk_with_probing_and_direct_pairs():
         walk_all(mesh, "seed %d %s" % (seed, options), counts)
     print(counts)
     assert counts["direct"] and counts["probing"] and counts["relayed"]
+
+
+def test_dual_stack_relayed_pair():
+    nodes = []
+    for i, (loc, nat) in enumerate([("r", False), ("u", True), ("v", True)]):
+        node = {"name": loc, "location": loc, "public_key": key(i + 1),
+                "internal_ip": ["10.%d.0.1/24" % (20 + i), "fd00:%d::1/64" % (20 + i)],
+                "pod_cidr": ["10.100.%d.0/24" % i, "fd10:%d::/64" % i],
+                "endpoint": "10.%d.0.1:51820" % (20 + i) if nat else "203.0.113.1:51820", "behind_nat": nat}
+        nodes.append(node)
+    result = build_plans(nodes, [], {"subnet": ["10.4.0.0/16", "fd04::/64"]})
+    u = result["plans"]["u"]
+    assert [(p["name"], p["relayed"]) for p in u["peers"]] == [("location:r", ["location:v"])]
+    assert {"10.100.2.0/24", "fd10:2::/64", "10.22.0.1/32", "fd00:22::1/128", "10.4.0.3/32", "fd04::3/128"} <= set(
+        u["peers"][0]["allowed_ips"])
+    routed = set(r["dst"] for r in u["routes"])
+    assert {"10.22.0.1/32", "fd00:22::1/128"} <= routed  # v's leader's own addresses too: its endpoint is none
+    for plan in result["plans"].values():
+        check_plan(plan, IFACE)
