@@ -281,6 +281,7 @@ CONTROLS = [
     ("full granularity", {"kilo": {"kilo_granularity": "full"}}),
     ("cross granularity", {"kilo": {"kilo_granularity": "cross"}}),
     ("two locations behind NAT, relayed through the third", dict(BEHIND_NAT, kilo={"kilo_relays": ["aws"]})),
+    ("a first run of two locations behind NAT", dict(BEHIND_NAT, fresh={})),
     ("leader flags, false meaning false", {"aws-2": {"kilo_leader": True}, "gcp-1": {"kilo_leader": False}}),
     ("a location's allowed IPs holding its own LAN", {"home-1": {"kilo_allowed_location_ips": ["10.3.0.0/16", "192.168.3.0/24"]}}),
     ("peers of both stores, a service CIDR", {"kilo": {"kilo_service_cidrs": ["10.96.0.0/12"]},

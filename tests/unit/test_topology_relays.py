@@ -231,29 +231,30 @@ def addresses(mesh, name):
 
 @pytest.mark.parametrize("chunk", range(4))
 def test_packet_walk_every_pair_in_two_hops(chunk):
-    counts = {"meshes": 0, "packets": 0, "relayed": 0, "refused": 0}
+    counts = {"meshes": 0, "packets": 0}
     for seed in range(chunk * 50, chunk * 50 + 50):
         nodes, peers, options = relayed_mesh(random.Random(seed))
-        mesh = Mesh(nodes, peers, options)
         counts["meshes"] += 1
-        for plan in mesh.plans.values():
-            check_plan(plan, IFACE)  # every plan passes the host's check
-        names = sorted(mesh.plans)
-        for a in names:
-            for b in names:
-                if a == b:
-                    continue
-                for src in addresses(mesh, a):
-                    for dst in addresses(mesh, b):
-                        try:
-                            dummy, hops = mesh.walk(a, src, dst)
-                        except AssertionError as e:
-                            raise AssertionError("seed %d %s: %s -> %s (%s -> %s): %s" % (
-                                seed, options, a, b, src, dst, e))
-                        assert hops <= 2, "seed %d: %s -> %s took %d hops" % (seed, src, dst, hops)
-                        counts["packets"] += 1
-                        counts["relayed"] += hops == 2
+        walk_all(Mesh(nodes, peers, options), "seed %d %s" % (seed, options), counts)
     print(counts)
+
+
+def walk_all(mesh, what, counts):
+    """Every plan passes the host's check, and every packet between two nodes arrives in <= 2 hops."""
+    for plan in mesh.plans.values():
+        check_plan(plan, IFACE)
+    names = sorted(mesh.plans)
+    for a in names:
+        for b in names:
+            for src in addresses(mesh, a) if a != b else ():
+                for dst in addresses(mesh, b):
+                    try:
+                        dummy, hops = mesh.walk(a, src, dst)
+                    except AssertionError as e:
+                        raise AssertionError("%s: %s -> %s (%s -> %s): %s" % (what, a, b, src, dst, e))
+                    assert hops <= 2, "%s: %s -> %s took %d hops" % (what, src, dst, hops)
+                    counts["packets"] += 1
+                    counts["through a relay"] = counts.get("through a relay", 0) + (hops == 2)
 
 
 def test_relay_entries_and_result():
@@ -337,13 +338,7 @@ def test_refusals_name_the_segment_and_the_field():
 
 
 def every_walk(mesh):
-    names = sorted(mesh.plans)
-    for a in names:
-        for b in names:
-            if a != b:
-                for src in addresses(mesh, a):
-                    for dst in addresses(mesh, b):
-                        mesh.walk(a, src, dst)
+    walk_all(mesh, "", {"packets": 0})
 
 
 def swap_relay(mesh):
@@ -399,3 +394,136 @@ def test_endpoints_behind_nat_claim_nothing():
     del nodes[1]["behind_nat"], nodes[2]["behind_nat"]
     with pytest.raises(KiloError, match="is also the endpoint of node 'b'"):
         check_conflicts(Topology(nodes, []))
+
+
+def timed_mesh():
+    """r and s relay; u and v behind NAT, their mappings seen by r."""
+    nodes = [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
+              "pod_cidr": "10.100.1.0/24", "public_key": key(1),
+              "discovered_endpoints": {key(3): "198.51.100.3:40003", key(4): "198.51.100.4:40004"}},
+             {"name": "s", "location": "s", "endpoint": "203.0.113.2:51820", "internal_ip": "10.21.0.1/24",
+              "pod_cidr": "10.100.2.0/24", "public_key": key(2)},
+             {"name": "u", "location": "u", "behind_nat": True, "endpoint": "10.22.0.1:51820",
+              "internal_ip": "10.22.0.1/24", "pod_cidr": "10.100.3.0/24", "public_key": key(3)},
+             {"name": "v", "location": "v", "internal_ip": "10.23.0.1/24", "pod_cidr": "10.100.4.0/24",
+              "public_key": key(4)}]
+    return nodes, dict((n["name"], n) for n in nodes)
+
+
+def entries(result, name):
+    return dict((p["name"], p) for p in result["plans"][name]["peers"])
+
+
+def test_timed_inputs_count_only_at_a_time():
+    nodes, by = timed_mesh()
+    for node in ("u", "v"):
+        by[node]["path_state"] = {"direct": {}}
+    result = build_plans(nodes, [], {})
+    assert result["paths"][-1]["path"] == "relayed" and result["next_change"] is None
+    relay = result["paths"][-1]["via"]
+    other = "location:s" if relay == "location:r" else "location:r"
+    # probing: a probe entry each way, with the mapping, nothing moved off the relay
+    result = build_plans(nodes, [], {}, now=1000)
+    probe = entries(result, "u")["location:v"]
+    assert probe == {"name": "location:v", "public_key": key(4), "endpoint": "198.51.100.4:40004", "allowed_ips": [],
+                     "persistent_keepalive": 25, "probe": True}
+    assert entries(result, "v")["location:u"]["endpoint"] == "198.51.100.3:40003"
+    assert entries(result, "u")[relay]["relayed"] == ["location:v"]
+    assert result["paths"][-1] == {"a": "location:u", "b": "location:v", "path": "probing", "via": relay}
+    # direct 5 s after both ends saw a direct handshake
+    by["u"]["path_state"] = {"direct": {"location:v": 990}}
+    by["v"]["path_state"] = {"direct": {"location:u": 998}}
+    result = build_plans(nodes, [], {}, now=1000)
+    assert result["paths"][-1]["path"] == "probing" and result["next_change"] == 1003
+    result = build_plans(nodes, [], {}, now=1003)
+    assert result["paths"][-1] == {"a": "location:u", "b": "location:v", "path": "direct", "via": None}
+    direct = entries(result, "u")["location:v"]
+    assert direct["endpoint"] == "198.51.100.4:40004" and "10.100.4.0/24" in direct["allowed_ips"]
+    assert not any(p.get("relayed") or p.get("probe") for p in result["plans"]["u"]["peers"])
+    assert result["next_change"] is None
+    # held on the relay by either end: relayed, no probe, until the hold ends
+    by["v"]["path_state"]["held"] = {"location:u": 1100}
+    result = build_plans(nodes, [], {}, now=1003)
+    assert result["paths"][-1]["path"] == "relayed" and "location:v" not in entries(result, "u")
+    assert result["next_change"] == 1100
+    del by["v"]["path_state"]["held"]
+    # a relay named down by one end leaves the pair's hash until then; every relay down: all count
+    by["u"]["path_state"] = {"down": {relay: 1200}}
+    result = build_plans(nodes, [], {}, now=1003)
+    assert result["paths"][-1]["via"] == other and result["next_change"] == 1200
+    by["v"]["path_state"] = {"down": {other: 1300}}
+    result = build_plans(nodes, [], {}, now=1003)
+    assert result["paths"][-1]["via"] == relay and result["next_change"] == 1200
+    # a relay counts 5 s after its agent started
+    by["u"]["path_state"] = by["v"]["path_state"] = {}
+    by[relay.split(":")[1]]["relay_since"] = 1000
+    result = build_plans(nodes, [], {}, now=1003)
+    assert result["paths"][-1]["via"] == other and result["next_change"] == 1005
+    assert build_plans(nodes, [], {}, now=1005)["paths"][-1]["via"] == relay
+    # nothing published by one end (a push run, a Kilo end): relayed
+    del by["v"]["path_state"]
+    assert build_plans(nodes, [], {}, now=1005)["paths"][-1]["path"] == "relayed"
+
+
+@pytest.mark.parametrize("value, field", [
+    ("soon", "path_state"), ({"gone": {}}, "path_state.gone"), ({"down": []}, "path_state.down"),
+    ({"direct": {"location:v": -1}}, "path_state.direct[location:v]"), ({"held": {"x": True}}, "path_state.held[x]")])
+def test_bad_path_state(value, field):
+    nodes, by = timed_mesh()
+    by["u"]["path_state"] = value
+    with pytest.raises(KiloError) as info:
+        build_plans(nodes, [], {}, now=1)
+    assert (info.value.subject, info.value.field) == ("node 'u'", field)
+
+
+def test_packet_walk_with_probing_and_direct_pairs():
+    counts = {"meshes": 0, "packets": 0, "direct": 0, "probing": 0, "relayed": 0}
+    for seed in range(300, 340):
+        rnd = random.Random(seed)
+        nodes, peers, options = relayed_mesh(rnd)
+        result = build_plans(nodes, peers, options)
+        unreachable = [s for s in result["segments"] if not s["reachable"]]
+        first_relay = next(n for n in nodes if n["location"].startswith("r"))
+        first_relay["discovered_endpoints"] = dict(
+            (s["public_key"], "198.51.100.%d:4%04d" % (i + 1, i)) for i, s in enumerate(unreachable))
+        by = dict((n["name"], n) for n in nodes)
+        for seg in unreachable:
+            by[seg["leader"]]["path_state"] = {"direct": {}, "held": {}}
+        for i, a in enumerate(unreachable):
+            for b in unreachable[i + 1:]:
+                pick = rnd.choice(["direct", "half", "held", "none"])
+                if pick in ("direct", "half", "held"):
+                    by[a["leader"]]["path_state"]["direct"][b["key"]] = 900
+                if pick in ("direct", "held"):
+                    by[b["leader"]]["path_state"]["direct"][a["key"]] = 950
+                if pick == "held":
+                    by[b["leader"]]["path_state"]["held"][a["key"]] = 2000
+        mesh = Mesh(nodes, peers, options)
+        mesh.result = build_plans(nodes, peers, options, now=1000)
+        mesh.plans = mesh.result["plans"]
+        counts["meshes"] += 1
+        for path in mesh.result["paths"]:
+            if path["a"] in [s["key"] for s in unreachable] and path["b"] in [s["key"] for s in unreachable]:
+                counts[path["path"]] += 1
+        walk_all(mesh, "seed %d %s" % (seed, options), counts)
+    print(counts)
+    assert counts["direct"] and counts["probing"] and counts["relayed"]
+
+
+def test_dual_stack_relayed_pair():
+    nodes = []
+    for i, (loc, nat) in enumerate([("r", False), ("u", True), ("v", True)]):
+        node = {"name": loc, "location": loc, "public_key": key(i + 1),
+                "internal_ip": ["10.%d.0.1/24" % (20 + i), "fd00:%d::1/64" % (20 + i)],
+                "pod_cidr": ["10.100.%d.0/24" % i, "fd10:%d::/64" % i],
+                "endpoint": "10.%d.0.1:51820" % (20 + i) if nat else "203.0.113.1:51820", "behind_nat": nat}
+        nodes.append(node)
+    result = build_plans(nodes, [], {"subnet": ["10.4.0.0/16", "fd04::/64"]})
+    u = result["plans"]["u"]
+    assert [(p["name"], p["relayed"]) for p in u["peers"]] == [("location:r", ["location:v"])]
+    assert {"10.100.2.0/24", "fd10:2::/64", "10.22.0.1/32", "fd00:22::1/128", "10.4.0.3/32", "fd04::3/128"} <= set(
+        u["peers"][0]["allowed_ips"])
+    routed = set(r["dst"] for r in u["routes"])
+    assert {"10.22.0.1/32", "fd00:22::1/128"} <= routed  # v's leader's own addresses too: its endpoint is none
+    for plan in result["plans"].values():
+        check_plan(plan, IFACE)

@@ -34,9 +34,20 @@ topology asks while rendering:
 
 Refused (TopologyError naming the segment's location or node, and the field): a mesh with no
 reachable segment at all, and a pair of unreachable segments with no eligible relay of a third
-group. Not yet (docs/DESIGN.md, stages 5 and 6): probes and direct paths (``path_state``,
-``now``, ``next_change``), relay failover from published ``down`` marks; every pair of two
-unreachable segments is relayed.
+group.
+
+Timed inputs count only at a time (``build_plans(..., now=...)``; without one every pair of two
+unreachable segments is relayed, as a push run computes it): a node's ``path_state`` (what its
+agent published: ``down`` relays until a time, a ``direct`` handshake with a segment since a time,
+a segment ``held`` on the relay until a time; None for a Kilo end or a push run) and a relay's
+``relay_since`` (its agent's start; 0 for push runs). A relay counts from ``relay_since`` + 5 s; a
+relay either end names down leaves that pair's hash (all count again when every one is named); a
+pair whose ends both publish path states and have a mapping each (discovered endpoints) is
+*probing*: each end has a probe entry for the other (the mapping as endpoint, no allowed IPs, so
+nothing moves off the relay); it is *direct* from 5 s after both ends publish a direct handshake
+with each other, unless either holds it: each end then has Kilo's entry for the other, its
+endpoint the mapping. ``next_change`` is the first time a decision flips by time alone. How
+agents publish these (stages 4 to 6 of docs/DESIGN.md) is not built yet.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -48,7 +59,9 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import TopologyErr
 
 # an unreachable leader's keepalive when it sets none (seconds)
 DEFAULT_KEEPALIVE = 25
-RELAYED, DIRECT = "relayed", "direct"
+# seconds after a relay starts, or after both ends of a pair saw a direct handshake, before either counts
+SETTLE = 5
+RELAYED, PROBING, DIRECT = "relayed", "probing", "direct"
 
 
 def reachable(node):
@@ -103,28 +116,73 @@ class Relays(object):
 
     def __init__(self, topology, unreachable, eligible):
         self.topology = topology
+        self.now = topology.now
         self.unreachable = unreachable  # segment keys
         self.eligible = eligible  # segments, in key order
         self.eligible_keys = set(seg.key for seg in eligible)
-        healthy = [seg for seg in eligible if seg.leader.healthy]
-        self.hashed = healthy or eligible
-        self._relay_of = {}
+        self._relay_of, self._state_of = {}, {}
+        self._changes = set()  # times after now at which a decision flips by time alone
+
+    def _later(self, when):
+        """``when`` is after now: a decision flips then (``next_change``); returns whether it is."""
+        if when > self.now:
+            self._changes.add(when)
+            return True
+        return False
 
     def relay(self, a, b):
-        """The relay segment of the pair of unreachable segments ``a``, ``b`` (of different groups)."""
+        """The relay segment of the pair of unreachable segments ``a``, ``b`` (of different groups):
+        the rendezvous hash over the eligible relays of a third group, healthy ones, and with a time
+        (``now``) those counted (``relay_since`` + 5 s) and named down by neither end (``down``);
+        each filter only where it leaves one."""
         pair = (a.key, b.key) if a.key < b.key else (b.key, a.key)
         found = self._relay_of.get(pair)
         if found is None:
-            usable = [r for r in self.hashed if r.group != a.group and r.group != b.group]
-            if not usable:  # only unhealthy relays remain of a third group
-                usable = [r for r in self.eligible if r.group != a.group and r.group != b.group]
+            usable = [r for r in self.eligible if r.group != a.group and r.group != b.group]
+            usable = [r for r in usable if r.leader.healthy] or usable
+            if self.now is not None:
+                usable = [r for r in usable if not self._later(r.leader.relay_since + SETTLE)] or usable
+                down = set(name for seg in (a, b) for name, until in self._published(seg, "down").items()
+                           if self._later(until))
+                usable = [r for r in usable if r.key not in down] or usable
             found = self._relay_of[pair] = rendezvous(a.key, b.key, usable)
         return found
 
+    def _published(self, seg, what):
+        """What the leader of ``seg`` published of its paths (``path_state``): {} when nothing."""
+        state = seg.leader.path_state
+        return state[what] if state else {}
+
+    def mapping(self, seg, viewer=None):
+        """The endpoint a relay saw the unreachable leader of ``seg`` at (Kilo's discovered endpoints)."""
+        key = seg.leader.key
+        found = viewer.discovered.get(key) if viewer is not None else None
+        return found if found is not None else self.topology.discovered.get(key)
+
+    def state(self, a, b):
+        """The path of a pair of unreachable segments of different groups: RELAYED; PROBING while both
+        ends publish path states and a mapping each; DIRECT from 5 s after both ends publish a direct
+        handshake with each other (``direct``), unless either holds the pair on the relay (``held``).
+        Only with a time (``now``): without one, every pair is relayed."""
+        pair = (a.key, b.key) if a.key < b.key else (b.key, a.key)
+        found = self._state_of.get(pair)
+        if found is None:
+            found = RELAYED
+            if self.now is not None and a.leader.path_state is not None and b.leader.path_state is not None:
+                held = [self._later(self._published(x, "held").get(y.key, 0)) for x, y in ((a, b), (b, a))]
+                since = [self._published(x, "direct").get(y.key) for x, y in ((a, b), (b, a))]
+                if not any(held):
+                    if None not in since and not self._later(max(since) + SETTLE):
+                        found = DIRECT
+                    elif self.mapping(a) is not None and self.mapping(b) is not None:
+                        found = PROBING
+            self._state_of[pair] = found
+        return found
+
     def relayed(self, seg, viewer):
-        """Whether the leader ``viewer`` reaches segment ``seg`` through a relay."""
+        """Whether the leader ``viewer`` reaches segment ``seg`` through a relay (probing or not)."""
         return (viewer is not None and seg.key in self.unreachable and viewer.segment.key in self.unreachable
-                and seg.group != viewer.segment.group)
+                and seg.group != viewer.segment.group and self.state(seg, viewer.segment) != DIRECT)
 
     def endpoint(self, seg, viewer, kilo):
         """``segment_endpoint``'s answer ``kilo`` for an unreachable segment: its mapping where one
@@ -133,33 +191,34 @@ class Relays(object):
         tunnel)."""
         if seg.key not in self.unreachable:
             return kilo
-        if not self.relayed(seg, viewer):
-            key = seg.leader.key
-            found = viewer.discovered.get(key) if viewer is not None else None
-            if found is None:
-                found = self.topology.discovered.get(key)
-            if found is not None:
-                return kilo
+        if not self.relayed(seg, viewer) and self.mapping(seg, viewer) is not None:
+            return kilo
         return None, None
 
     def wireguard_peers(self, node, entries):
-        """A leader's Kilo entries (``Topology._wireguard_peers``) with the relayed moves."""
+        """A leader's Kilo entries (``Topology._wireguard_peers``) with the relayed moves: an entry of
+        a relayed segment goes (a probing one becomes a probe entry), its allowed IPs join the relay's."""
         own = node.segment
         if own.key not in self.unreachable:
             return entries
         by_key = self.topology.segment_by_key
-        moves = {}  # relay key -> [relayed segments]
+        moves, through = {}, {}  # relay key -> [relayed segments]; segment key -> its relay
         for entry in entries:
-            seg = by_key.get(entry["name"]) if "public_key" in entry else None
+            seg = by_key.get(entry["name"])
             if seg is not None and seg.leader.key == entry["public_key"] and self.relayed(seg, node):
                 moves.setdefault(self.relay(own, seg).key, []).append(seg)
+                through[seg.key] = seg
         if not moves:
             return entries
         out = []
         for entry in entries:
             seg = by_key.get(entry["name"])
             if seg is not None and seg.leader.key == entry["public_key"]:
-                if self.relayed(seg, node):
+                if seg.key in through:
+                    if self.state(own, seg) == PROBING:
+                        out.append({"name": seg.key, "public_key": seg.leader.key,
+                                    "endpoint": self.mapping(seg, node)[0], "allowed_ips": [],
+                                    "persistent_keepalive": node.keepalive, "probe": True})
                     continue
                 carried = moves.get(seg.key)
                 if carried:
@@ -192,10 +251,18 @@ class Relays(object):
                 if a.group == b.group or (a.key not in self.unreachable and b.key not in self.unreachable):
                     continue
                 if a.key in self.unreachable and b.key in self.unreachable:
-                    out.append({"a": a.key, "b": b.key, "path": RELAYED, "via": self.relay(a, b).key})
+                    path = self.state(a, b)
+                    out.append({"a": a.key, "b": b.key, "path": path,
+                                "via": None if path == DIRECT else self.relay(a, b).key})
                 else:
                     out.append({"a": a.key, "b": b.key, "path": DIRECT, "via": None})
         return out
+
+    def next_change(self):
+        """The first time after now at which a decision flips by time alone (a relay counted, a
+        down or hold ending, a pair going direct): when to compute again; None without one.
+        Complete once ``paths`` has decided every pair."""
+        return min(self._changes) if self._changes else None
 
 
 def plan(topology, find_leader):

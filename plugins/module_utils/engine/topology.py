@@ -183,8 +183,9 @@ def segment_key(node, granularity):
 class Topology(object):
     """The shared structure of one mesh; ``plan(name)`` renders one node's plan."""
 
-    def __init__(self, nodes, peers, options=None):
+    def __init__(self, nodes, peers, options=None, now=None):
         self.opts, self.nodes, self.peers = parse_inputs(nodes, peers, options)
+        self.now = now  # beyond Kilo: the time timed inputs count at (engine/relays.py); None: none count
         self.compat = self.opts["compatibility"]
         # a dual-stack mesh routes each IP family on its own, primary first; a single-stack mesh
         # routes as Kilo does, whatever the families of its addresses (family None: unsplit)
@@ -757,15 +758,16 @@ def _host_net(ip):
     return ipaddress.ip_network(ip)
 
 
-def build_plans(nodes, peers, options=None, only=None, check=None):
+def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
     """Validate, compute the mesh once, render the plans of ``only`` (default: every node);
     ``check(topology)``, when given, is called on the mesh before any plan is rendered (a caller's
-    own checks of the same computation: kilo.mesh.topology's conflicts between parties).
+    own checks of the same computation: kilo.mesh.topology's conflicts between parties). ``now``
+    (seconds): the time the nodes' timed inputs count at (``engine/relays.py``); None: none do.
 
     Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
-    topology = Topology(nodes, peers or [], options)
+    topology = Topology(nodes, peers or [], options, now)
     if check is not None:
         check(topology)
     names = [n.name for n in topology.nodes] if only is None else list(only)
@@ -786,6 +788,7 @@ def build_plans(nodes, peers, options=None, only=None, check=None):
     if topology.relays is not None:  # beyond Kilo: a relayed mesh says which pairs go through whom
         topology.relays.segments_out(result["segments"])
         result["paths"] = topology.relays.paths()
+        result["next_change"] = topology.relays.next_change()
     return result
 
 

@@ -104,7 +104,7 @@ class Node(object):
     __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
                  "internal_ip_str", "internal_host_cidr", "internals", "internal_strs", "internal_host_cidrs",
                  "sides", "pods", "pod_strs", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
-                 "keepalive", "alips", "discovered", "segment", "index", "behind_nat")
+                 "keepalive", "alips", "discovered", "segment", "index", "behind_nat", "path_state", "relay_since")
 
 
 class Peer(object):
@@ -153,6 +153,7 @@ def parse_node(item, index, default_port, subnets=None):
     node.discovered = value["discovered_endpoints"]
     # beyond Kilo: no other location reaches it at its endpoint (engine/relays.py)
     node.behind_nat = value["behind_nat"]
+    node.path_state, node.relay_since = value["path_state"], value["relay_since"]
     node.index = index
     return node
 
