@@ -54,7 +54,10 @@ def lab(request):
         lab.site_inventory = os.path.join(os.path.dirname(lab.inventory), "relays.yml")
         with open(lab.site_inventory, "w") as f:
             yaml.safe_dump(inventory, f)
-        yield lab
+        try:
+            yield lab
+        finally:
+            os.remove(lab.site_inventory)  # so the lab's down leaves no state dir behind
 
 
 def unreached(lab):
