@@ -481,9 +481,10 @@ FIELDS = OrderedDict((field.name, field) for field in (
               check=lambda v, s, f: to_bool(v, s, f, default=False), parse=lambda v, s, f: to_bool(v, s, f, default=False),
               source=BEHIND_NAT_ANNOTATION, kube=lambda v, s, f: to_bool(v or True, s, f), form="bool"),
     NodeField("path_state", None,
-              "Beyond Kilo: what a node behind NAT published of its paths (a relay agent's C(down), C(direct) and"
-              " C(held) times; none for a Kilo end); counted only at a time (C(now)).",
-              parse=lambda v, s, f: _path_state(v, s, f), form="mapping"),
+              "Beyond Kilo: what the agent of a node behind NAT published of its paths (relays C(down) until,"
+              " C(direct) handshakes since, pairs C(held) on the relay until; seconds); none for a Kilo end or a push"
+              " run; counted only at a time (C(now)).",
+              parse=_path_state, form="mapping"),
     NodeField("relay_since", None,
               "Beyond Kilo: when this relay's agent started relaying (a relay counts 5 s later); 0 for push runs.",
               parse=lambda v, s, f: _seconds(v or 0, s, f), form="seconds"),
