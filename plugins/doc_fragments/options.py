@@ -153,7 +153,7 @@ options:
         (bool), C(endpoint) (V(host:port)), C(internal_ip) (CIDR, a list of two (dual-stack), or null), C(persistent_keepalive)
         (seconds), C(allowed_location_ips) (CIDRs), C(pod_cidr) (CIDR, list of CIDRs, or null), C(public_key), C(cni_compatibility_ip)
         (CIDR or null), C(discovered_endpoints) (public key to V(ip:port)), C(behind_nat) (bool), C(path_state)
-        (mapping), C(relay_since) (seconds), C(healthy) (bool).'
+        (mapping), C(relay_since) (seconds), C(kg) (bool), C(healthy) (bool).'
       - 'C(healthy) false: not chosen as leader while a healthy node of the location can lead.'
     type: list
     elements: dict
@@ -802,8 +802,8 @@ notes:
     field.
   - A Node's annotations of Kilo's prefix C(kilo.squat.ai/) and of ours, C(kilo.mesh/) (the inventory plugin's C(kubernetes_annotations)),
     are among C(kilo.mesh/behind-nat), C(kilo.mesh/deposed-at), C(kilo.mesh/internal-ips), C(kilo.mesh/next-key),
-    C(kilo.mesh/pod-cidr-source), C(kilo.mesh/pod-cidrs), C(kilo.mesh/unreachable-leaders), C(kilo.mesh/wireguard-ips),
-    C(kilo.squat.ai/allowed-location-ips), C(kilo.squat.ai/cni-compatibility-ip), C(kilo.squat.ai/discovered-endpoints),
+    C(kilo.mesh/path-state), C(kilo.mesh/pod-cidr-source), C(kilo.mesh/pod-cidrs), C(kilo.mesh/relay), C(kilo.mesh/unreachable-leaders),
+    C(kilo.mesh/wireguard-ips), C(kilo.squat.ai/allowed-location-ips), C(kilo.squat.ai/cni-compatibility-ip), C(kilo.squat.ai/discovered-endpoints),
     C(kilo.squat.ai/endpoint), C(kilo.squat.ai/force-endpoint), C(kilo.squat.ai/force-internal-ip), C(kilo.squat.ai/granularity),
     C(kilo.squat.ai/internal-ip), C(kilo.squat.ai/key), C(kilo.squat.ai/last-seen), C(kilo.squat.ai/leader), C(kilo.squat.ai/location),
     C(kilo.squat.ai/persistent-keepalive), C(kilo.squat.ai/wireguard-ip); any other is refused, naming the host,

@@ -488,6 +488,10 @@ FIELDS = OrderedDict((field.name, field) for field in (
     NodeField("relay_since", None,
               "Beyond Kilo: when this relay's agent started relaying (a relay counts 5 s later); 0 for push runs.",
               parse=lambda v, s, f: _seconds(v or 0, s, f), form="seconds"),
+    NodeField("kg", None,
+              "Beyond Kilo, agent mode: Kilo's own agent (kg) runs this node (its Node carries none of our agents'"
+              " marks): it never relays, and a pair of locations behind NAT with it as an end keeps Kilo's entries.",
+              parse=lambda v, s, f: to_bool(v, s, f, default=False), form="bool"),
     NodeField("healthy", None, "Beyond Kilo: false when the run saw the host down (kilo_leader_health).",
               parse=lambda v, s, f: to_bool(v, s, f, default=True), form="bool"),
 ))

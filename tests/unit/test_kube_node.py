@@ -240,13 +240,37 @@ def test_agent_annotations_parsed():
     assert hv["kilo_kubernetes_node"] == {
         "public_key": KEY, "endpoint": "203.0.113.5:51820", "internal_ip": "10.1.0.5/24",
         "wireguard_ip": "10.4.0.1/16", "last_seen": 1700000000, "granularity": "location",
-        "discovered_endpoints": {KEY2: "198.51.100.7:40112"}, "ready": True, "pod_cidrs": {"node": []}}
+        "discovered_endpoints": {KEY2: "198.51.100.7:40112"}, "ready": True, "pod_cidrs": {"node": []},
+        "relay_since": None, "path_state": None, "kg": True}
 
 
 def test_agent_annotations_empty_or_absent_are_none():
     facts = kn.host_vars(node({kn.INTERNAL_IP: "", kn.WIREGUARD_IP: "", kn.DISCOVERED_ENDPOINTS: ""}))[
         "kilo_kubernetes_node"]
-    assert facts == dict(dict.fromkeys(kn.NODE_FIELDS), discovered_endpoints={}, pod_cidrs={"node": []})
+    assert facts == dict(dict.fromkeys(kn.NODE_FIELDS), discovered_endpoints={}, pod_cidrs={"node": []}, kg=True)
+
+
+def test_relay_marks_of_our_agents():
+    """kilo.mesh/relay (a relay's start) and kilo.mesh/path-state (a node behind NAT) into the
+    engine's timed inputs; a Node with neither is Kilo's own agent's (kg)."""
+    state = {"down": {"location:aws": 1700000100}, "direct": {}, "held": {}}
+    text = kn.path_state_text(state)
+    assert json.loads(text) == state
+    facts = kn.host_vars(node({kn.RELAY: "1700000000"}))["kilo_kubernetes_node"]
+    assert kn.relay_marks(facts) == {"relay_since": 1700000000, "path_state": None, "kg": False}
+    facts = kn.host_vars(node({kn.PATH_STATE: text}))["kilo_kubernetes_node"]
+    assert kn.relay_marks(facts) == {"relay_since": None, "path_state": state, "kg": False}
+    assert kn.relay_marks(kn.host_vars(node({}))["kilo_kubernetes_node"])["kg"] is True
+    for bad, field in (("{", kn.PATH_STATE), ('{"gone": {}}', kn.PATH_STATE + ".gone"), ("soon", kn.PATH_STATE)):
+        with pytest.raises(KiloError) as info:
+            kn.host_vars(node({kn.PATH_STATE: bad}))
+        assert info.value.field == field, (bad, info.value.field)
+    with pytest.raises(KiloError) as info:
+        kn.host_vars(node({kn.RELAY: "-3"}))
+    assert info.value.field == kn.RELAY
+    # ours, so known (validate refuses unknown ones of our prefix) and removed when a node leaves
+    assert kn.RELAY in kn.KNOWN_ANNOTATIONS and kn.PATH_STATE in kn.KNOWN_ANNOTATIONS
+    assert kn.removed_when_leaving({kn.RELAY: "1", kn.PATH_STATE: "{}"})[kn.PATH_STATE] is None
 
 
 def test_discovered_endpoints_go_field_names_any_case_ipv6_and_null():

@@ -527,3 +527,31 @@ def test_dual_stack_relayed_pair():
     assert {"10.22.0.1/32", "fd00:22::1/128"} <= routed  # v's leader's own addresses too: its endpoint is none
     for plan in result["plans"].values():
         check_plan(plan, IFACE)
+
+
+def test_kilo_agent_ends_keep_kilos_entries_and_never_relay():
+    """Agent mode: a node Kilo's own agent runs (``kg``: no mark of ours on its Node) never relays
+    while one of ours can, and a pair of NAT'd locations with a ``kg`` end keeps Kilo's entries."""
+    nodes, by = timed_mesh()
+    for node in ("u", "v"):
+        by[node]["path_state"] = {}
+    result = build_plans(nodes, [], {}, now=1000)
+    relay = result["paths"][-1]["via"]
+    other = "location:s" if relay == "location:r" else "location:r"
+    by[relay.split(":")[1]]["kg"] = True
+    result = build_plans(nodes, [], {}, now=1000)
+    assert result["paths"][-1]["via"] == other
+    assert "relay_accept" not in result["plans"][relay.split(":")[1]]["firewall"]
+    assert result["plans"][other.split(":")[1]]["firewall"]["relay_accept"] is True
+    # every relay kg: they count all the same (the mesh computes while our agents start)
+    by[other.split(":")[1]]["kg"] = True
+    assert build_plans(nodes, [], {}, now=1000)["paths"][-1]["via"] == relay
+    del by["r"]["kg"], by["s"]["kg"]
+    # a kg end (v): Kilo's entries both ways, the endpoint the mapping the relay saw; with or without a time
+    by["v"]["kg"] = True
+    for now in (None, 1000):
+        result = build_plans(nodes, [], {}, now=now)
+        assert result["paths"][-1] == {"a": "location:u", "b": "location:v", "path": "direct", "via": None}
+        assert entries(result, "u")["location:v"]["endpoint"] == "198.51.100.4:40004"
+        assert "10.100.4.0/24" in entries(result, "u")["location:v"]["allowed_ips"]
+        assert not any(p.get("relayed") or p.get("probe") for p in result["plans"]["u"]["peers"])

@@ -148,5 +148,5 @@ def test_a_leaving_node_loses_kilos_agent_annotations_and_ours_but_not_the_opera
 
 def test_the_agents_annotation_names_are_the_ones_it_writes():
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import health, rotation
-    assert (health.UNREACHABLE, health.DEPOSED, rotation.NEXT_KEY) == kn.OWN_AGENT_ANNOTATIONS
+    assert (health.UNREACHABLE, health.DEPOSED, rotation.NEXT_KEY, kn.RELAY, kn.PATH_STATE) == kn.OWN_AGENT_ANNOTATIONS
     assert all(name.startswith("kilo.mesh/") for name in kn.OWN_AGENT_ANNOTATIONS)

@@ -32,6 +32,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import math
 import os
 import select
 import socket
@@ -50,6 +51,12 @@ DEAD_AFTER = 20.0  # no answer for this long: dead
 HOLD_DOWN = 600.0  # a deposed leader stays out of the lead this long from its mark
 NAME_HOLD = 60.0  # a judge keeps naming a leader this long after it last saw it dead
 SETTLE = 2 * PROBE_INTERVAL  # a deposition applies once it has held this long (Settle)
+# Relay failover (engine/relays.py): a leader behind NAT probes its relays faster, and publishes a
+# relay it saw dead as down until RELAY_DOWN seconds after it last saw it so (path state ``down``)
+RELAY_PROBE_INTERVAL = 1.0
+RELAY_DEAD_AFTER = 3.0
+RELAY_FIRST_ANSWER = 20.0  # a relay that never answered yet (tunnel coming up) is dead after this
+RELAY_DOWN = 60.0
 
 
 def parse_names(value):
@@ -121,14 +128,18 @@ class Prober(object):
     """What this leader sees of the other leaders: ``dead(now)`` names those that did not answer
     for ``dead_after`` seconds while probed, and keeps naming them ``hold_down`` seconds after."""
 
-    def __init__(self, dead_after=DEAD_AFTER, hold_down=NAME_HOLD):
+    def __init__(self, dead_after=DEAD_AFTER, hold_down=NAME_HOLD, ident=0, first_answer=None):
         self.dead_after = dead_after
+        # a target that has not answered since probing began: dead only after this (its tunnel
+        # may still be coming up: a handshake, the far end's converge)
+        self.first_answer = dead_after if first_answer is None else first_answer
         self.hold_down = hold_down
         self.targets = {}  # name -> address
         self.since = {}  # name -> when probing it began
         self.last_ok = {}  # name -> last answer
         self.last_dead = {}  # name -> last time it was seen dead
-        self._ident = os.getpid() & 0xFFFF
+        # ``ident``: another prober of the same process (relays, leaders) tells its answers apart
+        self._ident = (os.getpid() + ident) & 0xFFFF
         self._seq = 0
 
     def set_targets(self, targets, now):
@@ -153,13 +164,19 @@ class Prober(object):
         for name, when in times.items():
             self.last_ok[name] = max(when, self.last_ok.get(name, 0))
         for name in self.targets:
-            if now - max(self.last_ok.get(name, 0), self.since[name]) > self.dead_after:
+            ok = self.last_ok.get(name)
+            if (now - self.since[name] > self.first_answer) if ok is None else (now - max(ok, self.since[name])
+                                                                                > self.dead_after):
                 self.last_dead[name] = now
 
     def dead(self, now):
         for name in [n for n, t in self.last_dead.items() if now - t > self.hold_down]:
             del self.last_dead[name]
         return set(self.last_dead)
+
+    def down(self, now):
+        """{name: until}: those ``dead`` names, each until ``hold_down`` after it was last seen dead."""
+        return dict((name, int(math.ceil(self.last_dead[name] + self.hold_down))) for name in self.dead(now))
 
     def probe(self):
         """One round of ICMP echoes to every target; returns the names that answered."""

@@ -130,6 +130,15 @@ class Agent(object):
         self._probe_field = "wireguard_ip"
         self._deposed = set()  # the leaders deposed in the last reconcile (our own mark follows)
         self._rotated = False  # our interface runs another key than our key file: announce, then switch
+        # beyond Kilo, relays (engine/relays.py): when this node started relaying (its agent's
+        # start, again at each reconnect of its watch), and the watch's start it counts from
+        self.relay_since = None
+        self._relay_watch = None
+        self.next_change = None  # when the engine's timed decisions flip next (a reconcile then)
+        # relay failover: a leader behind NAT probes its relays every second (agent/health.py)
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import health as _health
+        self.relay_prober = _health.Prober(dead_after=_health.RELAY_DEAD_AFTER, hold_down=_health.RELAY_DOWN, ident=1,
+                                           first_answer=_health.RELAY_FIRST_ANSWER)
         if config.get("leader_health"):
             from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
             self.settle = health.Settle()
@@ -196,6 +205,11 @@ class Agent(object):
             thread = threading.Thread(target=self.probe_loop, name="probe")
             thread.daemon = True
             thread.start()
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import RELAY_PROBE_INTERVAL
+        thread = threading.Thread(target=functools.partial(self.probe_loop, "relay_prober", RELAY_PROBE_INTERVAL,
+                                                           "relays"), name="relay-probe")
+        thread.daemon = True
+        thread.start()
         period = float(self.config["resync_period"])
         deadline = self.clock() + period
         # the first lists, in short waits so that a stop request is seen at once
@@ -211,7 +225,8 @@ class Agent(object):
         while not self.stop_event.is_set():
             now = self.clock()
             settles = self.settle.due(now) if self.prober else None
-            deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at, settles) if t]
+            deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at, settles,
+                                                                         self.next_change) if t]
             echo = self.informers[0].echo_due()
             if echo is not None:
                 deadlines.append(echo + ECHO_TIMEOUT)
@@ -276,11 +291,16 @@ class Agent(object):
                 if informer.installed:
                     ipam[source] = kube_node.IPAM_READERS[source](informer.snapshot().values(), ipam_errors)
             from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families
+            if watching.connected_since != self._relay_watch:
+                # a relay counts from its agent's start, and again from a reconnect of its watch
+                # (kube_node.RELAY): both ends of a pair then take it back from the same instant
+                self._relay_watch, self.relay_since = watching.connected_since, int(now)
             nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
                                              self.config["topology_label"], now, self.config["liveness"],
                                              watching.connected_since if watching.connected else None,
                                              watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"),
-                                             dual=bool(mesh_families(options.get("subnet"))))
+                                             dual=bool(mesh_families(options.get("subnet"))),
+                                             own_marks=self.relay_marks(now))
             peers, skipped_peers = mesh.mesh_peers(peer_objects)
             skipped.update(skipped_peers)
             for name, reason in ipam_errors.items():
@@ -294,7 +314,11 @@ class Agent(object):
             settle = functools.partial(self.settle, now=now) if self.prober else None
             held = health.held(mesh.marks_of(node_objects, [n["name"] for n in nodes]), now) if self.prober else ()
             plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped,
-                                                               settle, held)
+                                                               settle, held, now=now)
+            # a relay counted, a pair going direct, a down relay back: the engine says when
+            self.next_change = (computed or {}).get("next_change")
+            with self._probe_lock:
+                self.relay_prober.set_targets(mesh.relay_targets(computed, self.name), self.clock())
             self._deposed = deposed
             self.report_skipped(skipped)
             nodes = [n for n in nodes if n["name"] not in skipped]
@@ -334,29 +358,41 @@ class Agent(object):
             self.retry_at = self.clock() + RETRY
             return False
 
+    def relay_marks(self, now):
+        """Our own node's relays' timed inputs (``kube_node.relay_marks``): this agent's live state."""
+        return {"relay_since": self.relay_since, "path_state": self.path_state(now), "kg": False}
+
+    def path_state(self, now):
+        """What this node sees of its paths behind NAT ({"down", "direct", "held"}): the relays its
+        probes saw dead (``down``, until 60 s after they last were); direct paths not yet."""
+        with self._probe_lock:
+            down = self.relay_prober.down(now)
+        return {"down": down, "direct": {}, "held": {}}
+
     def prober_targets(self, targets):
         with self._probe_lock:
             self.prober.set_targets(targets, self.clock())
 
-    def probe_loop(self):
-        """Probe the other leaders every PROBE_INTERVAL; a change of who is dead wakes the loop
-        (to publish it)."""
+    def probe_loop(self, attribute="prober", interval=None, what="leaders"):
+        """Probe with ``self.<attribute>`` every ``interval`` (PROBE_INTERVAL: the other leaders;
+        RELAY_PROBE_INTERVAL with ``relay_prober``: a leader behind NAT its relays); a change of
+        who is dead wakes the loop (to publish it, and to leave a dead relay)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import PROBE_INTERVAL
         seen = set()
-        while not self.stop_event.wait(PROBE_INTERVAL):
+        while not self.stop_event.wait(interval or PROBE_INTERVAL):
             try:
                 with self._probe_lock:
-                    prober = self.prober
+                    prober = getattr(self, attribute)
                 answered = prober.probe() if prober.targets else set()
                 with self._probe_lock:
                     prober.record(answered, self.clock())
                     dead = prober.dead(self.clock())
             except Exception as e:  # pylint: disable=broad-exception-caught
                 self.metrics.errors.inc()
-                self.note("probe failed: %s: %s" % (type(e).__name__, e))
+                self.note("probe of %s failed: %s: %s" % (what, type(e).__name__, e))
                 continue
             if dead != seen:
-                log("leaders seen dead through the tunnels: %s" % (", ".join(sorted(dead)) or "none"))
+                log("%s seen dead through the tunnels: %s" % (what, ", ".join(sorted(dead)) or "none"))
                 seen = dead
                 self.wakeup.set()
 
@@ -457,6 +493,10 @@ class Agent(object):
             # patches when the annotation is there)
             wanted[health.UNREACHABLE] = wanted[health.DEPOSED] = None
         wanted[rotation.NEXT_KEY] = None  # a rotation this node announced is done: its key is written
+        # relays: a node behind NAT publishes its path state, any other may relay (engine/relays.py)
+        behind = bool(own.get("behind_nat"))
+        wanted[kube_node.PATH_STATE] = kube_node.path_state_text(self.path_state(now)) if behind else None
+        wanted[kube_node.RELAY] = None if behind or self.relay_since is None else str(self.relay_since)
         ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
         differ = any(have.get(k) != v for k, v in ours.items())
         if not (differ or now >= self.next_checkin):

@@ -48,11 +48,13 @@ def stale_at(seen, window, watching_since, lost_at):
 
 
 def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None,
-               lost_at=None, ipam=None, pod_source=None, dual=False):
+               lost_at=None, ipam=None, pod_source=None, dual=False, own_marks=None):
     """(nodes, skipped) of the Node objects: engine nodes, and {name: reason} of those left out.
     ``ipam`` and ``pod_source``: the pod ranges of the IPAM objects watched ({source: {node: [CIDR]}},
     ``kube_node.host_vars``) and the mesh's source of pod ranges (``pod_cidr_source``); ``dual``:
-    the mesh is dual-stack (``nodes.node_from_host``).
+    the mesh is dual-stack (``nodes.node_from_host``). The relays' timed inputs (``relay_since``,
+    ``path_state``, ``kg``: ``kube_node.relay_marks``) are what the other Nodes carry, and for our
+    own node ``own_marks``: this agent's live state, not its annotation.
 
     A Node whose data cannot be read is left out with its reason, never fatal: one bad
     annotation on another node must not stop this node's agent."""
@@ -70,7 +72,10 @@ def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window
                 if not live(hvars.get("kilo_kubernetes_node"), now, window, watching_since, lost_at):
                     skipped[name] = "last-seen older than %ds" % window
                     continue
-            nodes.append(node_table.node_from_host(name, hvars, facts, "", port, pod_source=pod_source, dual=dual))
+            node = node_table.node_from_host(name, hvars, facts, "", port, pod_source=pod_source, dual=dual)
+            node.update(own_marks if name == own and own_marks is not None
+                        else kube_node.relay_marks(hvars["kilo_kubernetes_node"]))
+            nodes.append(node)
         except KiloError as e:
             skipped[name] = str(e)
     return nodes, skipped
@@ -87,14 +92,14 @@ def mesh_peers(peer_objects):
     return peers, skipped
 
 
-def without_conflicts(nodes, peers, own, options, skipped=None):
+def without_conflicts(nodes, peers, own, options, skipped=None, now=None):
     """(nodes, peers, computed): ``build_plans(..., only=[own])``, leaving out each other node or
     peer the engine rejects against the rest (its key is another's, ...) with its reason in
     ``skipped``, as ``mesh_nodes`` leaves out one it cannot read: one node's bad data must not
     stop every agent of the cluster. An error about ``own`` (or no node or peer) is raised."""
     while True:
         try:
-            return nodes, peers, build_plans(nodes, peers, options, only=[own])
+            return nodes, peers, build_plans(nodes, peers, options, only=[own], now=now)
         except KiloError as e:
             kind, name = getattr(e, "kind", None), getattr(e, "name", None)
             if kind == "node" and name == own and e.field == "public_key":
@@ -119,7 +124,7 @@ def without_conflicts(nodes, peers, own, options, skipped=None):
                 skipped.update(("peer " + p, str(e)) for p in drop_peers)
 
 
-def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None, held=()):
+def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None, held=(), now=None):
     """(plan, preshared keys, computed, deposed) of node ``own``, as the push run hands it to the
     host: roaming peers marked, preshared keys split off; plan is None when ``own`` is not a node.
     Other nodes and peers the engine rejects are left out (``without_conflicts``, into ``skipped``).
@@ -127,23 +132,24 @@ def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None
     ``reports`` ({node: names it publishes as dead}, with leader health on): leaders every other
     leader sees dead are marked unhealthy, so their location elects another (``health.deposed``);
     ``settle(names)`` keeps those whose deposition has held long enough (``health.Settle``);
-    ``held``: nodes whose deposed mark still holds (``health.held``), out of the lead from the start."""
+    ``held``: nodes whose deposed mark still holds (``health.held``), out of the lead from the start.
+    ``now``: the time the relays' timed inputs count at (``build_plans``)."""
     if own not in set(n["name"] for n in nodes):
         return None, {}, None, set()
-    nodes, peers, computed = without_conflicts(nodes, peers, own, options, skipped)
+    nodes, peers, computed = without_conflicts(nodes, peers, own, options, skipped, now)
     out = set()
     if reports is not None:
         held = set(held)
-        fresh = deposed_leaders(nodes, peers, own, options, computed, reports, held) - held
+        fresh = deposed_leaders(nodes, peers, own, options, computed, reports, held, now) - held
         out = held | (settle(fresh) if settle is not None else fresh)
         if out:
-            computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
+            computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own], now=now)
     plan = computed["plans"][own]
     mark_roaming([plan], computed)
     return plan, split_preshared_keys(plan), computed, out
 
 
-def deposed_leaders(nodes, peers, own, options, computed, reports, held=()):
+def deposed_leaders(nodes, peers, own, options, computed, reports, held=(), now=None):
     """The leaders to depose (``health.deposed``), with those ``held`` (marked) out from the start,
     judged first by the leaders of the mesh with the others healthy, then again by the leaders that replace the deposed ones, until nobody new
     is deposed: a deposed leader leads nothing and so judges nobody, and without the second round
@@ -151,7 +157,7 @@ def deposed_leaders(nodes, peers, own, options, computed, reports, held=()):
     round is computed from the API's state alone, so every agent still reaches the same set."""
     out = set(held)
     if out:
-        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
+        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own], now=now)
     while True:
         # a deposed node still leads where its location has nobody else; it judges nobody all the same
         judges = [s["leader"] for s in computed["segments"] if s.get("leader") and s["leader"] not in out]
@@ -159,7 +165,7 @@ def deposed_leaders(nodes, peers, own, options, computed, reports, held=()):
         if not more:
             return out
         out |= more
-        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own])
+        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own], now=now)
 
 
 def _unhealthy(nodes, names):
@@ -195,3 +201,13 @@ def probe_targets(computed, own, field="wireguard_ip"):
     # a dual-stack segment has a WireGuard IP of each family: probes go to the primary's (Kilo's one)
     return dict((s["leader"], node_table.first_of(s[field])) for s in segments
                 if s.get("leader") and s["leader"] != own and s.get(field))
+
+
+def relay_targets(computed, own):
+    """{relay segment: its WireGuard IP} of every relay of the mesh (``segments[].relay``) when
+    ``own`` leads a segment nobody reaches (it probes them: relay failover); else {}."""
+    segments = (computed or {}).get("segments") or []
+    if not any(s.get("leader") == own and s.get("reachable") is False for s in segments):
+        return {}
+    return dict((s["key"], node_table.first_of(s["wireguard_ip"])) for s in segments
+                if s.get("relay") and s.get("leader") and s.get("wireguard_ip"))

@@ -46,8 +46,14 @@ pair whose ends both publish path states and have a mapping each (discovered end
 *probing*: each end has a probe entry for the other (the mapping as endpoint, no allowed IPs, so
 nothing moves off the relay); it is *direct* from 5 s after both ends publish a direct handshake
 with each other, unless either holds it: each end then has Kilo's entry for the other, its
-endpoint the mapping. ``next_change`` is the first time a decision flips by time alone. How
-agents publish these (stages 4 to 6 of docs/DESIGN.md) is not built yet.
+endpoint the mapping. ``next_change`` is the first time a decision flips by time alone. Agents
+publish them as annotations (``kube_node.RELAY``, ``kube_node.PATH_STATE``; ``agent/mesh.py``).
+
+Agent mode also knows which nodes Kilo's own agent (``kg``) runs (node field ``kg``: their Node
+carries none of our agents' marks): such a leader never relays (unless no leader is marked at all,
+so that a mesh whose agents are starting still computes), and a pair of unreachable segments with
+a ``kg`` end keeps Kilo's entries both ways (its end knows nothing of relays; relaying only ours
+would break the rule that a packet's inner source maps to the peer it came from).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -168,7 +174,10 @@ class Relays(object):
         found = self._state_of.get(pair)
         if found is None:
             found = RELAYED
-            if self.now is not None and a.leader.path_state is not None and b.leader.path_state is not None:
+            if a.leader.kg or b.leader.kg:
+                # Kilo's agent at an end knows nothing of relays: both ends keep Kilo's entries
+                found = DIRECT
+            elif self.now is not None and a.leader.path_state is not None and b.leader.path_state is not None:
                 held = [self._later(self._published(x, "held").get(y.key, 0)) for x, y in ((a, b), (b, a))]
                 since = [self._published(x, "direct").get(y.key) for x, y in ((a, b), (b, a))]
                 if not any(held):
@@ -286,6 +295,9 @@ def plan(topology, find_leader):
             " leader to connect to or relay through: give a node an endpoint the others can reach" % seg.key))
     names = topology.opts["relays"]
     eligible = [seg for seg in usable if not names or seg.location in names]
+    # agent mode: Kilo's own agent never relays (its Node has no ``kilo.mesh/relay``); while no
+    # leader of ours is marked yet (their agents starting) every one counts, so the mesh computes
+    eligible = [seg for seg in eligible if not seg.leader.kg] or eligible
     for seg in unreachable:
         # keeps alive towards every peer, so each learns its mapping (WireGuard roaming)
         if seg.leader.keepalive <= 0:

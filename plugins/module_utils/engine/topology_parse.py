@@ -104,7 +104,8 @@ class Node(object):
     __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
                  "internal_ip_str", "internal_host_cidr", "internals", "internal_strs", "internal_host_cidrs",
                  "sides", "pods", "pod_strs", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
-                 "keepalive", "alips", "discovered", "segment", "index", "behind_nat", "path_state", "relay_since")
+                 "keepalive", "alips", "discovered", "segment", "index", "behind_nat", "path_state", "relay_since",
+                 "kg")
 
 
 class Peer(object):
@@ -154,6 +155,7 @@ def parse_node(item, index, default_port, subnets=None):
     # beyond Kilo: no other location reaches it at its endpoint (engine/relays.py)
     node.behind_nat = value["behind_nat"]
     node.path_state, node.relay_since = value["path_state"], value["relay_since"]
+    node.kg = value["kg"]  # agent mode: Kilo's own agent runs it (never relays; Kilo's entries with it)
     node.index = index
     return node
 

@@ -29,8 +29,8 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES,
-    UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value, read_families)
+    ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, PATH_STATE_KEYS, POD_SOURCE_ANNOTATION,
+    POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value, read_families)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
@@ -64,7 +64,13 @@ DUAL_ANNOTATIONS = (WIREGUARD_IPS, INTERNAL_IPS)
 UNREACHABLE_LEADERS = OWN_PREFIX + "unreachable-leaders"
 DEPOSED_AT = OWN_PREFIX + "deposed-at"
 NEXT_KEY = OWN_PREFIX + "next-key"
-OWN_AGENT_ANNOTATIONS = (UNREACHABLE_LEADERS, DEPOSED_AT, NEXT_KEY)
+# Relays (engine/relays.py, beyond Kilo): a relay's agent writes when it started relaying (unix
+# seconds; again when its watch reconnects), a node behind NAT what it sees of its paths (JSON
+# {"down", "direct", "held"}, node field ``path_state``). A Node with neither is taken for one of
+# Kilo's own agent (node field ``kg``): it never relays, and keeps Kilo's entries.
+RELAY = OWN_PREFIX + "relay"
+PATH_STATE = OWN_PREFIX + "path-state"
+OWN_AGENT_ANNOTATIONS = (UNREACHABLE_LEADERS, DEPOSED_AT, NEXT_KEY, RELAY, PATH_STATE)
 # Every Node annotation of Kilo's prefix and of ours that this collection knows (the node table's,
 # the agents'): kilo.mesh.validate refuses any other one of those prefixes on a host, naming the
 # closest (a misspelt annotation would otherwise be ignored, as Kilo ignores it).
@@ -103,7 +109,7 @@ IPAM_KINDS = {"calico": ("crd.projectcalico.org", "v1", "blockaffinities"),
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 # Fields of the host variable kilo_kubernetes_node (registry names where there is one).
 NODE_FIELDS = ("public_key", "internal_ip", "endpoint", "discovered_endpoints", "last_seen", "granularity",
-               "wireguard_ip", "ready", "pod_cidrs")
+               "wireguard_ip", "ready", "pod_cidrs", "relay_since", "path_state", "kg")
 
 
 def _metadata(obj, kind):
@@ -197,7 +203,28 @@ def _agent_facts(name, annotations, node):
     facts["discovered_endpoints"] = _read_discovered(text(DISCOVERED_ENDPOINTS), subject)
     facts["ready"] = node_ready(node)
     facts["pod_cidrs"] = {"node": spec_pod_cidrs(node, subject)}
+    if text(RELAY):
+        facts["relay_since"] = to_int(text(RELAY), subject, RELAY, low=0)
+    if text(PATH_STATE):
+        try:
+            state = json.loads(text(PATH_STATE))
+        except ValueError as e:
+            raise KiloError("not JSON: %s" % e, subject, PATH_STATE)
+        facts["path_state"] = FIELDS["path_state"].parse(state, subject, PATH_STATE)
+    facts["kg"] = RELAY not in annotations and PATH_STATE not in annotations
     return facts
+
+
+def relay_marks(facts):
+    """The node fields of the relays' timed inputs out of a Node's reading (``kilo_kubernetes_node``):
+    ``relay_since``, ``path_state`` and ``kg`` (see RELAY), for the agents' engine input."""
+    return dict((key, facts.get(key)) for key in ("relay_since", "path_state", "kg"))
+
+
+def path_state_text(state):
+    """The PATH_STATE annotation of a path state ({"down", "direct", "held"}: segment -> seconds)."""
+    return json.dumps(dict((key, dict(state.get(key) or {})) for key in PATH_STATE_KEYS),
+                      sort_keys=True, separators=(",", ":"))
 
 
 def spec_pod_cidrs(node, subject):
