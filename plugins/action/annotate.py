@@ -82,6 +82,8 @@ class ActionModule(KiloAction):
         if args["takeover"] and args["state"] == "present":
             self.refuse_moves(name, current, wanted)
         wanted.update(kube_node.dual_removals(wanted, current))
+        if args["handback_timeout"] and args["state"] == "present":
+            wanted.update(kube_node.handed_back_removals(current))  # Kilo's agent marks nothing of ours
         ours = [k for k in kube_node.AGENT_ANNOTATIONS if k not in kube_node.OBSERVED_ANNOTATIONS]
         # a dual-stack node's, or one to remove; our agent's own, removed when leaving
         ours += [k for k in kube_node.DUAL_ANNOTATIONS + kube_node.OWN_AGENT_ANNOTATIONS if k in wanted]

@@ -77,6 +77,8 @@ options:
         C(kg) (C(playbooks/migrate.yml -e to=kg)) - C(kg) started on a node whose annotations already say what it
         computes writes C(last-seen) first at its first check-in, 30 seconds after it starts, and the other
         agents drop a node silent for 60 seconds.
+      - With it, the Node also loses the relay marks of the collection's agents (C(kilo.mesh/relay),
+        C(kilo.mesh/path-state)), as Kilo's agent never relays.
       - V(0) writes once.
     type: int
     default: 0

@@ -271,6 +271,8 @@ def test_relay_marks_of_our_agents():
     # ours, so known (validate refuses unknown ones of our prefix) and removed when a node leaves
     assert kn.RELAY in kn.KNOWN_ANNOTATIONS and kn.PATH_STATE in kn.KNOWN_ANNOTATIONS
     assert kn.removed_when_leaving({kn.RELAY: "1", kn.PATH_STATE: "{}"})[kn.PATH_STATE] is None
+    # a node handed back to Kilo's agent (migrate.yml -e to=kg) loses them: kg never relays
+    assert kn.handed_back_removals({kn.RELAY: "1", kn.KEY: KEY}) == {kn.RELAY: None}
 
 
 def test_discovered_endpoints_go_field_names_any_case_ipv6_and_null():

@@ -215,6 +215,13 @@ def _agent_facts(name, annotations, node):
     return facts
 
 
+def handed_back_removals(current):
+    """{annotation: None} of our agents' relay marks a Node has (``current``): what a node handed
+    back to Kilo's agent loses (playbooks/migrate.yml), else our agents would still take it for one
+    of theirs (a relay, an end with a path state)."""
+    return dict((key, None) for key in (RELAY, PATH_STATE) if current.get(key) is not None)
+
+
 def relay_marks(facts):
     """The node fields of the relays' timed inputs out of a Node's reading (``kilo_kubernetes_node``):
     ``relay_since``, ``path_state`` and ``kg`` (see RELAY), for the agents' engine input."""
