@@ -225,8 +225,8 @@ class Agent(object):
         while not self.stop_event.is_set():
             now = self.clock()
             settles = self.settle.due(now) if self.prober else None
-            deadlines = [next_resync, self.next_checkin] + [t for t in (self.next_expiry, self.retry_at, settles,
-                                                                         self.next_change) if t]
+            timed = (self.next_expiry, self.retry_at, settles, self.next_change)
+            deadlines = [next_resync, self.next_checkin] + [t for t in timed if t]
             echo = self.informers[0].echo_due()
             if echo is not None:
                 deadlines.append(echo + ECHO_TIMEOUT)
