@@ -116,7 +116,23 @@ OPTIONS = dict([
         " and the peers added with M(kilo.mesh.peer) O(kilo.mesh.peer#module:store=registry).",
         "Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host"
         " when the play's host has none, as V(localhost)); C(.kilo-registry.json) there when that"
-        " directory is an inventory source itself (Ansible would read the visible file as inventory)."]),
+        " directory is an inventory source itself (Ansible would read the visible file as inventory).",
+        "A Redis URL instead (V(redis://HOST:6379/0), V(rediss://...), V(unix:///PATH?db=0); a password as"
+        " V(redis://:PASSWORD@HOST:6379/0), shown masked) keeps the registry in Redis, where every controller,"
+        " job and slice of an AWX or Automation Controller job reads and writes it (one hash field per host,"
+        " written under Redis' WATCH: concurrent runs never lose each other's update). The query argument"
+        " C(key) names the mesh's keys (default V(kilo-registry)), so meshes may share a database. Needs the"
+        " Python package C(redis) on the controller."]),
+    _option("registry_wait", ("inputs",), "int", [
+        "Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans),"
+        " the role C(kilo.mesh.node)) waits, after writing its hosts' data to the O(registry), until every"
+        " host of the mesh group is known (this run, the registry or its Node), reading the registry again"
+        " every second.",
+        "For a job run as several concurrent C(--limit) slices (AWX job slicing) with a shared registry, so"
+        " that each slice's first run computes its plans with every other slice's hosts, as one run would."
+        " Hosts still unknown then are left out with a warning naming them (the next run adds them).",
+        "V(0) - no wait (a host without data is left out at once, as before)."],
+        default=0, bounds=(0, 3600)),
     _option("peers", ("inputs",), "list", [
         "Outside WireGuard clients (Kilo's Peer resources), each with C(name), C(public_key), C(allowed_ips),"
         " and optionally C(endpoint), C(persistent_keepalive), C(preshared_key).",

@@ -173,6 +173,12 @@ class MeshReading(object):
             self._memo[key] = compute()
         return self._memo[key]
 
+    def read_registry_again(self):
+        """Forget what came from the registry (and all computed from it): the next question reads
+        it again (``registry_wait``: other slices of a job write it meanwhile)."""
+        for key in ("registry", "gathered", "peers", "planned", "checked", "computed"):
+            self._memo.pop(key, None)
+
     # --- what is read ---------------------------------------------------------------------
 
     @property

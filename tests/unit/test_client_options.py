@@ -100,3 +100,16 @@ def test_kilo_kube_is_an_option_of_the_table_and_of_the_roles_that_reach_the_api
     from ansible_collections.kilo.mesh.plugins.module_utils.options import role_argument_specs
     for role in ("node", "agent", "connect", "mesh"):
         assert "kilo_kube" in role_argument_specs(role)["argument_specs"]["main"]["options"], role
+
+
+def test_awx_kubernetes_credential_environment_fills_the_client_options():
+    # What AWX's "OpenShift or Kubernetes API Bearer Token" credential injects into a job's
+    # environment (kubernetes.core's variables; the CA certificate as a file, the flag as True/False).
+    environ = {"K8S_AUTH_HOST": "https://203.0.113.10:6443", "K8S_AUTH_API_KEY": "token123",
+               "K8S_AUTH_VERIFY_SSL": "True", "K8S_AUTH_SSL_CA_CERT": "/runner/env/tmpca"}
+    auth = kube_client.auth_options({}, environ)
+    assert auth == {"kubeconfig": None, "context": None, "host": "https://203.0.113.10:6443", "api_key": "token123",
+                    "validate_certs": True, "ca_cert": "/runner/env/tmpca"}
+    assert kube_client.auth_options({}, dict(environ, K8S_AUTH_VERIFY_SSL="False"))["validate_certs"] is False
+    # a task's or kilo_kube's own value wins over the credential's
+    assert kube_client.auth_options({"host": "https://198.51.100.7:6443"}, environ)["host"] == "https://198.51.100.7:6443"

@@ -1,0 +1,114 @@
+"""The registry's stores (plugin_utils/registry_store.py): the file beside the inventory and Redis.
+
+Many writers at once, as the slices of an AWX job are: separate processes (not threads), each
+writing its own hosts and peers several times while the others do, some rewriting one shared
+host; afterwards every host's last entry and every peer is there. No update is lost. Redis is a
+real redis-server started here (127.0.0.1, a free port) and stopped by its PID.
+"""
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+import pytest
+
+from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, registry_store
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from lab.redis_server import redis_server  # noqa: E402
+
+WRITERS = 12
+ROUNDS = 15
+FACTS = {"public_key": "k", "external_ip": "203.0.113.1", "internal_ip": "10.0.0.1/24", "mtu": 1420}
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    with redis_server() as url:
+        yield url
+
+
+def writer(location, index, start):
+    """Writer ``index``: ROUNDS rounds of its own host (a new MTU each round), a peer of its
+    own, and the host ``shared`` (everyone's)."""
+    while time.time() < start:
+        time.sleep(0.001)
+    for r in range(ROUNDS):
+        facts = dict(FACTS, external_ip="203.0.113.%d" % (index + 1), mtu=1300 + r)
+        inputs.update_registry(location, {"w%d" % index: facts, "shared": dict(FACTS, external_ip="198.51.100.%d" % (index + 1))})
+        inputs.set_registry_peer(location, "p%d" % index, {"public_key": "pk%d" % index, "allowed_ips": ["10.5.0.%d/32" % r]})
+
+
+def run_writers(location):
+    start = time.time() + 0.5  # every process ready before the first write
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=writer, args=(location, i, start)) for i in range(WRITERS)]
+    began = time.monotonic()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    print("%d writers x %d rounds on %s: %.2f s" % (WRITERS, ROUNDS, registry_store.shown(location),
+                                                 time.monotonic() - began))
+    return inputs.read_registry(location)
+
+
+def check_nothing_lost(data):
+    for i in range(WRITERS):
+        assert data["hosts"]["w%d" % i]["mtu"] == 1300 + ROUNDS - 1, i
+        assert data["hosts"]["w%d" % i]["external_ip"] == "203.0.113.%d" % (i + 1), i
+        assert data["peers"]["p%d" % i] == {"public_key": "pk%d" % i, "allowed_ips": ["10.5.0.%d/32" % (ROUNDS - 1)]}
+    assert set(data["hosts"]) == set(["w%d" % i for i in range(WRITERS)] + ["shared"])
+    assert data["hosts"]["shared"]["external_ip"] in ["198.51.100.%d" % (i + 1) for i in range(WRITERS)]
+
+
+def test_concurrent_writers_lose_no_update_in_the_file(tmp_path):
+    check_nothing_lost(run_writers(str(tmp_path / "kilo-registry.json")))
+
+
+def test_concurrent_writers_lose_no_update_in_redis(redis_url):
+    url = redis_url + "?key=many"
+    check_nothing_lost(run_writers(url))
+
+
+def test_redis_store_reads_writes_and_forgets_as_the_file_does(redis_url, tmp_path):
+    for location in (redis_url + "?key=same", str(tmp_path / "kilo-registry.json")):
+        assert inputs.update_registry(location, {"a": dict(FACTS), "b": dict(FACTS)}) is True
+        assert inputs.update_registry(location, {"a": dict(FACTS)}) is False  # unchanged: no write
+        data = inputs.read_registry(location)
+        assert sorted(data["hosts"]) == ["a", "b"] and data["hosts"]["a"]["public_key"] == "k"
+        assert inputs.set_registry_peer(location, "laptop", {"public_key": "x", "allowed_ips": []}) is None
+        assert inputs.forget_registry_hosts(location, ["a", "zz"], check_mode=True) == ["a"]
+        assert sorted(inputs.read_registry(location)["hosts"]) == ["a", "b"], "check mode wrote"
+        assert inputs.forget_registry_hosts(location, ["a"]) == ["a"]
+        assert list(inputs.read_registry(location)["hosts"]) == ["b"]
+        assert inputs.set_registry_peer(location, "laptop", None) == {"public_key": "x", "allowed_ips": []}
+        assert inputs.forget_registry_hosts(location, ["b"]) == ["b"]
+        assert inputs.read_registry(location) == {"hosts": {}, "peers": {}}
+        assert not registry_store.open_store(location).exists()  # a mesh taken away leaves nothing
+
+
+def test_two_meshes_share_a_database_under_their_own_key(redis_url):
+    inputs.update_registry(redis_url + "?key=one", {"a": dict(FACTS)})
+    inputs.update_registry(redis_url + "?key=two", {"b": dict(FACTS)})
+    assert list(inputs.read_registry(redis_url + "?key=one")["hosts"]) == ["a"]
+    assert list(inputs.read_registry(redis_url + "?key=two")["hosts"]) == ["b"]
+
+
+def test_redis_errors_name_the_registry_without_its_password(redis_url):
+    # a server that refuses: a port nobody listens on
+    from lab.redis_server import free_port  # pylint: disable=import-outside-toplevel
+    url = "redis://:s3cret@127.0.0.1:%d/0" % free_port()
+    with pytest.raises(inputs.InputError) as e:
+        inputs.read_registry(url)
+    assert "s3cret" not in str(e.value) and "registry redis://:***@127.0.0.1:" in str(e.value), str(e.value)
+    assert registry_store.shown(url).startswith("redis://:***@127.0.0.1:")
+    # a broken entry is a clear error naming the field
+    import redis  # pylint: disable=import-outside-toplevel
+    redis.Redis.from_url(redis_url).hset("broken:hosts", "x", "{not json")
+    with pytest.raises(inputs.InputError) as e:
+        inputs.read_registry(redis_url + "?key=broken")
+    assert "hosts.x" in str(e.value) and "not valid JSON" in str(e.value), str(e.value)
+    assert json.dumps(registry_store.empty()) == '{"hosts": {}, "peers": {}}'
