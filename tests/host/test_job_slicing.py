@@ -21,7 +21,8 @@ import pytest
 from sitetools import ANSIBLE_BIN, REPO, fresh_lab, recap, site
 
 sys.path.insert(0, REPO)
-from lab.redis_server import redis_server  # noqa: E402
+sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+from redis_server import redis_server  # noqa: E402  (tests/unit/redis_server.py)
 from scripts.matrix import matrix  # noqa: E402  pylint: disable=wrong-import-position
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_JOB_SLICING", "ksl")

@@ -7,16 +7,12 @@ real redis-server started here (127.0.0.1, a free port) and stopped by its PID.
 """
 import json
 import multiprocessing
-import os
-import sys
 import time
 
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, registry_store
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lab.redis_server import redis_server  # noqa: E402
+from redis_server import free_port, redis_server  # pylint: disable=wrong-import-order
 
 WRITERS = 12
 ROUNDS = 15
@@ -99,7 +95,6 @@ def test_two_meshes_share_a_database_under_their_own_key(redis_url):
 
 def test_redis_errors_name_the_registry_without_its_password(redis_url):
     # a server that refuses: a port nobody listens on
-    from lab.redis_server import free_port  # pylint: disable=import-outside-toplevel
     url = "redis://:s3cret@127.0.0.1:%d/0" % free_port()
     with pytest.raises(inputs.InputError) as e:
         inputs.read_registry(url)
