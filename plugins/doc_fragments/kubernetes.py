@@ -49,5 +49,13 @@ options:
     type: path
     aliases: [ssl_ca_cert]
 requirements:
-  - kubernetes (the Kubernetes Python client) on the controller
+  - kubernetes >= 22.6.0 (the Kubernetes Python client) on the controller; the tests run 37.0.2 there and Debian
+    12's 22.6.0 (C(python3-kubernetes)) in the node agent, which builds its client with the same code
+notes:
+  - These are the client options of C(kubernetes.core) (its C(k8s_auth_options)) with the same names, aliases and
+    C(K8S_AUTH_*) environment variables. Not supported, with no option here - C(username) and C(password),
+    C(client_cert) and C(client_key) as options (a kubeconfig's client certificate and key are used),
+    C(proxy), C(no_proxy) and C(proxy_headers) (a kubeconfig's C(proxy-url) is used by client versions whose
+    loader reads it, such as 37.0.2, not 22.6.0), C(impersonate_user) and C(impersonate_groups),
+    C(persist_config), and a kubeconfig given as a mapping (a file only). Give them in a kubeconfig file.
 """

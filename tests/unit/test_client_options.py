@@ -23,6 +23,12 @@ def test_each_option_is_kubernetes_cores_with_the_same_aliases():
         assert sorted(doc.get("aliases", [])) == sorted(AUTH_ARG_SPEC[name].get("aliases", [])), name
 
 
+def test_the_fragment_names_every_kubernetes_core_option_it_lacks():
+    notes = " ".join(yaml.safe_load(Ours.DOCUMENTATION)["notes"])
+    for name in set(CORE) - set(OURS):
+        assert "C(%s)" % name in notes, name
+
+
 def test_environment_variables_are_ones_kubernetes_core_reads():
     # kubernetes.core reads K8S_AUTH_<option> or K8S_AUTH_<client attribute> (AUTH_ARG_MAP)
     attribute = dict((option, attr) for attr, option in AUTH_ARG_MAP.items())
