@@ -50,7 +50,7 @@ def keep_unswitched_keys(plan, keep):
 
 
 class ActionModule(KiloAction):
-    SCOPES = ("mesh", "inputs", "host")
+    SCOPES = ("mesh", "plans", "inputs", "host")
     EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"),
                       takeover=dict(type="bool", default=False), forget=dict(type="bool", default=False))
 

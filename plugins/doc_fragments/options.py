@@ -75,19 +75,6 @@ options:
     type: list
     elements: str
     default: []
-  cni:
-    description:
-      - 'Kilo''s C(--cni) flag: masquerade traffic from the node''s pod CIDR, and keep the node''s CNI configuration
-        (C(cni_path)) pointing at that pod CIDR.'
-      - Defaults to the inventory variable C(kilo_cni), then to the default below.
-    type: bool
-    default: true
-  forward_rules:
-    description:
-      - Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules)).
-      - Defaults to the inventory variable C(kilo_forward_rules), then to the default below.
-    type: bool
-    default: false
   compatibility:
     description:
       - 'Kilo''s C(--compatibility) (add-on mode beside another CNI): which encapsulator carries traffic inside
@@ -131,19 +118,6 @@ options:
         so meshes may share a database. Needs the Python package C(redis) on the controller.'
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
-  registry_wait:
-    description:
-      - Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans), the
-        role C(kilo.mesh.node)) waits, after writing its hosts' data to the O(registry), until every host of the
-        mesh group is known (this run, the registry or its Node), reading the registry again every second.
-      - For a job run as several concurrent C(--limit) slices (AWX job slicing) with a shared registry, so that
-        each slice's first run computes its plans with every other slice's hosts, as one run would. Hosts still
-        unknown then are left out with a warning naming them (the next run adds them).
-      - V(0) - no wait (a host without data is left out at once, as before).
-      - From V(0) to V(3600).
-      - Defaults to the inventory variable C(kilo_registry_wait), then to the default below.
-    type: int
-    default: 0
   peers:
     description:
       - Outside WireGuard clients (Kilo's Peer resources), each with C(name), C(public_key), C(allowed_ips), and
@@ -694,6 +668,36 @@ options:
       - 'A file inside a directory given as inventory source is refused: Ansible would read it as inventory.'
       - Defaults to the inventory variable C(kilo_output_dir), then to the default below.
     type: path
+"""
+
+    PLANS = r"""
+options:
+  cni:
+    description:
+      - 'Kilo''s C(--cni) flag: masquerade traffic from the node''s pod CIDR, and keep the node''s CNI configuration
+        (C(cni_path)) pointing at that pod CIDR.'
+      - Defaults to the inventory variable C(kilo_cni), then to the default below.
+    type: bool
+    default: true
+  forward_rules:
+    description:
+      - Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules)).
+      - Defaults to the inventory variable C(kilo_forward_rules), then to the default below.
+    type: bool
+    default: false
+  registry_wait:
+    description:
+      - Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans), the
+        role C(kilo.mesh.node)) waits, after writing its hosts' data to the O(registry), until every host of the
+        mesh group is known (this run, the registry or its Node), reading the registry again every second.
+      - For a job run as several concurrent C(--limit) slices (AWX job slicing) with a shared registry, so that
+        each slice's first run computes its plans with every other slice's hosts, as one run would. Hosts still
+        unknown then are left out with a warning naming them (the next run adds them).
+      - V(0) - no wait (a host without data is left out at once, as before).
+      - From V(0) to V(3600).
+      - Defaults to the inventory variable C(kilo_registry_wait), then to the default below.
+    type: int
+    default: 0
 """
 
     PLAN = r"""

@@ -13,6 +13,11 @@ Scopes say who reads an option:
 
 * ``mesh``: the topology engine (Kilo's flags); every host of a mesh must agree on them.
 * ``inputs``: where the controller finds the mesh (group, registry, nodes, peers).
+* ``plans``: what only the hosts' plans read, never the segments, leaders, WireGuard peers or the
+  graph (Kilo's C(--cni) and C(--iptables-forward-rules): firewall and CNI fields), and the wait of
+  the step that computes them for a play: the actions that compute hosts' plans (kilo.mesh.topology,
+  kilo.mesh.join, kilo.mesh.agent, kilo.mesh.validate), not graph or showconf. Every host of a mesh
+  must agree on them, as on ``mesh``.
 * ``host``: the converge backends on each host.
 * ``key``: kilo.mesh.key (the key file and IP discovery).
 * ``prepare``: kilo.mesh.prepare (packages, sysctls, the firewall port).
@@ -89,13 +94,13 @@ OPTIONS = dict([
             default=True),
     _option("service_cidrs", ("mesh",), "list", ["Service CIDRs that are never masqueraded (Kilo's C(--service-cidr))."],
             default=[], elements="str"),
-    _option("cni", ("mesh",), "bool", [
+    _option("cni", ("plans",), "bool", [
         "Kilo's C(--cni) flag: masquerade traffic from the node's pod CIDR, and keep the node's CNI"
         " configuration (C(cni_path)) pointing at that pod CIDR."],
-        default=True),
-    _option("forward_rules", ("mesh",), "bool", [
+        default=True, engine=True),
+    _option("forward_rules", ("plans",), "bool", [
         "Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules))."],
-        default=False),
+        default=False, engine=True),
     _option("compatibility", ("mesh",), "str", [
         "Kilo's C(--compatibility) (add-on mode beside another CNI): which encapsulator carries traffic"
         " inside a location.",
@@ -123,7 +128,7 @@ OPTIONS = dict([
         " written under Redis' WATCH: concurrent runs never lose each other's update). The query argument"
         " C(key) names the mesh's keys (default V(kilo-registry)), so meshes may share a database. Needs the"
         " Python package C(redis) on the controller."]),
-    _option("registry_wait", ("inputs",), "int", [
+    _option("registry_wait", ("plans",), "int", [
         "Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans),"
         " the role C(kilo.mesh.node)) waits, after writing its hosts' data to the O(registry), until every"
         " host of the mesh group is known (this run, the registry or its Node), reading the registry again"
@@ -358,7 +363,7 @@ OPTIONS = dict([
         "A file inside a directory given as inventory source is refused: Ansible would read it as inventory."]),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "kube", "output")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "kube", "output", "plans")
 
 # Variables that are no longer read under this name: the old name -> what replaces it.
 DEPRECATED_VARS = dict(("kilo_kube_" + name, "kilo_kube.%s" % name)
@@ -402,6 +407,17 @@ _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
 def names(*scopes):
     """Option names of ``scopes``, in table order."""
     return [name for name, spec in OPTIONS.items() if any(s in spec["scopes"] for s in scopes)]
+
+
+def engine_names():
+    """The options the topology engine reads: Kilo's flags (``mesh``) and those of the ``plans``
+    scope marked ``engine``."""
+    return names("mesh") + [name for name in names("plans") if OPTIONS[name].get("engine")]
+
+
+def engine_defaults():
+    """{name: default} of engine_names()."""
+    return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in engine_names())
 
 
 def argument_spec(*scopes):
@@ -466,7 +482,7 @@ ROLES = {
             " call) and then M(kilo.mesh.join) on each host. Every option is read from the"
             " inventory variable named here (Kilo's default otherwise); the roles have no defaults of their own.",
             "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
-        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run", "kube"),
+        "scopes": ("mesh", "plans", "inputs", "host", "key", "prepare", "run", "kube"),
     },
     "connect": {
         "short": "Connect a machine outside the mesh as a peer, like kgctl connect",
@@ -494,7 +510,7 @@ ROLES = {
             " supervised daemon); otherwise it stops and removes it. C(playbooks/site.yml) runs it after the mesh's"
             " converge.",
             "The agent reads the same C(kilo_*) variables as the push run (mesh, host and key options)."],
-        "scopes": ("agent", "mesh", "host", "key", "run", "kube"),
+        "scopes": ("agent", "mesh", "plans", "host", "key", "run", "kube"),
     },
     "mesh": {
         "short": "Deprecated - the old name of the role kilo.mesh.node, kept for one release",
@@ -502,7 +518,7 @@ ROLES = {
             "Runs the role C(kilo.mesh.node) with the same variables; use that role instead (this one goes in 1.0.0).",
             "Its old variable C(mesh_state) still works and is C(kilo_state); the other old C(mesh_*) variables are"
             " the C(kilo_*) ones listed here."],
-        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run", "kube"),
+        "scopes": ("mesh", "plans", "inputs", "host", "key", "prepare", "run", "kube"),
         "extra": {"mesh_state": {
             "description": ["Deprecated - C(kilo_state): V(absent) removes exactly what this collection owns on the host."],
             "type": "str", "choices": ["present", "absent"], "required": False}},

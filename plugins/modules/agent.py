@@ -39,6 +39,7 @@ description:
 extends_documentation_fragment:
   - kilo.mesh.options.agent
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
   - kilo.mesh.options.host
   - kilo.mesh.options.key
   - kilo.mesh.kubernetes
@@ -161,7 +162,7 @@ INTERNAL_SPEC = dict(
 
 
 def run_module():
-    spec = argument_spec("agent", "mesh", "host", "key")
+    spec = argument_spec("agent", "mesh", "plans", "host", "key")
     spec.update(client_spec())
     spec.update(INTERNAL_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)

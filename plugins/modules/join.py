@@ -28,6 +28,7 @@ description:
   - Formerly C(kilo.mesh.mesh); that name still works and is deprecated.
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
   - kilo.mesh.options.inputs
   - kilo.mesh.options.host
   - kilo.mesh.attributes

@@ -25,6 +25,7 @@ description:
   - The whole input is validated first; a bad value fails with a message naming the node or peer and the field.
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
   - kilo.mesh.options.inputs
   - kilo.mesh.options.node_vars
   - kilo.mesh.attributes

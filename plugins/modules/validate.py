@@ -42,6 +42,7 @@ description:
   - Runs on the controller only (an action plugin).
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
   - kilo.mesh.options.inputs
   - kilo.mesh.options.host
   - kilo.mesh.options.key
