@@ -688,8 +688,8 @@ options:
   registry_wait:
     description:
       - Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans), the
-        role C(kilo.mesh.node)) waits, after writing its hosts' data to the O(registry), until every host of the
-        mesh group is known (this run, the registry or its Node), reading the registry again every second.
+        role C(kilo.mesh.node)) waits, after writing its hosts' data to the registry (C(kilo_registry)), until every
+        host of the mesh group is known (this run, the registry or its Node), reading the registry again every second.
       - For a job run as several concurrent C(--limit) slices (AWX job slicing) with a shared registry, so that
         each slice's first run computes its plans with every other slice's hosts, as one run would. Hosts still
         unknown then are left out with a warning naming them (the next run adds them).

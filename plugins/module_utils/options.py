@@ -130,7 +130,7 @@ OPTIONS = dict([
         " Python package C(redis) on the controller."]),
     _option("registry_wait", ("plans",), "int", [
         "Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans),"
-        " the role C(kilo.mesh.node)) waits, after writing its hosts' data to the O(registry), until every"
+        " the role C(kilo.mesh.node)) waits, after writing its hosts' data to the registry (C(kilo_registry)), until every"
         " host of the mesh group is known (this run, the registry or its Node), reading the registry again"
         " every second.",
         "For a job run as several concurrent C(--limit) slices (AWX job slicing) with a shared registry, so"

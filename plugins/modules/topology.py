@@ -159,7 +159,9 @@ plans:
       description: WireGuard peers with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive).
       type: list
       elements: dict
-      sample: [{"name": "location:gcp", "public_key": "Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0=", "endpoint": "203.0.113.20:51820", "allowed_ips": ["10.4.0.2/32", "10.2.0.0/24"], "persistent_keepalive": 0}]
+      sample:
+        - {"name": "location:gcp", "public_key": "Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0=",
+           "endpoint": "203.0.113.20:51820", "allowed_ips": ["10.4.0.2/32", "10.2.0.0/24"], "persistent_keepalive": 0}
     routes:
       description: Routes with C(dst) (a CIDR or a list of them), C(gateway), C(device), C(source), C(table), C(onlink).
       type: list

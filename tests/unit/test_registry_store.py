@@ -46,8 +46,8 @@ def run_writers(location):
     for p in procs:
         p.join(120)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    print("%d writers x %d rounds on %s: %.2f s" % (WRITERS, ROUNDS, registry_store.shown(location),
-                                                 time.monotonic() - began))
+    took = time.monotonic() - began
+    print("%d writers x %d rounds on %s: %.2f s" % (WRITERS, ROUNDS, registry_store.shown(location), took))
     return inputs.read_registry(location)
 
 
@@ -107,3 +107,46 @@ def test_redis_errors_name_the_registry_without_its_password(redis_url):
         inputs.read_registry(redis_url + "?key=broken")
     assert "hosts.x" in str(e.value) and "not valid JSON" in str(e.value), str(e.value)
     assert json.dumps(registry_store.empty()) == '{"hosts": {}, "peers": {}}'
+
+
+def test_playbooks_keep_peers_and_read_the_mesh_from_redis(redis_url, tmp_path):
+    """kilo.mesh.peer (store registry) and kilo.mesh.topology with kilo_registry a Redis URL, as a
+    user's inventory sets it: the peer lands in Redis, the mesh reads it back."""
+    import os  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    import yaml  # pylint: disable=import-outside-toplevel
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    url = redis_url + "?key=play"
+    key = "%s=" % ("D" * 43)
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"kilo": {
+        "vars": {"kilo_registry": url},
+        "children": {"east": {"hosts": {"e1": {"kilo_public_key": key, "kilo_force_endpoint": "203.0.113.1:51820"}}}}}}))
+    (tmp_path / "play.yml").write_text("""
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - kilo.mesh.peer:
+        name: laptop
+        store: registry
+        public_key: "%s"
+        allowed_ips: [10.5.0.9/32]
+      register: stored
+    - kilo.mesh.topology:
+      register: mesh
+    - ansible.builtin.assert:
+        that:
+          - stored is changed
+          - stored.registry == "%s"
+          - mesh.registry == "%s"
+          - mesh.plans.e1.peers | map(attribute='name') | list == ['laptop']
+""" % ("E" * 43 + "=", url, url))
+    env = dict((k, v) for k, v in os.environ.items() if not k.startswith("ANSIBLE_"))
+    env.update(ANSIBLE_COLLECTIONS_PATH=os.path.join(root, ".collections"), ANSIBLE_NOCOLOR="1")
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml")], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert inputs.read_registry(url)["peers"]["laptop"]["allowed_ips"] == ["10.5.0.9/32"]
+    assert not (tmp_path / "kilo-registry.json").exists()
