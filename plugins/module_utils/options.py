@@ -342,7 +342,8 @@ OPTIONS = dict([
     _option("kube", ("kube",), "dict", [
         "How the controller reaches the Kubernetes API - kubernetes.core's client options as one mapping:"
         " C(kubeconfig), C(context), C(host), C(api_key), C(ca_cert), C(validate_certs) (also C(ssl_ca_cert),"
-        " C(verify_ssl)); each one not given comes from its C(K8S_AUTH_*) environment variable, as for"
+        " C(verify_ssl)), C(client_cert), C(client_key), C(proxy), C(no_proxy), C(impersonate_user),"
+        " C(impersonate_groups); each one not given comes from its C(K8S_AUTH_*) environment variable, as for"
         " kubernetes.core's modules.",
         "Read by every task that talks to the API - the write-back M(kilo.mesh.annotate), M(kilo.mesh.agent) (the"
         " role C(kilo.mesh.agent)), M(kilo.mesh.peer) with C(store=kubernetes) (C(playbooks/connect.yml)) and"
