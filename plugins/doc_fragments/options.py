@@ -116,6 +116,12 @@ options:
         Controller job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs
         never lose each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)),
         so meshes may share a database. Needs the Python package C(redis) on the controller.'
+      - 'Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced with
+        its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB at most,
+        some thousands of hosts). Its client is the environment''s (C(K8S_AUTH_*), as AWX''s Kubernetes credential
+        sets them), else in-cluster, else the default kubeconfig; the query arguments C(kubeconfig) and C(context)
+        name another (C(kilo_kube) is not read for it). The credentials need get, create, update and delete of that
+        ConfigMap.'
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
   peers:
@@ -467,6 +473,12 @@ options:
         Controller job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs
         never lose each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)),
         so meshes may share a database. Needs the Python package C(redis) on the controller.'
+      - 'Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced with
+        its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB at most,
+        some thousands of hosts). Its client is the environment''s (C(K8S_AUTH_*), as AWX''s Kubernetes credential
+        sets them), else in-cluster, else the default kubeconfig; the query arguments C(kubeconfig) and C(context)
+        name another (C(kilo_kube) is not read for it). The credentials need get, create, update and delete of that
+        ConfigMap.'
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
 """

@@ -127,7 +127,13 @@ OPTIONS = dict([
         " job and slice of an AWX or Automation Controller job reads and writes it (one hash field per host,"
         " written under Redis' WATCH: concurrent runs never lose each other's update). The query argument"
         " C(key) names the mesh's keys (default V(kilo-registry)), so meshes may share a database. Needs the"
-        " Python package C(redis) on the controller."]),
+        " Python package C(redis) on the controller.",
+        "Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced"
+        " with its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB"
+        " at most, some thousands of hosts). Its client is the environment's (C(K8S_AUTH_*), as AWX's Kubernetes"
+        " credential sets them), else in-cluster, else the default kubeconfig; the query arguments C(kubeconfig)"
+        " and C(context) name another (C(kilo_kube) is not read for it). The credentials need get, create,"
+        " update and delete of that ConfigMap."]),
     _option("registry_wait", ("plans",), "int", [
         "Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans),"
         " the role C(kilo.mesh.node)) waits, after writing its hosts' data to the registry (C(kilo_registry)), until every"

@@ -20,7 +20,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import ch
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
     FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_VAR, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
-from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import RedisStore, open_store
+from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import FileStore, open_store
 
 # A node's fields -> the host variables that set them (Kilo's node annotations): the node table's.
 NODE_VARS = dict((field.name, field.var) for field in FIELDS.values() if field.var)
@@ -230,7 +230,7 @@ def forget_registry_hosts(path, hosts, check_mode=False):
             del data["hosts"][host]
         if not data["hosts"] and not data["peers"] and store.exists():
             store.remove()  # under the lock; writers after it find no registry, as on a first run
-            return isinstance(store, RedisStore)  # Redis: the fields' removal is the write
+            return not isinstance(store, FileStore)  # Redis, Kubernetes: the removal is the write
         return bool(gone)
     _change_registry(path, change, store)
     return gone

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""Where the registry of hosts' public data is kept: a JSON file (one controller) or Redis
-(every controller, job and slice of AWX / Automation Controller).
+"""Where the registry of hosts' public data is kept: a JSON file (one controller), Redis or a
+Kubernetes ConfigMap (every controller, job and slice of AWX / Automation Controller).
 
 The option ``registry`` (``kilo_registry``) names it: a path, or ``redis://`` / ``rediss://`` /
 ``unix://`` URL (``redis://[:PASSWORD@]HOST:PORT/DB``, the redis client's own form; the query
@@ -14,7 +14,12 @@ and writes what ``fn`` changed, so two writers never lose each other's update:
 * the file: under an exclusive ``flock`` of ``PATH.lock``, read again, then replaced atomically;
 * Redis: one hash per section (``KEY:hosts``, ``KEY:peers``, one field per host or peer, a JSON
   text each), read under ``WATCH`` and written in ``MULTI``/``EXEC`` (only the fields that
-  changed); a writer whose hashes moved meanwhile reads again and retries.
+  changed); a writer whose hashes moved meanwhile reads again and retries;
+* Kubernetes (``kubernetes://NAMESPACE/NAME``, optional query ``kubeconfig`` and ``context``; else
+  the client of the ``K8S_AUTH_*`` environment, in-cluster or the default kubeconfig): a ConfigMap
+  with ``hosts.json`` and ``peers.json``, replaced with its ``resourceVersion`` (optimistic
+  concurrency: a writer whose object moved gets 409 Conflict, reads again and retries), deleted
+  once empty.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import InputError
 
 SECTIONS = ("hosts", "peers")
-URL_SCHEMES = ("redis://", "rediss://", "unix://")
+URL_SCHEMES = ("redis://", "rediss://", "unix://", "kubernetes://")
 DEFAULT_KEY = "kilo-registry"
 # A Redis writer retries while other writers change the hashes under it: each retry reads again.
 REDIS_RETRIES = 200
@@ -42,12 +47,14 @@ def is_url(location):
 
 def open_store(location):
     """The store ``location`` names (a path or a Redis URL)."""
-    return RedisStore(location) if is_url(location) else FileStore(location)
+    if not is_url(location):
+        return FileStore(location)
+    return KubernetesStore(location) if location.startswith("kubernetes://") else RedisStore(location)
 
 
 def shown(location):
     """``location`` as results and messages show it: a URL's password masked."""
-    return RedisStore.masked(location) if is_url(location) else location
+    return RedisStore.masked(location) if is_url(location) else location  # (kubernetes:// holds no secret)
 
 
 def empty():
@@ -210,3 +217,96 @@ class RedisStore(object):
 
     def remove(self):
         """Nothing to do: Redis drops a hash with no field left."""
+
+
+class KubernetesStore(object):
+    """The registry as a ConfigMap (``kubernetes://NAMESPACE/NAME``): ``hosts.json``, ``peers.json``."""
+
+    def __init__(self, url):
+        from urllib.parse import parse_qsl, urlsplit  # pylint: disable=import-outside-toplevel
+        parts = urlsplit(url)
+        self.namespace, self.name = parts.netloc, parts.path.strip("/")
+        self.subject = "registry %s" % url
+        if not self.namespace or not self.name or "/" in self.name:
+            raise InputError("expected kubernetes://NAMESPACE/NAME", self.subject)
+        query = dict(parse_qsl(parts.query))
+        self.options = dict((k, query[k]) for k in ("kubeconfig", "context") if query.get(k))
+        self._api = None
+
+    @property
+    def api(self):
+        if self._api is None:
+            from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client  # pylint: disable=import-outside-toplevel
+            try:
+                import kubernetes.client  # pylint: disable=import-outside-toplevel
+                self._api = kubernetes.client.CoreV1Api(kube_client.api_client(self.options))
+            except ImportError as e:
+                raise InputError("needs the Python package kubernetes on the controller", self.subject) from e
+            except kube_client.KubeError as e:
+                raise InputError(str(e), self.subject) from e
+        return self._api
+
+    def _call(self, method, *args, **kwargs):
+        """(status, JSON body) of a CoreV1Api call; 404 and 409 are answers, other errors raise."""
+        from kubernetes.client.exceptions import ApiException  # pylint: disable=import-outside-toplevel
+        from urllib3.exceptions import HTTPError  # pylint: disable=import-outside-toplevel
+        try:
+            response = getattr(self.api, method)(*args, _preload_content=False, **kwargs)
+        except ApiException as e:
+            if e.status in (404, 409):
+                return e.status, None
+            from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import call_error  # pylint: disable=import-outside-toplevel
+            raise InputError(str(call_error(e, method, "configmaps/%s/%s" % (self.namespace, self.name))),
+                             self.subject) from e
+        except HTTPError as e:
+            raise InputError("cannot reach the API server: %s" % e, self.subject) from e
+        return response.status, json.loads(response.data or b"null")
+
+    def _get(self):
+        """(resourceVersion or None when there is no ConfigMap, data)."""
+        status, body = self._call("read_namespaced_config_map", self.name, self.namespace)
+        if status == 404:
+            return None, empty()
+        data = {}
+        for section in SECTIONS:
+            text = (body.get("data") or {}).get(section + ".json") or "{}"
+            try:
+                data[section] = json.loads(text)
+            except ValueError as e:
+                raise InputError("not valid JSON: %s" % e, self.subject, section + ".json") from e
+        return body["metadata"]["resourceVersion"], check_data(data, self.subject)
+
+    def exists(self):
+        return self._get()[0] is not None
+
+    def read(self):
+        return self._get()[1]
+
+    def change(self, change):
+        for attempt in range(REDIS_RETRIES):
+            version, data = self._get()
+            changed = change(data)
+            if not changed:
+                return changed
+            if not any(data[s] for s in SECTIONS):
+                status = 200 if version is None else self._call(
+                    "delete_namespaced_config_map", self.name, self.namespace,
+                    body={"preconditions": {"resourceVersion": version}})[0]
+            else:
+                body = {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": self.name, "namespace": self.namespace,
+                                     "labels": {"app.kubernetes.io/managed-by": "kilo-mesh"}},
+                        "data": dict((s + ".json", json.dumps(data[s], indent=1, sort_keys=True)) for s in SECTIONS)}
+                if version is None:
+                    status = self._call("create_namespaced_config_map", self.namespace, body)[0]
+                else:
+                    body["metadata"]["resourceVersion"] = version
+                    status = self._call("replace_namespaced_config_map", self.name, self.namespace, body)[0]
+            if status not in (404, 409):
+                return changed
+            time.sleep(random.uniform(0, min(0.5, 0.01 * (attempt + 1))))  # another writer was first: again
+        raise InputError("other writers changed it %d times in a row while this one tried to write" % REDIS_RETRIES,
+                         self.subject)
+
+    def remove(self):
+        """Nothing to do: change() deletes the ConfigMap once it holds nothing."""
