@@ -150,3 +150,65 @@ def test_playbooks_keep_peers_and_read_the_mesh_from_redis(redis_url, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert inputs.read_registry(url)["peers"]["laptop"]["allowed_ips"] == ["10.5.0.9/32"]
     assert not (tmp_path / "kilo-registry.json").exists()
+
+
+def run_play(tmp_path, inventory, play):
+    import os  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    import yaml  # pylint: disable=import-outside-toplevel
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text(play)
+    env = dict((k, v) for k, v in os.environ.items() if not k.startswith("ANSIBLE_"))
+    env.update(ANSIBLE_COLLECTIONS_PATH=os.path.join(root, ".collections"), ANSIBLE_NOCOLOR="1")
+    return subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                             str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml")], cwd=str(tmp_path), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+WAIT_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - kilo.mesh.topology:
+        save_plans: true
+        registry_wait: %d
+      register: mesh
+    - ansible.builtin.debug:
+        msg: "waited={{ mesh.registry_waited }} nodes={{ mesh.nodes }} missing={{ mesh.missing | default([]) | join(',') }}"
+"""
+
+
+def wait_inventory(registry):
+    key = "%s=" % ("F" * 43)
+    return {"kilo": {"vars": {"kilo_registry": registry}, "children": {"east": {"hosts": {
+        "e1": {"kilo_public_key": key, "kilo_force_endpoint": "203.0.113.1:51820"}, "e2": {}}}}}}
+
+
+def test_registry_wait_ends_when_the_missing_host_arrives(tmp_path):
+    """registry_wait: the plan step reads the registry again until every mesh host is there; a host
+    another slice writes meanwhile ends the wait at once, with that host in the mesh."""
+    import re  # pylint: disable=import-outside-toplevel
+    registry = str(tmp_path / "kilo-registry.json")
+    proc = run_play(tmp_path, wait_inventory(registry), WAIT_PLAY % 60)
+    time.sleep(4)  # the play is waiting by now (ansible-playbook starts in about 2 s)
+    inputs.update_registry(registry, {"e2": {"public_key": "%s=" % ("G" * 43), "external_ip": "203.0.113.2",
+                                             "internal_ip": "172.16.0.2/24", "mtu": 1420}})
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    waited, nodes, missing = re.search(r"waited=([\d.]+) nodes=(\d+) missing=(\S*)\"", out).groups()
+    print("registry_wait 60: the host arrived after about 4 s; waited %s s" % waited)
+    assert int(nodes) == 2 and missing == "", out  # read again: the host another writer added is in
+
+
+def test_registry_wait_is_bounded_and_names_the_hosts_left_out(tmp_path):
+    import re  # pylint: disable=import-outside-toplevel
+    proc = run_play(tmp_path, wait_inventory(str(tmp_path / "kilo-registry.json")), WAIT_PLAY % 2)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    waited, nodes, missing = re.search(r"waited=([\d.]+) nodes=(\d+) missing=(\S*)\"", out).groups()
+    print("registry_wait 2: waited %s s" % waited)
+    assert int(nodes) == 1 and missing == "e2", out
+    assert "hosts without a key or endpoint are left out of the mesh: e2" in out, out
