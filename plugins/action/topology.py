@@ -42,7 +42,7 @@ REGISTRY_POLL = 1.0
 
 class ActionModule(KiloAction):
     _requires_connection = False
-    SCOPES = ("mesh", "plans", "inputs")
+    SCOPES = ("mesh", "plans", "slicing", "inputs")
     EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False),
                       stand_ins=dict(type="bool", default=False))
 

@@ -698,6 +698,10 @@ options:
       - Defaults to the inventory variable C(kilo_forward_rules), then to the default below.
     type: bool
     default: false
+"""
+
+    SLICING = r"""
+options:
   registry_wait:
     description:
       - Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans), the

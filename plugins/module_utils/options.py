@@ -14,10 +14,11 @@ Scopes say who reads an option:
 * ``mesh``: the topology engine (Kilo's flags); every host of a mesh must agree on them.
 * ``inputs``: where the controller finds the mesh (group, registry, nodes, peers).
 * ``plans``: what only the hosts' plans read, never the segments, leaders, WireGuard peers or the
-  graph (Kilo's C(--cni) and C(--iptables-forward-rules): firewall and CNI fields), and the wait of
-  the step that computes them for a play: the actions that compute hosts' plans (kilo.mesh.topology,
-  kilo.mesh.join, kilo.mesh.agent, kilo.mesh.validate), not graph or showconf. Every host of a mesh
-  must agree on them, as on ``mesh``.
+  graph (Kilo's C(--cni) and C(--iptables-forward-rules): firewall and CNI fields): the actions that
+  compute hosts' plans (kilo.mesh.topology, kilo.mesh.join, kilo.mesh.agent, kilo.mesh.validate), not
+  graph or showconf. Every host of a mesh must agree on them, as on ``mesh``.
+* ``slicing``: the run-once plan step of a play (kilo.mesh.topology with save_plans) waiting for the
+  other slices of a job.
 * ``host``: the converge backends on each host.
 * ``key``: kilo.mesh.key (the key file and IP discovery).
 * ``prepare``: kilo.mesh.prepare (packages, sysctls, the firewall port).
@@ -134,7 +135,7 @@ OPTIONS = dict([
         " credential sets them), else in-cluster, else the default kubeconfig; the query arguments C(kubeconfig)"
         " and C(context) name another (C(kilo_kube) is not read for it). The credentials need get, create,"
         " update and delete of that ConfigMap."]),
-    _option("registry_wait", ("plans",), "int", [
+    _option("registry_wait", ("slicing",), "int", [
         "Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans),"
         " the role C(kilo.mesh.node)) waits, after writing its hosts' data to the registry (C(kilo_registry)), until every"
         " host of the mesh group is known (this run, the registry or its Node), reading the registry again"
@@ -370,7 +371,7 @@ OPTIONS = dict([
         "A file inside a directory given as inventory source is refused: Ansible would read it as inventory."]),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "kube", "output", "plans")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "kube", "output", "plans", "slicing")
 
 # Variables that are no longer read under this name: the old name -> what replaces it.
 DEPRECATED_VARS = dict(("kilo_kube_" + name, "kilo_kube.%s" % name)
@@ -489,7 +490,7 @@ ROLES = {
             " call) and then M(kilo.mesh.join) on each host. Every option is read from the"
             " inventory variable named here (Kilo's default otherwise); the roles have no defaults of their own.",
             "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
-        "scopes": ("mesh", "plans", "inputs", "host", "key", "prepare", "run", "kube"),
+        "scopes": ("mesh", "plans", "slicing", "inputs", "host", "key", "prepare", "run", "kube"),
     },
     "connect": {
         "short": "Connect a machine outside the mesh as a peer, like kgctl connect",
@@ -525,7 +526,7 @@ ROLES = {
             "Runs the role C(kilo.mesh.node) with the same variables; use that role instead (this one goes in 1.0.0).",
             "Its old variable C(mesh_state) still works and is C(kilo_state); the other old C(mesh_*) variables are"
             " the C(kilo_*) ones listed here."],
-        "scopes": ("mesh", "plans", "inputs", "host", "key", "prepare", "run", "kube"),
+        "scopes": ("mesh", "plans", "slicing", "inputs", "host", "key", "prepare", "run", "kube"),
         "extra": {"mesh_state": {
             "description": ["Deprecated - C(kilo_state): V(absent) removes exactly what this collection owns on the host."],
             "type": "str", "choices": ["present", "absent"], "required": False}},

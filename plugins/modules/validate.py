@@ -43,6 +43,7 @@ description:
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
   - kilo.mesh.options.plans
+  - kilo.mesh.options.slicing
   - kilo.mesh.options.inputs
   - kilo.mesh.options.host
   - kilo.mesh.options.key

@@ -58,11 +58,16 @@ def documented(module):
 def test_graph_and_showconf_list_no_option_only_plans_read():
     from ansible_collections.kilo.mesh.plugins.module_utils.options import names  # pylint: disable=import-outside-toplevel
     plans_only = set(names("plans"))
-    assert {"cni", "forward_rules", "registry_wait"} <= plans_only
+    assert {"cni", "forward_rules"} <= plans_only
     for module in ("graph", "showconf"):
         assert not plans_only & documented(module), module
     for module in ("topology", "join", "agent", "validate"):
         assert plans_only <= documented(module), module
+    # the run-once plan step's wait: topology alone reads it (validate documents every option)
+    assert names("slicing") == ["registry_wait"]
+    for module in ("graph", "showconf", "join", "agent", "annotate"):
+        assert "registry_wait" not in documented(module), module
+    assert "registry_wait" in documented("topology")
 
 
 def test_what_graph_and_showconf_show_does_not_depend_on_the_plans_options():
