@@ -196,7 +196,7 @@ def test_registry_wait_ends_when_the_missing_host_arrives(tmp_path):
     time.sleep(4)  # the play is waiting by now (ansible-playbook starts in about 2 s)
     inputs.update_registry(registry, {"e2": {"public_key": "%s=" % ("G" * 43), "external_ip": "203.0.113.2",
                                              "internal_ip": "172.16.0.2/24", "mtu": 1420}})
-    out, _ = proc.communicate(timeout=120)
+    out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, out
     waited, nodes, missing = re.search(r"waited=([\d.]+) nodes=(\d+) missing=(\S*)\"", out).groups()
     print("registry_wait 60: the host arrived after about 4 s; waited %s s" % waited)
@@ -206,7 +206,7 @@ def test_registry_wait_ends_when_the_missing_host_arrives(tmp_path):
 def test_registry_wait_is_bounded_and_names_the_hosts_left_out(tmp_path):
     import re  # pylint: disable=import-outside-toplevel
     proc = run_play(tmp_path, wait_inventory(str(tmp_path / "kilo-registry.json")), WAIT_PLAY % 2)
-    out, _ = proc.communicate(timeout=120)
+    out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, out
     waited, nodes, missing = re.search(r"waited=([\d.]+) nodes=(\d+) missing=(\S*)\"", out).groups()
     print("registry_wait 2: waited %s s" % waited)
