@@ -112,10 +112,11 @@ options:
         host has none, as V(localhost)); C(.kilo-registry.json) there when that directory is an inventory source
         itself (Ansible would read the visible file as inventory).
       - 'A Redis URL instead (V(redis://HOST:6379/0), V(rediss://...), V(unix:///PATH?db=0); a password as V(redis://:PASSWORD@HOST:6379/0),
-        shown masked) keeps the registry in Redis, where every controller, job and slice of an AWX or Automation
-        Controller job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs
-        never lose each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)),
-        so meshes may share a database. Needs the Python package C(redis) on the controller.'
+        shown masked; URL-encode a C($) in it as C(%24), since the option is a path and Ansible expands variables
+        in it) keeps the registry in Redis, where every controller, job and slice of an AWX or Automation Controller
+        job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs never lose
+        each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)), so meshes
+        may share a database. Needs the Python package C(redis) on the controller.'
       - 'Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced with
         its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB at most,
         some thousands of hosts). Its client is the environment''s (C(K8S_AUTH_*), as AWX''s Kubernetes credential
@@ -469,10 +470,11 @@ options:
         host has none, as V(localhost)); C(.kilo-registry.json) there when that directory is an inventory source
         itself (Ansible would read the visible file as inventory).
       - 'A Redis URL instead (V(redis://HOST:6379/0), V(rediss://...), V(unix:///PATH?db=0); a password as V(redis://:PASSWORD@HOST:6379/0),
-        shown masked) keeps the registry in Redis, where every controller, job and slice of an AWX or Automation
-        Controller job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs
-        never lose each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)),
-        so meshes may share a database. Needs the Python package C(redis) on the controller.'
+        shown masked; URL-encode a C($) in it as C(%24), since the option is a path and Ansible expands variables
+        in it) keeps the registry in Redis, where every controller, job and slice of an AWX or Automation Controller
+        job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs never lose
+        each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)), so meshes
+        may share a database. Needs the Python package C(redis) on the controller.'
       - 'Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced with
         its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB at most,
         some thousands of hosts). Its client is the environment''s (C(K8S_AUTH_*), as AWX''s Kubernetes credential
