@@ -157,7 +157,10 @@ plans:
       type: int
       sample: 51820
     peers:
-      description: WireGuard peers with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive).
+      description:
+        - WireGuard peers with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive).
+        - In a mesh with locations behind NAT, a relay's entry also lists in C(relayed) the segments whose traffic
+          it carries.
       type: list
       elements: dict
       sample:
@@ -177,6 +180,7 @@ plans:
       description:
         - C(nat_sources), C(nat_exempt_destinations), C(nat_destinations), C(forward_accept),
           C(ipip_accept_sources) (lists of CIDRs) and C(ipip_filter) (drop other IPIP).
+        - C(relay_accept) on a relay (a mesh with locations behind NAT) - forward from the WireGuard interface back into it.
       type: dict
       sample: {"nat_sources": ["10.4.0.0/16"], "forward_accept": ["10.4.0.0/16"]}
     tunnel_address:
@@ -184,11 +188,22 @@ plans:
       type: str
       sample: null
 segments:
-  description: The segments with their location, leader, nodes, WireGuard IP and allowed IPs (with O(save_plans), their number).
+  description:
+    - The segments with their location, leader, nodes, WireGuard IP and allowed IPs (with O(save_plans), their number).
+    - In a mesh with locations behind NAT (every node marked C(kilo_behind_nat) or without an endpoint), also
+      C(reachable) (false for such a location) and C(relay) (its leader may relay, option C(relays)).
   returned: success
   type: list
   elements: dict
   sample: [{"key": "location:aws", "location": "aws", "leader": "aws-1", "nodes": ["aws-1", "aws-2"], "wireguard_ip": "10.4.0.1/16"}]
+paths:
+  description:
+    - In a mesh with locations behind NAT, each pair of segments with an end behind NAT - C(a), C(b) (segment keys),
+      C(path) (V(direct), or V(relayed) for two ends behind NAT) and C(via) (the relay's segment).
+  returned: when a location is behind NAT
+  type: list
+  elements: dict
+  sample: [{"a": "location:aws", "b": "location:home", "path": "relayed", "via": "location:gcp"}]
 graph:
   description: The topology as Graphviz DOT, like C(kgctl graph).
   returned: unless O(save_plans) is true
