@@ -177,6 +177,29 @@ def relay_of_pair(lab, api):
     return hosts[0], keys[0]
 
 
+def test_a_relay_whose_agent_restarts_keeps_its_pairs(cluster):
+    """The relay's agent SIGKILLed (its supervisor starts it again, the host keeps running): it keeps
+    the start its Node carries, so the pairs it relays never move; 20 echoes a second between every
+    two hosts of different locations lose nothing."""
+    lab, _server, _inventory, api = cluster
+    hosts = sorted(lab.hosts)
+    relay, key = relay_of_pair(lab, api)
+    since = agentlab.node_annotations(api, relay)[kn.RELAY]
+    before = agentlab.agent_pid(lab, relay)
+    with agentlab.PingWatch(lab, hosts, interval=0.05) as watch:
+        time.sleep(1)
+        lab.run(relay, ["kill", "-KILL", str(before)], check=True)
+        took = agentlab.stopwatch(lambda: agentlab.agent_pid(lab, relay) not in (None, before), 30)
+        agentlab.wait_for(lambda: "watching" in agentlab.read_log(lab, relay).rsplit("restored the last plan", 1)[-1],
+                          30)
+        time.sleep(8)  # past the 5 s a new start would take to count
+    print("\nrelay %s's agent SIGKILLed -> running again: %.1f s; lost: %s" % (relay, took, watch.lost() or "none"))
+    assert "already in place" in agentlab.read_log(lab, relay)
+    assert agentlab.node_annotations(api, relay)[kn.RELAY] == since
+    assert relay_of_pair(lab, api)[1] == key
+    assert watch.lost() == {}, watch.lost()
+
+
 def test_a_dark_relay_is_replaced_within_seconds(cluster):
     """The relay of the NAT'd pair made dark (every packet in and out of it dropped) while 50 echoes
     a second cross between every two hosts of the other locations: the NAT'd leaders' probes see it

@@ -103,3 +103,16 @@ def test_a_relay_that_never_answered_gets_time_for_its_tunnel():
     assert prober.down(110.0) == {}
     prober.record(set(), 121.0)
     assert prober.down(121.0) == {"location:r": 181}
+
+
+def test_a_relay_keeps_its_start_only_when_its_agent_restarts_on_a_host_that_kept_running():
+    import types
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent import main
+    node = {"metadata": {"annotations": {kn.RELAY: "1000"}}}
+    agent = types.SimpleNamespace(_relay_watch=None, _in_place=True)
+    assert main.Agent.relay_start(agent, node, 2000.5) == 1000
+    assert main.Agent.relay_start(agent, {"metadata": {}}, 2000.5) == 2000  # never marked: now
+    agent._in_place = False  # a reboot, a first start: the boot restore changed the host
+    assert main.Agent.relay_start(agent, node, 2000.5) == 2000
+    agent._in_place, agent._relay_watch = True, 1500.0  # a reconnect of the watch: now
+    assert main.Agent.relay_start(agent, node, 2000.5) == 2000

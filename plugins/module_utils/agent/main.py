@@ -134,6 +134,7 @@ class Agent(object):
         # start, again at each reconnect of its watch), and the watch's start it counts from
         self.relay_since = None
         self._relay_watch = None
+        self._in_place = False  # the boot restore found the host as its last plan left it
         self.next_change = None  # when the engine's timed decisions flip next (a reconcile then)
         # relay failover: a leader behind NAT probes its relays every second (agent/health.py)
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health as _health
@@ -192,6 +193,7 @@ class Agent(object):
             log("cannot restore the last plan: %s: %s" % (type(e).__name__, e))
             return False
         changes = result.get("changes") or {}
+        self._in_place = not changes
         log("restored the last plan (%s)" % ("; ".join("%s: %d" % (k, len(v)) for k, v in sorted(changes.items()))
                                              or "already in place"))
         return True
@@ -294,7 +296,8 @@ class Agent(object):
             if watching.connected_since != self._relay_watch:
                 # a relay counts from its agent's start, and again from a reconnect of its watch
                 # (kube_node.RELAY): both ends of a pair then take it back from the same instant
-                self._relay_watch, self.relay_since = watching.connected_since, int(now)
+                self.relay_since = self.relay_start(node_objects.get(self.name), now)
+                self._relay_watch = watching.connected_since
             nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
                                              self.config["topology_label"], now, self.config["liveness"],
                                              watching.connected_since if watching.connected else None,
@@ -357,6 +360,19 @@ class Agent(object):
             self.applied = None
             self.retry_at = self.clock() + RETRY
             return False
+
+    def relay_start(self, node, now):
+        """When this node relays from (``kube_node.RELAY``): ``now``, but for an agent restarted on a
+        host that kept running (the boot restore found its plan in place), the start its Node
+        already carries: that relay never stopped, and a new start would move its pairs to another
+        relay for the 5 s it takes to count again, and back."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+        if self._relay_watch is None and self._in_place:
+            try:
+                return int(((node or {}).get("metadata") or {}).get("annotations", {})[kube_node.RELAY])
+            except (KeyError, TypeError, ValueError):
+                pass
+        return int(now)
 
     def relay_marks(self, now):
         """Our own node's relays' timed inputs (``kube_node.relay_marks``): this agent's live state."""
