@@ -116,3 +116,19 @@ def test_a_relay_keeps_its_start_only_when_its_agent_restarts_on_a_host_that_kep
     assert main.Agent.relay_start(agent, node, 2000.5) == 2000
     agent._in_place, agent._relay_watch = True, 1500.0  # a reconnect of the watch: now
     assert main.Agent.relay_start(agent, node, 2000.5) == 2000
+
+
+def test_a_dark_relays_end_moves_in_steps():
+    """Seen dead every round, a relay's published end moves on only every 15 s (else every agent
+    reconciles each second for our Node's new annotation)."""
+    import types
+    import threading
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent import main
+    prober = health.Prober(dead_after=3, hold_down=60, ident=1)
+    prober.set_targets({"location:r": "10.4.0.1"}, 0.0)
+    agent = types.SimpleNamespace(relay_prober=prober, _probe_lock=threading.Lock(), _down={})
+    published = []
+    for now in range(4, 40):
+        prober.record(set(), float(now))
+        published.append(main.Agent.path_state(agent, float(now))["down"]["location:r"])
+    assert sorted(set(published)) == [64, 79, 94]

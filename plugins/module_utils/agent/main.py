@@ -54,6 +54,8 @@ RETRY = 5.0
 # (it takes milliseconds), else the watch is taken for silently dead and reopened: the copy is
 # then stale for at most a check-in period plus this (the read timeout alone: 330 s).
 ECHO_TIMEOUT = 10.0
+# A relay named down keeps its published end until it is this many seconds later (path_state).
+DOWN_STEP = 15
 
 
 def log(message):
@@ -135,6 +137,7 @@ class Agent(object):
         self.relay_since = None
         self._relay_watch = None
         self._in_place = False  # the boot restore found the host as its last plan left it
+        self._down = {}  # relay -> until, as published (path_state)
         self.next_change = None  # when the engine's timed decisions flip next (a reconcile then)
         # relay failover: a leader behind NAT probes its relays every second (agent/health.py)
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health as _health
@@ -383,7 +386,12 @@ class Agent(object):
         probes saw dead (``down``, until 60 s after they last were); direct paths not yet."""
         with self._probe_lock:
             down = self.relay_prober.down(now)
-        return {"down": down, "direct": {}, "held": {}}
+        # a dark relay is seen dead again every round: its ``until`` moves on only in steps of
+        # DOWN_STEP, or every agent would reconcile each second for our Node's new annotation
+        published = self._down
+        self._down = dict((name, published[name] if until - published.get(name, 0) < DOWN_STEP else until)
+                          for name, until in down.items())
+        return {"down": dict(self._down), "direct": {}, "held": {}}
 
     def prober_targets(self, targets):
         with self._probe_lock:
