@@ -211,15 +211,23 @@ def test_a_dark_relay_is_replaced_within_seconds(cluster):
     dark_location = lab.hosts[relay]["location"]
     watched = [h for h in hosts if lab.hosts[h]["location"] != dark_location]
     natted = set(lab.hosts[h]["lan_ip"] for h in hosts if lab.hosts[h]["location"] in NATTED)
+    azure = leader(lab, "azure")
+    writes = agentlab.read_log(lab, azure).count("wrote annotations")
     with agentlab.PingWatch(lab, watched, interval=0.02) as watch:
         time.sleep(3)
         agentlab.go_dark(lab, relay)
+        dark = time.monotonic()
         try:
             moved = agentlab.stopwatch(lambda: relay_of_pair(lab, api)[1] != key, 60)
             time.sleep(8)  # the last 5 s must be answered in full
         finally:
             agentlab.go_light(lab, relay)
+            dark = time.monotonic() - dark
     lost = watch.lost()
+    said = json.loads(agentlab.node_annotations(api, azure)[kn.PATH_STATE])["down"]
+    assert list(said) == ["location:" + lab.hosts[relay]["location"]], said
+    print("\n%s's path state: down %s; its Node written %d times in the %.0f s the relay was dark"
+          % (azure, said, agentlab.read_log(lab, azure).count("wrote annotations") - writes, dark))
     counts = dict(("%s->%s" % k, len(v) if isinstance(v, list) else v) for k, v in sorted(lost.items()))
     print("\nrelay %s dark: the NAT'd pair on the other relay %.1f s later; echoes lost per flow (50/s): %s"
           % (relay, moved, counts or "none"))
