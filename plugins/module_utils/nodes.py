@@ -31,7 +31,7 @@ import re
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, host_subject, parse_key, split_endpoint, to_bool, to_int)
+    KiloError, format_endpoint, host_subject, parse_key, split_endpoint, text_list, to_bool, to_int)
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
 # Annotations of our own on a Node (beyond Kilo): a node's pod ranges forced, and the source of its pod ranges.
@@ -191,14 +191,7 @@ def _internal_ip_var(value, subject, field):
 
 
 def _list_var(value, subject, field):
-    if _absent(value):
-        return []
-    if isinstance(value, str):
-        items = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, (list, tuple)):
-        items = [str(v) for v in value]
-    else:
-        raise KiloError("expected a list of CIDRs, got %r" % (value,), subject, field)
+    items = [str(v) for v in text_list(value, subject, field, "a list of CIDRs")]
     parse_network_list(items, subject, field)
     return items
 
@@ -478,7 +471,7 @@ FIELDS = OrderedDict((field.name, field) for field in (
               "Beyond Kilo: no other location can reach this node at its endpoint (it sits behind NAT or a"
               " firewall without a port forward); a location of such nodes alone is reached through a relay"
               " (option C(relays)), and keeps alive (C(kilo_persistent_keepalive), else 25 s).",
-              check=lambda v, s, f: to_bool(v, s, f, default=False), parse=lambda v, s, f: to_bool(v, s, f, default=False),
+              check=to_bool, parse=to_bool,
               source=BEHIND_NAT_ANNOTATION, kube=lambda v, s, f: to_bool(v or True, s, f), form="bool"),
     NodeField("path_state", None,
               "Beyond Kilo: what the agent of a node behind NAT published of its paths (relays C(down) until,"
@@ -540,6 +533,8 @@ def engine_doc():
 
 # Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
 REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")
+# the node fields node_from_host takes from those facts (what kilo.mesh.key reported) unless a variable forces them
+REPORTED_FIELDS = ("public_key", "internal_ip", "endpoint", "discovered_endpoints")
 
 
 class InputError(KiloError):
