@@ -99,7 +99,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import split_endp
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    NO_SIDE, OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
+    OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
 
 
 def find_leader(members):
@@ -137,7 +137,7 @@ def find_leader(members):
 class Segment(object):
     __slots__ = ("key", "location", "group", "members", "leader", "index", "wg_ip", "wg_str", "wg_host",
                  "wg_ips", "wg_by", "allowed", "alips", "alip_strs", "wg_allowed", "privates", "remote_dsts",
-                 "_leader_dsts")
+                 "_leader_dsts", "pod_texts")
 
     def leader_dsts(self, endpoint_ip):
         """Destinations a leader elsewhere routes to this segment over WireGuard, in Kilo's order.
@@ -150,10 +150,10 @@ class Segment(object):
             return cached[1]
         dsts = []
         for node in self.members:
-            dsts.extend(node.pod_strs)
-            for internal, host in zip(node.internals, node.internal_host_cidrs):
+            dsts.extend(text for dummy, text in node.pods)
+            for internal in node.internals:
                 if internal.ip != endpoint_ip:
-                    dsts.append(host)
+                    dsts.append(internal.host)
         dsts.extend(self.alip_strs)
         if cached is None:
             self._leader_dsts = (endpoint_ip, dsts)
@@ -201,6 +201,7 @@ class Topology(object):
         self._discovered()
         self._shared_firewall()
         self._nonleader_cache = {}
+        self._locals_cache = {}
 
     # --- shared structure -------------------------------------------------------------
 
@@ -232,13 +233,14 @@ class Topology(object):
             alips = {}
             for node in seg.members:
                 node.segment = seg
-                allowed.extend(node.pod_strs)
+                allowed.extend(text for dummy, text in node.pods)
                 for net in node.alips:
                     alips.setdefault(str(net), net)
-                allowed.extend(node.internal_host_cidrs)
+                allowed.extend(internal.host for internal in node.internals)
             seg.allowed = allowed
             seg.alips = [alips[k] for k in sorted(alips)]
-            seg.privates = [host for n in seg.members for host in n.internal_host_cidrs]
+            seg.privates = [internal.host for n in seg.members for internal in n.internals]
+            seg.pod_texts = [text for n in seg.members for dummy, text in n.pods]
             seg._leader_dsts = None
             self.segments.append(seg)
         self.segment_by_key = dict((s.key, s) for s in self.segments)
@@ -248,7 +250,7 @@ class Topology(object):
         if granularity != "full":
             for node in self.nodes:
                 # IPIP carries IPv4 only: a dual-stack mesh accepts it from IPv4 internal IPs
-                host = node.sides.get(4, NO_SIDE).internal_host_cidr if self.dual else node.internal_host_cidr
+                host = node.side(4 if self.dual else None).host
                 if host is not None:
                     self.location_privates.setdefault(node.location, []).append(host)
 
@@ -313,7 +315,7 @@ class Topology(object):
         if has_alips:
             for seg in self.segments:
                 for node in seg.members:
-                    for pod in node.pods:
+                    for pod, dummy in node.pods:
                         add(pod, -1)
                     for internal in node.internals:
                         add(_host_net(internal.ip), -1)
@@ -330,7 +332,7 @@ class Topology(object):
             seg.alips = kept
             seg.alip_strs = [str(n) for n in kept]
             seg.wg_allowed = seg.allowed + seg.alip_strs
-            seg.remote_dsts = [s for n in seg.members for s in n.pod_strs] + seg.privates + seg.alip_strs
+            seg.remote_dsts = seg.pod_texts + seg.privates + seg.alip_strs
 
     def _alip_rejected(self, net, position, current, index):
         for other, nets in enumerate(current):
@@ -406,7 +408,7 @@ class Topology(object):
             "interface": opts["interface"],
             "address": one_or_list("%s/%d" % (text, prefix) for (dummy, text, dummy), prefix
                                    in zip(seg.wg_ips, self.wg_prefixes)) if leader else None,
-            "internal_ip": one_or_list(str(internal) for internal in node.internals),
+            "internal_ip": one_or_list(internal.text for internal in node.internals),
             "listen_port": node.port,
         }
         rules = []
@@ -421,11 +423,11 @@ class Topology(object):
         # Kilo's enc.Set(): flannel's does nothing
         encapsulating = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
         # IPIP carries IPv4 only: a dual-stack mesh's tunl0 takes its address from the first IPv4 range
-        pod = next((net for net in node.pods if net.version == 4), None) if self.dual else node.pod
+        pod = next((net for net, dummy in node.pods if net.version == 4), None) if self.dual else node.pod
         plan["tunnel_address"] = (
             "%s/%d" % (pod.network_address + 1, pod.max_prefixlen)
             if encapsulating and pod is not None and pod.num_addresses > 1 else None)
-        plan["pod_cidr"] = pod_cidr_value(node.pod_strs)
+        plan["pod_cidr"] = pod_cidr_value([text for dummy, text in node.pods])
         plan["cni"] = bool(opts["cni"])
         plan["compatibility"] = self.compat
         return plan
@@ -463,8 +465,8 @@ class Topology(object):
 
     @staticmethod
     def _side(node, family):
-        """The node's internal IP of ``family`` (``topology_parse.Side``); the node itself when None."""
-        return node if family is None else node.sides.get(family, NO_SIDE)
+        """The node's internal IP of ``family`` (an ``Internal``; None: the first, Kilo's one)."""
+        return node.side(family)
 
     @staticmethod
     def _wg(seg, family):
@@ -495,9 +497,9 @@ class Topology(object):
             leader = seg.leader
             for member in seg.members:
                 for family in self.families:
-                    if member is leader or family in member.sides and family in leader.sides:
+                    if member is leader or _has(member, family) and _has(leader, family):
                         continue
-                    if family in member.sides:
+                    if _has(member, family):
                         raise TopologyError(node_subject(leader.name), "internal_ip", (
                             "leads segment %s, whose node %r routes IPv%s through it: it needs an IPv%s internal IP"
                             % (seg.key, member.name, family, family)))
@@ -507,9 +509,9 @@ class Topology(object):
                 continue
             for member in members:
                 for family in self.families:
-                    if family not in member.sides:
+                    if not _has(member, family):
                         _need_internal(member, family, "its location's nodes route them over the private network")
-                        if cross and any(family in other.sides for other in members):
+                        if cross and any(_has(other, family) for other in members):
                             raise TopologyError(node_subject(member.name), "internal_ip", (
                                 "its location's nodes reach its IPv%s WireGuard IP over the private network: it"
                                 " needs an IPv%s internal IP" % (family, family)))
@@ -521,7 +523,7 @@ class Topology(object):
         its CNI compatibility IP, else its pod network address (single-stack meshes only).
         """
         if self.compat == "none":
-            return self._side(member, family).internal_ip
+            return member.side(family).ip
         if self.compat == "cilium" and member.cni_ip is not None:
             return member.cni_ip
         if member.pod is None:
@@ -538,53 +540,116 @@ class Topology(object):
         strategy = self.opts["encapsulate"]
         if strategy == "always":
             return True
-        internal = self._side(node, family).internal
+        internal = node.side(family).interface
         if strategy == "crosssubnet" and internal is not None:
             net = internal.network
             return gateway_ip.version != net.version or gateway_ip not in net
         return False
 
-    def _local_routes(self, node, member, routes, rules, leader, cross, family=None):
-        """Routes (and IPIP rules) to a same-location ``member`` over the private network."""
-        own_ip = self._side(node, family).internal_ip_str
-        side = self._side(member, family)
-        gateway_ip = self._gateway(member, family)
-        gateway = side.internal_ip_str if gateway_ip is side.internal_ip else str(gateway_ip)
-        encap = self._encapsulates(node, gateway_ip, family)  # Kilo's encapsulateRoute: tests the gateway
-        device = self.tunnel_device if encap else PRIVATE
-        source = own_ip if encap else None
-        if cross:
-            # beyond Kilo: the member's WireGuard IP answers over the private network too
-            routes.append({"dst": self._wg(member.segment, family)[2], "gateway": gateway, "device": device,
-                           "source": source, "table": MAIN_TABLE, "onlink": True})
-        for pod in self._of_family(member.pod_strs, family):
-            routes.append({"dst": pod, "gateway": gateway, "device": device,
-                           "source": source, "table": MAIN_TABLE, "onlink": True})
-        # Kilo's Routes(): the table-1107 route and rules test the member's internal IP
-        if encap if gateway_ip is side.internal_ip else self._encapsulates(node, side.internal_ip, family):
-            dst = side.internal_host_cidr
-            new_rules = []
-            for pod in self._of_family(node.pod_strs, family):
-                new_rules.append({"src": pod, "dst": dst, "iif": None, "table": KILO_TABLE})
-            if leader:
-                new_rules.append({"src": None, "dst": dst, "iif": self.opts["interface"], "table": KILO_TABLE})
-            if new_rules:
-                routes.append({"dst": dst, "gateway": gateway, "device": self.tunnel_device, "source": own_ip,
+    def _locals(self, seg, family):
+        """What every same-location route towards a member of ``seg`` needs, once per segment and
+        family, for each member with an internal IP of the family, in member order: a tuple of its
+        address text, gateway text, gateway, whether the gateway is the internal IP, internal IP,
+        pod ranges of the family, host CIDR, WireGuard host CIDR, the error a route to it raises
+        (Kilo's order of errors: raised when a plan routes to it), its (destination, table) pairs
+        of an encapsulated route (the pod ranges, then its host CIDR in table 1107), and its
+        unencapsulated routes (the same for every plan, so every plan holds these very entries)."""
+        cached = self._locals_cache.get((seg.key, family))
+        if cached is None:
+            cached = []
+            for member in seg.members:
+                side = member.side(family)
+                if side.ip is None:
+                    continue
+                error = gateway_ip = gateway = None
+                try:
+                    gateway_ip = self._gateway(member, family)
+                    gateway = side.ip_text if gateway_ip is side.ip else str(gateway_ip)
+                except TopologyError as e:
+                    error = e
+                pods = [text for net, text in member.pods if family is None or net.version == family]
+                pairs = [(pod, MAIN_TABLE) for pod in pods] + [(side.host, KILO_TABLE)]
+                direct = [{"dst": pod, "gateway": gateway, "device": PRIVATE, "source": None, "table": MAIN_TABLE,
+                           "onlink": True} for pod in pods]
+                cached.append((side.ip_text, gateway, gateway_ip, gateway_ip is side.ip, side.ip, pods, side.host,
+                               self._wg(member.segment, family)[2], error, pairs, direct))
+            self._locals_cache[(seg.key, family)] = cached
+        return cached
+
+    def _local_routes(self, node, seg, routes, rules, leader, cross, family=None):
+        """Routes (and IPIP rules) to the other members of ``seg`` (of the node's location) over
+        the private network, in member order: Kilo's, with its encapsulateRoute test of the gateway
+        (``_encapsulates``) written out for speed; the table-1107 route and its rules test the
+        member's internal IP."""
+        own = node.side(family)
+        own_text = own.ip_text
+        strategy = "never" if family == 6 else self.opts["encapsulate"]  # IPIP carries IPv4 only
+        net = own.interface.network if strategy == "crosssubnet" and own.interface is not None else None
+        tunnel = self.tunnel_device
+        own_pods = [text for pod, text in node.pods if family is None or pod.version == family]
+        iface = self.opts["interface"]
+        entries = self._locals(seg, family)
+        if net is None and not cross:
+            # the test is the same for every member (always, or never): one comprehension each
+            others = [e for e in entries if e[0] != own_text]
+            for e in others:
+                if e[8] is not None:
+                    raise e[8]
+            if strategy != "always":
+                routes.extend([route for e in others for route in e[10]])
+                return
+            if not (own_pods or leader):
+                routes.extend([{"dst": pod, "gateway": e[1], "device": tunnel, "source": own_text, "table": MAIN_TABLE,
+                                "onlink": True} for e in others for pod in e[5]])
+                return
+            routes.extend([{"dst": dst, "gateway": e[1], "device": tunnel, "source": own_text, "table": table,
+                            "onlink": True} for e in others for dst, table in e[9]])
+            sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
+            rules.extend([{"src": src, "dst": e[6], "iif": iif, "table": KILO_TABLE}
+                          for e in others for src, iif in sources])
+            return
+        for text, gateway, gateway_ip, direct, ip, pods, host, wg_host, error, dummy, dummy in entries:
+            if text == own_text:
+                continue
+            if error is not None:
+                raise error
+            if strategy == "always":
+                encap = via_tunnel = True
+            elif net is not None:
+                encap = gateway_ip.version != net.version or gateway_ip not in net
+                via_tunnel = encap if direct else ip.version != net.version or ip not in net
+            else:
+                encap = via_tunnel = False
+            device, source = (tunnel, own_text) if encap else (PRIVATE, None)
+            if cross:
+                # beyond Kilo: the member's WireGuard IP answers over the private network too
+                routes.append({"dst": wg_host, "gateway": gateway, "device": device,
+                               "source": source, "table": MAIN_TABLE, "onlink": True})
+            for pod in pods:
+                routes.append({"dst": pod, "gateway": gateway, "device": device,
+                               "source": source, "table": MAIN_TABLE, "onlink": True})
+            if via_tunnel and (own_pods or leader):
+                routes.append({"dst": host, "gateway": gateway, "device": tunnel, "source": own_text,
                                "table": KILO_TABLE, "onlink": True})
-                rules.extend(new_rules)
+                for pod in own_pods:
+                    rules.append({"src": pod, "dst": host, "iif": None, "table": KILO_TABLE})
+                if leader:
+                    rules.append({"src": None, "dst": host, "iif": iface, "table": KILO_TABLE})
 
     def _unmanaged_local_routes(self, node, seg, routes, rules):
         """Kilo's Routes(), leader with ``local`` off and encapsulation on: each same-location
         internal IP whose gateway is not that IP (flannel, cilium) goes through the encapsulation
         device in table 1107, for traffic coming in from the WireGuard interface."""
         iface = self.opts["interface"]
+        own = node.first.ip
         for member in seg.members:
-            if member.internal_ip == node.internal_ip:
+            internal = member.first
+            if internal.ip == own:
                 continue
             gateway_ip = self._gateway(member)
-            if gateway_ip == member.internal_ip:
+            if gateway_ip == internal.ip:
                 continue
-            dst = member.internal_host_cidr
+            dst = internal.host
             routes.append({"dst": dst, "gateway": str(gateway_ip), "device": self.tunnel_device, "source": None,
                            "table": KILO_TABLE, "onlink": True})
             rules.append({"src": None, "dst": dst, "iif": iface, "table": KILO_TABLE})
@@ -592,21 +657,18 @@ class Topology(object):
     def _leader_routes(self, node, rules, family=None):
         opts = self.opts
         iface = opts["interface"]
-        own = self._side(node, family)
-        source = own.internal_ip_str
+        own = node.side(family)
+        source = own.ip_text
         own_group = node.segment.group
         cross = opts["granularity"] == "cross"
-        local = opts["local"] and own.internal is not None
+        local = opts["local"] and own.interface is not None
         routes = []
         for seg in self.segments:
             if seg.group == own_group:
                 if local:
-                    for member in seg.members:
-                        side = self._side(member, family)
-                        # a member without an internal IP of a dual-stack family has no ranges of it
-                        # (_check_gateways); a single-stack member always has one
-                        if side.internal_ip is not None and side.internal_ip != own.internal_ip:
-                            self._local_routes(node, member, routes, rules, True, cross, family)
+                    # a member without an internal IP of a dual-stack family has no ranges of it
+                    # (_check_gateways); a single-stack member always has one
+                    self._local_routes(node, seg, routes, rules, True, cross, family)
                 elif (self.compat != "none" and not opts["local"] and node.internal is not None
                       and opts["encapsulate"] != "never"):
                     self._unmanaged_local_routes(node, seg, routes, rules)
@@ -636,25 +698,22 @@ class Topology(object):
     def _nonleader_routes(self, node, rules, family=None):
         seg = node.segment
         leader = seg.leader
-        own = self._side(node, family)
-        if own.internal is None:
+        own = node.side(family)
+        if own.interface is None:
             # a dual-stack family the node has no internal IP of (nor ranges: _check_gateways):
             # it is not on that family's private network, so it routes none of it
             return []
-        side = self._side(leader, family)
+        side = leader.side(family)
         gateway_ip = self._gateway(leader, family)  # Kilo: enc.Gw of the segment's leader
-        gateway = side.internal_ip_str if gateway_ip is side.internal_ip else str(gateway_ip)
+        gateway = side.ip_text if gateway_ip is side.ip else str(gateway_ip)
         encap = self._encapsulates(node, gateway_ip, family)
         device = self.tunnel_device if encap else PRIVATE
-        source = own.internal_ip_str if encap else None
+        source = own.ip_text if encap else None
         before, after = self._nonleader_dsts(seg, family)
         routes = []
         _group(routes, before, gateway, device, source, True)
         if self.opts["local"]:
-            for member in seg.members:
-                member_side = self._side(member, family)
-                if member_side.internal_ip is not None and member_side.internal_ip != own.internal_ip:
-                    self._local_routes(node, member, routes, rules, False, False, family)
+            self._local_routes(node, seg, routes, rules, False, False, family)
         _group(routes, after, gateway, device, source, True)
         return routes
 
@@ -664,12 +723,12 @@ class Topology(object):
         nat_sources = []
         forward = []
         if opts["cni"]:
-            nat_sources.extend(node.pod_strs)
+            nat_sources.extend(text for dummy, text in node.pods)
             if opts["forward_rules"]:
                 if leader:
-                    forward = _dedup([s for n in seg.members for s in n.pod_strs] + seg.alip_strs + seg.privates)
+                    forward = _dedup(seg.pod_texts + seg.alip_strs + seg.privates)
                 elif node.pods:
-                    forward = list(node.pod_strs)
+                    forward = [text for dummy, text in node.pods]
         nat_sources = _dedup(nat_sources + self.peer_allowed)
         # Kilo's enc.Rules(): flannel's is empty, cilium's is IPIP's
         ipip = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
@@ -701,8 +760,8 @@ class Topology(object):
                 "public_key": seg.leader.key,
                 "persistent_keepalive": seg.leader.keepalive,
                 "group": seg.group,
-                "members": [{"name": n.name, "pod_cidr": pod_cidr_value(n.pod_strs),
-                             "internal_ip": one_or_list(n.internal_strs),
+                "members": [{"name": n.name, "pod_cidr": pod_cidr_value([text for dummy, text in n.pods]),
+                             "internal_ip": one_or_list(internal.ip_text for internal in n.internals),
                              "endpoint": n.endpoint} for n in seg.members],
             })
         return out
@@ -745,10 +804,15 @@ def _group(routes, dsts, gateway, device, source, onlink):
 
 def _need_internal(node, family, why):
     """Refuse a dual-stack node that has ranges of ``family`` but no internal IP of it."""
-    pods = [str(net) for net in node.pods if net.version == family]
+    pods = [text for net, text in node.pods if net.version == family]
     if pods:
         raise TopologyError(node_subject(node.name), "internal_ip", (
             "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family)))
+
+
+def _has(node, family):
+    """Whether ``node`` has an internal IP of ``family``."""
+    return node.side(family).ip is not None
 
 
 def _host_net(ip):
@@ -763,24 +827,25 @@ def build_plans(nodes, peers, options=None, only=None, check=None):
     Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
-    topology = Topology(nodes, peers or [], options)
-    if check is not None:
-        check(topology)
-    names = [n.name for n in topology.nodes] if only is None else list(only)
-    for name in names:
-        if name not in topology.by_name:
-            raise TopologyError(node_subject(name), "only", "no such node")
-    # Plans are millions of small containers for big meshes; the cyclic collector would rescan
-    # them over and over while nothing here can form a cycle.
+    # The parsed mesh and its plans are millions of small containers for big meshes; the cyclic
+    # collector would rescan them over and over (a node and its segment refer to each other: the
+    # collector frees them once it runs again).
     enabled = gc.isenabled()
     gc.disable()
     try:
+        topology = Topology(nodes, peers or [], options)
+        if check is not None:
+            check(topology)
+        names = [n.name for n in topology.nodes] if only is None else list(only)
+        for name in names:
+            if name not in topology.by_name:
+                raise TopologyError(node_subject(name), "only", "no such node")
         plans = dict((name, topology.plan(name)) for name in names)
+        return {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
+                "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
     finally:
         if enabled:
             gc.enable()
-    return {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
-            "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
 
 
 def listen_port(endpoint, port, subject=None, field="endpoint"):
