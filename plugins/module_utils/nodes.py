@@ -263,24 +263,30 @@ def _optional(parse):
 
 
 class Internal(object):
-    """A node's internal IP of one family: ``interface`` (the address with its network), ``ip``,
-    ``text`` (the interface's), ``ip_text`` and ``host`` (the address as a host CIDR). The engine
-    routes each family of a dual-stack mesh through the node's internal IP of that family
-    (``NO_INTERNAL``, all None, when it has none), a single-stack mesh through its first."""
+    """A node's internal IP of one family: ``ip``, ``text`` (the address with its prefix, as
+    ``str()`` of the interface gives it), ``ip_text``, ``host`` (the address as a host CIDR) and
+    ``interface`` (the ``ipaddress`` interface, made when first asked). The engine routes each
+    family of a dual-stack mesh through the node's internal IP of that family (``NO_INTERNAL``,
+    all None, when it has none), a single-stack mesh through its first."""
 
-    __slots__ = ("interface", "ip", "text", "ip_text", "host")
+    __slots__ = ("ip", "text", "ip_text", "host", "_interface")
 
-    def __init__(self, interface=None, text=None):
-        self.interface, self.text = interface, text
-        self.ip = self.ip_text = self.host = None
-        if interface is not None:
-            self.ip = interface.ip
+    def __init__(self, ip=None, text=None, interface=None):
+        self.ip, self.text, self._interface = ip, text, interface
+        self.ip_text = self.host = None
+        if ip is not None:
             self.ip_text = text.partition("/")[0]
-            self.host = "%s/%d" % (self.ip_text, interface.max_prefixlen)
+            self.host = "%s/%d" % (self.ip_text, ip.max_prefixlen)
+
+    @property
+    def interface(self):
+        if self._interface is None and self.text is not None:
+            self._interface = ipaddress.ip_interface(self.text)
+        return self._interface
 
     @property
     def version(self):
-        return self.interface.version
+        return self.ip.version
 
     def __str__(self):
         return self.text
@@ -301,14 +307,25 @@ class Cidr(tuple):
     text = property(lambda self: self[1])
 
 
+def _internal(value, subject, field):
+    """One internal IP -> Internal (canonical IPv4 text without an ``ipaddress`` interface: ``_v4``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        fast = _v4(text)
+        if fast is not None:
+            return Internal(ipaddress.IPv4Address(fast[0]), text if fast[1] is not None else text + "/32")
+    interface, text = interface_text(value, subject, field)
+    return Internal(interface.ip, text, interface)
+
+
 def parse_internal_ips(value, subject, field):
     """A node's internal IPs -> [Internal]: none ("", "-"), one (Kilo's), or a list of two of
     different families (a dual-stack mesh's node; whether the mesh has both is the engine's check)."""
     if value in (None, "", "-"):
         return []
     if not isinstance(value, (list, tuple)):
-        return [Internal(*interface_text(value, subject, field))]
-    ips = [Internal(*interface_text(item, subject, field)) for item in value]
+        return [_internal(value, subject, field)]
+    ips = [_internal(item, subject, field) for item in value]
     if len(ips) > 2:
         raise TopologyError(subject, field, "%d internal IPs; at most two, one of each IP family" % len(ips))
     check_two_families(ips, subject, field, "two internal IPs are one of each IP family")

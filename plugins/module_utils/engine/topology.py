@@ -173,7 +173,7 @@ def _dedup(items):
 def segment_key(node, granularity):
     """The key of the segment a parsed node falls into: under ``location`` its location's, unless
     it has no internal IP (then, as under ``full`` and ``cross``, a segment of its own)."""
-    if granularity == "location" and node.internal is not None:
+    if granularity == "location" and node.internals:
         return "location:" + node.location
     return "node:" + node.name
 
@@ -217,7 +217,7 @@ class Topology(object):
             seg.index = index
             seg.members = groups[key]
             seg.location = seg.members[0].location
-            if granularity == "cross" and seg.members[0].internal is not None:
+            if granularity == "cross" and seg.members[0].internals:
                 seg.group = "location:" + seg.location
             else:
                 seg.group = key
@@ -540,9 +540,9 @@ class Topology(object):
         strategy = self.opts["encapsulate"]
         if strategy == "always":
             return True
-        internal = node.side(family).interface
-        if strategy == "crosssubnet" and internal is not None:
-            net = internal.network
+        side = node.side(family)
+        if strategy == "crosssubnet" and side.ip is not None:
+            net = side.interface.network
             return gateway_ip.version != net.version or gateway_ip not in net
         return False
 
@@ -584,7 +584,7 @@ class Topology(object):
         own = node.side(family)
         own_text = own.ip_text
         strategy = "never" if family == 6 else self.opts["encapsulate"]  # IPIP carries IPv4 only
-        net = own.interface.network if strategy == "crosssubnet" and own.interface is not None else None
+        net = own.interface.network if strategy == "crosssubnet" and own.ip is not None else None
         tunnel = self.tunnel_device
         own_pods = [text for pod, text in node.pods if family is None or pod.version == family]
         iface = self.opts["interface"]
@@ -661,7 +661,7 @@ class Topology(object):
         source = own.ip_text
         own_group = node.segment.group
         cross = opts["granularity"] == "cross"
-        local = opts["local"] and own.interface is not None
+        local = opts["local"] and own.ip is not None
         routes = []
         for seg in self.segments:
             if seg.group == own_group:
@@ -669,7 +669,7 @@ class Topology(object):
                     # a member without an internal IP of a dual-stack family has no ranges of it
                     # (_check_gateways); a single-stack member always has one
                     self._local_routes(node, seg, routes, rules, True, cross, family)
-                elif (self.compat != "none" and not opts["local"] and node.internal is not None
+                elif (self.compat != "none" and not opts["local"] and node.internals
                       and opts["encapsulate"] != "never"):
                     self._unmanaged_local_routes(node, seg, routes, rules)
                 continue
@@ -699,7 +699,7 @@ class Topology(object):
         seg = node.segment
         leader = seg.leader
         own = node.side(family)
-        if own.interface is None:
+        if own.ip is None:
             # a dual-stack family the node has no internal IP of (nor ranges: _check_gateways):
             # it is not on that family's private network, so it routes none of it
             return []

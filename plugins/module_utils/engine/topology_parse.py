@@ -113,9 +113,12 @@ class Node(object):
         if family is None:
             return self.first
         for internal in self.internals:
-            if internal.interface.version == family:
+            if internal.ip.version == family:
                 return internal
         return NO_INTERNAL
+
+
+PARSERS = tuple((ATTRIBUTES.get(name, name), field.parse, name) for name, field in FIELDS.items())
 
 
 class Peer(object):
@@ -131,8 +134,8 @@ def parse_node(item, index, default_port, subnets=None):
     node = Node()
     node.name = name
     # every field of the node table, parsed by its row, in the table's order
-    for field in FIELDS.values():
-        setattr(node, ATTRIBUTES.get(field.name, field.name), field.parse(item.get(field.name), subject, field.name))
+    for attribute, parse, field in PARSERS:
+        setattr(node, attribute, parse(item.get(field), subject, field))
     # the endpoint: (text, ip, port), its port the listen port
     node.endpoint_ip = None
     node.port = default_port
@@ -158,7 +161,7 @@ def _check_families(node, subnets, subject):
     _check_pod_family([pod.net for pod in node.pods], subject)
     if len(node.internals) == 2:
         mesh = ("subnet %s" % subnets[0]) if subnets else "one subnet"
-        second = node.internals[1].interface
+        second = node.internals[1]
         raise TopologyError(subject, "internal_ip", "%s is IPv%d but the mesh is single-stack (%s): a second IP family"
                             " needs a second subnet" % (second, second.version, mesh))
 
