@@ -548,31 +548,38 @@ class Topology(object):
 
     def _locals(self, seg, family):
         """What every same-location route towards a member of ``seg`` needs, once per segment and
-        family, for each member with an internal IP of the family, in member order: a tuple of its
-        address text, gateway text, gateway, whether the gateway is the internal IP, internal IP,
-        pod ranges of the family, host CIDR, WireGuard host CIDR, the error a route to it raises
-        (Kilo's order of errors: raised when a plan routes to it), its (destination, table) pairs
-        of an encapsulated route (the pod ranges, then its host CIDR in table 1107), and its
-        unencapsulated routes (the same for every plan, so every plan holds these very entries)."""
+        family, for the members with an internal IP of the family, in member order, each with its
+        address text (a plan leaves out the member of its own address): ``members``, a tuple per
+        member (gateway text, gateway, whether the gateway is the internal IP, internal IP, pod
+        ranges of the family, host CIDR, WireGuard host CIDR); ``errors``, a member's error
+        (raised when a plan routes to it: Kilo's order of errors); and flat for the plans where
+        the test of the gateway is the same for every member: ``encapsulated`` (gateway, then
+        each pod range in the main table and the host CIDR in table 1107), ``hosts`` (the host
+        CIDRs, for the rules) and ``direct`` (the unencapsulated routes themselves: the same in
+        every plan, so every plan holds these very entries)."""
         cached = self._locals_cache.get((seg.key, family))
         if cached is None:
-            cached = []
+            cached = _Locals()
             for member in seg.members:
                 side = member.side(family)
                 if side.ip is None:
                     continue
-                error = gateway_ip = gateway = None
+                text = side.ip_text
+                gateway_ip = gateway = None
                 try:
                     gateway_ip = self._gateway(member, family)
                     gateway = side.ip_text if gateway_ip is side.ip else str(gateway_ip)
                 except TopologyError as e:
-                    error = e
-                pods = [text for net, text in member.pods if family is None or net.version == family]
-                pairs = [(pod, MAIN_TABLE) for pod in pods] + [(side.host, KILO_TABLE)]
-                direct = [{"dst": pod, "gateway": gateway, "device": PRIVATE, "source": None, "table": MAIN_TABLE,
-                           "onlink": True} for pod in pods]
-                cached.append((side.ip_text, gateway, gateway_ip, gateway_ip is side.ip, side.ip, pods, side.host,
-                               self._wg(member.segment, family)[2], error, pairs, direct))
+                    cached.errors.append((text, e))
+                pods = [pod for net, pod in member.pods if family is None or net.version == family]
+                cached.members.append((text, gateway, gateway_ip, gateway_ip is side.ip, side.ip, pods, side.host,
+                                       self._wg(member.segment, family)[2]))
+                cached.encapsulated.extend((text, gateway, pod, MAIN_TABLE) for pod in pods)
+                cached.encapsulated.append((text, gateway, side.host, KILO_TABLE))
+                cached.pods.extend((text, gateway, pod) for pod in pods)
+                cached.hosts.append((text, side.host))
+                cached.direct.extend((text, {"dst": pod, "gateway": gateway, "device": PRIVATE, "source": None,
+                                             "table": MAIN_TABLE, "onlink": True}) for pod in pods)
             self._locals_cache[(seg.key, family)] = cached
         return cached
 
@@ -582,37 +589,38 @@ class Topology(object):
         (``_encapsulates``) written out for speed; the table-1107 route and its rules test the
         member's internal IP."""
         own = node.side(family)
-        own_text = own.ip_text
+        me = own.ip_text
         strategy = "never" if family == 6 else self.opts["encapsulate"]  # IPIP carries IPv4 only
         net = own.interface.network if strategy == "crosssubnet" and own.ip is not None else None
         tunnel = self.tunnel_device
         own_pods = [text for pod, text in node.pods if family is None or pod.version == family]
         iface = self.opts["interface"]
-        entries = self._locals(seg, family)
+        local = self._locals(seg, family)
+        for text, error in local.errors:
+            if text != me:
+                raise error
         if net is None and not cross:
             # the test is the same for every member (always, or never): one comprehension each
-            others = [e for e in entries if e[0] != own_text]
-            for e in others:
-                if e[8] is not None:
-                    raise e[8]
             if strategy != "always":
-                routes.extend([route for e in others for route in e[10]])
-                return
-            if not (own_pods or leader):
-                routes.extend([{"dst": pod, "gateway": e[1], "device": tunnel, "source": own_text, "table": MAIN_TABLE,
-                                "onlink": True} for e in others for pod in e[5]])
-                return
-            routes.extend([{"dst": dst, "gateway": e[1], "device": tunnel, "source": own_text, "table": table,
-                            "onlink": True} for e in others for dst, table in e[9]])
-            sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
-            rules.extend([{"src": src, "dst": e[6], "iif": iif, "table": KILO_TABLE}
-                          for e in others for src, iif in sources])
+                routes.extend([route for text, route in local.direct if text != me])
+            elif not (own_pods or leader):
+                routes.extend([{"dst": pod, "gateway": gateway, "device": tunnel, "source": me, "table": MAIN_TABLE,
+                                "onlink": True} for text, gateway, pod in local.pods if text != me])
+            else:
+                routes.extend([{"dst": dst, "gateway": gateway, "device": tunnel, "source": me, "table": table,
+                                "onlink": True} for text, gateway, dst, table in local.encapsulated if text != me])
+                sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
+                if len(sources) == 1:
+                    (src, iif), = sources
+                    rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
+                                  for text, host in local.hosts if text != me])
+                else:
+                    rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
+                                  for text, host in local.hosts if text != me for src, iif in sources])
             return
-        for text, gateway, gateway_ip, direct, ip, pods, host, wg_host, error, dummy, dummy in entries:
-            if text == own_text:
+        for text, gateway, gateway_ip, direct, ip, pods, host, wg_host in local.members:
+            if text == me:
                 continue
-            if error is not None:
-                raise error
             if strategy == "always":
                 encap = via_tunnel = True
             elif net is not None:
@@ -620,7 +628,7 @@ class Topology(object):
                 via_tunnel = encap if direct else ip.version != net.version or ip not in net
             else:
                 encap = via_tunnel = False
-            device, source = (tunnel, own_text) if encap else (PRIVATE, None)
+            device, source = (tunnel, me) if encap else (PRIVATE, None)
             if cross:
                 # beyond Kilo: the member's WireGuard IP answers over the private network too
                 routes.append({"dst": wg_host, "gateway": gateway, "device": device,
@@ -629,7 +637,7 @@ class Topology(object):
                 routes.append({"dst": pod, "gateway": gateway, "device": device,
                                "source": source, "table": MAIN_TABLE, "onlink": True})
             if via_tunnel and (own_pods or leader):
-                routes.append({"dst": host, "gateway": gateway, "device": tunnel, "source": own_text,
+                routes.append({"dst": host, "gateway": gateway, "device": tunnel, "source": me,
                                "table": KILO_TABLE, "onlink": True})
                 for pod in own_pods:
                     rules.append({"src": pod, "dst": host, "iif": None, "table": KILO_TABLE})
@@ -792,6 +800,15 @@ class Topology(object):
                 out.append({"name": peer.name, "public_key": peer.key, "endpoint": self.peer_endpoint(peer),
                             "allowed_ips": list(peer.allowed_strs), "persistent_keepalive": me.keepalive})
         return out
+
+
+class _Locals(object):
+    """``Topology._locals``: a segment's members as the local routes of one family need them."""
+
+    __slots__ = ("members", "errors", "encapsulated", "pods", "hosts", "direct")
+
+    def __init__(self):
+        self.members, self.errors, self.encapsulated, self.pods, self.hosts, self.direct = [], [], [], [], [], []
 
 
 def _group(routes, dsts, gateway, device, source, onlink):
