@@ -426,7 +426,7 @@ class Topology(object):
         pod = next((net for net, dummy in node.pods if net.version == 4), None) if self.dual else node.pod
         plan["tunnel_address"] = (
             "%s/%d" % (pod.network_address + 1, pod.max_prefixlen)
-            if encapsulating and pod is not None and pod.num_addresses > 1 else None)
+            if encapsulating and pod is not None and pod.prefixlen < pod.max_prefixlen else None)
         plan["pod_cidr"] = pod_cidr_value([text for dummy, text in node.pods])
         plan["cni"] = bool(opts["cni"])
         plan["compatibility"] = self.compat
@@ -748,7 +748,8 @@ class Topology(object):
             "nat_exempt_destinations": self.nat_exempt,
             "forward_accept": forward,
             "ipip_filter": ipip,
-            "ipip_accept_sources": list(self.location_privates.get(node.location, ())) if ipip else [],
+            # shared by the plans of a location, as the lists above
+            "ipip_accept_sources": self.location_privates.get(node.location, []) if ipip else [],
         }
 
     # --- outputs ----------------------------------------------------------------------
