@@ -80,6 +80,12 @@ def random_inputs(count):
         extra = dict(options, granularity=rnd.choice(["location", "full", "cross"]),
                      compatibility=rnd.choice(["none", "flannel", "cilium"]))
         out.append((nodes, peers, extra))
+        # two nodes of one location at one internal IP (Kilo computes it; validate refuses it)
+        twins = copy.deepcopy(nodes)
+        same = [n for n in twins if n["location"] == twins[0]["location"] and n["internal_ip"]]
+        if len(same) > 1:
+            same[-1]["internal_ip"] = same[0]["internal_ip"]
+            out.append((twins, peers, dict(options, encapsulate=rnd.choice(["always", "never"]), local=True)))
     return out
 
 

@@ -93,6 +93,7 @@ from __future__ import absolute_import, division, print_function
 
 import gc
 import ipaddress
+import itertools
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import split_endpoint
@@ -574,12 +575,12 @@ class Topology(object):
                 pods = [pod for net, pod in member.pods if family is None or net.version == family]
                 cached.members.append((text, gateway, gateway_ip, gateway_ip is side.ip, side.ip, pods, side.host,
                                        self._wg(member.segment, family)[2]))
-                cached.encapsulated.extend((text, gateway, pod, MAIN_TABLE) for pod in pods)
-                cached.encapsulated.append((text, gateway, side.host, KILO_TABLE))
-                cached.pods.extend((text, gateway, pod) for pod in pods)
-                cached.hosts.append((text, side.host))
-                cached.direct.extend((text, {"dst": pod, "gateway": gateway, "device": PRIVATE, "source": None,
-                                             "table": MAIN_TABLE, "onlink": True}) for pod in pods)
+                cached.add(text, "encapsulated", [(gateway, pod, MAIN_TABLE) for pod in pods]
+                           + [(gateway, side.host, KILO_TABLE)])
+                cached.add(text, "pods", [(gateway, pod) for pod in pods])
+                cached.add(text, "hosts", [side.host])
+                cached.add(text, "direct", [{"dst": pod, "gateway": gateway, "device": PRIVATE, "source": None,
+                                             "table": MAIN_TABLE, "onlink": True} for pod in pods])
             self._locals_cache[(seg.key, family)] = cached
         return cached
 
@@ -602,21 +603,21 @@ class Topology(object):
         if net is None and not cross:
             # the test is the same for every member (always, or never): one comprehension each
             if strategy != "always":
-                routes.extend([route for text, route in local.direct if text != me])
+                routes.extend(local.others("direct", me))
             elif not (own_pods or leader):
                 routes.extend([{"dst": pod, "gateway": gateway, "device": tunnel, "source": me, "table": MAIN_TABLE,
-                                "onlink": True} for text, gateway, pod in local.pods if text != me])
+                                "onlink": True} for gateway, pod in local.others("pods", me)])
             else:
                 routes.extend([{"dst": dst, "gateway": gateway, "device": tunnel, "source": me, "table": table,
-                                "onlink": True} for text, gateway, dst, table in local.encapsulated if text != me])
+                                "onlink": True} for gateway, dst, table in local.others("encapsulated", me)])
                 sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
                 if len(sources) == 1:
                     (src, iif), = sources
                     rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                                  for text, host in local.hosts if text != me])
+                                  for host in local.others("hosts", me)])
                 else:
                     rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                                  for text, host in local.hosts if text != me for src, iif in sources])
+                                  for host in local.others("hosts", me) for src, iif in sources])
             return
         for text, gateway, gateway_ip, direct, ip, pods, host, wg_host in local.members:
             if text == me:
@@ -804,12 +805,37 @@ class Topology(object):
 
 
 class _Locals(object):
-    """``Topology._locals``: a segment's members as the local routes of one family need them."""
+    """``Topology._locals``: a segment's members as the local routes of one family need them;
+    the flat lists by name (``add``, ``others``), each item with its member's address text."""
 
-    __slots__ = ("members", "errors", "encapsulated", "pods", "hosts", "direct")
+    __slots__ = ("members", "errors", "flat", "owners", "spans")
 
     def __init__(self):
-        self.members, self.errors, self.encapsulated, self.pods, self.hosts, self.direct = [], [], [], [], [], []
+        self.members, self.errors = [], []
+        self.flat, self.owners = {}, {}
+        self.spans = {}  # address text -> {name: (start, end)}; None once two members share one
+
+    def add(self, text, name, items):
+        """``items`` of the member at ``text`` to the flat list ``name``."""
+        flat = self.flat.setdefault(name, [])
+        if self.spans is not None:
+            spans = self.spans.setdefault(text, {})
+            if name in spans:  # a second member of this address: plans filter by address
+                self.spans = None
+            else:
+                spans[name] = (len(flat), len(flat) + len(items))
+        flat.extend(items)
+        self.owners.setdefault(name, []).extend([text] * len(items))
+
+    def others(self, name, me):
+        """The flat list ``name`` without the items of the members at address ``me``, in order."""
+        flat = self.flat.get(name, [])
+        if self.spans is None:
+            return list(itertools.compress(flat, [owner != me for owner in self.owners[name]]))
+        span = self.spans.get(me, {}).get(name)
+        if span is None:
+            return flat
+        return flat[:span[0]] + flat[span[1]:]
 
 
 def _group(routes, dsts, gateway, device, source, onlink):
