@@ -42,11 +42,11 @@ class Recorder(object):
     def __init__(self):
         self.inputs, self.seen = [], set()
 
-    def add(self, nodes, peers, options):
+    def add(self, nodes, peers, options, now=None):
         try:
             item = copy.deepcopy((list(nodes) if isinstance(nodes, (list, tuple)) else nodes,
                                   list(peers or []) if isinstance(peers, (list, tuple)) else peers,
-                                  dict(options) if isinstance(options, dict) else options))
+                                  dict(options) if isinstance(options, dict) else options) + ((now,) if now else ()))
             data = pickle.dumps(item, protocol=4)
         except Exception:  # pylint: disable=broad-except  # an input that cannot be kept (a mock)
             return
@@ -61,7 +61,7 @@ class Recorder(object):
         recorder = self
 
         def init(self, nodes, peers, options=None, *args, **kwargs):
-            recorder.add(nodes, peers, options)
+            recorder.add(nodes, peers, options, args[0] if args else kwargs.get("now"))
             return original(self, nodes, peers, options, *args, **kwargs)
 
         topology.Topology.__init__ = init
@@ -113,13 +113,14 @@ def _outcome(call):
                 getattr(e, "field", None)]
 
 
-def everything(nodes, peers, options):
-    """All the engine gives of one input (JSON-able)."""
+def everything(nodes, peers, options, now=None):
+    """All the engine gives of one input (JSON-able); ``now``: the time of the timed inputs (relays)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology as engine
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
-    out = {"all": _outcome(lambda: engine.build_plans(nodes, peers, options))}
+    timed = {"now": now} if now is not None else {}
+    out = {"all": _outcome(lambda: engine.build_plans(nodes, peers, options, **timed))}
     if out["all"][0] != "ok":
         return out
     result = out["all"][1]
@@ -127,7 +128,7 @@ def everything(nodes, peers, options):
     out["conflicts"] = _outcome(lambda: check_conflicts(engine.Topology(nodes, peers or [], options), peers))
     names = sorted(result["plans"])
     few = names if len(names) <= 40 else names[:5] + names[-5:]
-    out["only"] = dict((name, _outcome(lambda: engine.build_plans(nodes, peers, options, only=[name])["plans"]))
+    out["only"] = dict((name, _outcome(lambda: engine.build_plans(nodes, peers, options, only=[name], **timed)["plans"]))
                        for name in few)
     out["segment"] = dict((item["name"], _outcome(lambda: engine.node_segment(item, options)))
                           for item in (nodes if len(nodes) <= 40 else []))
@@ -147,8 +148,7 @@ def digests(path):
         inputs = pickle.load(f)
     out = []
     for data in inputs:
-        nodes, peers, options = pickle.loads(data)
-        text = json.dumps(everything(nodes, peers, options), sort_keys=True, default=repr)
+        text = json.dumps(everything(*pickle.loads(data)), sort_keys=True, default=repr)
         out.append(hashlib.sha256(text.encode()).hexdigest())
     return out
 

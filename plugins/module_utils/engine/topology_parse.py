@@ -19,6 +19,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: 
     FIELDS, NO_INTERNAL, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list,
     parse_subnets)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import relay_locations
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 ENCAPSULATIONS = tuple(OPTIONS["encapsulate"]["choices"])
@@ -75,6 +76,7 @@ def parse_options(options):
     for key in ("local", "cni", "forward_rules"):
         opts[key] = to_bool(opts[key], subject, key)
     opts["service_cidrs"] = parse_network_list(opts["service_cidrs"], subject, "service_cidrs")
+    opts["relays"] = relay_locations(opts["relays"], subject)
     return opts
 
 
