@@ -199,7 +199,7 @@ def check_pod_overlaps(nodes):
                 seen[1], seen[2].name)
             raise TopologyError(node_subject(node.name), "pod_cidr", "%s %s %s" % (
                 net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other))
-        end = int(net.broadcast_address)
+        end = start | ((1 << (net.max_prefixlen - net.prefixlen)) - 1)  # its broadcast address
         if seen is None or end > seen[0]:
             last[version] = (end, net, node)
 
