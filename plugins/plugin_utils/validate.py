@@ -241,7 +241,7 @@ def check_one_family(opts, parsed, standins=None):
     odd, matching = [], False
     for node in parsed:
         internals = [] if "internal_ip" in standins.get(node.name, ()) else node.internals
-        for field, nets in (("internal_ip", internals), ("pod_cidr", node.pods)):
+        for field, nets in (("internal_ip", internals), ("pod_cidr", [pod.net for pod in node.pods])):
             for net in nets:
                 if net.version != subnet.version:
                     odd.append((node, field, net))
