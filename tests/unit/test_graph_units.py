@@ -206,3 +206,54 @@ def test_summary_table_names_peers_and_counts_stale():
     assert re.search(r"^b\s+laptop\s+\S+\s+never\s+.*stale$", text, re.M), text
     assert re.search(r"^b\s+a\s+\S+\s+15m00s\s", text, re.M), text
     assert out["lines"][-1] == "3 hosts, 2 leaders, 3 tunnels, 2 stale, no result from: c"
+
+
+def relayed_result(**options):
+    """r and s public (relays), u and v behind NAT: the pair u-v goes through one of them."""
+    nodes = [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
+              "pod_cidr": "10.100.1.0/24", "public_key": key(1)},
+             {"name": "s", "location": "s", "endpoint": "203.0.113.2:51820", "internal_ip": "10.21.0.1/24",
+              "pod_cidr": "10.100.2.0/24", "public_key": key(2)},
+             {"name": "u", "location": "u", "behind_nat": True, "endpoint": "10.22.0.1:51820",
+              "internal_ip": "10.22.0.1/24", "pod_cidr": "10.100.3.0/24", "public_key": key(3)},
+             {"name": "v", "location": "v", "internal_ip": "10.23.0.1/24", "pod_cidr": "10.100.4.0/24",
+              "public_key": key(4)}]
+    return build_plans(nodes, [], options)
+
+
+@pytest.mark.parametrize("mesh_edges", ["all", "hub"])
+def test_relayed_pairs_dashed_via_the_relay_relays_labelled(mesh_edges):
+    result = relayed_result()
+    (pair,) = [p for p in result["paths"] if p["path"] == "relayed"]
+    via = pair["via"].split(":")[1]
+    text = to_dot(result, mesh_edges)
+    found = dict(((a, b), attrs) for a, b, attrs in edges(text))
+    assert found[("node/u", "node/v")] == 'dir=both, style=dashed, label="via %s"' % via
+    dashed = [k for k, attrs in found.items() if "label=" in attrs]
+    assert dashed == [("node/u", "node/v")]  # only the relayed pair
+    for name in ("r", "s"):
+        assert re.search(r'"node/%s" \[label="[^"]*\\nrelay", rank=1' % name, text)
+    for name in ("u", "v"):
+        assert re.search(r'"node/%s" \[label="[^"]*\\nbehind NAT", rank=1' % name, text)
+    if mesh_edges == "all":
+        # a NAT'd leader and a public one: direct, a plain edge
+        assert found[("node/r", "node/u")] == "dir=both"
+        assert len([k for k in found if k[0].startswith("node/") and k[1].startswith("node/")]) == 6
+    else:
+        assert ("node/r", "node/u") not in found and ("node/u", '%s' % HUB_ID) in found
+
+
+def test_probing_pair_drawn_as_relayed_direct_pair_plain():
+    result = relayed_result()
+    (pair,) = [p for p in result["paths"] if p["path"] == "relayed"]
+    pair["path"] = "probing"  # the relayed path carries the traffic meanwhile; the probe is not drawn
+    assert 'style=dashed, label="via' in to_dot(result, "all")
+    pair.update(path="direct", via=None)
+    text = to_dot(result, "all")
+    assert "via" not in text and dict(((a, b), attrs) for a, b, attrs in edges(text))[("node/u", "node/v")] == "dir=both"
+
+
+def test_kilo_meshes_draw_as_before():
+    # no paths in the result: no relay labels, no dashed leader pairs
+    text = to_dot(mesh(3, peers=0), "all")
+    assert "relay" not in text and "via" not in text

@@ -15,6 +15,11 @@ Beyond kgctl, for large meshes: drawing every pair of n leaders takes n(n-1)/2 e
 for those links instead, and the graph asks for the ``fdp`` layout (clusters kept, drawn
 around the hub rather than in one very wide row).
 
+Beyond kgctl, for meshes with segments behind NAT (a result with ``paths``): the leaders that
+may relay are labelled "relay"; a pair whose traffic goes through a relay (relayed, or probing
+for a direct path meanwhile) is drawn dashed and labelled "via LOCATION" (the relay's), in hub
+mode too; a direct pair stays a plain edge; probe entries are not drawn.
+
 Controller side only (rendering runs Graphviz's ``dot``).
 """
 
@@ -78,6 +83,12 @@ def to_dot(result, mesh_edges="auto"):
         lines.append("\tlayout=fdp;")
     edges = []
     leaders = []
+    by_key = dict((seg["key"], seg) for seg in segments)
+    # beyond Kilo: {(a, b): relay segment key} of the pairs that go through a relay
+    relayed = {}
+    for path in result.get("paths") or []:
+        if path.get("path") in ("relayed", "probing") and path.get("via"):
+            relayed[(path["a"], path["b"])] = relayed[(path["b"], path["a"])] = path["via"]
     for seg in segments:
         lines.append("\tsubgraph %s {" % _quote("cluster_location_" + seg["key"]))
         lines.append("\t\tlabel=%s;" % _quote(seg["key"]))
@@ -93,6 +104,10 @@ def to_dot(result, mesh_edges="auto"):
             styles = []
             if is_leader:
                 parts += [seg.get("wireguard_ip"), seg.get("endpoint")]
+                if seg.get("relay"):
+                    parts.append("relay")
+                if seg.get("reachable") is False:
+                    parts.append("behind NAT")
                 attrs.insert(0, "rank=1")
                 # Leaders stand out at a glance: a double outline, bold.
                 attrs.append("peripheries=2")
@@ -108,21 +123,27 @@ def to_dot(result, mesh_edges="auto"):
             if not is_leader:
                 edges.append("\t%s -> %s [dir=both];" % (leader_id, node_id))
         lines.append("\t}")
-        leaders.append((leader_id, seg.get("group", seg["key"])))
+        leaders.append((leader_id, seg.get("group", seg["key"]), seg["key"]))
     hub_id = _quote(HUB_ID)
     if hub:
-        cross = any(group != seg["key"] for seg, (dummy, group) in zip(segments, leaders))
+        cross = any(group != seg["key"] for seg, (dummy, group, dummy2) in zip(segments, leaders))
         what = "between leaders of different locations" if cross else "between all %d leaders" % len(leaders)
         lines.append('\t%s [label=%s, shape=box, style="rounded,filled", fillcolor="#fff3c4"];'
                      % (hub_id, _label(["WireGuard mesh", result.get("subnet"), what])))
         # plain lines: thirty arrowheads would pile up on the hub
-        for leader_id, dummy in leaders:
+        for leader_id, dummy, dummy2 in leaders:
             edges.append("\t%s -> %s [dir=none, penwidth=2];" % (leader_id, hub_id))
-    else:
-        for i, (left, left_group) in enumerate(leaders):
-            for right, right_group in leaders[i + 1:]:
-                if left_group != right_group:
-                    edges.append("\t%s -> %s [dir=both];" % (left, right))
+    for i, (left, left_group, left_key) in enumerate(leaders):
+        for right, right_group, right_key in leaders[i + 1:]:
+            if left_group == right_group:
+                continue
+            via = relayed.get((left_key, right_key))
+            if via is not None:
+                relay = by_key.get(via) or {}
+                edges.append("\t%s -> %s [dir=both, style=dashed, label=%s];"
+                             % (left, right, _quote("via " + str(relay.get("location") or via))))
+            elif not hub:
+                edges.append("\t%s -> %s [dir=both];" % (left, right))
     if peers:
         lines.append("\tsubgraph %s {" % _quote("cluster_peers"))
         lines.append('\t\tlabel="peers";')
@@ -133,7 +154,7 @@ def to_dot(result, mesh_edges="auto"):
             if hub:
                 edges.append("\t%s -> %s [dir=none, style=dashed];" % (hub_id, peer_id))
             else:
-                for leader_id, dummy in leaders:
+                for leader_id, dummy, dummy2 in leaders:
                     edges.append("\t%s -> %s [dir=both, style=dashed];" % (leader_id, peer_id))
         lines.append("\t}")
     lines.extend(edges)
