@@ -11,6 +11,7 @@ results of every play host become one table (module_utils/host/status.py).
 
 from __future__ import annotations
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.status import summary
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
@@ -27,7 +28,7 @@ class ActionModule(KiloAction):
         mesh = self.mesh(task_vars, self.options_of(task_vars, source=host, scopes=("mesh", "inputs")))
         peers = mesh.peers
         if args["summary"]:
-            return self.summary(args, task_vars, peers, mesh.registry)
+            return self.summary(args, task_vars, peers, mesh.registry, mesh)
         locations = mesh.locations or {}
         if args["mesh_nodes"] is None and locations:
             args["mesh_nodes"] = len(locations)
@@ -43,7 +44,7 @@ class ActionModule(KiloAction):
         result["segment"] = mesh.segment(host)
         return result
 
-    def summary(self, args, task_vars, peers, registry):
+    def summary(self, args, task_vars, peers, registry, mesh=None):
         hosts = task_vars.get("ansible_play_hosts_all") or []
         results = {}
         for host in hosts:
@@ -55,6 +56,21 @@ class ActionModule(KiloAction):
         for host, facts in registry["hosts"].items():
             if isinstance(facts, dict) and facts.get("public_key"):
                 names[facts["public_key"]] = host
-        out = summary(results, names)
-        return dict(changed=False, lines=out["lines"], leaders=out["leaders"], stale=out["stale"],
+        out = summary(results, names, engine_paths(mesh))
+        done = dict(changed=False, lines=out["lines"], leaders=out["leaders"], stale=out["stale"],
                     unreported=out["unreported"], hosts=out["hosts"], tunnels=out["tunnels"])
+        if out["paths"]:
+            done["paths"] = [dict(a=a, b=b, path=path, via=None if via == "-" else via,
+                                  handshake_age=age) for a, b, path, via, age in out["paths"]]
+        return done
+
+
+def engine_paths(mesh):
+    """The engine's ``paths`` (a mesh with segments behind NAT), None without them or when the mesh
+    does not compute here (a summary still shows what the hosts report)."""
+    if mesh is None:
+        return None
+    try:
+        return mesh.computed(only=[]).get("paths")
+    except (KiloError, ValueError, KeyError, TypeError):
+        return None

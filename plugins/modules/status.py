@@ -25,6 +25,13 @@ description:
     atomically) with Kilo's metric names where they apply (C(kilo_leader), C(kilo_nodes), C(kilo_peers)) and
     per peer C(kilo_peer_handshake_age_seconds), C(kilo_peer_stale), C(kilo_peer_receive_bytes_total) and
     C(kilo_peer_transmit_bytes_total), labelled with the interface and the peer's public key.
+  - In a mesh with locations behind NAT, each peer is also named as the plan the host last applied names it
+    (the boot restore's stored plan, or the agent's plan file), with the locations a relay's entry carries
+    (RV(peers[].relayed)) and whether it is a probe for a direct path (RV(peers[].probe): never stale). The
+    textfile then also has C(kilo_path) (1 per far segment, labelled with C(segment), C(path) and C(via)) on a
+    leader behind NAT, and C(kilo_relay_forwarded_bytes_total) on a relay (what its forwarding rule counted).
+    The summary adds a PATHS table - for each pair of segments with an end behind NAT, whether it is direct,
+    relayed or probing, through which relay, and the latest handshake of the entry that carries it.
   - With O(summary), runs on the controller only (use C(run_once)) - reads the registered results of every
     host of the play (O(status_var)) and returns a mesh-wide table, peers named by host (or outside peer) name.
   - Only public keys are returned.
@@ -183,9 +190,41 @@ peers:
       type: int
       sample: 20512
     stale:
-      description: Whether the handshake is older than O(stale_after) or never happened.
+      description: Whether the handshake is older than O(stale_after) or never happened (a probe never is).
       type: bool
       sample: false
+    name:
+      description: The peer as the applied plan names it (C(location:NAME) or an outside peer's name); absent
+        when the host keeps no plan or the plan has no entry of that key.
+      type: str
+      sample: location:gcp
+    relayed:
+      description: The segments this peer (a relay) carries for the host; only in meshes with locations behind NAT.
+      type: list
+      elements: str
+      sample: [location:home]
+    probe:
+      description: Whether the entry is a probe for a direct path (no allowed IPs); only where one exists.
+      type: bool
+      sample: true
+plan_segment:
+  description: The host's segment as the plan it last applied says; absent when it keeps no plan.
+  returned: on a host that keeps a plan
+  type: str
+  sample: location:aws
+relay_forwarded_bytes:
+  description: Bytes the host forwarded as a relay between its WireGuard peers (its relay rule's counter).
+  returned: on a relay
+  type: int
+  sample: 8044
+paths:
+  description:
+    - For each pair of segments with an end behind NAT, C(a), C(b), C(path) (V(direct), V(relayed) or V(probing)),
+      C(via) (the relay's segment) and C(handshake_age) (of the entry that carries the pair; null when unknown).
+  returned: with O(summary), in a mesh with locations behind NAT
+  type: list
+  elements: dict
+  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake_age: 4}]
 stale:
   description: Public keys of the peers whose tunnel is stale.
   returned: on a host
@@ -229,7 +268,31 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.host.status import DEFAULT_STALE_AFTER, host_status, metrics, write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import (
+    DEFAULT_STALE_AFTER, host_status, label_peers, metrics, stored_plan, write_atomic)
+
+def plan_files():
+    """Where a host keeps the plan it applied: the boot restore's (push) and the agent's plan file."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent.main import DEFAULTS
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import PLAN_PATH
+    return (PLAN_PATH, DEFAULTS["plan_file"])
+
+
+def relay_forwarded(plan, settings, interface):
+    """Bytes the relay rule counted, when the applied plan makes this host a relay; else None."""
+    if not (plan and (plan.get("firewall") or {}).get("relay_accept")):
+        return None
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import KINDS, FirewallBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+    kinds = [settings["firewall"]] if settings.get("firewall") in KINDS else list(KINDS)
+    for kind in kinds:
+        try:
+            counted = FirewallBackend(host_settings({"firewall": kind, "interface": interface})).relay_counter()
+        except Exception:  # pylint: disable=broad-exception-caught
+            counted = None  # that firewall's tool is missing: the other kind's rule, or none
+        if counted is not None:
+            return counted[1]
+    return None
 
 
 def spec():
@@ -281,8 +344,13 @@ def run_module():
     except (OSError, ValueError) as e:
         module.fail_json(msg="reading interface %s: %s: %s" % (p["interface"], type(e).__name__, e))
     result = host_status(state, now, p["stale_after"], addresses)
+    plan, settings = stored_plan(plan_files()) if state.get("present") else (None, {})
+    label_peers(result, plan)
+    forwarded = relay_forwarded(plan, settings, p["interface"])
+    if forwarded is not None:
+        result["relay_forwarded_bytes"] = forwarded
     if p["textfile"]:
-        result["metrics"] = metrics(result, p["mesh_nodes"], p["mesh_peers"])
+        result["metrics"] = metrics(result, p["mesh_nodes"], p["mesh_peers"], forwarded)
         if not module.check_mode:
             try:
                 write_atomic(p["textfile"], result["metrics"])

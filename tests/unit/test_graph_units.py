@@ -257,3 +257,58 @@ def test_kilo_meshes_draw_as_before():
     # no paths in the result: no relay labels, no dashed leader pairs
     text = to_dot(mesh(3, peers=0), "all")
     assert "relay" not in text and "via" not in text
+
+
+def live_of(plan, ages):
+    """A leader's live WireGuard state as its plan makes it: handshake ages by entry name (None: never)."""
+    peers = [{"public_key": e["public_key"], "endpoint": e.get("endpoint"), "allowed_ips": e["allowed_ips"],
+              "persistent_keepalive": e.get("persistent_keepalive") or 0,
+              "latest_handshake": 0 if ages.get(e["name"]) is None else NOW - ages[e["name"]],
+              "rx_bytes": 1, "tx_bytes": 1} for e in plan["peers"]]
+    return dict(state(peers=peers), public_key=plan.get("public_key") or key(99))
+
+
+def test_status_paths_from_the_stored_plans(tmp_path):
+    import json
+    result = relayed_result()
+    (pair,) = [p for p in result["paths"] if p["path"] == "relayed"]
+    relay = pair["via"]
+    stored = tmp_path / "mesh-plan.json"
+    stored.write_text(json.dumps({"format": 1, "plan": result["plans"]["u"], "settings": {"firewall": "nftables"}}))
+    agent = tmp_path / "agent-plan.json"  # older than the stored plan: not read
+    agent.write_text(json.dumps(result["plans"]["r"]))
+    import os
+    os.utime(str(agent), (NOW - 100, NOW - 100))
+    plan, settings = st.stored_plan([str(tmp_path / "missing.json"), str(agent), str(stored)])
+    assert plan["segment"] == "location:u" and settings == {"firewall": "nftables"}
+    u = st.label_peers(st.host_status(live_of(plan, {relay: 4, "location:r": 4, "location:s": 4}), NOW), plan)
+    assert [p.get("relayed") for p in u["peers"] if p["name"] == relay] == [["location:v"]]
+    assert st.path_rows(u) == [("location:u", "location:v", "relayed", relay, 4)]
+    text = st.metrics(u, relay_forwarded=None)
+    assert 'kilo_path{segment="location:v",path="relayed",via="%s"} 1' % relay in text.splitlines()
+    assert "kilo_relay_forwarded_bytes_total" not in text
+    assert all(st.SAMPLE_RE.match(line) for line in text.splitlines() if not line.startswith("#"))
+    r = st.label_peers(st.host_status(live_of(result["plans"]["r"], {"location:u": 3, "location:v": 300}), NOW),
+                       result["plans"]["r"])
+    assert 'kilo_relay_forwarded_bytes_total{interface="kilo0"} 8044' in st.metrics(r, relay_forwarded=8044)
+    assert "kilo_path" not in st.metrics(r)
+    out = st.summary({"u": dict(u, segment="location:u"), "r": dict(r, segment="location:r")}, {},
+                     result["paths"])
+    rows = dict(((a, b), (path, via, age)) for a, b, path, via, age in out["paths"])
+    assert rows[("location:u", "location:v")] == ("relayed", relay, "4s")
+    assert rows[("location:r", "location:u")] == ("direct", "-", "3s")  # the first end's: r's entry of u
+    assert rows[("location:r", "location:v")] == ("direct", "-", "5m00s")  # r's entry of v: no v leader reported
+    assert ("location:s", "location:v") in rows and rows[("location:s", "location:v")][2] == "-"
+    text = "\n".join(out["lines"])
+    assert re.search(r"^A\s+B\s+PATH\s+VIA\s+HANDSHAKE$", text, re.M)
+    assert re.search(r"^location:u\s+location:v\s+relayed\s+%s\s+4s$" % relay, text, re.M), text
+    # without the engine's pairs: those the hosts' stored plans show
+    assert st.summary({"u": u}, {})["paths"] == [["location:u", "location:v", "relayed", relay, "4s"]]
+    # a probe beside the relay: probing, its own handshake, never stale
+    plan = dict(plan, peers=plan["peers"] + [{"name": "location:v", "public_key": key(4), "probe": True,
+                                               "allowed_ips": [], "endpoint": "198.51.100.4:40004"}])
+    p = st.label_peers(st.host_status(live_of(plan, {relay: 4}), NOW), plan)
+    assert st.path_rows(p) == [("location:u", "location:v", "probing", relay, None)]
+    assert key(4) not in p["stale"]
+    # a Kilo mesh: no PATHS
+    assert "paths" not in mesh(3) and st.summary({"u": st.host_status(state(), NOW)})["paths"] == []

@@ -16,6 +16,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+import os
 import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic as replace_file
@@ -50,6 +52,75 @@ def host_status(state, now, stale_after=DEFAULT_STALE_AFTER, addresses=None):
             "stale": [p["public_key"] for p in peers if p["stale"]]}
 
 
+def stored_plan(paths):
+    """(plan, settings) this host last applied: of the files ``paths`` (the boot restore's stored
+    plan, {"plan": ..., "settings": ...}, and the agent's plan file, the plan itself) the newest
+    that reads; (None, {})."""
+    found = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read().decode("utf-8"))
+            mtime = os.stat(path).st_mtime
+        except (IOError, OSError, ValueError):
+            continue
+        stored = isinstance(data, dict) and "format" in data
+        plan = data.get("plan") if stored else data
+        settings = data.get("settings") if stored and isinstance(data.get("settings"), dict) else {}
+        if isinstance(plan, dict) and isinstance(plan.get("peers"), list):
+            found.append((mtime, plan, settings))
+    if not found:
+        return None, {}
+    dummy, plan, settings = max(found, key=lambda item: item[0])
+    return plan, settings
+
+
+def label_peers(status, plan):
+    """Beyond Kilo: each live peer named as the stored ``plan`` names its entry (a segment key or
+    an outside peer's name), with the segments it carries as a relay's entry (``relayed``) and
+    whether it is a probe for a direct path (``probe``); the plan's own ``segment``. In place."""
+    if not plan:
+        return status
+    entries = dict((e.get("public_key"), e) for e in plan.get("peers") or () if isinstance(e, dict))
+    for peer in status["peers"]:
+        entry = entries.get(peer["public_key"])
+        if entry is None:
+            continue
+        peer["name"] = entry.get("name")
+        if entry.get("relayed"):
+            peer["relayed"] = list(entry["relayed"])
+        if entry.get("probe"):
+            peer["probe"] = True
+            # a probe that never handshook is probing, not stale: the traffic takes the relay
+            peer["stale"] = False
+    status["stale"] = [p["public_key"] for p in status["peers"] if p["stale"]]
+    status["plan_segment"] = plan.get("segment")
+    return status
+
+
+def path_rows(status):
+    """Beyond Kilo: [(a, b, path, via, handshake age)] of a leader's own segment as its labelled
+    peers say: a segment a relay's entry carries is relayed through it, or probing while a probe
+    entry tries the direct path; a probe's handshake is the one shown."""
+    own = status.get("plan_segment")
+    if not own:
+        return []
+    probes = dict((p.get("name"), p) for p in status["peers"] if p.get("probe"))
+    rows = []
+    for peer in status["peers"]:
+        for far in peer.get("relayed") or ():
+            probe = probes.get(far)
+            rows.append((own, far, "probing" if probe else "relayed", peer.get("name"),
+                         (probe or peer)["handshake_age"]))
+    return rows
+
+
+def path_metrics_samples(status):
+    """kilo_path{segment, path, via} samples of an unreachable leader: 1 per far segment."""
+    return [((("segment", _label(b)), ("path", path), ("via", _label(via or ""))), 1)
+            for dummy, b, path, via, dummy2 in path_rows(status)]
+
+
 # ---------------------------------------------------------------- Prometheus textfile
 
 _LABEL_ESCAPE = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
@@ -65,7 +136,7 @@ def _number(value):
     return str(int(value)) if float(value) == int(value) else repr(float(value))
 
 
-def metrics(status, nodes=None, peers=None):
+def metrics(status, nodes=None, peers=None, relay_forwarded=None):
     """Prometheus text: Kilo's gauges where they apply (kilo_leader; kilo_nodes and kilo_peers
     when the mesh size is known), and per WireGuard peer the handshake age (+Inf: never), the
     byte counters and whether the tunnel is stale."""
@@ -95,6 +166,15 @@ def metrics(status, nodes=None, peers=None):
            [(r, p["rx_bytes"]) for r, p in zip(rows, status["peers"])])
     family("kilo_peer_transmit_bytes_total", "counter", "Bytes sent to the peer.",
            [(r, p["tx_bytes"]) for r, p in zip(rows, status["peers"])])
+    # beyond Kilo: the paths of a leader behind NAT, and what a relay forwarded
+    paths = path_metrics_samples(status)
+    if paths:
+        family("kilo_path", "gauge", "1 per far segment: its path (relayed, probing) and the relay it goes through.",
+               paths)
+    if relay_forwarded is not None:
+        family("kilo_relay_forwarded_bytes_total", "counter",
+               "Bytes this relay forwarded between its WireGuard peers (the relay rule's counter).",
+               [((("interface", iface),), relay_forwarded)])
     return "\n".join(out) + "\n"
 
 
@@ -147,12 +227,55 @@ def _table(header, rows):
     return [(fmt % tuple(r)).rstrip() for r in [header] + rows]
 
 
-def summary(results, peer_names=None):
+def mesh_paths(results, engine_paths=None):
+    """Beyond Kilo: the PATHS rows [a, b, path, via, handshake] of a mesh with segments behind NAT.
+
+    The pairs are the engine's (``engine_paths``, the result's ``paths``: every pair with an end
+    behind NAT), else those the hosts' labelled peers show. Each pair's state is what the leader
+    of its first end (else its second) applied, from its stored plan: relayed or probing through
+    a relay's entry, else direct on the far segment's own entry; the engine's when neither end
+    reported. The handshake is that entry's (a probe's while probing)."""
+    leaders = {}
+    for host in sorted(results):
+        r = results[host]
+        if r and r.get("leader") and r.get("plan_segment"):
+            leaders.setdefault(r["plan_segment"], r)
+    pairs = [(p["a"], p["b"], p.get("path"), p.get("via")) for p in engine_paths or ()]
+    if engine_paths is None:
+        seen = set()
+        for own, r in sorted(leaders.items()):
+            for a, b, path, via, dummy in path_rows(r):
+                if (b, a) not in seen:
+                    seen.add((a, b))
+                    pairs.append((a, b, path, via))
+    rows = []
+    for a, b, path, via in pairs:
+        age, known = None, False
+        for near, far in ((a, b), (b, a)):
+            r = leaders.get(near)
+            if r is None:
+                continue
+            live = dict((row[1], row) for row in path_rows(r))
+            if far in live:
+                dummy, dummy2, path, via, age = live[far]
+                known = True
+                break
+            entry = [p for p in r["peers"] if p.get("name") == far and not p.get("probe")]
+            if entry:
+                path, via, age, known = "direct", None, entry[0]["handshake_age"], True
+                break
+        rows.append([a, b, path or "-", via or "-", _age(age) if known else "-"])
+    return rows
+
+
+def summary(results, peer_names=None, engine_paths=None):
     """The mesh-wide view of every host's status result ({host: result}).
 
     Peers are named by the hosts' own public keys (and ``peer_names``, {public key: name} of
-    the outside peers); unknown keys are shortened. Returns {"lines", "hosts", "tunnels",
-    "stale", "leaders", "unreported"}.
+    the outside peers); unknown keys are shortened. A mesh with segments behind NAT (the
+    engine's ``paths``, or hosts whose stored plans have relays' entries) adds PATHS
+    (``mesh_paths``). Returns {"lines", "hosts", "tunnels", "stale", "leaders", "unreported",
+    "paths"}.
     """
     names = dict(peer_names or {})
     for host, r in results.items():
@@ -180,8 +303,11 @@ def summary(results, peer_names=None):
     lines = _table(["HOST", "LOCATION", "SEGMENT", "ROLE", "PEERS", "STALE"], hosts)
     if tunnels:
         lines += [""] + _table(["HOST", "PEER", "ENDPOINT", "HANDSHAKE", "RX", "TX", "STATE"], tunnels)
+    paths = mesh_paths(results, engine_paths)
+    if paths:
+        lines += [""] + _table(["A", "B", "PATH", "VIA", "HANDSHAKE"], paths)
     lines += ["", "%d hosts, %d leaders, %d tunnels, %d stale%s" % (
         len(results), len(leaders), len(tunnels), len(stale),
         (", no result from: " + ", ".join(unreported)) if unreported else "")]
     return {"lines": lines, "hosts": hosts, "tunnels": tunnels, "stale": stale, "leaders": leaders,
-            "unreported": unreported}
+            "unreported": unreported, "paths": paths}
