@@ -16,13 +16,14 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans, peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result, stale_leaders, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
+    missing_result, stale_leaders, stale_relays, update_registry)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import shown
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import as_host_error, check_parties
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import MIN_HANDSHAKE_BOUND, as_host_error, check_parties
 
 
 # A key rotation's schedule (``rotation`` in the result; kilo.mesh.join hands each host its moment):
@@ -55,8 +56,9 @@ class ActionModule(KiloAction):
                          stand_ins=args["stand_ins"])
         if args["leader_health"]:
             self.mark_down(args, task_vars, mesh.nodes)
+        relays_down = self.mark_relays_down(args, task_vars, mesh.nodes)
         if args["save_plans"]:
-            return self.save_plans(task_vars, mesh)
+            return self.save_plans(task_vars, mesh, relays_down)
         computed = mesh.computed()
         sections = peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
@@ -91,7 +93,51 @@ class ActionModule(KiloAction):
             if node["name"] in down:
                 node["healthy"] = False
 
-    def save_plans(self, task_vars, mesh):
+    def mark_relays_down(self, args, task_vars, nodes):
+        """Beyond Kilo, push relay failover: a host of the play that failed or went unreachable
+        before this step (a dark relay ends its call within the dark-host bound), or whose
+        handshakes the leaders behind NAT report stale (``leader_handshake_timeout``, else
+        validate's 180 s), is marked ``relay_down``: its pairs leave it for another relay (the
+        engine's hash; a mesh without locations behind NAT reads no such mark). Returns their names."""
+        down = set(task_vars.get("ansible_play_hosts_all") or []) - set(task_vars.get("ansible_play_hosts") or [])
+        reported = {}
+        for host in task_vars.get("ansible_play_hosts") or []:
+            found, result = self.variable(task_vars, host, args["facts_var"])
+            if found and isinstance(result, dict):
+                reported[host] = result.get("handshakes")
+        down |= stale_relays(reported, nodes, args["leader_handshake_timeout"] or MIN_HANDSHAKE_BOUND)
+        marked = []
+        for node in nodes:
+            if node["name"] in down and not node.get("behind_nat") and node.get("endpoint"):
+                node["relay_down"] = True
+                marked.append(node["name"])
+        return sorted(marked)
+
+    def moved_pairs_warnings(self, task_vars, mesh, computed, relays_down):
+        """Warnings naming the hosts left out of this run (``--limit``) that lead an end of a pair
+        the marked relays' failover moved: they keep sending through the old relay until a run
+        includes them. Compares with the mesh computed without the marks (paths only, no plans)."""
+        if "paths" not in computed:
+            return []
+        unmarked = [dict((k, v) for k, v in node.items() if k != "relay_down") for node in mesh.nodes]
+        before = dict(((p["a"], p["b"]), p["via"]) for p in
+                      build_plans(unmarked, mesh.peers, mesh.options, only=[]).get("paths", ()))
+        leaders = dict((seg["key"], seg["leader"]) for seg in computed["segments"])
+        in_run = set(task_vars.get("ansible_play_hosts_all") or [])
+        out = []
+        for path in computed["paths"]:
+            old = before.get((path["a"], path["b"]))
+            if path["via"] == old or old is None:
+                continue
+            for end in (path["a"], path["b"]):
+                if leaders.get(end) not in in_run:
+                    out.append("relay %s is down (%s): the pair %s - %s moves to relay %s, but %s (leader of %s)"
+                               " is not in this run (--limit): it sends through %s until a run includes it"
+                               % (old, ", ".join(relays_down), path["a"], path["b"], path["via"], leaders.get(end),
+                                  end, old))
+        return out
+
+    def save_plans(self, task_vars, mesh, relays_down=()):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
@@ -112,6 +158,11 @@ class ActionModule(KiloAction):
         if waited is not None:
             result["registry_waited"] = waited
         result.update(missing_result(mesh.missing))
+        if relays_down:
+            result["relays_down"] = list(relays_down)
+            warnings = self.moved_pairs_warnings(task_vars, mesh, computed, relays_down)
+            if warnings:
+                result["warnings"] = result.get("warnings", []) + warnings
         return result
 
     @staticmethod

@@ -588,6 +588,10 @@ FIELDS = OrderedDict((field.name, field) for field in (
               parse=lambda v, s, f: to_bool(v, s, f, default=False), form="bool"),
     NodeField("healthy", None, "Beyond Kilo: false when the run saw the host down (kilo_leader_health).",
               parse=lambda v, s, f: to_bool(v, s, f, default=True), form="bool"),
+    NodeField("relay_down", None,
+              "Beyond Kilo, push runs: true when the run saw this relay down, or the leaders behind NAT report"
+              " their handshakes with it stale; its pairs go through another relay (all count when every one is).",
+              parse=lambda v, s, f: to_bool(v, s, f, default=False), form="bool"),
 ))
 
 # inventory variable -> field name

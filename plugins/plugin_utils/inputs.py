@@ -286,6 +286,26 @@ def stale_leaders(handshakes_by_host, node_keys, bound):
     return set() if len(out) == judged else out
 
 
+def stale_relays(handshakes_by_host, nodes, bound):
+    """Beyond Kilo: names of the nodes that may relay (an endpoint, no ``behind_nat`` mark) whose
+    handshakes every reporting node behind NAT (``behind_nat``, or no endpoint) reports older than
+    ``bound`` seconds or never happened. Only a node behind NAT keeps alive towards every relay,
+    so only its reading says a relay is gone; a relay no such node peers with is not judged."""
+    natted = set(n["name"] for n in nodes if n.get("behind_nat") or not n.get("endpoint"))
+    ages = {}
+    for host, handshakes in handshakes_by_host.items():
+        if host in natted:
+            for key, age in (handshakes or {}).items():
+                ages.setdefault(key, []).append(age)
+    out = set()
+    for node in nodes:
+        seen = ages.get(node.get("public_key"))
+        if (node["name"] not in natted and seen
+                and all(age is None or age > bound for age in seen)):
+            out.add(node["name"])
+    return out
+
+
 def missing_warning(missing):
     return "hosts without a key or endpoint are left out of the mesh: %s" % ", ".join(missing)
 

@@ -327,3 +327,18 @@ def test_the_hosts_whose_key_step_reported_a_switch_are_read_with_the_rest():
         {"hostvars": hostvars, "groups": {"kilo": ["a", "b"]}}, "kilo", 51820, "kilo_host", {"hosts": {}}, None)
     assert rotating == {"a"}
     assert sorted(hostvars.looked_up) == ["a", "a", "b", "b"]  # as many look-ups as before: placed, then the node
+
+
+def test_stale_relays_are_judged_by_the_leaders_behind_nat_alone():
+    nodes = [{"name": "r", "endpoint": "203.0.113.1:51820", "public_key": "R"},
+             {"name": "s", "endpoint": "203.0.113.2:51820", "public_key": "S"},
+             {"name": "u", "behind_nat": True, "endpoint": "10.0.0.1:51820", "public_key": "U"},
+             {"name": "v", "public_key": "V"}]
+    # both NAT'd leaders: r silent (old, never), s fresh; a relay's own view does not count
+    reported = {"u": {"R": 900, "S": 10}, "v": {"R": None, "S": 20}, "s": {"R": 1, "U": 900, "V": 900}}
+    assert inputs.stale_relays(reported, nodes, 180) == {"r"}
+    assert inputs.stale_relays(reported, nodes, 1000) == set()
+    # one NAT'd end still handshakes with r: r is alive
+    assert inputs.stale_relays({"u": {"R": 900}, "v": {"R": 5}}, nodes, 180) == set()
+    # nobody behind NAT reported (first run, no interface yet): nobody judged
+    assert inputs.stale_relays({"u": {}, "v": None, "r": {"S": 900}}, nodes, 180) == set()

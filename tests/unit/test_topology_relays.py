@@ -706,3 +706,25 @@ def test_kilo_agent_ends_keep_kilos_entries_and_never_relay():
         assert entries(result, "u")["location:v"]["endpoint"] == "198.51.100.4:40004"
         assert "10.100.4.0/24" in entries(result, "u")["location:v"]["allowed_ips"]
         assert not any(p.get("relayed") or p.get("probe") for p in result["plans"]["u"]["peers"])
+
+
+def test_a_relay_down_in_a_push_run_moves_only_its_own_pairs():
+    """Push failover: ``relay_down`` (the run saw the relay down or stale) takes it out of the hash;
+    the pairs of the other relay keep it; every relay down: all count again; leaders unchanged."""
+    nodes = [{"name": n, "location": n, "endpoint": "203.0.113.%d:51820" % (i + 1), "internal_ip": "10.%d.0.1/24" % (30 + i),
+              "pod_cidr": "10.101.%d.0/24" % i, "public_key": key(i + 1)} for i, n in enumerate(("r", "s", "t"))]
+    nodes += [{"name": n, "location": n, "behind_nat": True, "internal_ip": "10.%d.0.1/24" % (40 + i),
+               "pod_cidr": "10.102.%d.0/24" % i, "public_key": key(10 + i)} for i, n in enumerate("uvwx")]
+    before = build_plans(nodes, [], {})
+    via = dict(((p["a"], p["b"]), p["via"]) for p in before["paths"] if p["path"] == "relayed")
+    assert len(via) == 6 and len(set(via.values())) >= 2
+    dead = sorted(set(via.values()))[0]
+    marked = [dict(n, relay_down=True) if "location:" + n["name"] == dead else n for n in nodes]
+    after = build_plans(marked, [], {})
+    moved = dict(((p["a"], p["b"]), p["via"]) for p in after["paths"] if p["path"] == "relayed")
+    for pair, relay in via.items():
+        assert moved[pair] == relay if relay != dead else moved[pair] != dead
+    assert [s["leader"] for s in after["segments"]] == [s["leader"] for s in before["segments"]]
+    every = build_plans([dict(n, relay_down=True) if not n.get("behind_nat") else n for n in nodes], [], {})
+    assert dict(((p["a"], p["b"]), p["via"]) for p in every["paths"] if p["path"] == "relayed") == via
+    every_walk(Mesh(marked, [], {}))  # every packet still arrives, through the other relays

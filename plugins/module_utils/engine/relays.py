@@ -28,7 +28,8 @@ topology asks while rendering:
 * the relay of a pair (U, V) of unreachable segments is the eligible relay with the largest
   ``sha256("kilo.mesh relay\\0a\\0b\\0r")`` (a < b their keys, r the relay's key): the same at
   both ends, spread over the relays, and a relay that leaves moves only its own pairs. Relays
-  whose leader is marked unhealthy (``healthy``) leave the hash unless every relay is;
+  whose leader is marked unhealthy (``healthy``) or down as a relay (``relay_down``, push runs)
+  leave the hash unless every relay is;
 * U's entry for V goes away; V's allowed IPs join U's entry for relay(U, V), whose ``relayed``
   lists V. U's routes stay Kilo's (into the interface; WireGuard picks the entry by allowed IP);
 * an unreachable segment's leader has no endpoint in other locations' plans but the mapping
@@ -170,7 +171,7 @@ class Relays(object):
         found = self._relay_of.get(pair)
         if found is None:
             usable = [r for r in self.eligible if r.group != a.group and r.group != b.group]
-            usable = [r for r in usable if r.leader.healthy] or usable
+            usable = [r for r in usable if r.leader.healthy and not r.leader.relay_down] or usable
             if self.now is not None:
                 usable = [r for r in usable if not self._later(r.leader.relay_since + SETTLE)] or usable
                 down = set(name for seg in (a, b) for name, until in self._published(seg, "down").items()
