@@ -22,6 +22,8 @@ MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
 TUNNEL = "tunl0"
 ROUTE_PROTO = 107  # the protocol number that marks a route as ours on the host
+# where a node agent keeps the plan it last computed (its option plan_file's default); status reads it
+AGENT_PLAN_FILE = "/run/kilo/agent-plan.json"
 # Cilium with IPIP termination renames the kernel's tunl0 to this; under compatibility cilium a
 # host that has it encapsulates through it (as Kilo's cilium encapsulator reuses it).
 CILIUM_TUNNEL = "cilium_tunl"

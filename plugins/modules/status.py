@@ -273,9 +273,9 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.status import (
 
 def plan_files():
     """Where a host keeps the plan it applied: the boot restore's (push) and the agent's plan file."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.agent.main import DEFAULTS
     from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import PLAN_PATH
-    return (PLAN_PATH, DEFAULTS["plan_file"])
+    from ansible_collections.kilo.mesh.plugins.module_utils.plan import AGENT_PLAN_FILE
+    return (PLAN_PATH, AGENT_PLAN_FILE)
 
 
 def relay_forwarded(plan, settings, interface):

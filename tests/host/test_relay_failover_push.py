@@ -14,13 +14,14 @@ each other's ranges on the other relay's entry, and every host but the dark one 
 other's addresses. Prints the run times and the bound.
 """
 import os
+import re
 import time
 
 import pytest
 import yaml
 
 from sitetools import fresh_lab, recap, site
-from test_relays_push import pod, sh, wg_allowed
+from test_relays_push import paths_shown, pod, sh, wg_allowed
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_RELAY_FAILOVER_PUSH", "kpf")
 NATTED = ("azure", "home")
@@ -79,6 +80,10 @@ def relay_of_pair(lab):
     return carrying[0]
 
 
+def textfile(lab, host):
+    return sh(lab, host, "cat /tmp/kilo.prom").stdout
+
+
 def test_a_dark_relay_is_replaced_at_the_next_run(lab):
     from ansible_collections.kilo.mesh.plugins.plugin_utils.keepalive import BOUND
     started = time.monotonic()
@@ -90,6 +95,16 @@ def test_a_dark_relay_is_replaced_at_the_next_run(lab):
     relay = relay_of_pair(lab)
     other = [host_of(lab, loc) for loc in ("aws", "gcp") if host_of(lab, loc) != relay][0]
     assert relay in (host_of(lab, "aws"), host_of(lab, "gcp"))
+    # what operators see: the pair relayed through that relay, in PATHS and the metrics
+    relay_loc = "location:" + lab.hosts[relay]["location"]
+    shown = paths_shown(lab)
+    print("\nPATHS before: %s" % sorted(k + v for k, v in shown.items() if k[0] < k[1]))
+    assert shown[("location:azure", "location:home")] == ("relayed", relay_loc)
+    assert shown[("location:aws", "location:azure")] == ("direct", "-")
+    assert 'kilo_path{segment="location:home",path="relayed",via="%s"} 1' % relay_loc in textfile(
+        lab, host_of(lab, "azure"))
+    forwarded = re.search(r'^kilo_relay_forwarded_bytes_total\{interface="kilo0"\} (\d+)$', textfile(lab, relay), re.M)
+    assert forwarded and int(forwarded.group(1)) > 0, textfile(lab, relay)
     lab.dark(relay)
     try:
         home = host_of(lab, "home")
@@ -114,5 +129,8 @@ def test_a_dark_relay_is_replaced_at_the_next_run(lab):
               % (took, relay, limited, dark_run, BOUND, other, len(hosts) - 1,
                  "complete" if not missing else "MISSING %s" % missing, time.monotonic() - matrix_started))
         assert missing == [], missing
+        shown = paths_shown(lab, "--limit", "all:!%s" % relay)
+        print("PATHS after: %s" % sorted(k + v for k, v in shown.items() if k[0] < k[1]))
+        assert shown[("location:azure", "location:home")] == ("relayed", "location:" + lab.hosts[other]["location"])
     finally:
         lab.light(relay)

@@ -10,15 +10,17 @@ host carries a "pod" address of its pod range on lo (10.2<i>.<k>.1 in 10.2<i>.<k
 
 Asserts: the run succeeds; every host reaches every other host's LAN and pod address; a re-run
 reports changed=0; the relay's rule (nft ``iifname kilo0 oifname kilo0 counter``) counted the
-traffic between gcp and azure, and only the relay has one. Prints the run times and the counter.
+traffic between gcp and azure, and only the relay has one; status.yml's PATHS table shows gcp -
+azure relayed via aws. Prints the run times and the counter.
 """
 import os
+import re
 import time
 
 import pytest
 import yaml
 
-from sitetools import fresh_lab, recap, site
+from sitetools import fresh_lab, playbook, recap, site
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_RELAYS_PUSH", "krl")
 NATTED = ("gcp", "azure")
@@ -75,6 +77,15 @@ def unreached(lab):
                           % (t, t, t.split()[-1]) for t in targets) + " wait"
         failed += [(src, a) for a in sh(lab, src, script, timeout=120).stdout.split()]
     return failed
+
+
+def paths_shown(lab, *extra):
+    """status.yml (textfile /tmp/kilo.prom on each host): {(a, b): (path, via)} of its PATHS table
+    (each pair under both orders)."""
+    out = playbook(getattr(lab, "site_inventory", lab.inventory), "status.yml", "-e", "textfile=/tmp/kilo.prom", *extra)
+    rows = re.findall(r'^\W*(location:\S+)\s+(location:\S+)\s+(direct|relayed|probing)\s+(\S+)\s+(\S+?)\W*$', out, re.M)
+    assert rows, out[-4000:]
+    return dict(((x, y), (path, via)) for a, b, path, via, dummy in rows for x, y in ((a, b), (b, a)))
 
 
 def relay_counter(lab, host):
@@ -140,6 +151,11 @@ def test_relayed_mesh_pings_everywhere_and_reruns_clean(lab):
     assert after[0] - before[0] >= 2 * 2 * 2 * 2 * 3 * 2, (before, after)
     assert redirects == 0
     assert unreached(lab) == []
+    # status: the pair of NAT'd locations relayed through aws, the others direct
+    shown = paths_shown(lab)
+    print("PATHS: %s" % sorted(k + v for k, v in shown.items() if k[0] < k[1]))
+    assert shown[("location:gcp", "location:azure")] == ("relayed", "location:aws")
+    assert shown[("location:aws", "location:gcp")] == ("direct", "-")
 
 
 def test_a_new_nat_mapping_heals_by_roaming_and_a_rerun_keeps_it(lab):

@@ -36,6 +36,7 @@ import threading
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import AGENT_PLAN_FILE
 
 DEFAULTS = {
     "resync_period": 30,
@@ -46,7 +47,7 @@ DEFAULTS = {
     "pod_cidr_source": "node",
     # this node's plan as last computed (public data: preshared keys are split off first), for
     # operators and tests: `cat` it to see what the agent wants the host to be
-    "plan_file": "/run/kilo/agent-plan.json",
+    "plan_file": AGENT_PLAN_FILE,
 }
 # After a failed reconcile, try again this soon (then at every wake-up).
 RETRY = 5.0
