@@ -152,7 +152,7 @@ options:
         (bool), C(endpoint) (V(host:port)), C(internal_ip) (CIDR, a list of two (dual-stack), or null), C(persistent_keepalive)
         (seconds), C(allowed_location_ips) (CIDRs), C(pod_cidr) (CIDR, list of CIDRs, or null), C(public_key), C(cni_compatibility_ip)
         (CIDR or null), C(discovered_endpoints) (public key to V(ip:port)), C(behind_nat) (bool), C(path_state)
-        (mapping), C(relay_since) (seconds), C(kg) (bool), C(healthy) (bool).'
+        (mapping), C(relay_since) (seconds), C(kg) (bool), C(healthy) (bool), C(relay_down) (bool).'
       - 'C(healthy) false: not chosen as leader while a healthy node of the location can lead.'
     type: list
     elements: dict

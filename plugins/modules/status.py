@@ -27,10 +27,10 @@ description:
     C(kilo_peer_transmit_bytes_total), labelled with the interface and the peer's public key.
   - In a mesh with locations behind NAT, each peer is also named as the plan the host last applied names it
     (the boot restore's stored plan, or the agent's plan file), with the locations a relay's entry carries
-    (RV(peers[].relayed)) and whether it is a probe for a direct path (RV(peers[].probe): never stale). The
+    (RV(peers[].relayed)) and whether it is a probe for a direct path (RV(peers[].probe), never stale). The
     textfile then also has C(kilo_path) (1 per far segment, labelled with C(segment), C(path) and C(via)) on a
     leader behind NAT, and C(kilo_relay_forwarded_bytes_total) on a relay (what its forwarding rule counted).
-    The summary adds a PATHS table - for each pair of segments with an end behind NAT, whether it is direct,
+    The summary adds a PATHS table, for each pair of segments with an end behind NAT, whether it is direct,
     relayed or probing, through which relay, and the latest handshake of the entry that carries it.
   - With O(summary), runs on the controller only (use C(run_once)) - reads the registered results of every
     host of the play (O(status_var)) and returns a mesh-wide table, peers named by host (or outside peer) name.

@@ -36,6 +36,8 @@ NOT_VARIABLES = {
     "kilo_peer_transmit_bytes_total": "a metric", "kilo_peer_stale": "a metric",
     "kilo_peer_receive_bytes": "a metric's stem", "kilo_peer_transmit_bytes": "idem", "kilo_errors": "idem",
     "kilo_reconciles": "idem",
+    "kilo_path": "a metric (relayed meshes)", "kilo_relay_forwarded_bytes_total": "a metric",
+    "kilo_relay_forwarded_bytes": "a metric's stem",
     "kilo_kubernetes_state": "playbooks/kubernetes.yml's own play variables and registered results (localhost)",
     "kilo_rbac": "idem", "kilo_agent_selector": "idem", "kilo_peers_found": "idem", "kilo_identities": "idem",
 }
