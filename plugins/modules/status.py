@@ -271,6 +271,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_
 from ansible_collections.kilo.mesh.plugins.module_utils.host.status import (
     DEFAULT_STALE_AFTER, host_status, label_peers, metrics, stored_plan, write_atomic)
 
+
 def plan_files():
     """Where a host keeps the plan it applied: the boot restore's (push) and the agent's plan file."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import PLAN_PATH

@@ -305,8 +305,9 @@ def test_status_paths_from_the_stored_plans(tmp_path):
     # without the engine's pairs: those the hosts' stored plans show
     assert st.summary({"u": u}, {})["paths"] == [["location:u", "location:v", "relayed", relay, "4s"]]
     # a probe beside the relay: probing, its own handshake, never stale
-    plan = dict(plan, peers=plan["peers"] + [{"name": "location:v", "public_key": key(4), "probe": True,
-                                               "allowed_ips": [], "endpoint": "198.51.100.4:40004"}])
+    probe = {"name": "location:v", "public_key": key(4), "probe": True, "allowed_ips": [],
+             "endpoint": "198.51.100.4:40004"}
+    plan = dict(plan, peers=plan["peers"] + [probe])
     p = st.label_peers(st.host_status(live_of(plan, {relay: 4}), NOW), plan)
     assert st.path_rows(p) == [("location:u", "location:v", "probing", relay, None)]
     assert key(4) not in p["stale"]
