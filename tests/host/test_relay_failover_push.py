@@ -18,10 +18,9 @@ import re
 import time
 
 import pytest
-import yaml
 
 from sitetools import fresh_lab, recap, site
-from test_relays_push import paths_shown, pod, sh, wg_allowed
+from test_relays_push import paths_shown, pod, relay_inventory, sh, unreached, wg_allowed
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_RELAY_FAILOVER_PUSH", "kpf")
 NATTED = ("azure", "home")
@@ -32,20 +31,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the la
 @pytest.fixture(scope="module")
 def lab():
     with fresh_lab(PREFIX, 4, 1, 1, nat=[3, 4], nat_kind="eim", lab_keepalive=False) as lab:
-        for host in lab.hosts:
-            sh(lab, host, "ip addr add %s/32 dev lo" % pod(lab, host)[1])
-        with open(lab.inventory) as f:
-            inventory = yaml.safe_load(f)
-        mesh = inventory["all"]["children"]["kilo"]
-        mesh["vars"]["kilo_discovery_ignore_interfaces"] = ["mgmt0", "lo"]
-        for location, group in mesh["children"].items():
-            if location in NATTED:
-                group["vars"]["kilo_behind_nat"] = True
-            for host, hostvars in group["hosts"].items():
-                hostvars["kilo_pod_cidr"] = pod(lab, host)[0]
-        lab.site_inventory = os.path.join(os.path.dirname(lab.inventory), "failover.yml")
-        with open(lab.site_inventory, "w") as f:
-            yaml.safe_dump(inventory, f)
+        lab.site_inventory = relay_inventory(lab, NATTED, "failover.yml")
         try:
             yield lab
         finally:
@@ -54,21 +40,6 @@ def lab():
 
 def host_of(lab, location):
     return [h for h in sorted(lab.hosts) if lab.hosts[h]["location"] == location][0]
-
-
-def unreached(lab, hosts):
-    """[(src, address)] among ``hosts``: LAN and pod address, a few tries each (handshakes)."""
-    failed = []
-    for src in hosts:
-        mine = pod(lab, src)[1]
-        targets = []
-        for dst in hosts:
-            if dst != src:
-                targets += ["-c 3 %s" % lab.hosts[dst]["lan_ip"], "-c 3 -I %s %s" % (mine, pod(lab, dst)[1])]
-        script = " ".join("(ping -i 0.3 -W 2 -q %s >/dev/null || ping -c 5 -i 0.5 -W 2 -q %s >/dev/null || echo %s) &"
-                          % (t, t, t.split()[-1]) for t in targets) + " wait"
-        failed += [(src, a) for a in sh(lab, src, script, timeout=120).stdout.split()]
-    return failed
 
 
 def relay_of_pair(lab):

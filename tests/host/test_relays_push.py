@@ -37,40 +37,49 @@ def pod(lab, host):
     return "10.2%d.%d.0/24" % (h["location_index"], h["index"]), "10.2%d.%d.1" % (h["location_index"], h["index"])
 
 
+def relay_inventory(lab, natted, name):
+    """Pod addresses on lo; an inventory beside the lab's (``name``) whose ``natted`` locations
+    carry ``kilo_behind_nat: true`` and every host its pod range. Returns its path."""
+    for host in lab.hosts:
+        sh(lab, host, "ip addr add %s/32 dev lo" % pod(lab, host)[1])
+    with open(lab.inventory) as f:
+        inventory = yaml.safe_load(f)
+    mesh = inventory["all"]["children"]["kilo"]
+    # the pod addresses sit on lo, where discovery would take them for the internal IP
+    mesh["vars"]["kilo_discovery_ignore_interfaces"] = ["mgmt0", "lo"]
+    for location, group in mesh["children"].items():
+        if location in natted:
+            group["vars"]["kilo_behind_nat"] = True
+        for host, hostvars in group["hosts"].items():
+            hostvars["kilo_pod_cidr"] = pod(lab, host)[0]
+    path = os.path.join(os.path.dirname(lab.inventory), name)
+    with open(path, "w") as f:
+        yaml.safe_dump(inventory, f)
+    return path
+
+
 @pytest.fixture(scope="module", params=["eim", "symmetric"])
 def lab(request):
     with fresh_lab(PREFIX, 3, 2, 1, nat=[2, 3], nat_kind=request.param) as lab:
         lab.kind = request.param
-        for host in lab.hosts:
-            sh(lab, host, "ip addr add %s/32 dev lo" % pod(lab, host)[1])
-        with open(lab.inventory) as f:
-            inventory = yaml.safe_load(f)
-        mesh = inventory["all"]["children"]["kilo"]
-        # the pod addresses sit on lo, where discovery would take them for the internal IP
-        mesh["vars"]["kilo_discovery_ignore_interfaces"] = ["mgmt0", "lo"]
-        for location, group in mesh["children"].items():
-            if location in NATTED:
-                group["vars"]["kilo_behind_nat"] = True
-            for host, hostvars in group["hosts"].items():
-                hostvars["kilo_pod_cidr"] = pod(lab, host)[0]
-        lab.site_inventory = os.path.join(os.path.dirname(lab.inventory), "relays.yml")
-        with open(lab.site_inventory, "w") as f:
-            yaml.safe_dump(inventory, f)
+        lab.site_inventory = relay_inventory(lab, NATTED, "relays.yml")
         try:
             yield lab
         finally:
             os.remove(lab.site_inventory)  # so the lab's down leaves no state dir behind
 
 
-def unreached(lab):
+def unreached(lab, hosts=None):
     """[(src, dst address)] of every host's LAN and pod address a host cannot ping (from its own
-    pod address for pod targets). Each pair gets a few tries: WireGuard handshakes on the first
-    packet, and a NAT'd leader's first keepalive may still be on its way to the relay."""
+    pod address for pod targets), among ``hosts`` (default: all). Each pair gets a few tries:
+    WireGuard handshakes on the first packet, and a NAT'd leader's first keepalive may still be
+    on its way to the relay."""
+    hosts = sorted(lab.hosts) if hosts is None else hosts
     failed = []
-    for src in sorted(lab.hosts):
+    for src in hosts:
         mine = pod(lab, src)[1]
         targets = []
-        for dst in sorted(lab.hosts):
+        for dst in hosts:
             if dst != src:
                 targets += ["-c 3 %s" % lab.hosts[dst]["lan_ip"], "-c 3 -I %s %s" % (mine, pod(lab, dst)[1])]
         script = " ".join("(ping -i 0.3 -W 2 -q %s >/dev/null || ping -c 5 -i 0.5 -W 2 -q %s >/dev/null || echo %s) &"

@@ -209,16 +209,10 @@ def test_summary_table_names_peers_and_counts_stale():
 
 
 def relayed_result(**options):
-    """r and s public (relays), u and v behind NAT: the pair u-v goes through one of them."""
-    nodes = [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
-              "pod_cidr": "10.100.1.0/24", "public_key": key(1)},
-             {"name": "s", "location": "s", "endpoint": "203.0.113.2:51820", "internal_ip": "10.21.0.1/24",
-              "pod_cidr": "10.100.2.0/24", "public_key": key(2)},
-             {"name": "u", "location": "u", "behind_nat": True, "endpoint": "10.22.0.1:51820",
-              "internal_ip": "10.22.0.1/24", "pod_cidr": "10.100.3.0/24", "public_key": key(3)},
-             {"name": "v", "location": "v", "internal_ip": "10.23.0.1/24", "pod_cidr": "10.100.4.0/24",
-              "public_key": key(4)}]
-    return build_plans(nodes, [], options)
+    """r and s public (relays), u and v behind NAT (test_topology_relays' timed mesh): the pair
+    u-v goes through one of them."""
+    from test_topology_relays import timed_mesh
+    return build_plans(timed_mesh()[0], [], options)
 
 
 @pytest.mark.parametrize("mesh_edges", ["all", "hub"])
