@@ -60,6 +60,17 @@ class KiloError(Exception):
         return self if self.subject else KiloError(self.message, subject, self.field)
 
 
+def dedup(items):
+    """``items`` in their order, each once (the first time it comes)."""
+    seen = set()
+    out = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
 def did_you_mean(name, known, prefixes=()):
     """'; did you mean X?' naming the one of ``known`` closest to the unknown ``name`` (difflib's
     ratio, at least 0.6), or '' when none is close. A prefix of ``prefixes`` that both names share

@@ -399,6 +399,21 @@ def defaults(*scopes):
     return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in names(*scopes))
 
 
+# ``state`` of kilo.mesh.key, kilo.mesh.prepare and kilo.mesh.peer (each module and its action); a
+# task argument only, never a variable: a ``kilo_state`` never removes a key or the install step.
+STATE_SPEC = dict(type="str", choices=["present", "absent"], default="present")
+# kilo.mesh.status: seconds after the latest handshake from which a tunnel counts as stale.
+DEFAULT_STALE_AFTER = 180
+
+
+def status_spec():
+    """kilo.mesh.status's options, for the module and its action."""
+    return dict(interface=argument_spec("key")["interface"],
+                stale_after=dict(type="int", default=DEFAULT_STALE_AFTER),
+                textfile=dict(type="path"), mesh_nodes=dict(type="int"), mesh_peers=dict(type="int"),
+                summary=dict(type="bool", default=False), status_var=dict(type="str", default="kilo_status"))
+
+
 def out_of_bounds(name, value):
     """Why ``value`` (already of the option's type) is outside option ``name``'s bounds, or None."""
     bounds = OPTIONS.get(name, {}).get("bounds")

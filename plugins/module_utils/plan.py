@@ -264,6 +264,11 @@ CONVERGE_SPEC = dict(
     app_digest=dict(type="str"),
     app_src=dict(type="path"),
 )
+# A key rotation's schedule (``switch_at``): how long after a rotating node switches its key its
+# peers switch to the new one, in a push run's schedule and between agents alike. What the
+# rotating node sends meanwhile waits in WireGuard's queue (128 packets a peer) while its peers
+# still reach it over the old sessions, and the step covers clocks a little apart.
+SWITCH_STEP = 0.25
 
 
 # --- what a computed plan goes through before a host gets it (push run and agent alike) -------

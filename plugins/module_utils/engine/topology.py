@@ -95,7 +95,7 @@ import gc
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, peer_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.common import split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
@@ -158,16 +158,6 @@ class Segment(object):
         if cached is None:
             self._leader_dsts = (endpoint_ip, dsts)
         return dsts
-
-
-def _dedup(items):
-    seen = set()
-    out = []
-    for item in items:
-        if item not in seen:
-            seen.add(item)
-            out.append(item)
-    return out
 
 
 def segment_key(node, granularity):
@@ -368,7 +358,7 @@ class Topology(object):
             exempt.extend(seg.allowed)
         exempt.extend(self.peer_allowed)
         exempt.extend(str(n) for n in self.opts["service_cidrs"])
-        self.nat_exempt = _dedup(exempt)
+        self.nat_exempt = dedup(exempt)
 
     def segment_endpoint(self, seg, viewer=None):
         """A leader's endpoint as seen from ``viewer``: its discovered one when it keeps alive."""
@@ -667,10 +657,10 @@ class Topology(object):
             nat_sources.extend(node.pod_strs)
             if opts["forward_rules"]:
                 if leader:
-                    forward = _dedup([s for n in seg.members for s in n.pod_strs] + seg.alip_strs + seg.privates)
+                    forward = dedup([s for n in seg.members for s in n.pod_strs] + seg.alip_strs + seg.privates)
                 elif node.pods:
                     forward = list(node.pod_strs)
-        nat_sources = _dedup(nat_sources + self.peer_allowed)
+        nat_sources = dedup(nat_sources + self.peer_allowed)
         # Kilo's enc.Rules(): flannel's is empty, cilium's is IPIP's
         ipip = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
         return {

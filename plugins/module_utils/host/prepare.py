@@ -28,9 +28,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_A
 PROC_SYS = "/proc/sys"
 SYSCTL_FILE = "/etc/sysctl.d/90-kilo-mesh.conf"
 
-# The module's state (a task argument only: kilo_state never removes the install step's state).
-PREPARE_STATE = dict(type="str", choices=["present", "absent"], default="present")
-
 # The comment that marks our nftables rule in the "inet filter" input chain.
 NFT_CHAIN = ("inet", "filter", "input")
 

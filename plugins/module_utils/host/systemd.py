@@ -11,7 +11,7 @@ __metaclass__ = type
 import os
 import subprocess
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import read_text, write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
 UNIT_DIR = "/etc/systemd/system"
@@ -46,9 +46,8 @@ def is_enabled(unit):
 def install_unit(path, text):
     """Write the unit file ``path`` when its text differs (daemon-reload where systemd runs);
     whether it changed."""
-    if read_text(path) == text:
+    if not update_file(path, text, 0o644, make_dirs=0o755):
         return False
-    write_atomic(path, text, 0o644, make_dirs=0o755)
     if systemd_running():
         systemctl("daemon-reload")
     return True

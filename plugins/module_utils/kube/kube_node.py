@@ -31,7 +31,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
     ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES,
     UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value, read_families)
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, STATE_SPEC
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
 LOCATION = FIELDS["location"].annotation
@@ -435,7 +435,7 @@ def peer_argument_spec():
     """kilo.mesh.peer's own options, for the module (store kubernetes) and its action (store registry)."""
     return dict(
         name=dict(type="str", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
+        state=dict(STATE_SPEC),
         public_key=dict(type="str", no_log=False),
         allowed_ips=dict(type="list", elements="str"),
         endpoint=dict(type="str"),
