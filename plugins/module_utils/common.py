@@ -158,6 +158,12 @@ def format_endpoint(ip, port):
     return "[%s]:%d" % (ip, port) if ip.version == 6 else "%s:%d" % (ip, port)
 
 
+# A TCP/UDP port; WireGuard's persistent keepalive (seconds, 0: none). The option table's bounds
+# (``options.OPTIONS``) take these, and every check of a port or a keepalive.
+PORT_RANGE = (1, 65535)
+KEEPALIVE_RANGE = (0, 65535)
+
+
 def split_endpoint(value, subject=None, field="endpoint"):
     """``host:port`` or ``[IPv6]:port`` -> (host text, port); the host is not resolved."""
     if not isinstance(value, str) or not value.strip():
@@ -174,8 +180,8 @@ def split_endpoint(value, subject=None, field="endpoint"):
             raise KiloError("%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field)
     if not port.isdigit():
         raise KiloError("%r: port %r is not a number" % (value, port), subject, field)
-    if not 0 < int(port) < 65536:
-        raise KiloError("port %d out of range 1-65535" % int(port), subject, field)
+    if not PORT_RANGE[0] <= int(port) <= PORT_RANGE[1]:
+        raise KiloError("port %d out of range %d-%d" % ((int(port),) + PORT_RANGE), subject, field)
     return host, int(port)
 
 
@@ -216,11 +222,7 @@ def kernel_module_available(name):
     """Whether kernel module ``name`` is loaded or loadable; ``modprobe -n`` loads nothing."""
     if os.path.isdir(os.path.join("/sys/module", name)):
         return True
-    try:
-        return subprocess.call(["modprobe", "-n", "-q", name],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
-    except OSError:
-        return False
+    return run_command(["modprobe", "-n", "-q", name])[0] == 0
 
 
 def run_command(argv, stdin=None):
@@ -231,3 +233,14 @@ def run_command(argv, stdin=None):
     except OSError as e:
         return 127, "", str(e)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def run_checked(argv, error=KiloError, field=None, stdin=None, ok_codes=(0,), runner=run_command):
+    """``runner``'s (returncode, stdout, stderr) of ``argv``; ``error`` (a KiloError class, naming
+    ``field``) when the command is missing or exits with a code not in ``ok_codes``."""
+    rc, out, err = runner(argv) if stdin is None else runner(argv, stdin)
+    if rc == 127 and not out:
+        raise error("cannot run %s: %s (is it installed?)" % (argv[0], err.strip()), None, field)
+    if rc not in ok_codes:
+        raise error("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), None, field)
+    return rc, out, err

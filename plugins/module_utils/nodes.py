@@ -31,7 +31,7 @@ import re
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, host_subject, parse_key, split_endpoint, to_bool, to_int)
+    KEEPALIVE_RANGE, KiloError, format_endpoint, host_subject, parse_key, split_endpoint, to_bool, to_int)
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
 # Annotations of our own on a Node (beyond Kilo): a node's pod ranges forced, and the source of its pod ranges.
@@ -161,7 +161,7 @@ def _leader_var(value, subject, field):
 
 
 def _keepalive(value, subject, field):
-    return to_int(value, subject, field, 0, 65535)
+    return to_int(value, subject, field, *KEEPALIVE_RANGE)
 
 
 def _endpoint_var(value, subject, field):

@@ -281,8 +281,8 @@ class Agent(object):
                                              watching.connected_since if watching.connected else None,
                                              watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"),
                                              dual=bool(mesh_families(options.get("subnet"))))
-            peers, skipped_peers = mesh.mesh_peers(peer_objects)
-            skipped.update(skipped_peers)
+            peers, peer_errors = kube_node.peers_of(peer_objects.values())
+            skipped.update(("peer " + name, str(e)) for name, e in peer_errors)
             for name, reason in ipam_errors.items():
                 # a node one of whose IPAM objects is malformed is left out, as a malformed Node is
                 # (an object naming no node is only reported)

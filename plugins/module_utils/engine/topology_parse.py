@@ -13,7 +13,8 @@ are kept in canonical base64 (the spelling Kilo prints).
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    Subject, check_interface_name, did_you_mean, node_subject, peer_subject, parse_key, to_bool, to_int)
+    KEEPALIVE_RANGE, PORT_RANGE, Subject, check_interface_name, did_you_mean, node_subject, peer_subject, parse_key,
+    to_bool, to_int)
 # The value parsers and the error live with the node table; the engine's importers find them here too.
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
     FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list, parse_subnets)
@@ -68,7 +69,7 @@ def parse_options(options):
     if len(opts["subnets"]) == 2 and opts["compatibility"] != "none":
         raise TopologyError(subject, "compatibility", "%s in a dual-stack mesh: its encapsulation is modelled for"
                             " one IP family only; use none" % opts["compatibility"])
-    opts["port"] = to_int(opts["port"], subject, "port", 1, 65535, OPTIONS["port"]["default"])
+    opts["port"] = to_int(opts["port"], subject, "port", *PORT_RANGE, default=OPTIONS["port"]["default"])
     check_interface_name(opts["interface"], subject, "interface")
     for key in ("local", "cni", "forward_rules"):
         opts[key] = to_bool(opts[key], subject, key)
@@ -218,7 +219,7 @@ def parse_peer(item, index):
     if item.get("endpoint") not in (None, ""):
         peer.endpoint = parse_endpoint(item["endpoint"], subject, "endpoint")
     # Kilo tells "unset" (nil) from 0; both mean: never replace the endpoint by a discovered one.
-    peer.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
+    peer.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", *KEEPALIVE_RANGE)
     peer.psk = parse_key(item.get("preshared_key"), subject, "preshared_key", required=False)
     return peer
 

@@ -25,7 +25,7 @@ import time
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.process import RUN_DIR, OwnedProcess
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
-    RUNTIME_UNIT_DIR, install_unit, remove_unit, systemctl, systemd_running)
+    RUNTIME_UNIT_DIR, install_unit, remove_unit, systemctl, systemctl_checked, systemd_running)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient, wait_for_socket
 
 # How long a daemon may take to open its socket. Not a module option: tests and unusual hosts
@@ -111,9 +111,7 @@ class Daemon(object):
             install_unit(self.unit_path, self.unit_text())
             systemctl("reset-failed", self.unit)
             # --no-block: the unit's ExecStartPost waits for the socket this start waits for below
-            rc, out = systemctl("start", "--no-block", self.unit)
-            if rc != 0:
-                raise DaemonError("systemctl start %s failed (rc %d): %s" % (self.unit, rc, out))
+            systemctl_checked("start", "--no-block", self.unit, error=DaemonError)
             pid = 0
             deadline = time.time() + self.start_timeout
             while not pid and time.time() < deadline:

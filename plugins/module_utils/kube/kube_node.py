@@ -27,7 +27,7 @@ import json
 import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
+    KEEPALIVE_RANGE, PORT_RANGE, KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
     ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, POD_SOURCE_ANNOTATION, POD_SOURCE_VAR, POD_SOURCES,
     UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value, read_families)
@@ -316,7 +316,7 @@ def _read_discovered(value, subject):
             ip = ipaddress.ip_address(fields.get("ip"))
         except ValueError:
             raise KiloError("%r has no valid IP" % (addr,), subject, field)
-        port = to_int(fields.get("port"), subject, field, 1, 65535, default=None)
+        port = to_int(fields.get("port"), subject, field, *PORT_RANGE, default=None)
         if port is None:
             raise KiloError("%r has no port" % (addr,), subject, field)
         out[parse_key(key, subject, field)] = parse_endpoint(format_endpoint(ip, port), subject, field, allow_dns=False)[0]
@@ -396,6 +396,21 @@ def host_vars(node, topology_label=REGION_LABEL, ipam=None):
     return hvars
 
 
+def peers_of(resources):
+    """(peers, errors) of Peer resources, in name order: each valid one as ``peer_from_resource``
+    gives it, and (its name, the KiloError) of each other. The inventory plugin and the agent
+    read the cluster's Peers with it."""
+    def name_of(obj):
+        return ((obj.get("metadata") or {}).get("name") or "") if isinstance(obj, dict) else ""
+    peers, errors = [], []
+    for obj in sorted(resources, key=name_of):
+        try:
+            peers.append(peer_from_resource(obj))
+        except KiloError as e:
+            errors.append((name_of(obj), e))
+    return peers, errors
+
+
 def peer_from_resource(obj):
     """A Peer resource (kilo.squat.ai/v1alpha1) -> an engine peer (an item of ``kilo_peers``).
 
@@ -426,7 +441,7 @@ def peer_from_resource(obj):
         "public_key": parse_key(spec.get("publicKey"), subject, "spec.publicKey"),
         "allowed_ips": allowed_ips,
         "endpoint": endpoint,
-        "persistent_keepalive": to_int(spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", 0, 65535),
+        "persistent_keepalive": to_int(spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", *KEEPALIVE_RANGE),
         "preshared_key": parse_key(spec.get("presharedKey"), subject, "spec.presharedKey", required=False),
     }
 
@@ -500,7 +515,7 @@ def _peer_endpoint(endpoint, subject):
     dns, ip = target.get("dns") or "", target.get("ip") or ""
     if not dns and not ip:
         raise KiloError("either a DNS name or an IP address must be given", subject, field + ".dnsOrIP")
-    port = to_int(endpoint.get("port"), subject, field + ".port", 1, 65535, default=None)
+    port = to_int(endpoint.get("port"), subject, field + ".port", *PORT_RANGE, default=None)
     if port is None:
         raise KiloError("missing", subject, field + ".port")
     if ip:
