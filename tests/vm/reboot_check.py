@@ -17,7 +17,9 @@ and the tunnel address besides the WireGuard peer and its route.
   back and traffic crosses the tunnel both ways. With "userspace" in the inputs (the default):
   state absent (unit and stored plan gone) and a converge with wireguard-go, checked the same
   way. Then a hard reset (sysrq b: no sync).
-- boot 3: the same checks, of wireguard-go's restore (kernel WireGuard with --no-userspace).
+- boot 3: the same checks, of wireguard-go's restore (kernel WireGuard with --no-userspace);
+  then wireguard-go is killed (SIGKILL): systemd starts it again and its unit's ExecStartPost
+  restores the plan, checked the same way.
 
 Echo requests from outside (reboot_run.py pings this VM's tunnel address from the peer's
 WireGuard address) are waited for and counted here; reboot_run.py times them from its side.
@@ -353,9 +355,42 @@ def boot2(c, inp):
     return RESET
 
 
+def crash(c, inp):
+    """wireguard-go killed (SIGKILL, as the OOM killer does): systemd starts it again, empty, and
+    its unit's ExecStartPost restores the stored plan; traffic crosses again with no converge."""
+    tag = "[boot 3, wireguard-go killed]"
+    pid, unit = userspace_daemon()
+    c.check("%s a wireguard-go to kill" % tag, pid is not None, unit)
+    if pid is None:
+        return
+    t0 = time.monotonic()
+    os.kill(pid, 9)
+    new, props = None, {}
+    while time.monotonic() - t0 < UNIT_WAIT:
+        new = userspace_daemon()[0]
+        props = show(unit, "ActiveState", "NRestarts")
+        if new not in (None, pid) and props.get("ActiveState") == "active":
+            break
+        time.sleep(0.2)
+    print("figure: %s systemd restarted it and its restore ran in %.1f s (restarts %s)"
+          % (tag, time.monotonic() - t0, props.get("NRestarts")))
+    c.check("%s systemd started a new wireguard-go" % tag, new not in (None, pid), (pid, new, props))
+    journal = sh("journalctl", "-b", "-u", unit, "--no-pager", "-o", "cat").stdout
+    lines = [line for line in journal.splitlines() if "kilo-mesh restore: %s:" % STORED_PLAN in line]
+    c.check("%s the unit's restore put the plan back (its last line: changes, not 'already in place')" % tag,
+            bool(lines) and "changes in" in lines[-1], lines[-3:])
+    c.check("%s no \"can't open file\" in the daemon's journal (the restore waits for the app)" % tag,
+            "can't open file" not in journal)
+    check_state(c, tag, inp, "userspace")
+    traffic(c, tag, inp)
+    print("figure: %s traffic back %.1f s after the kill" % (tag, time.monotonic() - t0))
+
+
 def boot3(c, inp):
     backend = "userspace" if inp.get("userspace") else "kernel"
     restored(c, "[boot 3, %s, after a hard reset]" % backend, inp, backend)
+    if backend == "userspace":
+        crash(c, inp)
     return 0
 
 

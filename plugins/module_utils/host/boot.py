@@ -30,6 +30,7 @@ __metaclass__ = type
 
 import json
 import os
+import shlex
 import sys
 import time
 
@@ -148,8 +149,13 @@ def read_store(path, psk_path=None):
 
 def after_restart_command(app, path=PLAN_PATH, python=PYTHON):
     """The userspace daemon unit's ExecStartPost (``wireguard_daemon``): after systemd restarted a
-    daemon that died, its interface is empty; this fills it from the stored plan."""
-    return [python, app, "--restore", path, "--after-restart"]
+    daemon that died, its interface is empty; this fills it from the stored plan.
+
+    A shell checks that the app is there: the first converge starts the daemon (the WireGuard
+    backend) before the boot backend installs the app, and python3 would log "can't open file"
+    for a restore that has nothing to do yet. No "$" in it: systemd expands those."""
+    return ["/bin/sh", "-c", "test -e %s || exit 0; exec %s %s --restore %s --after-restart"
+            % tuple(shlex.quote(a) for a in (app, python, app, path))]
 
 
 def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
@@ -255,6 +261,7 @@ class BootBackend(Backend):
         self.app_path = app_path
         self.systemd = systemd_running()
         self.need = []
+        self.warnings = []
 
     def current(self, plan):
         unit = read_text(unit_path())
@@ -277,6 +284,11 @@ class BootBackend(Backend):
         if self.app is not None:
             want["unit"] = unit_text(self.app_path, self.plan_path)
             want["enabled"] = self.systemd
+            if not self.systemd and current["unit"] is None:
+                # said once, when the files are first written: re-runs stay quiet
+                self.warnings = ["boot_restore: this host does not run systemd, so nothing restores %s "
+                                 "at boot; have its init system run '%s %s --restore' after the network "
+                                 "is up" % (self.plan_path, PYTHON, self.app_path)]
             want["app"] = self.app["digest"]
             if current["app"] != self.app["digest"] and not self.app.get("src"):
                 self.need = ["app"]
