@@ -53,10 +53,7 @@ UNSET = object()
 
 
 class TopologyError(KiloError):
-    """Bad input: ``subject`` (e.g. "node 'b'") and ``field`` name where it is."""
-
-    def __init__(self, subject, field, message):
-        super(TopologyError, self).__init__(message, subject, field)
+    """Bad input of the mesh (a node, a peer, an option); ``KiloError``'s arguments."""
 
 
 # --- value parsers -----------------------------------------------------------------------------
@@ -64,21 +61,21 @@ class TopologyError(KiloError):
 def parse_network(value, subject, field):
     """A CIDR (or bare address = single-address CIDR) -> network with host bits cleared."""
     if not isinstance(value, str) or not value.strip():
-        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+        raise TopologyError("%r is not a CIDR" % (value,), subject, field)
     try:
         return ipaddress.ip_network(value.strip(), strict=False)
     except ValueError:
-        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+        raise TopologyError("%r is not a CIDR" % (value,), subject, field)
 
 
 def parse_interface(value, subject, field):
     """A host address with its prefix (e.g. 10.1.0.1/16); a bare address gets /32 or /128."""
     if not isinstance(value, str) or not value.strip():
-        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
+        raise TopologyError("%r is not an address in CIDR form" % (value,), subject, field)
     try:
         return ipaddress.ip_interface(value.strip())
     except ValueError:
-        raise TopologyError(subject, field, "%r is not an address in CIDR form" % (value,))
+        raise TopologyError("%r is not an address in CIDR form" % (value,), subject, field)
 
 
 def parse_network_list(values, subject, field):
@@ -87,7 +84,7 @@ def parse_network_list(values, subject, field):
     if isinstance(values, str):
         values = [v for v in values.split(",") if v.strip()]
     if not isinstance(values, (list, tuple)):
-        raise TopologyError(subject, field, "expected a list of CIDRs, got %r" % (values,))
+        raise TopologyError("expected a list of CIDRs, got %r" % (values,), subject, field)
     return [parse_network(v, subject, field) for v in values]
 
 
@@ -98,7 +95,7 @@ def parse_endpoint(value, subject, field, allow_dns=True):
         try:
             ip = ipaddress.IPv6Address(host)
         except ValueError:
-            raise TopologyError(subject, field, "%r: %r is not an IPv6 address" % (value, host))
+            raise TopologyError("%r: %r is not an IPv6 address" % (value, host), subject, field)
         if ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
         return format_endpoint(ip, port), ip, port
@@ -106,12 +103,12 @@ def parse_endpoint(value, subject, field, allow_dns=True):
         ip = ipaddress.IPv4Address(host)
     except ValueError:
         if not allow_dns:
-            raise TopologyError(subject, field, "%r: %r is not an IP address" % (value, host))
+            raise TopologyError("%r: %r is not an IP address" % (value, host), subject, field)
         labels = host.rstrip(".").split(".")
         if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
-            raise TopologyError(subject, field, "%r: %r is neither an IP address nor a DNS name" % (value, host))
+            raise TopologyError("%r: %r is neither an IP address nor a DNS name" % (value, host), subject, field)
         if all(label.isdigit() for label in labels):
-            raise TopologyError(subject, field, "%r: %r is not a valid IPv4 address" % (value, host))
+            raise TopologyError("%r: %r is not a valid IPv4 address" % (value, host), subject, field)
         return "%s:%d" % (host.lower(), port), None, port
     return format_endpoint(ip, port), ip, port
 
@@ -132,7 +129,7 @@ def _discovered(value, subject, field):
     """{public key: "ip:port"} -> {canonical key: (endpoint, ip, port)}, keys in order."""
     value = value or {}
     if not isinstance(value, dict):
-        raise TopologyError(subject, field, "expected a mapping public key -> ip:port")
+        raise TopologyError("expected a mapping public key -> ip:port", subject, field)
     out = {}
     for key in sorted(value):
         where = "%s[%s]" % (field, key)
@@ -228,7 +225,7 @@ def parse_internal_ips(value, subject, field):
         return [parse_interface(value, subject, field)]
     ips = [parse_interface(item, subject, field) for item in value]
     if len(ips) > 2:
-        raise TopologyError(subject, field, "%d internal IPs; at most two, one of each IP family" % len(ips))
+        raise TopologyError("%d internal IPs; at most two, one of each IP family" % len(ips), subject, field)
     check_two_families(ips, subject, field, "two internal IPs are one of each IP family")
     return ips
 
@@ -239,7 +236,7 @@ def check_two_families(values, subject, field, why):
     addresses)."""
     if len(values) == 2 and values[0].version == values[1].version:
         first, second = values
-        raise TopologyError(subject, field, "%s and %s are both IPv%d: %s" % (first, second, first.version, why))
+        raise TopologyError("%s and %s are both IPv%d: %s" % (first, second, first.version, why), subject, field)
 
 
 def parse_subnets(value, subject, field="subnet"):
@@ -250,8 +247,8 @@ def parse_subnets(value, subject, field="subnet"):
         return [parse_network(value, subject, field)]
     nets = [parse_network(item, subject, field) for item in value]
     if not 1 <= len(nets) <= 2:
-        raise TopologyError(subject, field, "%d subnets; one, or two of different IP families (dual-stack)"
-                            % len(nets))
+        raise TopologyError("%d subnets; one, or two of different IP families (dual-stack)"
+                            % len(nets), subject, field)
     check_two_families(nets, subject, field, "a dual-stack mesh has one subnet of each IP family")
     return nets
 
@@ -347,7 +344,7 @@ def parse_pod_cidrs(value, subject, field):
     if _absent(value):
         return []
     if not isinstance(value, (str, list, tuple)):
-        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+        raise TopologyError("%r is not a CIDR" % (value,), subject, field)
     return parse_network_list(value, subject, field)
 
 

@@ -94,11 +94,11 @@ def peer_resource(entry):
 def _node_view(topology, name, as_peer, extra):
     node = topology.by_name.get(name)
     if node is None:
-        raise TopologyError(node_subject(name), "node", "no such node")
+        raise TopologyError("no such node", node_subject(name), "node")
     seg = node.segment
     if seg.leader is not node:
-        raise TopologyError(node_subject(name), "node", "is not a leader node; segment %s is led by %r"
-                            % (seg.key, seg.leader.name))
+        raise TopologyError("is not a leader node; segment %s is led by %r"
+                            % (seg.key, seg.leader.name), node_subject(name), "node")
     if as_peer:
         return [{"name": name, "public_key": seg.leader.key, "endpoint": seg.leader.endpoint,
                  "allowed_ips": dedup(list(seg.allowed) + extra), "persistent_keepalive": 0}], None
@@ -116,7 +116,7 @@ def _peer_view(topology, name, as_peer, extra):
             if peer.psk:
                 entry["preshared_key"] = True
             return [entry], None
-    raise TopologyError(peer_subject(name), "name", "no such peer")
+    raise TopologyError("no such peer", peer_subject(name), "name")
 
 
 def render(data, output):

@@ -213,10 +213,10 @@ class Topology(object):
             leader = find_leader(seg.members)
             if leader is None:
                 if key.startswith("node:"):
-                    raise TopologyError(node_subject(seg.members[0].name), "endpoint",
-                                        "the node is its own segment (%s) and needs an endpoint" % key)
-                raise TopologyError(Subject("location", seg.location), "endpoint",
-                                    "no node of segment %s has an endpoint" % key)
+                    raise TopologyError("the node is its own segment (%s) and needs an endpoint" % key,
+                                        node_subject(seg.members[0].name), "endpoint")
+                raise TopologyError("no node of segment %s has an endpoint" % key,
+                                    Subject("location", seg.location), "endpoint")
             seg.leader = seg.members[leader]
             allowed = []
             alips = {}
@@ -267,8 +267,8 @@ class Topology(object):
         for subnet in self.opts["subnets"]:
             capacity = subnet.num_addresses - 1  # network+1 .. last address, no skipping (Kilo)
             if len(self.segments) > capacity:
-                raise TopologyError(OPTIONS_SUBJECT, "subnet", "%s holds %d WireGuard IPs, %d segments need one each"
-                                    % (subnet, capacity, len(self.segments)))
+                raise TopologyError("%s holds %d WireGuard IPs, %d segments need one each"
+                                    % (subnet, capacity, len(self.segments)), OPTIONS_SUBJECT, "subnet")
             base = subnet.network_address
             bits = subnet.max_prefixlen
             self.wg_prefixes.append(subnet.prefixlen)
@@ -385,7 +385,7 @@ class Topology(object):
     def plan(self, name):
         node = self.by_name.get(name)
         if node is None:
-            raise TopologyError(node_subject(name), "only", "no such node")
+            raise TopologyError("no such node", node_subject(name), "only")
         seg = node.segment
         leader = seg.leader is node
         opts = self.opts
@@ -488,9 +488,9 @@ class Topology(object):
                     if member is leader or family in member.sides and family in leader.sides:
                         continue
                     if family in member.sides:
-                        raise TopologyError(node_subject(leader.name), "internal_ip", (
+                        raise TopologyError(
                             "leads segment %s, whose node %r routes IPv%s through it: it needs an IPv%s internal IP"
-                            % (seg.key, member.name, family, family)))
+                            % (seg.key, member.name, family, family), node_subject(leader.name), "internal_ip")
                     _need_internal(member, family, "routes them through its leader %r" % leader.name)
         for members in groups.values():
             if len(members) < 2 or not local:
@@ -500,9 +500,9 @@ class Topology(object):
                     if family not in member.sides:
                         _need_internal(member, family, "its location's nodes route them over the private network")
                         if cross and any(family in other.sides for other in members):
-                            raise TopologyError(node_subject(member.name), "internal_ip", (
+                            raise TopologyError(
                                 "its location's nodes reach its IPv%s WireGuard IP over the private network: it"
-                                " needs an IPv%s internal IP" % (family, family)))
+                                " needs an IPv%s internal IP" % (family, family), node_subject(member.name), "internal_ip")
 
     def _gateway(self, member, family=None):
         """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
@@ -515,9 +515,8 @@ class Topology(object):
         if self.compat == "cilium" and member.cni_ip is not None:
             return member.cni_ip
         if member.pod is None:
-            raise TopologyError(node_subject(member.name), "pod_cidr",
-                                "compatibility %s routes to this node through its pod network address;"
-                                " it needs a pod CIDR" % self.compat)
+            raise TopologyError("compatibility %s routes to this node through its pod network address;"
+                                " it needs a pod CIDR" % self.compat, node_subject(member.name), "pod_cidr")
         return member.pod.network_address
 
     def _encapsulates(self, node, gateway_ip, family=None):
@@ -710,7 +709,7 @@ class Topology(object):
             if peer.name == name:
                 me = peer
         if me is None:
-            raise TopologyError(peer_subject(name), "name", "no such peer")
+            raise TopologyError("no such peer", peer_subject(name), "name")
         out = []
         for seg in self.segments:
             entry = {"name": seg.key, "public_key": seg.leader.key, "endpoint": self.segment_endpoint(seg)[0],
@@ -737,8 +736,9 @@ def _need_internal(node, family, why):
     """Refuse a dual-stack node that has ranges of ``family`` but no internal IP of it."""
     pods = [str(net) for net in node.pods if net.version == family]
     if pods:
-        raise TopologyError(node_subject(node.name), "internal_ip", (
-            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family)))
+        raise TopologyError(
+            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family),
+            node_subject(node.name), "internal_ip")
 
 
 def _host_net(ip):
@@ -759,7 +759,7 @@ def build_plans(nodes, peers, options=None, only=None, check=None):
     names = [n.name for n in topology.nodes] if only is None else list(only)
     for name in names:
         if name not in topology.by_name:
-            raise TopologyError(node_subject(name), "only", "no such node")
+            raise TopologyError("no such node", node_subject(name), "only")
     # Plans are millions of small containers for big meshes; the cyclic collector would rescan
     # them over and over while nothing here can form a cycle.
     enabled = gc.isenabled()

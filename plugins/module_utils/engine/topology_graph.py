@@ -26,6 +26,8 @@ import os
 import shutil
 import subprocess
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+
 # More leaders than this: one hub node instead of every leader pair (mesh_edges="auto").
 HUB_AFTER = 6
 MESH_EDGES = ("auto", "all", "hub")
@@ -40,7 +42,7 @@ INSTALL_HINT = ("Graphviz's dot is not installed on the controller: apt install 
                 " or write the DOT text only (format dot, a .dot file)")
 
 
-class GraphError(Exception):
+class GraphError(KiloError):
     """Rendering failed (no Graphviz, or Graphviz refused the graph)."""
 
 
