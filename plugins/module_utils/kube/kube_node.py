@@ -575,6 +575,26 @@ def dual_removals(wanted, current):
     return dict((key, None) for key in DUAL_ANNOTATIONS if key not in wanted and current.get(key) is not None)
 
 
+def node_annotations(node, plan, granularity, last_seen, current):
+    """What a writer of a node's annotations (kilo.mesh.annotate, the agent) puts on its Node:
+    ``write_back``'s, of the endpoints learned only those of peers behind NAT (``nat_endpoints``,
+    as Kilo's agent), and the dual-stack ones the Node has (``current``) but no longer gets, removed."""
+    node = dict(node, discovered_endpoints=nat_endpoints(node.get("discovered_endpoints"), plan))
+    wanted = write_back(node, plan, granularity, last_seen)
+    wanted.update(dual_removals(wanted, current))
+    return wanted
+
+
+def annotation_changes(wanted, current):
+    """(changes, refreshed) of ``wanted`` ({annotation: value; None removes it}) against the Node's
+    ``current`` annotations, each {annotation: value} of those that differ: ``changes`` change the
+    node; ``refreshed`` are what it observes (``OBSERVED_ANNOTATIONS``), new values that are no
+    change (removing one is)."""
+    differ = dict((k, v) for k, v in wanted.items() if current.get(k) != v)
+    refreshed = dict((k, v) for k, v in differ.items() if k in OBSERVED_ANNOTATIONS and v is not None)
+    return dict((k, v) for k, v in differ.items() if k not in refreshed), refreshed
+
+
 def remove_agent_annotations():
     """What Kilo's agent removes from its Node when it leaves: every agent annotation -> None."""
     return dict.fromkeys(AGENT_ANNOTATIONS)
