@@ -46,6 +46,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse im
 FORMATS = ("wireguard", "json", "yaml")
 MASKED_PRESHARED_KEY = "# PresharedKey = (this peer's preshared key from kilo_peers)"
 
+
 class _Dumper(yaml.SafeDumper):
     """Block style; strings of str subclasses (Ansible tags variables' values) as plain strings."""
 

@@ -70,7 +70,7 @@ def under(name, *layers):
 def test_module_utils_never_imports_the_controller_or_ansible():
     bad = []
     for path in files("module_utils"):
-        for name, _ in imports(path):
+        for name, _imported in imports(path):
             if name.startswith(PREFIX + "plugin_utils") or name == "ansible" or name.startswith("ansible."):
                 bad.append((os.path.relpath(path, ROOT), name))
     assert bad == []

@@ -20,7 +20,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH
 
 
-
 class KeyFileError(KiloError):
     """A key file that cannot be read, written or holds no key (the message never holds a key)."""
 

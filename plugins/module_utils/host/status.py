@@ -21,7 +21,6 @@ import re
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_STALE_AFTER
 
 
-
 def peer_status(peer, now, stale_after):
     """One live peer as reported: public data and counters, handshake age, stale or not."""
     latest = peer.get("latest_handshake") or 0
