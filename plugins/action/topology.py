@@ -57,6 +57,8 @@ class ActionModule(KiloAction):
         sections = peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
                       registry=mesh.registry_file, subnet=args["subnet"])
+        if "paths" in computed:  # a relayed mesh (engine/relays.py): which pairs go through whom
+            result["paths"] = computed["paths"]
         if sections is not None:
             # Like `kgctl showconf peer NAME` (kilo.mesh.showconf): what the peer needs, keys masked.
             sections = public_entries(sections)

@@ -54,6 +54,8 @@ class ActionModule(KiloAction):
                       msg="%d hosts, %d known nodes (%d join in this run), %d peers: valid"
                       % (len(hosts), len(nodes), len(joining), len(peers)))
         result.update(missing_result(missing, joining))
+        if checked.warnings:  # a relayed mesh's (validate.relay_warnings)
+            result["warnings"] = checked.warnings + result.get("warnings", [])
         return result
 
     def check_group(self, task_vars):

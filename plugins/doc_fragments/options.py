@@ -106,6 +106,18 @@ options:
       - flannel
       - cilium
     default: none
+  relays:
+    description:
+      - 'Beyond Kilo: the locations whose leaders may relay between locations that cannot reach each other (every
+        node of each marked C(kilo_behind_nat) or without an endpoint); V([]) - every location with a reachable
+        leader.'
+      - 'A relay forwards that traffic through its own WireGuard interface and so reads it, as a leader reads its
+        own location''s: name only locations you trust. Meshes without such locations are Kilo''s, whatever this
+        says.'
+      - Defaults to the inventory variable C(kilo_relays), then to the default below.
+    type: list
+    elements: str
+    default: []
 """
 
     INPUTS = r"""
@@ -140,7 +152,8 @@ options:
       - 'The nodes, instead of the inventory. Each has C(name) and the fields of the node table: C(location), C(leader)
         (bool), C(endpoint) (V(host:port)), C(internal_ip) (CIDR, a list of two (dual-stack), or null), C(persistent_keepalive)
         (seconds), C(allowed_location_ips) (CIDRs), C(pod_cidr) (CIDR, list of CIDRs, or null), C(public_key), C(cni_compatibility_ip)
-        (CIDR or null), C(discovered_endpoints) (public key to V(ip:port)), C(healthy) (bool).'
+        (CIDR or null), C(discovered_endpoints) (public key to V(ip:port)), C(behind_nat) (bool), C(path_state)
+        (mapping), C(relay_since) (seconds), C(healthy) (bool).'
       - 'C(healthy) false: not chosen as leader while a healthy node of the location can lead.'
     type: list
     elements: dict
@@ -695,13 +708,17 @@ options:
       - 'C(compatibility) (str): Kilo''s C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host
         that has C(cilium_tunl) routes the C(tunl0) routes through it.'
       - 'C(peers) (list of dicts with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive),
-        C(roaming)): WireGuard peers.'
+        C(roaming), C(relayed), C(probe)): WireGuard peers.'
       - 'C(peers.name) (str, required): Segment (C(location:NAME), C(node:NAME)) or outside peer name.'
       - 'C(peers.public_key) (key, required): WireGuard public key (base64).'
       - 'C(peers.endpoint) (endpoint): V(host:port) or V([IPv6]:port); null when the peer has none.'
       - 'C(peers.allowed_ips) (networks, required): CIDRs routed to this peer.'
       - 'C(peers.persistent_keepalive) (int): Seconds; 0 is off.'
       - 'C(peers.roaming) (bool): Keep an endpoint WireGuard learned while handshakes are fresh (NAT).'
+      - 'C(peers.relayed) (names): Beyond Kilo, a relay''s entry on a leader no other leader can reach: the segments
+        whose traffic goes through this peer (their CIDRs are among its C(allowed_ips)); absent otherwise.'
+      - 'C(peers.probe) (bool): Beyond Kilo: an entry that only tries a direct path (no C(allowed_ips): the CIDRs
+        stay on the relay''s entry until the path is direct).'
       - 'C(routes) (list of dicts with C(dst), C(gateway), C(device), C(source), C(table), C(onlink)): Routes, marked
         as ours on the host.'
       - 'C(routes.dst) (destinations, required): Destination CIDR, or a list of CIDRs that share every other field
@@ -718,13 +735,15 @@ options:
       - 'C(rules.iif) (ifname): Input interface.'
       - 'C(rules.table) (table): Table the rule points at; only 1107 is managed.'
       - 'C(firewall) (dict with C(nat_sources), C(nat_destinations), C(nat_exempt_destinations), C(forward_accept),
-        C(ipip_accept_sources), C(ipip_filter)): NAT, forward and IPIP lists.'
+        C(ipip_accept_sources), C(ipip_filter), C(relay_accept)): NAT, forward and IPIP lists.'
       - 'C(firewall.nat_sources) (networks): CIDRs.'
       - 'C(firewall.nat_destinations) (networks): CIDRs.'
       - 'C(firewall.nat_exempt_destinations) (networks): CIDRs.'
       - 'C(firewall.forward_accept) (networks): CIDRs.'
       - 'C(firewall.ipip_accept_sources) (networks): CIDRs.'
       - 'C(firewall.ipip_filter) (bool): Install the IPIP chain (accept C(ipip_accept_sources), drop other IPIP).'
+      - 'C(firewall.relay_accept) (bool): Beyond Kilo, a relay: accept (and count) forwarding from the WireGuard
+        interface back into it, the traffic it relays between leaders that cannot reach each other.'
     type: dict
 """
 
@@ -752,6 +771,10 @@ notes:
   - C(kilo_public_key) - The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.
   - C(kilo_cni_compatibility_ip) (Kilo's annotation C(kilo.squat.ai/cni-compatibility-ip)) - Under compatibility
     V(cilium), the address traffic to this node goes to (its C(cilium_host) address).
+  - 'C(kilo_behind_nat) (annotation C(kilo.mesh/behind-nat), beyond Kilo) - Beyond Kilo: no other location can reach
+    this node at its endpoint (it sits behind NAT or a firewall without a port forward); a location of such nodes
+    alone is reached through a relay (option C(relays)), and keeps alive (C(kilo_persistent_keepalive), else 25
+    s).'
 """
 
     VARIABLES = r"""
@@ -778,10 +801,11 @@ notes:
     C(endpoint), C(persistent_keepalive), C(preshared_key); any other is refused, naming the peer and the closest
     field.
   - A Node's annotations of Kilo's prefix C(kilo.squat.ai/) and of ours, C(kilo.mesh/) (the inventory plugin's C(kubernetes_annotations)),
-    are among C(kilo.mesh/deposed-at), C(kilo.mesh/internal-ips), C(kilo.mesh/next-key), C(kilo.mesh/pod-cidr-source),
-    C(kilo.mesh/pod-cidrs), C(kilo.mesh/unreachable-leaders), C(kilo.mesh/wireguard-ips), C(kilo.squat.ai/allowed-location-ips),
-    C(kilo.squat.ai/cni-compatibility-ip), C(kilo.squat.ai/discovered-endpoints), C(kilo.squat.ai/endpoint), C(kilo.squat.ai/force-endpoint),
-    C(kilo.squat.ai/force-internal-ip), C(kilo.squat.ai/granularity), C(kilo.squat.ai/internal-ip), C(kilo.squat.ai/key),
-    C(kilo.squat.ai/last-seen), C(kilo.squat.ai/leader), C(kilo.squat.ai/location), C(kilo.squat.ai/persistent-keepalive),
-    C(kilo.squat.ai/wireguard-ip); any other is refused, naming the host, the annotation and the closest known one.
+    are among C(kilo.mesh/behind-nat), C(kilo.mesh/deposed-at), C(kilo.mesh/internal-ips), C(kilo.mesh/next-key),
+    C(kilo.mesh/pod-cidr-source), C(kilo.mesh/pod-cidrs), C(kilo.mesh/unreachable-leaders), C(kilo.mesh/wireguard-ips),
+    C(kilo.squat.ai/allowed-location-ips), C(kilo.squat.ai/cni-compatibility-ip), C(kilo.squat.ai/discovered-endpoints),
+    C(kilo.squat.ai/endpoint), C(kilo.squat.ai/force-endpoint), C(kilo.squat.ai/force-internal-ip), C(kilo.squat.ai/granularity),
+    C(kilo.squat.ai/internal-ip), C(kilo.squat.ai/key), C(kilo.squat.ai/last-seen), C(kilo.squat.ai/leader), C(kilo.squat.ai/location),
+    C(kilo.squat.ai/persistent-keepalive), C(kilo.squat.ai/wireguard-ip); any other is refused, naming the host,
+    the annotation and the closest known one.
 """

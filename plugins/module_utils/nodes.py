@@ -38,6 +38,8 @@ ANNOTATION_PREFIX = "kilo.squat.ai/"
 OWN_PREFIX = "kilo.mesh/"
 POD_CIDRS_ANNOTATION = OWN_PREFIX + "pod-cidrs"
 POD_SOURCE_ANNOTATION = OWN_PREFIX + "pod-cidr-source"
+# a node no other location reaches at its endpoint (NAT): reached through a relay (engine/relays.py)
+BEHIND_NAT_ANNOTATION = OWN_PREFIX + "behind-nat"
 # Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
 # Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
 POD_SOURCES = ("node", "calico", "cilium")
@@ -376,6 +378,37 @@ def _interface_text(value, subject, field):
     return str(parse_interface(value, subject, field)) if value else ""
 
 
+PATH_STATE_KEYS = ("down", "direct", "held")
+
+
+def _seconds(value, subject, field):
+    """A time or a span in seconds (an int or a float, not negative)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise TopologyError("%r is not a time in seconds" % (value,), subject, field)
+    return value
+
+
+def _path_state(value, subject, field):
+    """A node's published path state -> {"down": {relay segment: until}, "direct": {segment: since},
+    "held": {segment: until}}; None (nothing published: a Kilo end, a push run) stays None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TopologyError("expected a mapping of %s, got %r" % (", ".join(PATH_STATE_KEYS), value), subject, field)
+    out = {}
+    for key in sorted(value):
+        if key not in PATH_STATE_KEYS:
+            raise TopologyError("unknown; one of %s" % ", ".join(PATH_STATE_KEYS), subject, "%s.%s" % (field, key))
+    for key in PATH_STATE_KEYS:
+        times = value.get(key)
+        times = {} if times is None else times
+        if not isinstance(times, dict):
+            raise TopologyError("expected a mapping segment -> seconds", subject, "%s.%s" % (field, key))
+        out[key] = dict((str(name), _seconds(when, subject, "%s.%s[%s]" % (field, key, name)))
+                        for name, when in times.items())
+    return out
+
+
 class NodeField(object):
     """One row of ``FIELDS``; see the module's doc for the columns."""
 
@@ -438,6 +471,20 @@ FIELDS = OrderedDict((field.name, field) for field in (
     NodeField("discovered_endpoints", None, "Endpoints of peers as WireGuard saw them (reported by M(kilo.mesh.key)).",
               parse=_discovered, written=_A + "discovered-endpoints", write=discovered_json,
               form="public key to V(ip:port)"),
+    NodeField("behind_nat", "kilo_behind_nat",
+              "Beyond Kilo: no other location can reach this node at its endpoint (it sits behind NAT or a"
+              " firewall without a port forward); a location of such nodes alone is reached through a relay"
+              " (option C(relays)), and keeps alive (C(kilo_persistent_keepalive), else 25 s).",
+              check=lambda v, s, f: to_bool(v, s, f, default=False), parse=lambda v, s, f: to_bool(v, s, f, default=False),
+              source=BEHIND_NAT_ANNOTATION, kube=lambda v, s, f: to_bool(v or True, s, f), form="bool"),
+    NodeField("path_state", None,
+              "Beyond Kilo: what the agent of a node behind NAT published of its paths (relays C(down) until,"
+              " C(direct) handshakes since, pairs C(held) on the relay until; seconds); none for a Kilo end or a push"
+              " run; counted only at a time (C(now)).",
+              parse=_path_state, form="mapping"),
+    NodeField("relay_since", None,
+              "Beyond Kilo: when this relay's agent started relaying (a relay counts 5 s later); 0 for push runs.",
+              parse=lambda v, s, f: _seconds(v or 0, s, f), form="seconds"),
     NodeField("healthy", None, "Beyond Kilo: false when the run saw the host down (kilo_leader_health).",
               parse=lambda v, s, f: to_bool(v, s, f, default=True), form="bool"),
 ))

@@ -107,6 +107,13 @@ OPTIONS = dict([
         "With V(flannel) or V(cilium) and C(local) off, a leader still routes the internal IPs of its"
         " location's nodes through that device in table 1107 for traffic from the WireGuard interface."],
         default="none", choices=["none", "flannel", "cilium"]),
+    _option("relays", ("mesh",), "list", [
+        "Beyond Kilo: the locations whose leaders may relay between locations that cannot reach each other"
+        " (every node of each marked C(kilo_behind_nat) or without an endpoint); V([]) - every location with a"
+        " reachable leader.",
+        "A relay forwards that traffic through its own WireGuard interface and so reads it, as a leader reads its"
+        " own location's: name only locations you trust. Meshes without such locations are Kilo's, whatever this says."],
+        default=[], elements="str"),
     # --- inputs: where the mesh comes from ------------------------------------------------
     _option("group", ("inputs", "registry"), "str", ["Inventory group whose hosts form the mesh; its child groups are the locations."],
             default="kilo"),

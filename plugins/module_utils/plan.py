@@ -33,7 +33,7 @@ FIREWALL_LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", 
 
 # field -> (kind, required, description). Kinds: str, bool, int, port, key, endpoint, ifname,
 # network (CIDR, host bits cleared), address (host address with prefix), ip, table, networks
-# (list of networks), network_or_networks (one network, or a list of them), address_or_addresses
+# (list of networks), names (list of non-empty strings), network_or_networks (one network, or a list of them), address_or_addresses
 # (one address, or a dual-stack plan's two, one of each IP family), or a nested schema
 # ({...} for a dict, [{...}] for a list of dicts).
 PEER = {
@@ -43,6 +43,10 @@ PEER = {
     "allowed_ips": ("networks", True, "CIDRs routed to this peer."),
     "persistent_keepalive": ("int", False, "Seconds; 0 is off."),
     "roaming": ("bool", False, "Keep an endpoint WireGuard learned while handshakes are fresh (NAT)."),
+    "relayed": ("names", False, "Beyond Kilo, a relay's entry on a leader no other leader can reach: the segments"
+                " whose traffic goes through this peer (their CIDRs are among its C(allowed_ips)); absent otherwise."),
+    "probe": ("bool", False, "Beyond Kilo: an entry that only tries a direct path (no C(allowed_ips): the CIDRs"
+              " stay on the relay's entry until the path is direct)."),
 }
 ROUTE = {
     "dst": ("destinations", True, "Destination CIDR, or a list of CIDRs that share every other field of the entry"
@@ -62,6 +66,9 @@ RULE = {
 }
 FIREWALL = dict((name, ("networks", False, "CIDRs.")) for name in FIREWALL_LISTS)
 FIREWALL["ipip_filter"] = ("bool", False, "Install the IPIP chain (accept C(ipip_accept_sources), drop other IPIP).")
+FIREWALL["relay_accept"] = ("bool", False, "Beyond Kilo, a relay: accept (and count) forwarding from the WireGuard"
+                            " interface back into it, the traffic it relays between leaders that cannot reach each"
+                            " other.")
 SCHEMA = {
     "name": ("str", True, "Inventory name of the host."),
     "leader": ("bool", True, "Whether the host leads its segment (only leaders carry WireGuard peers)."),
@@ -83,6 +90,9 @@ SCHEMA = {
     "rules": ([RULE], False, "ip rules into table %d." % KILO_TABLE),
     "firewall": (FIREWALL, False, "NAT, forward and IPIP lists."),
 }
+# Fields of a relayed mesh only (docs/DESIGN.md, "Relays and NAT traversal"): absent from every
+# other plan, also once checked; readers take them with ``get``.
+RELAY_FIELDS = ("relayed", "probe", "relay_accept")
 # Fields a checked plan always has, as empty values.
 _EMPTY = {"peers": [], "routes": [], "rules": [], "firewall": {}}
 
@@ -132,6 +142,10 @@ def _value(kind, value, subject, field):
         if isinstance(value, (list, tuple)) and not value:
             raise KiloError("an empty list of destinations", subject, field)
         return _value("networks", value if isinstance(value, (list, tuple)) else [value], subject, field)
+    if kind == "names":
+        if not isinstance(value, (list, tuple)):
+            raise KiloError("expected a list of names, got %r" % (value,), subject, field)
+        return [_value("str", v, subject, "%s[%d]" % (field, i)) for i, v in enumerate(value)]
     if kind == "networks":
         if not isinstance(value, (list, tuple)):
             raise KiloError("expected a list of CIDRs, got %r" % (value,), subject, field)
@@ -181,8 +195,8 @@ def check_plan(plan, interface):
     name = plan.get("name") if isinstance(plan, dict) else None
     subject = host_subject(name) if isinstance(name, str) and name else "plan"
     out = _fields(SCHEMA, plan, subject, "plan")
-    out["firewall"] = dict((k, out["firewall"].get(k) or ([] if k != "ipip_filter" else False))
-                           for k in FIREWALL)
+    out["firewall"] = dict((k, out["firewall"].get(k) or (False if FIREWALL[k][0] == "bool" else []))
+                           for k in FIREWALL if k not in RELAY_FIELDS or out["firewall"].get(k) is not None)
     if out["interface"] is not None and out["interface"] != interface:
         raise KiloError("%r, but this host's interface setting is %r" % (out["interface"], interface),
                         subject, "plan.interface")
@@ -211,6 +225,9 @@ def check_plan(plan, interface):
     for i, peer in enumerate(out["peers"]):
         peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0
         peer["roaming"] = bool(peer["roaming"])
+        for key in RELAY_FIELDS:  # a relayed mesh's fields stay absent elsewhere, as the engine writes them
+            if peer.get(key, 0) is None:
+                del peer[key]
     return out
 
 

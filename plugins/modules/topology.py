@@ -148,7 +148,10 @@ plans:
       description: WireGuard listen port.
       type: int
     peers:
-      description: WireGuard peers with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive).
+      description:
+        - WireGuard peers with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive).
+        - In a mesh with locations behind NAT, a relay's entry also lists in C(relayed) the segments whose traffic
+          it carries.
       type: list
       elements: dict
     routes:
@@ -163,13 +166,24 @@ plans:
       description:
         - C(nat_sources), C(nat_exempt_destinations), C(nat_destinations), C(forward_accept),
           C(ipip_accept_sources) (lists of CIDRs) and C(ipip_filter) (drop other IPIP).
+        - C(relay_accept) on a relay (a mesh with locations behind NAT) - forward from the WireGuard interface back into it.
       type: dict
     tunnel_address:
       description: Address for C(tunl0) when the node encapsulates (Kilo's first pod address), else null.
       type: str
 segments:
-  description: The segments with their location, leader, nodes, WireGuard IP and allowed IPs (with O(save_plans), their number).
+  description:
+    - The segments with their location, leader, nodes, WireGuard IP and allowed IPs (with O(save_plans), their number).
+    - In a mesh with locations behind NAT (every node marked C(kilo_behind_nat) or without an endpoint), also
+      C(reachable) (false for such a location) and C(relay) (its leader may relay, option C(relays)).
   returned: success
+  type: list
+  elements: dict
+paths:
+  description:
+    - In a mesh with locations behind NAT, each pair of segments with an end behind NAT - C(a), C(b) (segment keys),
+      C(path) (V(direct), or V(relayed) for two ends behind NAT) and C(via) (the relay's segment).
+  returned: when a location is behind NAT
   type: list
   elements: dict
 graph:

@@ -59,12 +59,20 @@ def placed(hosts, vars_of, locations, group):
     return {}
 
 
+def behind_nat(host, hvars):
+    """Whether the host is marked ``behind_nat`` (its row's check: a bad value is refused)."""
+    field = FIELDS["behind_nat"]
+    return bool(field.check(hvars.get(field.var), host_subject(host), field.var))
+
+
 def host_node(host, hvars, facts_var, known, location, port, dual=False):
     """(node, facts, fresh) of one host: its facts as host_facts() finds them (``known``: its
     registry entry) and its node, None when the host has no data at all (it reported nothing and
-    does not pin both its key and its endpoint). ``dual``: the mesh is dual-stack."""
+    does not pin its key and its endpoint, or its key and ``behind_nat``: a host reached through a
+    relay needs no endpoint). ``dual``: the mesh is dual-stack."""
     facts, fresh = host_facts(hvars, facts_var, known)
-    if facts is None and not (hvars.get("kilo_public_key") and hvars.get("kilo_force_endpoint")):
+    if facts is None and not (hvars.get("kilo_public_key") and (hvars.get("kilo_force_endpoint") or behind_nat(
+            host, hvars))):
         return None, facts, fresh
     return node_from_host(host, hvars, facts, location, port, dual=dual), facts, fresh
 

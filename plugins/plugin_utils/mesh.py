@@ -139,7 +139,7 @@ def engine_options(args):
 
 def not_a_node(group):
     return KiloError("not a node of the mesh: it is not in group %r or reported no key (run kilo.mesh.key"
-                     " first, or set kilo_public_key and kilo_force_endpoint)" % group)
+                     " first, or set kilo_public_key and kilo_force_endpoint, or kilo_behind_nat)" % group)
 
 
 class MeshReading(object):

@@ -256,14 +256,37 @@ def check_one_family(opts, parsed, standins=None):
                         node_subject(node.name), field)
 
 
+def relay_warnings(topology, nodes, hostvars, hosts):
+    """What a relayed mesh (engine/relays.py) may get wrong without being refused: a node marked
+    ``behind_nat`` without ``persistent_keepalive`` on a Kubernetes Node (the engine keeps alive for
+    it, but Kilo's own nodes (kg) read only the annotation, and without it reset its endpoint every
+    resync, squat/kilo#34), and a ``relays`` entry naming no location of the mesh."""
+    out = []
+    mesh = set(hosts)
+    for node in nodes:
+        name = node.get("name")
+        if (node.get("behind_nat") and not node.get("persistent_keepalive") and name in mesh
+                and isinstance(hostvars[name].get("kilo_kubernetes_node"), dict)):
+            out.append("host %r: %s: without %s, Kilo's nodes (kg) of this cluster reset this node's endpoint every"
+                       " resync instead of following its NAT mapping; set it (25)" % (
+                           name, var_of_field("behind_nat"), var_of_field("persistent_keepalive")))
+    locations = set(node.location for node in topology.nodes)
+    for entry in topology.opts["relays"]:
+        if entry not in locations:
+            out.append("host %r: %s: %r names no location of the mesh (%s)" % (
+                hosts[0], OPTIONS["relays"]["var"], entry, ", ".join(sorted(locations)[:10])))
+    return out
+
+
 # --- the one path ---------------------------------------------------------------------------------
 
 class Checked(object):
     """What ``check_mesh`` read: the mesh's hosts, each host's options, the engine's Topology of
-    the mesh with stand-ins, and the peers it was checked with."""
+    the mesh with stand-ins, the peers it was checked with, and its warnings (``relay_warnings``)."""
 
-    def __init__(self, hosts, per_host, topology, peers):
+    def __init__(self, hosts, per_host, topology, peers, warnings=()):
         self.hosts, self.per_host, self.topology, self.peers = hosts, per_host, topology, peers
+        self.warnings = list(warnings)
 
 
 def check_mesh(action, task_vars, args, reading, connecting=()):
@@ -281,7 +304,7 @@ def check_mesh(action, task_vars, args, reading, connecting=()):
     nodes, standins = reading.planned                           # 7
     peers = with_connecting(reading.peers, args.get("peers"), connecting)
     topology = check_topology(nodes, peers, reading.options, hostvars, hosts[0], standins)
-    return Checked(hosts, per_host, topology, peers)
+    return Checked(hosts, per_host, topology, peers, relay_warnings(topology, nodes, hostvars, hosts))
 
 
 def with_connecting(peers, inventory_peers, connecting):

@@ -47,6 +47,9 @@ def peer(name, allowed, key=OTHER_KEY, **fields):
     return dict(name=name, public_key=key, allowed_ips=allowed, **fields)
 
 
+# gcp and home behind NAT (every node marked): reached through aws, the one location left to relay
+BEHIND_NAT = dict((host, {"kilo_behind_nat": True}) for host in ("gcp-1", "gcp-2", "home-1", "home-2"))
+
 # (what, {target: edits} (see inventory_with), the expected message[, the playbooks, default plan.yml and site.yml])
 CASES = [
     ("port not a number", {"kilo": {"kilo_port": "many"}}, "host 'aws-1': kilo_port:"),
@@ -83,6 +86,15 @@ CASES = [
     ("keepalive that is not a number", {"home-2": {"kilo_persistent_keepalive": "soon"}}, "host 'home-2': kilo_persistent_keepalive: 'soon' is not an integer"),
     ("allowed location IP that is not a CIDR", {"home-2": {"kilo_allowed_location_ips": ["nope"]}},
      "host 'home-2': kilo_allowed_location_ips: 'nope' is not a CIDR"),
+    ("behind-NAT mark that is not a boolean", {"home-1": {"kilo_behind_nat": "maybe"}},
+     "host 'home-1': kilo_behind_nat: 'maybe' is not a boolean"),
+    ("two locations behind NAT, relays naming neither other", dict(BEHIND_NAT, kilo={"kilo_relays": ["home"]}),
+     "host 'aws-1': kilo_relays: neither location:gcp nor location:home can be reached (every node of each is"
+     " behind_nat or has no endpoint), and home names no location with a reachable leader to relay between them:"
+     " add one (aws)"),
+    ("every location behind NAT", dict(BEHIND_NAT, **{"aws-1": {"kilo_behind_nat": True}, "aws-2": {"kilo_behind_nat": True},
+                                                      "aws-3": {"kilo_behind_nat": True}}),
+     "host 'aws-1': kilo_behind_nat: no segment of the mesh is reachable"),
     ("host in two location groups", {"two-groups": {}}, "host 'gcp-1': location: in location groups aws, gcp"),
     ("task timeout below one second", {"kilo": {"kilo_task_timeout": 0}}, "host 'aws-1': kilo_task_timeout: 0 out of range"),
     ("handshake bound shorter than WireGuard's rekey", {"kilo": {"kilo_leader_handshake_timeout": 60}},
@@ -268,6 +280,8 @@ CONTROLS = [
                               "aws-2": {"kilo_cni_compatibility_ip": "10.244.2.1/32"}}),
     ("full granularity", {"kilo": {"kilo_granularity": "full"}}),
     ("cross granularity", {"kilo": {"kilo_granularity": "cross"}}),
+    ("two locations behind NAT, relayed through the third", dict(BEHIND_NAT, kilo={"kilo_relays": ["aws"]})),
+    ("a first run of two locations behind NAT", dict(BEHIND_NAT, fresh={})),
     ("leader flags, false meaning false", {"aws-2": {"kilo_leader": True}, "gcp-1": {"kilo_leader": False}}),
     ("a location's allowed IPs holding its own LAN", {"home-1": {"kilo_allowed_location_ips": ["10.3.0.0/16", "192.168.3.0/24"]}}),
     ("peers of both stores, a service CIDR", {"kilo": {"kilo_service_cidrs": ["10.96.0.0/12"]},

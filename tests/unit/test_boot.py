@@ -274,12 +274,12 @@ def test_the_restart_restore_is_quiet_before_the_app_is_installed(tmp_path):
     """The first converge starts the daemon before the boot backend installs the app: the
     unit's ExecStartPost, run as systemd runs it, exits 0 and logs nothing."""
     argv = boot.after_restart_command(str(tmp_path / "not-yet.pyz"), path=str(tmp_path / "plan.json"))
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
     app = tmp_path / "app.py"
     app.write_text("import sys; print(' '.join(sys.argv[1:]))")
     argv = boot.after_restart_command(str(app), path=str(tmp_path / "plan.json"), python=sys.executable)
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert r.returncode == 0 and r.stdout.strip() == "--restore %s --after-restart" % (tmp_path / "plan.json")
 
 

@@ -122,6 +122,19 @@ def test_check_plan_normalises_once():
     assert plan["firewall"]["ipip_filter"] is True and plan["firewall"]["nat_sources"] == []
 
 
+def test_check_plan_keeps_the_relay_fields_and_adds_none():
+    relay = {"name": "location:r", "public_key": KEY, "allowed_ips": ["10.1.0.0/16"], "relayed": ["location:b"]}
+    probe = {"name": "location:b", "public_key": PSK, "allowed_ips": [], "probe": "yes"}
+    plan = check_plan(dict(PLAN, peers=[relay, probe], firewall={"relay_accept": True}), "wg0")
+    assert plan["peers"][0]["relayed"] == ["location:b"] and "probe" not in plan["peers"][0]
+    assert plan["peers"][1]["probe"] is True and plan["peers"][1]["allowed_ips"] == []
+    assert plan["firewall"]["relay_accept"] is True
+    assert "relay_accept" not in check_plan(PLAN, "wg0")["firewall"]
+    with pytest.raises(KiloError) as info:
+        check_plan(dict(PLAN, peers=[dict(relay, relayed="location:b")]), "wg0")
+    assert info.value.field == "plan.peers[0].relayed"
+
+
 def test_preshared_keys_leave_the_plan():
     plan = {"name": "a", "peers": [{"public_key": "k1", "preshared_key": PSK}, {"public_key": "k2"}]}
     keys = split_preshared_keys(plan)

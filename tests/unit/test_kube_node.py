@@ -219,8 +219,11 @@ def test_host_vars_names_are_the_inventory_paths():
                             kn.FORCE_INTERNAL_IP: "-", kn.PERSISTENT_KEEPALIVE: "5",
                             kn.ALLOWED_LOCATION_IPS: "10.0.0.0/8", kn.CNI_COMPATIBILITY_IP: "10.244.0.7/32"},
                            pod_cidr="10.244.0.0/24"))
-    hv.update(kn.host_vars(node({"kilo.mesh/pod-cidrs": "10.244.0.0/24"})))
+    hv.update(kn.host_vars(node({"kilo.mesh/pod-cidrs": "10.244.0.0/24", "kilo.mesh/behind-nat": ""})))
     assert hv["kilo_cni_compatibility_ip"] == "10.244.0.7/32"
+    # ours: the mark counts by its presence, as Kilo's leader annotation; "false" is no mark
+    assert hv["kilo_behind_nat"] is True
+    assert kn.host_vars(node({"kilo.mesh/behind-nat": "false"}))["kilo_behind_nat"] is False
     # as Kilo: a value that does not parse is dropped, not an error
     assert "kilo_cni_compatibility_ip" not in kn.host_vars(node({kn.CNI_COMPATIBILITY_IP: "10.244.0.7"}))
     assert set(hv) - {"kilo_kubernetes_node"} == set(inputs.NODE_VARS.values()) - {"kilo_public_key"}

@@ -157,18 +157,33 @@ def test_subnet_too_small():
 
 
 def test_location_without_any_endpoint():
+    # beyond Kilo (which leaves such nodes out): reached by the others at the mapping its keepalives
+    # come from; with a second such location and nobody to relay between them, refused
     nodes = good_nodes() + [{"name": "c", "location": "z", "endpoint": None, "internal_ip": "10.1.2.1/24",
                              "public_key": key(3)},
                             {"name": "d", "location": "z", "internal_ip": "10.1.2.2/24", "public_key": key(4)}]
-    error = fails(nodes=nodes)
-    assert (error.subject, error.field) == ("location 'z'", "endpoint")
+    result = build_plans(nodes, [])
+    assert [(s["key"], s["leader"], s["reachable"], s["persistent_keepalive"]) for s in result["segments"]][-1] == (
+        "location:z", "c", False, 25)
+    error = fails(nodes=nodes + [{"name": "e", "location": "w", "internal_ip": "10.1.3.1/24", "public_key": key(5)}],
+                  options={"relays": ["nowhere"]})
+    assert (error.subject, error.field) == ("options", "relays")
+    assert "location:w nor location:z" in str(error) and "nowhere names no location" in str(error)
+    assert str(error).endswith("add one (x, y)")
 
 
 def test_node_segment_without_endpoint():
-    error = fails(nodes=with_node(1, endpoint=None, internal_ip=None))
-    assert (error.subject, error.field) == ("node 'b'", "endpoint")
-    error = fails(nodes=with_node(1, endpoint=None), options={"granularity": "full"})
-    assert (error.subject, error.field) == ("node 'b'", "endpoint")
+    plans = build_plans(with_node(1, endpoint=None, internal_ip=None), [])["plans"]
+    assert plans["b"]["leader"] and plans["a"]["peers"][0]["endpoint"] is None
+    error = fails(nodes=with_node(0, endpoint=None, internal_ip=None)[:1])
+    assert (error.subject, error.field) == ("node 'a'", "endpoint")
+    nodes = with_node(1, endpoint=None)
+    nodes[0]["behind_nat"] = True
+    error = fails(nodes=nodes, options={"granularity": "full"})
+    assert (error.subject, error.field) == ("node 'a'", "behind_nat")
+    assert "no segment of the mesh is reachable" in str(error)
+    error = fails(nodes=with_node(0, behind_nat=True)[:1])
+    assert (error.subject, error.field) == ("node 'a'", "behind_nat")
 
 
 def test_node_without_endpoint_may_follow_a_leader():

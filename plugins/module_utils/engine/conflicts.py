@@ -16,7 +16,9 @@ any host changes.
 What is compared (``Claim``): every node's internal IPs, pod ranges, allowed location IPs and
 CNI compatibility IP; the mesh's subnets and service CIDRs; every segment's WireGuard IPs; every
 peer's allowed IPs; and endpoints (two nodes, or a peer and a node, at one ``host:port``; a
-node's endpoint at another node's internal IP; an endpoint inside the mesh's subnet). Values that
+node's endpoint at another node's internal IP; an endpoint inside the mesh's subnet; not the
+endpoint of a node marked ``behind_nat``, which nobody sends to: two homes behind NAT may both
+report 192.168.1.2:51820). Values that
 are stand-ins for what a host has not reported yet (``standins``: node name -> its stand-in
 fields) take no part. The first conflict in
 address order raises a TopologyError whose subject is the party at fault as ``SUBJECT_RANK`` says
@@ -166,8 +168,8 @@ def check_endpoints(topology, peers, standins):
             for internal in node.internals:
                 internals.setdefault(internal.ip, node)
     for node in topology.nodes:  # sorted by name
-        if node.endpoint is None or "endpoint" in standins.get(node.name, ()):
-            continue
+        if node.endpoint is None or node.behind_nat or "endpoint" in standins.get(node.name, ()):
+            continue  # a node behind NAT is reached at its mapping, never at its endpoint (engine/relays.py)
         if node.endpoint in seen:
             raise TopologyError("%s is also the endpoint of node %r"
                                 % (node.endpoint, seen[node.endpoint].name), node_subject(node.name), "endpoint")

@@ -26,7 +26,8 @@ deliberate and marked "beyond Kilo" below:
 * plain hosts without a pod CIDR: the segment's allowed IPs are the internal IPs and the WireGuard
   IP; no pod routes; the ``from <pod CIDR>`` IPIP rule is left out (Kilo always has a pod CIDR).
 * nodes without an endpoint may join a location (as non-leaders); a segment with no endpoint at
-  all is an error (Kilo would simply skip such nodes).
+  all (Kilo would simply skip such nodes), or whose nodes are all marked ``behind_nat``, is
+  reached through a relay (``engine/relays.py``), or the mesh is refused there.
 
 Beyond Kilo: a node may have several pod ranges (Calico's IPAM blocks, Cilium's pool CIDRs).
 Each is an allowed IP, a route, a ``from`` rule, a NAT source and a forward range wherever Kilo
@@ -94,10 +95,11 @@ from __future__ import absolute_import, division, print_function
 import gc
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, peer_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.engine import relays
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
     NO_SIDE, OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
 
@@ -171,8 +173,9 @@ def segment_key(node, granularity):
 class Topology(object):
     """The shared structure of one mesh; ``plan(name)`` renders one node's plan."""
 
-    def __init__(self, nodes, peers, options=None):
+    def __init__(self, nodes, peers, options=None, now=None):
         self.opts, self.nodes, self.peers = parse_inputs(nodes, peers, options)
+        self.now = now  # beyond Kilo: the time timed inputs count at (engine/relays.py); None: none count
         self.compat = self.opts["compatibility"]
         # a dual-stack mesh routes each IP family on its own, primary first; a single-stack mesh
         # routes as Kilo does, whatever the families of its addresses (family None: unsplit)
@@ -183,6 +186,8 @@ class Topology(object):
         self.tunnel_device = FLANNEL if self.compat == "flannel" else TUNNEL
         self.by_name = dict((n.name, n) for n in self.nodes)
         self._segments()
+        # beyond Kilo: segments nobody reaches, through relays (None: every segment is reachable)
+        self.relays = relays.plan(self, find_leader)
         if self.dual:
             self._check_gateways()
         self._peers()
@@ -211,13 +216,8 @@ class Topology(object):
             else:
                 seg.group = key
             leader = find_leader(seg.members)
-            if leader is None:
-                if key.startswith("node:"):
-                    raise TopologyError("the node is its own segment (%s) and needs an endpoint" % key,
-                                        node_subject(seg.members[0].name), "endpoint")
-                raise TopologyError("no node of segment %s has an endpoint" % key,
-                                    Subject("location", seg.location), "endpoint")
-            seg.leader = seg.members[leader]
+            # no member with an endpoint: relays.plan chooses its leader, or refuses the mesh
+            seg.leader = None if leader is None else seg.members[leader]
             allowed = []
             alips = {}
             for node in seg.members:
@@ -363,13 +363,14 @@ class Topology(object):
     def segment_endpoint(self, seg, viewer=None):
         """A leader's endpoint as seen from ``viewer``: its discovered one when it keeps alive."""
         leader = seg.leader
+        endpoint = leader.endpoint, leader.endpoint_ip
         if leader.keepalive > 0:
             found = viewer.discovered.get(leader.key) if viewer is not None else None
             if found is None:
                 found = self.discovered.get(leader.key)
             if found is not None:
-                return found[0], found[1]
-        return leader.endpoint, leader.endpoint_ip
+                endpoint = found[0], found[1]
+        return endpoint if self.relays is None else self.relays.endpoint(seg, viewer, endpoint)
 
     def peer_endpoint(self, peer, viewer=None):
         if peer.keepalive > 0:
@@ -408,6 +409,8 @@ class Topology(object):
         plan["routes"] = routes
         plan["rules"] = rules
         plan["firewall"] = self._firewall(node, leader)
+        if self.relays is not None:
+            self.relays.firewall(node, plan["firewall"])
         # Kilo's enc.Set(): flannel's does nothing
         encapsulating = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
         # IPIP carries IPv4 only: a dual-stack mesh's tunl0 takes its address from the first IPv4 range
@@ -447,7 +450,7 @@ class Topology(object):
             if peer.psk:
                 entry["preshared_key"] = peer.psk
             out.append(entry)
-        return out
+        return out if self.relays is None else self.relays.wireguard_peers(node, out)
 
     # --- per IP family (family None: a single-stack mesh, every address as Kilo takes it) ---
 
@@ -745,15 +748,16 @@ def _host_net(ip):
     return ipaddress.ip_network(ip)
 
 
-def build_plans(nodes, peers, options=None, only=None, check=None):
+def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
     """Validate, compute the mesh once, render the plans of ``only`` (default: every node);
     ``check(topology)``, when given, is called on the mesh before any plan is rendered (a caller's
-    own checks of the same computation: kilo.mesh.topology's conflicts between parties).
+    own checks of the same computation: kilo.mesh.topology's conflicts between parties). ``now``
+    (seconds): the time the nodes' timed inputs count at (``engine/relays.py``); None: none do.
 
     Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
-    topology = Topology(nodes, peers or [], options)
+    topology = Topology(nodes, peers or [], options, now)
     if check is not None:
         check(topology)
     names = [n.name for n in topology.nodes] if only is None else list(only)
@@ -769,8 +773,13 @@ def build_plans(nodes, peers, options=None, only=None, check=None):
     finally:
         if enabled:
             gc.enable()
-    return {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
-            "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
+    result = {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
+              "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
+    if topology.relays is not None:  # beyond Kilo: a relayed mesh says which pairs go through whom
+        topology.relays.segments_out(result["segments"])
+        result["paths"] = topology.relays.paths()
+        result["next_change"] = topology.relays.next_change()
+    return result
 
 
 def listen_port(endpoint, port, subject=None, field="endpoint"):

@@ -19,6 +19,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
     FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list, parse_subnets)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import relay_locations
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 ENCAPSULATIONS = tuple(OPTIONS["encapsulate"]["choices"])
@@ -76,6 +77,7 @@ def parse_options(options):
     for key in ("local", "cni", "forward_rules"):
         opts[key] = to_bool(opts[key], subject, key)
     opts["service_cidrs"] = parse_network_list(opts["service_cidrs"], subject, "service_cidrs")
+    opts["relays"] = relay_locations(opts["relays"], subject)
     return opts
 
 
@@ -105,7 +107,7 @@ class Node(object):
     __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
                  "internal_ip_str", "internal_host_cidr", "internals", "internal_strs", "internal_host_cidrs",
                  "sides", "pods", "pod_strs", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
-                 "keepalive", "alips", "discovered", "segment", "index")
+                 "keepalive", "alips", "discovered", "segment", "index", "behind_nat", "path_state", "relay_since")
 
 
 class Peer(object):
@@ -152,6 +154,9 @@ def parse_node(item, index, default_port, subnets=None):
     node.keepalive = value["persistent_keepalive"]
     node.alips = value["allowed_location_ips"]
     node.discovered = value["discovered_endpoints"]
+    # beyond Kilo: no other location reaches it at its endpoint (engine/relays.py)
+    node.behind_nat = value["behind_nat"]
+    node.path_state, node.relay_since = value["path_state"], value["relay_since"]
     node.index = index
     return node
 
