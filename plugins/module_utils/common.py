@@ -225,14 +225,21 @@ def kernel_module_available(name):
     return run_command(["modprobe", "-n", "-q", name])[0] == 0
 
 
-def run_command(argv, stdin=None):
-    """(returncode, stdout, stderr) of ``argv`` as text; a command that is missing gives 127."""
+def run_command(argv, stdin=None, timeout=None, text=True):
+    """(returncode, stdout, stderr) of ``argv``, as text (bytes when not ``text``, ``stdin`` too;
+    without ``stdin`` it reads /dev/null). A command that cannot run gives 127, one still running
+    after ``timeout`` seconds is killed and gives 124 (as timeout(1)); stderr says why."""
+    given = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     try:
-        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, check=False)
-    except OSError as e:
-        return 127, "", str(e)
-    return proc.returncode, proc.stdout, proc.stderr
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=text,
+                              timeout=timeout, check=False, **given)
+    except subprocess.TimeoutExpired:
+        why, rc = "still running after %s s" % timeout, 124
+    except (OSError, ValueError) as e:
+        why, rc = str(e), 127
+    else:
+        return proc.returncode, proc.stdout, proc.stderr
+    return (rc, "", why) if text else (rc, b"", why.encode("utf-8"))
 
 
 def run_checked(argv, error=KiloError, field=None, stdin=None, ok_codes=(0,), runner=run_command):
