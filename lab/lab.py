@@ -56,6 +56,12 @@ OVERLAY_DIRS = ["etc", "var/lib", "var/log", "usr/lib"]
 # Which hosts' login user needs a password for sudo: some (a checkerboard over location and host
 # index, so both kinds sit in every location and among the leaders), all, or none.
 SUDO_PASSWORD = ("some", "all", "none")
+# How a NAT router maps (``--nat-kind``): plain = masquerade and nothing else (inbound to a mapped
+# port passes, the lab's behaviour before NAT kinds); eim = masquerade keeping the source port
+# (endpoint-independent mapping, as home routers) with no unsolicited inbound; symmetric =
+# ``masquerade fully-random``, a new port per conntrack entry (per destination, as carrier-grade
+# NAT often does), no unsolicited inbound.
+NAT_KINDS = ("plain", "eim", "symmetric")
 # Files and directories `down` removes from the state dir (it never removes anything else,
 # so a second lab's state nested in the default state dir survives).
 STATE_ENTRIES = ["hosts", "ssh", "cp", "lab.json", "hosts.json", "inventory.yml",
@@ -173,9 +179,53 @@ def pick_mgmt_net():
     raise LabError("no free /%d left in %s for the management network" % (MGMT_BLOCK, MGMT_POOL))
 
 
+def nat_kinds(nat, nat_kind=None):
+    """{location index: NAT kind} of the NAT'd locations: ``nat_kind`` is one kind for all of them
+    (None: plain) or {index: kind} (the others plain); LabError for anything else."""
+    if nat_kind is None or isinstance(nat_kind, str):
+        kinds = dict((n, nat_kind or "plain") for n in nat)
+    else:
+        kinds = dict((n, "plain") for n in nat)
+        for n, kind in dict(nat_kind).items():
+            if int(n) not in kinds:
+                raise LabError("nat_kind: location %s is not behind NAT (nat: %s)" % (n, nat or "none"))
+            kinds[int(n)] = kind
+    for n, kind in kinds.items():
+        if kind not in NAT_KINDS:
+            raise LabError("nat_kind: %r (location %d) is not one of %s" % (kind, n, ", ".join(NAT_KINDS)))
+    return kinds
+
+
+def nat_ruleset(prefix, kind):
+    """The nft ruleset of a NAT router of ``kind`` (NAT_KINDS), in its own namespace."""
+    if kind == "plain":
+        return ("table inet %s_nat {\n  chain postrouting {\n"
+                "    type nat hook postrouting priority srcnat; policy accept;\n"
+                "    oifname \"wan0\" masquerade\n  }\n}\n" % prefix)
+    # The input drop matters as much as the forward drop: a packet from outside to a port no
+    # inside host has sent from yet gets a conntrack entry that is never confirmed (dropped), so
+    # it cannot claim the tuple and push masquerade to another port.
+    return ("table inet %s_nat {\n"
+            "  chain postrouting {\n"
+            "    type nat hook postrouting priority srcnat; policy accept;\n"
+            "    oifname \"wan0\" masquerade%s\n  }\n"
+            "  chain forward {\n"
+            "    type filter hook forward priority filter; policy drop;\n"
+            "    iifname \"in0\" accept\n"
+            "    ct state established,related accept\n  }\n"
+            "  chain input {\n"
+            "    type filter hook input priority filter; policy drop;\n"
+            "    iifname { \"in0\", \"lo\" } accept\n"
+            "    ct state established,related accept\n  }\n"
+            "}\n") % (prefix, " fully-random" if kind == "symmetric" else "")
+
+
 def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-             mgmt_net="198.18.0.0/20", prefix=DEFAULT_PREFIX, ipv6_only=None, user=None, sudo_password="some"):
+             mgmt_net="198.18.0.0/20", prefix=DEFAULT_PREFIX, ipv6_only=None, user=None, sudo_password="some",
+             nat_kind=None):
     """Address plan of a lab (pure; no side effects). Returns the lab description dict.
+
+    ``nat_kind``: how the NAT routers map (NAT_KINDS; see ``nat_kinds``), default plain.
 
     ``ipv6_only``: indices of locations whose underlay has IPv6 alone (no IPv4 on their LAN and
     internet links; implies ``ipv6``), to mesh an IPv6-only site with dual-stack ones.
@@ -208,6 +258,7 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
         raise LabError("user: %r must be a login name other than root (lowercase letters, digits, _ and -)" % (user,))
     if sudo_password not in SUDO_PASSWORD:
         raise LabError("sudo_password: %r is not one of %s" % (sudo_password, ", ".join(SUDO_PASSWORD)))
+    kinds = nat_kinds(nat, nat_kind)
     mgmt = ipaddress.ip_network(mgmt_net)
     if mgmt.prefixlen > MGMT_BLOCK or not mgmt.subnet_of(MGMT_POOL):
         raise LabError("mgmt_net: %s must be a /%d (or larger) inside %s" % (mgmt, MGMT_BLOCK, MGMT_POOL))
@@ -239,6 +290,10 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
                 "public_ip6": "2001:db8::%d" % (10 * i) if ipv6 else None,
                 "inside_ip": "198.51.100.254",
                 "inside_ip6": "2001:db8:ffff::254" if ipv6 else None,
+                "kind": kinds[i],
+                # remap() moves the router between these two (no host of a NAT'd location
+                # holds an address of its range)
+                "addresses": ["203.0.113.%d" % (10 * i), "203.0.113.%d" % (10 * i + 9)],
             }
         for k in range(1, hosts_per_location + 1):
             name = "%s-%d" % (loc, k)
@@ -423,9 +478,10 @@ class Lab(object):
 
     # -- up --------------------------------------------------------------------------
     def up(self, locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-           mgmt_net=None, timeout=60, ipv6_only=None, user=None, sudo_password="some"):
+           mgmt_net=None, timeout=60, ipv6_only=None, user=None, sudo_password="some", nat_kind=None):
         """Build the lab (see plan_lab for the options); its description. With ``user``, that
-        user logs in on every host and becomes root with sudo (see LOGIN_SCRIPT)."""
+        user logs in on every host and becomes root with sudo (see LOGIN_SCRIPT). ``nat_kind``:
+        NAT_KINDS, one for every NAT router or {location index: kind}."""
         if isinstance(nat, int):
             nat = [nat]
         fd = self._lock()
@@ -440,7 +496,8 @@ class Lab(object):
             try:
                 fcntl.flock(gfd, fcntl.LOCK_EX)
                 lab = plan_lab(locations, hosts_per_location, public_per_location, nat, ipv6,
-                               mgmt_net or pick_mgmt_net(), self.prefix, ipv6_only, user, sudo_password)
+                               mgmt_net or pick_mgmt_net(), self.prefix, ipv6_only, user, sudo_password,
+                               nat_kind)
                 if any(h["sudo"] == "password" for h in lab["hosts"].values()):
                     lab["become_password"] = secrets.token_urlsafe(12)
                 lab["state_dir"] = self.state_dir
@@ -551,10 +608,7 @@ class Lab(object):
         for loc, r in lab["routers"].items():
             _in_netns(r["netns"], ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward; "
                                    "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding"])
-            _in_netns(r["netns"], ["nft", "-f", "-"], input=(
-                "table inet %s_nat {\n  chain postrouting {\n"
-                "    type nat hook postrouting priority srcnat; policy accept;\n"
-                "    oifname \"wan0\" masquerade\n  }\n}\n" % p))
+            _in_netns(r["netns"], ["nft", "-f", "-"], input=nat_ruleset(p, r.get("kind", "plain")))
         self._start_keepers(lab, timeout)
 
     def _make_keys(self, lab):
@@ -860,6 +914,7 @@ class Lab(object):
         out["status"] = lab.get("status", "?") if all(alive) else (
             "degraded" if any(alive) else "dead")
         out["mgmt_net"] = lab["mgmt_net"]
+        out["routers"] = dict((loc, r.get("kind", "plain")) for loc, r in lab.get("routers", {}).items())
         return out
 
     def nsenter_argv(self, host, argv):
@@ -877,6 +932,97 @@ class Lab(object):
         kwargs.setdefault("text", True)
         return subprocess.run(self.nsenter_argv(host, argv), check=check, timeout=timeout, **kwargs)
 
+    # -- NAT and faults ----------------------------------------------------------------
+    def router(self, location):
+        """The NAT router of ``location`` (name or 1-based index): its description."""
+        lab = self.load() or {}
+        routers = lab.get("routers", {})
+        if isinstance(location, int):
+            location = location_name(location)
+        if location not in routers:
+            raise LabError("location %r: no NAT router (NAT'd: %s)" % (location, ", ".join(sorted(routers)) or "none"))
+        return routers[location]
+
+    def run_router(self, location, argv):
+        """Run argv in ``location``'s NAT router namespace (network namespace only)."""
+        return _in_netns(self.router(location)["netns"], list(argv), check=False)
+
+    def remap(self, location):
+        """Give ``location``'s NAT router its other public address: every mapping it held is gone
+        (masquerade forgets the translations of an address taken away) and the next packet out
+        of each inside host gets a new one, as a router restarted with a new address does. The
+        lab's files (inventory ``kilo_lab_nat_ip``, hosts.json) follow. Returns the new address."""
+        fd = self._lock()
+        try:
+            lab = self.load()
+            if isinstance(location, int):
+                location = location_name(location)
+            if not lab or location not in lab.get("routers", {}):
+                raise LabError("location %r: no NAT router" % (location,))
+            r = lab["routers"][location]
+            old = r["public_ip"]
+            choices = r.get("addresses") or ["203.0.113.%d" % (10 * r["index"]), "203.0.113.%d" % (10 * r["index"] + 9)]
+            new = choices[1] if old == choices[0] else choices[0]
+            # delete first: deleting a primary address deletes the secondaries of its subnet
+            _ip_batch(["addr del %s/24 dev wan0" % old, "addr add %s/24 dev wan0" % new], netns=r["netns"],
+                      what="re-addressing NAT router %s" % r["netns"])
+            # the kernel drops masqueraded entries of a removed address; flush the rest as well
+            # (established entries of the old address' inbound side), when conntrack is there
+            if shutil.which("conntrack"):
+                _in_netns(r["netns"], ["conntrack", "-F"], check=False)
+            r["public_ip"] = new
+            for h in lab["hosts"].values():
+                if h["nat"] and h["location"] == location:
+                    h["nat_ip"] = new
+            self._save(lab)
+            self._write_outputs(lab)
+            return new
+        finally:
+            os.close(fd)
+
+    def dark(self, host, keep_management=False):
+        """Make ``host`` (a lab host or a NAT router's location as ``nat-LOCATION``) drop every
+        packet it would receive, send or forward: table ``inet P_dark`` in its network namespace
+        (``keep_management``: SSH over mgmt0 still passes). ``light`` undoes it."""
+        rules = ['iifname "mgmt0" accept', 'oifname "mgmt0" accept'] if keep_management else []
+        chains = []
+        for chain, hook in (("input", "input"), ("output", "output"), ("forward", "forward")):
+            body = [r for r in rules if (r.startswith("iif") and hook != "output") or (r.startswith("oif") and hook == "output")]
+            chains.append("  chain %s {\n    type filter hook %s priority -300; policy drop;\n%s  }\n"
+                          % (chain, hook, "".join("    %s\n" % r for r in body)))
+        text = "table inet %s_dark {\n%s}\n" % (self.prefix, "".join(chains))
+        _in_netns(self._netns_of(host), ["nft", "-f", "-"], input=text)
+
+    def light(self, host):
+        """Undo ``dark``: the host's traffic passes again (a no-op when it was not dark)."""
+        ns = self._netns_of(host)
+        if _in_netns(ns, ["nft", "list", "table", "inet", "%s_dark" % self.prefix], check=False).returncode == 0:
+            _in_netns(ns, ["nft", "delete", "table", "inet", "%s_dark" % self.prefix])
+
+    def _netns_of(self, host):
+        lab = self.load() or {}
+        if host.startswith("nat-") and host[4:] in lab.get("routers", {}):
+            return lab["routers"][host[4:]]["netns"]
+        h = lab.get("hosts", {}).get(host)
+        if not h:
+            raise LabError("host %r: not in lab %s" % (host, self.prefix))
+        return h["netns"]
+
+
+def _nat_kind_arg(values):
+    """--nat-kind values -> plan_lab's nat_kind: None, one kind, or {index: kind}."""
+    if not values:
+        return None
+    if len(values) == 1 and "=" not in values[0]:
+        return values[0]
+    out = {}
+    for v in values:
+        index, sep, kind = v.partition("=")
+        if not sep or not index.isdigit():
+            raise LabError("--nat-kind %r: KIND alone, or LOCATION_INDEX=KIND for each of several" % v)
+        out[int(index)] = kind
+    return out
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="lab.py", description=__doc__.split("\n\n")[0])
@@ -889,6 +1035,10 @@ def main(argv=None):
     up.add_argument("public_per_location", type=int, nargs="?", default=1)
     up.add_argument("--nat", type=int, action="append", metavar="LOCATION_INDEX",
                     help="put this location's public hosts behind a masquerading router (repeatable)")
+    up.add_argument("--nat-kind", action="append", metavar="KIND|LOCATION_INDEX=KIND", default=None,
+                    help="how the NAT routers map: plain (default: masquerade, no filter), eim (source port kept,"
+                         " no unsolicited inbound) or symmetric (a random port per destination); KIND for every"
+                         " router, INDEX=KIND for one (repeatable)")
     up.add_argument("--ipv6", action="store_true", help="IPv6 too on every LAN and internet link")
     up.add_argument("--ipv6-only", type=int, action="append", metavar="LOCATION_INDEX",
                     help="this location's LAN and internet links carry IPv6 only (repeatable; implies --ipv6)")
@@ -913,7 +1063,8 @@ def main(argv=None):
             t = time.monotonic()
             desc = lab.up(args.locations, args.hosts_per_location, args.public_per_location,
                           args.nat, args.ipv6, args.mgmt_net, ipv6_only=args.ipv6_only,
-                          user=args.user, sudo_password=args.sudo_password)
+                          user=args.user, sudo_password=args.sudo_password,
+                          nat_kind=_nat_kind_arg(args.nat_kind))
             print("lab %s up: %d hosts in %d locations, mgmt %s, %.1fs; inventory %s"
                   % (lab.prefix, len(desc["hosts"]), len(desc["locations"]), desc["mgmt_net"],
                      time.monotonic() - t, lab.inventory))
@@ -933,7 +1084,8 @@ def main(argv=None):
                 for name, h in st["hosts"].items():
                     print("  %-10s %-5s pid=%-7s mgmt=%-13s lan=%-13s public=%s%s%s" % (
                         name, "up" if h["alive"] else "DEAD", h.get("pid"), h["mgmt_ip"], h["lan_ip"] or h["lan_ip6"],
-                        h["public_ip"] or h["public_ip6"] or "-", " nat=%s" % h["nat_ip"] if h["nat"] else "",
+                        h["public_ip"] or h["public_ip6"] or "-",
+                        " nat=%s (%s)" % (h["nat_ip"], st["routers"][h["location"]]) if h["nat"] else "",
                         " sudo=%s" % h["sudo"] if h.get("sudo") else ""))
             return 0 if st["status"] in ("up", "down") else 1
         elif args.cmd == "exec":

@@ -32,6 +32,9 @@ if [ "$MODE" = all ]; then
     qemu-system-x86 debootstrap cpio zstd xz-utils kmod
     # the real CNI plugins (bridge, host-local, loopback) for the CNI test
     containernetworking-plugins
+    # a shared registry for the job slicing test and the store's unit test (lab/redis_server.py
+    # starts its own server on a free port; the package's service is not used)
+    redis-server
   )
 fi
 missing=()

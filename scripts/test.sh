@@ -26,6 +26,8 @@ core_stage() {  # the command of the stage ansible-core-$1, run by .venv-core-$1
 }
 # lane|stage|command
 stages=(
+  # (tests/host/test_job_slicing.py, AWX job slicing, and tests/unit/test_registry_store.py start a
+  # redis-server of their own: Debian's redis-server, which scripts/setup.sh all installs)
   "labs|hosts|.venv/bin/python -m pytest -q -p no:cacheprovider tests/lab tests/host"
   "kube|kubernetes|KILO_REQUIRE_KUBE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kube"
   # the oldest and newest ansible-core of meta/runtime.yml's range (scripts/setup.sh's venvs):

@@ -35,7 +35,7 @@ def _extra_spec():
 
 
 class ActionModule(KiloAction):
-    SCOPES = ("mesh", "host", "key", "agent")
+    SCOPES = ("mesh", "plans", "host", "key", "agent")
     EXTRA_SPEC = _extra_spec()
 
     def run_kilo(self, args, task_vars):

@@ -20,6 +20,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import facts_from_
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import forget_registry_hosts, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import shown
 
 
 def unswitched_keys(task_vars, facts_var, rotation_var, rotating):
@@ -49,7 +50,7 @@ def keep_unswitched_keys(plan, keep):
 
 
 class ActionModule(KiloAction):
-    SCOPES = ("mesh", "inputs", "host")
+    SCOPES = ("mesh", "plans", "inputs", "host")
     EXTRA_SPEC = dict(topology_var=dict(type="str"), rotation_var=dict(type="str"),
                       takeover=dict(type="bool", default=False), forget=dict(type="bool", default=False))
 
@@ -101,4 +102,4 @@ class ActionModule(KiloAction):
         path = self.mesh(task_vars, args).registry_file
         if forget_registry_hosts(path, [host], self._task.check_mode):
             result["changed"] = True
-            result.setdefault("changes", {})["registry"] = ["forget %s in %s" % (host, path)]
+            result.setdefault("changes", {})["registry"] = ["forget %s in %s" % (host, shown(path))]

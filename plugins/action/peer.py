@@ -20,6 +20,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import registry_path, set_registry_peer
+from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import shown as registry_shown
 
 
 def canonical_client_args(args):
@@ -78,11 +79,11 @@ class ActionModule(KiloAction):
             entry = dict((field, peer[field]) for field in ENTRY_FIELDS)
         before = set_registry_peer(path, name, entry, check_mode=bool(self._task.check_mode))
         shown = entry if args["state"] == "present" else before
-        result = dict(changed=before != entry, registry=path,
+        result = dict(changed=before != entry, registry=registry_shown(path),
                       peer=dict(shown, name=name, preshared_key=None) if shown else None)
         if self._task.diff:
             result["diff"] = dict(before=before or {}, after=entry or {},
-                                  before_header="%s: peers.%s" % (path, name), after_header="%s: peers.%s" % (path, name))
+                                  before_header="%s: peers.%s" % (registry_shown(path), name), after_header="%s: peers.%s" % (registry_shown(path), name))
         warning = self._inventory_wins(task_vars, args, name)
         if warning:
             result["warnings"] = [warning]

@@ -20,6 +20,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph im
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result, stale_leaders, update_registry
+from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import shown
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import as_host_error, check_parties
 
 
@@ -34,11 +35,13 @@ ROTATION_LEAD = 5.0
 # while that one still runs its old key (dropped), and the second one's handshake then completes.
 # What the second sends over its old session in between is lost (the first removed that entry).
 ROTATING_GAP = 0.15
+# How often registry_wait reads the registry again.
+REGISTRY_POLL = 1.0
 
 
 class ActionModule(KiloAction):
     _requires_connection = False
-    SCOPES = ("mesh", "inputs")
+    SCOPES = ("mesh", "plans", "slicing", "inputs")
     EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False),
                       stand_ins=dict(type="bool", default=False))
 
@@ -56,7 +59,7 @@ class ActionModule(KiloAction):
         computed = mesh.computed()
         sections = peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options) if args["peer"] else None
         result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
-                      registry=mesh.registry_file, subnet=args["subnet"])
+                      registry=shown(mesh.registry_file), subnet=args["subnet"])
         if "paths" in computed:  # a relayed mesh (engine/relays.py): which pairs go through whom
             result["paths"] = computed["paths"]
         if sections is not None:
@@ -93,6 +96,10 @@ class ActionModule(KiloAction):
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
         batch = task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]]
         play = [h for h in batch if h in names]
+        waited = self.wait_for_hosts(mesh) if mesh.args.get("registry_wait") and not self._task.check_mode else None
+        if waited is not None:
+            names = set(n["name"] for n in mesh.nodes)
+            play = [h for h in batch if h in names]
         computed = mesh.computed(only=play, check=lambda topology: self.check_parties(task_vars, mesh, topology))
         mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:
@@ -101,8 +108,27 @@ class ActionModule(KiloAction):
                       segments=len(computed["segments"]), plans=len(play),
                       leaders=sorted(s["leader"] for s in computed["segments"]),
                       rotation=self.rotation(play, mesh.rotating, computed["plans"]))
+        if waited is not None:
+            result["registry_waited"] = waited
         result.update(missing_result(mesh.missing))
         return result
+
+    @staticmethod
+    def wait_for_hosts(mesh):
+        """``registry_wait``: this run's hosts written to the registry first, then the registry read
+        again every second until every host of the mesh group is known or the bound is reached;
+        returns the seconds waited (None when nobody was missing). Slices of one job (concurrent
+        ``--limit`` runs) each publish and then find each other's hosts, so each computes the plans
+        one run would."""
+        if not mesh.missing:
+            return None
+        update_registry(mesh.registry_file, mesh.fresh)
+        started = time.monotonic()
+        deadline = started + mesh.args["registry_wait"]
+        while mesh.missing and time.monotonic() < deadline:
+            time.sleep(min(REGISTRY_POLL, max(0.0, deadline - time.monotonic())))
+            mesh.read_registry_again()
+        return round(time.monotonic() - started, 1)
 
     @staticmethod
     def check_parties(task_vars, mesh, topology):

@@ -48,6 +48,46 @@ options:
       - Can also be given in the E(K8S_AUTH_SSL_CA_CERT) environment variable.
     type: path
     aliases: [ssl_ca_cert]
+  client_cert:
+    description:
+      - Path to a client certificate to authenticate with (with O(client_key)); with O(host) no config file is read.
+      - Can also be given in the E(K8S_AUTH_CERT_FILE) environment variable.
+    type: path
+    aliases: [cert_file]
+  client_key:
+    description:
+      - Path to the private key of O(client_cert).
+      - Can also be given in the E(K8S_AUTH_KEY_FILE) environment variable.
+    type: path
+    aliases: [key_file]
+  proxy:
+    description:
+      - URL of an HTTP proxy to reach the API server through. Proxy settings of the environment (E(HTTPS_PROXY))
+        are not read.
+      - Can also be given in the E(K8S_AUTH_PROXY) environment variable.
+    type: str
+  no_proxy:
+    description:
+      - Comma-separated hosts, domains, IPs and CIDRs reached without O(proxy).
+      - Can also be given in the E(K8S_AUTH_NO_PROXY) environment variable.
+    type: str
+  impersonate_user:
+    description:
+      - User name to act as; the credentials need the right to impersonate it.
+      - Can also be given in the E(K8S_AUTH_IMPERSONATE_USER) environment variable.
+    type: str
+  impersonate_groups:
+    description:
+      - Group to act in, with O(impersonate_user). One group at most (the client sends one C(Impersonate-Group)
+        header).
+      - Can also be given in the E(K8S_AUTH_IMPERSONATE_GROUPS) environment variable.
+    type: list
+    elements: str
 requirements:
-  - kubernetes (the Kubernetes Python client) on the controller
+  - kubernetes >= 22.6.0 (the Kubernetes Python client) on the controller; the tests run 37.0.2 there and Debian
+    12's 22.6.0 (C(python3-kubernetes)) in the node agent, which builds its client with the same code
+notes:
+  - These are client options of C(kubernetes.core) (its C(k8s_auth_options)) with the same names, aliases and
+    C(K8S_AUTH_*) environment variables. Not supported, with no option here - C(username) and C(password),
+    C(proxy_headers), C(persist_config), and a kubeconfig given as a mapping (a file only).
 """

@@ -75,19 +75,6 @@ options:
     type: list
     elements: str
     default: []
-  cni:
-    description:
-      - 'Kilo''s C(--cni) flag: masquerade traffic from the node''s pod CIDR, and keep the node''s CNI configuration
-        (C(cni_path)) pointing at that pod CIDR.'
-      - Defaults to the inventory variable C(kilo_cni), then to the default below.
-    type: bool
-    default: true
-  forward_rules:
-    description:
-      - Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules)).
-      - Defaults to the inventory variable C(kilo_forward_rules), then to the default below.
-    type: bool
-    default: false
   compatibility:
     description:
       - 'Kilo''s C(--compatibility) (add-on mode beside another CNI): which encapsulator carries traffic inside
@@ -136,6 +123,18 @@ options:
       - Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host when the play's
         host has none, as V(localhost)); C(.kilo-registry.json) there when that directory is an inventory source
         itself (Ansible would read the visible file as inventory).
+      - 'A Redis URL instead (V(redis://HOST:6379/0), V(rediss://...), V(unix:///PATH?db=0); a password as V(redis://:PASSWORD@HOST:6379/0),
+        shown masked; URL-encode a C($) in it as C(%24), since the option is a path and Ansible expands variables
+        in it) keeps the registry in Redis, where every controller, job and slice of an AWX or Automation Controller
+        job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs never lose
+        each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)), so meshes
+        may share a database. Needs the Python package C(redis) on the controller.'
+      - 'Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced with
+        its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB at most,
+        some thousands of hosts). Its client is the environment''s (C(K8S_AUTH_*), as AWX''s Kubernetes credential
+        sets them), else in-cluster, else the default kubeconfig; the query arguments C(kubeconfig) and C(context)
+        name another (C(kilo_kube) is not read for it). The credentials need get, create, update and delete of that
+        ConfigMap.'
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
   peers:
@@ -483,6 +482,18 @@ options:
       - Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host when the play's
         host has none, as V(localhost)); C(.kilo-registry.json) there when that directory is an inventory source
         itself (Ansible would read the visible file as inventory).
+      - 'A Redis URL instead (V(redis://HOST:6379/0), V(rediss://...), V(unix:///PATH?db=0); a password as V(redis://:PASSWORD@HOST:6379/0),
+        shown masked; URL-encode a C($) in it as C(%24), since the option is a path and Ansible expands variables
+        in it) keeps the registry in Redis, where every controller, job and slice of an AWX or Automation Controller
+        job reads and writes it (one hash field per host, written under Redis'' WATCH: concurrent runs never lose
+        each other''s update). The query argument C(key) names the mesh''s keys (default V(kilo-registry)), so meshes
+        may share a database. Needs the Python package C(redis) on the controller.'
+      - 'Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced with
+        its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB at most,
+        some thousands of hosts). Its client is the environment''s (C(K8S_AUTH_*), as AWX''s Kubernetes credential
+        sets them), else in-cluster, else the default kubeconfig; the query arguments C(kubeconfig) and C(context)
+        name another (C(kilo_kube) is not read for it). The credentials need get, create, update and delete of that
+        ConfigMap.'
       - Defaults to the inventory variable C(kilo_registry), then to the default below.
     type: path
 """
@@ -659,8 +670,9 @@ options:
   kube:
     description:
       - 'How the controller reaches the Kubernetes API - kubernetes.core''s client options as one mapping: C(kubeconfig),
-        C(context), C(host), C(api_key), C(ca_cert), C(validate_certs) (also C(ssl_ca_cert), C(verify_ssl)); each
-        one not given comes from its C(K8S_AUTH_*) environment variable, as for kubernetes.core''s modules.'
+        C(context), C(host), C(api_key), C(ca_cert), C(validate_certs) (also C(ssl_ca_cert), C(verify_ssl)), C(client_cert),
+        C(client_key), C(proxy), C(no_proxy), C(impersonate_user), C(impersonate_groups); each one not given comes
+        from its C(K8S_AUTH_*) environment variable, as for kubernetes.core''s modules.'
       - Read by every task that talks to the API - the write-back M(kilo.mesh.annotate), M(kilo.mesh.agent) (the
         role C(kilo.mesh.agent)), M(kilo.mesh.peer) with C(store=kubernetes) (C(playbooks/connect.yml)) and C(playbooks/kubernetes.yml);
         a task's own client options win. A host outside the mesh group (a connecting machine, V(localhost)) takes
@@ -684,6 +696,40 @@ options:
       - 'A file inside a directory given as inventory source is refused: Ansible would read it as inventory.'
       - Defaults to the inventory variable C(kilo_output_dir), then to the default below.
     type: path
+"""
+
+    PLANS = r"""
+options:
+  cni:
+    description:
+      - 'Kilo''s C(--cni) flag: masquerade traffic from the node''s pod CIDR, and keep the node''s CNI configuration
+        (C(cni_path)) pointing at that pod CIDR.'
+      - Defaults to the inventory variable C(kilo_cni), then to the default below.
+    type: bool
+    default: true
+  forward_rules:
+    description:
+      - Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules)).
+      - Defaults to the inventory variable C(kilo_forward_rules), then to the default below.
+    type: bool
+    default: false
+"""
+
+    SLICING = r"""
+options:
+  registry_wait:
+    description:
+      - Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans), the
+        role C(kilo.mesh.node)) waits, after writing its hosts' data to the registry (C(kilo_registry)), until every
+        host of the mesh group is known (this run, the registry or its Node), reading the registry again every second.
+      - For a job run as several concurrent C(--limit) slices (AWX job slicing) with a shared registry, so that
+        each slice's first run computes its plans with every other slice's hosts, as one run would. Hosts still
+        unknown then are left out with a warning naming them (the next run adds them).
+      - V(0) - no wait (a host without data is left out at once, as before).
+      - From V(0) to V(3600).
+      - Defaults to the inventory variable C(kilo_registry_wait), then to the default below.
+    type: int
+    default: 0
 """
 
     PLAN = r"""

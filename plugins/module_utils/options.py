@@ -13,6 +13,12 @@ Scopes say who reads an option:
 
 * ``mesh``: the topology engine (Kilo's flags); every host of a mesh must agree on them.
 * ``inputs``: where the controller finds the mesh (group, registry, nodes, peers).
+* ``plans``: what only the hosts' plans read, never the segments, leaders, WireGuard peers or the
+  graph (Kilo's C(--cni) and C(--iptables-forward-rules): firewall and CNI fields): the actions that
+  compute hosts' plans (kilo.mesh.topology, kilo.mesh.join, kilo.mesh.agent, kilo.mesh.validate), not
+  graph or showconf. Every host of a mesh must agree on them, as on ``mesh``.
+* ``slicing``: the run-once plan step of a play (kilo.mesh.topology with save_plans) waiting for the
+  other slices of a job.
 * ``host``: the converge backends on each host.
 * ``key``: kilo.mesh.key (the key file and IP discovery).
 * ``prepare``: kilo.mesh.prepare (packages, sysctls, the firewall port).
@@ -89,13 +95,13 @@ OPTIONS = dict([
             default=True),
     _option("service_cidrs", ("mesh",), "list", ["Service CIDRs that are never masqueraded (Kilo's C(--service-cidr))."],
             default=[], elements="str"),
-    _option("cni", ("mesh",), "bool", [
+    _option("cni", ("plans",), "bool", [
         "Kilo's C(--cni) flag: masquerade traffic from the node's pod CIDR, and keep the node's CNI"
         " configuration (C(cni_path)) pointing at that pod CIDR."],
-        default=True),
-    _option("forward_rules", ("mesh",), "bool", [
+        default=True, engine=True),
+    _option("forward_rules", ("plans",), "bool", [
         "Add FORWARD accept rules for the node's own ranges (Kilo's C(--iptables-forward-rules))."],
-        default=False),
+        default=False, engine=True),
     _option("compatibility", ("mesh",), "str", [
         "Kilo's C(--compatibility) (add-on mode beside another CNI): which encapsulator carries traffic"
         " inside a location.",
@@ -123,7 +129,30 @@ OPTIONS = dict([
         " and the peers added with M(kilo.mesh.peer) O(kilo.mesh.peer#module:store=registry).",
         "Defaults to C(kilo-registry.json) in the inventory directory (of the mesh group's first host"
         " when the play's host has none, as V(localhost)); C(.kilo-registry.json) there when that"
-        " directory is an inventory source itself (Ansible would read the visible file as inventory)."]),
+        " directory is an inventory source itself (Ansible would read the visible file as inventory).",
+        "A Redis URL instead (V(redis://HOST:6379/0), V(rediss://...), V(unix:///PATH?db=0); a password as"
+        " V(redis://:PASSWORD@HOST:6379/0), shown masked; URL-encode a C($) in it as C(%24), since the option is a path and"
+        " Ansible expands variables in it) keeps the registry in Redis, where every controller,"
+        " job and slice of an AWX or Automation Controller job reads and writes it (one hash field per host,"
+        " written under Redis' WATCH: concurrent runs never lose each other's update). The query argument"
+        " C(key) names the mesh's keys (default V(kilo-registry)), so meshes may share a database. Needs the"
+        " Python package C(redis) on the controller.",
+        "Where there is a cluster, V(kubernetes://NAMESPACE/NAME) keeps it in that ConfigMap instead (replaced"
+        " with its resourceVersion: a concurrent writer retries, no update is lost; deleted once empty; 1 MiB"
+        " at most, some thousands of hosts). Its client is the environment's (C(K8S_AUTH_*), as AWX's Kubernetes"
+        " credential sets them), else in-cluster, else the default kubeconfig; the query arguments C(kubeconfig)"
+        " and C(context) name another (C(kilo_kube) is not read for it). The credentials need get, create,"
+        " update and delete of that ConfigMap."]),
+    _option("registry_wait", ("slicing",), "int", [
+        "Seconds the run-once plan step (M(kilo.mesh.topology) with O(kilo.mesh.topology#module:save_plans),"
+        " the role C(kilo.mesh.node)) waits, after writing its hosts' data to the registry (C(kilo_registry)), until every"
+        " host of the mesh group is known (this run, the registry or its Node), reading the registry again"
+        " every second.",
+        "For a job run as several concurrent C(--limit) slices (AWX job slicing) with a shared registry, so"
+        " that each slice's first run computes its plans with every other slice's hosts, as one run would."
+        " Hosts still unknown then are left out with a warning naming them (the next run adds them).",
+        "V(0) - no wait (a host without data is left out at once, as before)."],
+        default=0, bounds=(0, 3600)),
     _option("peers", ("inputs",), "list", [
         "Outside WireGuard clients (Kilo's Peer resources), each with C(name), C(public_key), C(allowed_ips),"
         " and optionally C(endpoint), C(persistent_keepalive), C(preshared_key).",
@@ -328,7 +357,8 @@ OPTIONS = dict([
     _option("kube", ("kube",), "dict", [
         "How the controller reaches the Kubernetes API - kubernetes.core's client options as one mapping:"
         " C(kubeconfig), C(context), C(host), C(api_key), C(ca_cert), C(validate_certs) (also C(ssl_ca_cert),"
-        " C(verify_ssl)); each one not given comes from its C(K8S_AUTH_*) environment variable, as for"
+        " C(verify_ssl)), C(client_cert), C(client_key), C(proxy), C(no_proxy), C(impersonate_user),"
+        " C(impersonate_groups); each one not given comes from its C(K8S_AUTH_*) environment variable, as for"
         " kubernetes.core's modules.",
         "Read by every task that talks to the API - the write-back M(kilo.mesh.annotate), M(kilo.mesh.agent) (the"
         " role C(kilo.mesh.agent)), M(kilo.mesh.peer) with C(store=kubernetes) (C(playbooks/connect.yml)) and"
@@ -349,7 +379,7 @@ OPTIONS = dict([
         "A file inside a directory given as inventory source is refused: Ansible would read it as inventory."]),
 ])
 
-SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "kube", "output")
+SCOPES = ("mesh", "inputs", "host", "key", "prepare", "run", "registry", "connect", "agent", "kube", "output", "plans", "slicing")
 
 # Variables that are no longer read under this name: the old name -> what replaces it.
 DEPRECATED_VARS = dict(("kilo_kube_" + name, "kilo_kube.%s" % name)
@@ -393,6 +423,17 @@ _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
 def names(*scopes):
     """Option names of ``scopes``, in table order."""
     return [name for name, spec in OPTIONS.items() if any(s in spec["scopes"] for s in scopes)]
+
+
+def engine_names():
+    """The options the topology engine reads: Kilo's flags (``mesh``) and those of the ``plans``
+    scope marked ``engine``."""
+    return names("mesh") + [name for name in names("plans") if OPTIONS[name].get("engine")]
+
+
+def engine_defaults():
+    """{name: default} of engine_names()."""
+    return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in engine_names())
 
 
 def argument_spec(*scopes):
@@ -472,7 +513,7 @@ ROLES = {
             " call) and then M(kilo.mesh.join) on each host. Every option is read from the"
             " inventory variable named here (Kilo's default otherwise); the roles have no defaults of their own.",
             "The mesh is the whole group, not the play - hosts outside C(--limit) keep their peers through the registry."],
-        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run", "kube"),
+        "scopes": ("mesh", "plans", "slicing", "inputs", "host", "key", "prepare", "run", "kube"),
     },
     "connect": {
         "short": "Connect a machine outside the mesh as a peer, like kgctl connect",
@@ -500,7 +541,7 @@ ROLES = {
             " supervised daemon); otherwise it stops and removes it. C(playbooks/site.yml) runs it after the mesh's"
             " converge.",
             "The agent reads the same C(kilo_*) variables as the push run (mesh, host and key options)."],
-        "scopes": ("agent", "mesh", "host", "key", "run", "kube"),
+        "scopes": ("agent", "mesh", "plans", "host", "key", "run", "kube"),
     },
     "mesh": {
         "short": "Deprecated - the old name of the role kilo.mesh.node, kept for one release",
@@ -508,7 +549,7 @@ ROLES = {
             "Runs the role C(kilo.mesh.node) with the same variables; use that role instead (this one goes in 1.0.0).",
             "Its old variable C(mesh_state) still works and is C(kilo_state); the other old C(mesh_*) variables are"
             " the C(kilo_*) ones listed here."],
-        "scopes": ("mesh", "inputs", "host", "key", "prepare", "run", "kube"),
+        "scopes": ("mesh", "plans", "slicing", "inputs", "host", "key", "prepare", "run", "kube"),
         "extra": {"mesh_state": {
             "description": ["Deprecated - C(kilo_state): V(absent) removes exactly what this collection owns on the host."],
             "type": "str", "choices": ["present", "absent"], "required": False}},

@@ -39,9 +39,11 @@ description:
 extends_documentation_fragment:
   - kilo.mesh.options.agent
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
   - kilo.mesh.options.host
   - kilo.mesh.options.key
   - kilo.mesh.kubernetes
+  - kilo.mesh.attributes
 options:
   python:
     description:
@@ -73,11 +75,9 @@ options:
     type: str
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Cluster objects are compared with a server-side dry run; no token is requested.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The app's digest, the configuration, the unit and the kubeconfig's server, CA digest, identity and expiry - never the token.
 notes:
@@ -121,10 +121,12 @@ pid:
   description: The PID of the agent's main process (the unit's, else the supervisor's), null in check mode before a start.
   returned: always
   type: int
+  sample: 4242
 restarted:
   description: Whether a running agent was restarted (its app, configuration, kubeconfig or unit changed).
   returned: always
   type: bool
+  sample: false
 node:
   description: The Node the agent is for.
   returned: always
@@ -134,6 +136,7 @@ app_digest:
   description: The sha256 digest of the agent's zip application.
   returned: when O(state=present)
   type: str
+  sample: "4f1e5c3a9b0d7e26c8a1f3b5d7092e4c6a8b0d2f4e6a8c0b2d4f6a8c0e2b4d6f"
 """
 
 import os
@@ -159,7 +162,7 @@ INTERNAL_SPEC = dict(
 
 
 def run_module():
-    spec = argument_spec("agent", "mesh", "host", "key")
+    spec = argument_spec("agent", "mesh", "plans", "host", "key")
     spec.update(client_spec())
     spec.update(INTERNAL_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)

@@ -44,6 +44,7 @@ extends_documentation_fragment:
   - kilo.mesh.kubernetes
   - kilo.mesh.options.mesh
   - kilo.mesh.options.inputs
+  - kilo.mesh.attributes
 options:
   node:
     description:
@@ -83,10 +84,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reads the Node, reports whether an annotation would change, sends no patch.
+    details: Reads the Node, reports whether an annotation would change, sends no patch.
   diff_mode:
     support: full
-    description: Shows the agent annotations (without C(last-seen)) before and after.
+    details: Shows the agent annotations (without C(last-seen)) before and after.
 notes:
   - The identity needs C(get) and C(patch) on C(nodes) (the ClusterRole of C(manifests/rbac.yaml)).
   - Do not run Kilo's agent on the same cluster at the same time; between runs no agent refreshes
@@ -117,6 +118,7 @@ node:
   description: Name of the Node.
   returned: success
   type: str
+  sample: "aws-1"
 annotations:
   description: The agent annotations of the Node after the task (without C(last-seen)); in check mode, what they would be.
   returned: success
@@ -128,6 +130,7 @@ last_seen:
   description: Unix time written to C(kilo.squat.ai/last-seen) (not written in check mode); null with O(state=absent).
   returned: success
   type: int
+  sample: 1764288000
 handed_back:
   description: With O(handback_timeout), the C(last-seen) the other agent wrote and the seconds waited for it.
   returned: when O(handback_timeout) is set and the task wrote

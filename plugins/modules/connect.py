@@ -32,6 +32,7 @@ description:
 extends_documentation_fragment:
   - kilo.mesh.options.connect
   - kilo.mesh.options.host
+  - kilo.mesh.attributes
 options:
   group:
     description:
@@ -67,10 +68,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports exactly what would change and changes nothing.
+    details: Reports exactly what would change and changes nothing.
   diff_mode:
     support: full
-    description: Shows peers, addresses, routes and firewall before and after, without keys.
+    details: Shows peers, addresses, routes and firewall before and after, without keys.
 notes:
   - The option O(state) of the host options is not read; O(connect_state) says whether the peer stays.
   - Endpoints given as DNS names are resolved by WireGuard and are not pinned; with a default route through the
@@ -114,16 +115,20 @@ changes:
   description: What changed (or would change in check mode), by backend.
   returned: always
   type: dict
+  sample: {"wireguard": ["add peer location:aws"], "netstate": ["add route 10.4.0.1/32 dev kilo0"]}
 address:
   description: The peer's address on its interface.
   returned: when connect_state is present
   type: str
+  sample: "10.5.0.1/32"
 peers:
   description: Number of WireGuard peers (segments of the mesh and other peers).
   returned: when connect_state is present
   type: int
+  sample: 3
 routes:
   description: Number of routes in the plan.
   returned: when connect_state is present
   type: int
+  sample: 4
 """

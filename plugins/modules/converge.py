@@ -67,13 +67,14 @@ options:
 extends_documentation_fragment:
   - kilo.mesh.options.plan
   - kilo.mesh.options.host
+  - kilo.mesh.attributes
 attributes:
   check_mode:
     support: full
-    description: Reports exactly what would change and changes nothing.
+    details: Reports exactly what would change and changes nothing.
   diff_mode:
     support: full
-    description: Shows peers, addresses, routes, rules, firewall, the stored plan and the boot unit before and
+    details: Shows peers, addresses, routes, rules, firewall, the stored plan and the boot unit before and
       after, without keys.
 notes:
   - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
@@ -108,6 +109,7 @@ leader:
   description: Whether this host leads its segment.
   returned: when state is present
   type: bool
+  sample: true
 need:
   description: What the host lacks before it can converge (V(app) - the zip application); nothing changed.
     The action plugin sends it and calls again, so a playbook never sees it.

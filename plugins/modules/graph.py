@@ -30,6 +30,7 @@ extends_documentation_fragment:
   - kilo.mesh.options.mesh
   - kilo.mesh.options.inputs
   - kilo.mesh.options.output
+  - kilo.mesh.attributes
 options:
   dest:
     description:
@@ -70,10 +71,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: The graph is computed and rendered; O(dest) is not written; the task reports changed when it would be.
+    details: The graph is computed and rendered; O(dest) is not written; the task reports changed when it would be.
   diff_mode:
     support: none
-    description: Returns a picture, not differences.
+    details: Returns a picture, not differences.
 seealso:
   - module: kilo.mesh.topology
   - module: kilo.mesh.showconf
@@ -135,28 +136,34 @@ hub:
   description: Whether the leader links are drawn as one C(WireGuard mesh) node.
   returned: success
   type: bool
+  sample: false
 segments:
   description: Number of segments (clusters).
   returned: success
   type: int
+  sample: 3
 nodes:
   description: Number of nodes drawn.
   returned: success
   type: int
+  sample: 6
 peers:
   description: Number of outside peers drawn.
   returned: success
   type: int
+  sample: 1
 missing:
   description: Hosts of the group left out because neither this run nor the registry knows their key or endpoint.
   returned: when any
   type: list
   elements: str
+  sample: ["gcp-2"]
 stand_ins:
   description: With O(stand_ins), the hosts drawn with stand-in keys - those that still need their first run.
   returned: when O(stand_ins) is true
   type: list
   elements: str
+  sample: ["azure-1"]
 lines:
   description:
     - What the task did, for people - the counts, the file written, the hosts drawn with stand-ins or left out;

@@ -28,8 +28,10 @@ description:
   - Formerly C(kilo.mesh.mesh); that name still works and is deprecated.
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
   - kilo.mesh.options.inputs
   - kilo.mesh.options.host
+  - kilo.mesh.attributes
 options:
   topology_var:
     description:
@@ -70,10 +72,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports exactly what would change and changes nothing.
+    details: Reports exactly what would change and changes nothing.
   diff_mode:
     support: full
-    description: Shows peers, addresses, routes, rules and firewall before and after, without keys.
+    details: Shows peers, addresses, routes, rules and firewall before and after, without keys.
 notes:
   - Private and preshared keys never appear in results or diffs.
 seealso:
@@ -109,24 +111,30 @@ changes:
   description: What changed (or would change in check mode), by backend.
   returned: always
   type: dict
+  sample: {"wireguard": ["add peer location:gcp"], "netstate": ["add route 10.2.0.0/16 via 10.4.0.2 dev kilo0"]}
 segment:
   description: This host's segment.
   returned: when state is present
   type: str
+  sample: location:aws
 leader:
   description: Whether this host leads its segment.
   returned: when state is present
   type: bool
+  sample: true
 address:
   description: WireGuard address of this host (leaders only).
   returned: when state is present
   type: str
+  sample: 10.4.0.1/16
 peers:
   description: Number of WireGuard peers in the plan.
   returned: when state is present
   type: int
+  sample: 2
 routes:
   description: Number of routes in the plan.
   returned: when state is present
   type: int
+  sample: 6
 """

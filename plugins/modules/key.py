@@ -45,6 +45,7 @@ options:
 extends_documentation_fragment:
   - kilo.mesh.options.key
   - kilo.mesh.options.prepare
+  - kilo.mesh.attributes
 notes:
   - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
     that does not run as root fails first, before anything changes, with a message naming the host and that fix.
@@ -59,11 +60,9 @@ notes:
     ranges), any IPv6 address not starting with fd00.
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode a missing key is reported as to be created; RV(public_key) is then that of an unsaved stand-in key and RV(pending) is true.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: partial
     details: With O(prepare), the sysctls, the boot file and the port state before and after, as M(kilo.mesh.prepare) shows them.
 seealso:
@@ -112,6 +111,7 @@ pending:
   description: True in check mode when the key does not exist yet and RV(public_key) is a stand-in.
   returned: when O(state=present)
   type: bool
+  sample: false
 internal_ip:
   description:
     - The chosen internal (private) IP with its prefix length, or null when the host has no private address.

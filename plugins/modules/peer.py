@@ -72,13 +72,14 @@ options:
 extends_documentation_fragment:
   - kilo.mesh.kubernetes
   - kilo.mesh.options.registry
+  - kilo.mesh.attributes
 attributes:
   check_mode:
     support: full
-    description: The server checks the change as a dry run (schema, permissions); nothing is stored.
+    details: The server checks the change as a dry run (schema, permissions); nothing is stored.
   diff_mode:
     support: full
-    description: The spec before and after; the preshared key is masked.
+    details: The spec before and after; the preshared key is masked.
 notes:
   - With O(store=kubernetes), a client option not given in the task comes from the inventory variable
     C(kilo_kube) (a mapping of these options) of this host, or of the mesh group's first host for a host
@@ -88,7 +89,7 @@ notes:
     so a second run with the same options changes nothing.
   - A missing C(Peer) CRD (the server answers 404 for the resource type) fails with a pointer to C(playbooks/kubernetes.yml).
 requirements:
-  - kubernetes (the Kubernetes Python client) where the module runs
+  - kubernetes >= 22.6.0 (the Kubernetes Python client) where the module runs
 seealso:
   - module: kilo.mesh.showconf
   - plugin: kilo.mesh.kubernetes

@@ -47,13 +47,14 @@ options:
     default: present
 extends_documentation_fragment:
   - kilo.mesh.options.prepare
+  - kilo.mesh.attributes
 attributes:
   check_mode:
     support: full
-    description: Probes and reports what would change; writes no sysctl, file or firewall rule.
+    details: Probes and reports what would change; writes no sysctl, file or firewall rule.
   diff_mode:
     support: full
-    description: Shows the sysctls, the boot file and the port state before and after (with O(state=absent), the boot
+    details: Shows the sysctls, the boot file and the port state before and after (with O(state=absent), the boot
       file and the ports of our nftables rules).
 notes:
   - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
@@ -100,6 +101,7 @@ kernel_module:
   description: Whether the WireGuard kernel module is loaded or loadable.
   returned: when O(state=present)
   type: bool
+  sample: true
 firewall:
   description: The active firewall (V(firewalld), V(ufw) or V(nftables)), null when none.
   returned: when O(state=present)
@@ -126,6 +128,7 @@ unknown_sysctls:
   returned: when O(state=present)
   type: list
   elements: str
+  sample: []
 changes:
   description: What changed (or would change in check mode).
   returned: always

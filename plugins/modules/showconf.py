@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - kilo.mesh.options.mesh
   - kilo.mesh.options.inputs
   - kilo.mesh.options.output
+  - kilo.mesh.attributes
 options:
   dest:
     description:
@@ -72,10 +73,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Computes only; O(dest) is not written, the task reports changed when it would be.
+    details: Computes only; O(dest) is not written, the task reports changed when it would be.
   diff_mode:
     support: none
-    description: Returns a configuration, not differences.
+    details: Returns a configuration, not differences.
 seealso:
   - module: kilo.mesh.topology
   - name: kgctl showconf
@@ -133,10 +134,12 @@ lines:
   returned: success
   type: list
   elements: str
+  sample: ["[Interface]", "ListenPort = 51820", "", "[Peer]", "PublicKey = Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0="]
 dest:
   description: The absolute path written (or, in check mode, that would be).
   returned: when O(dest) is given
   type: str
+  sample: "/home/ops/mesh/aws-1.conf"
 data:
   description:
     - The same as data. With O(as_peer), the C(Peer) resource (C(apiVersion), C(kind), C(metadata.name),
@@ -146,9 +149,11 @@ data:
       C(endpoint), C(allowed_ips), C(persistent_keepalive), and C(preshared_key) (V(true)) where one is set.
   returned: success
   type: dict
+  sample: {"interface": {"listen_port": 51820}, "peers": []}
 missing:
   description: Hosts of the group left out because neither this run nor the registry knows their key or endpoint.
   returned: when any
   type: list
   elements: str
+  sample: ["gcp-2"]
 """

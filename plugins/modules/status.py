@@ -65,13 +65,15 @@ options:
     description: Name of the registered result of this module on each host, read with O(summary).
     type: str
     default: kilo_status
+extends_documentation_fragment:
+  - kilo.mesh.attributes
 attributes:
   check_mode:
     support: full
-    description: Reads only; O(textfile) is not written in check mode.
+    details: Reads only; O(textfile) is not written in check mode.
   diff_mode:
     support: none
-    description: Reports state, not differences.
+    details: Reports state, not differences.
 notes:
   - Runs as root on the host - log in as root, or let Ansible become root (C(-b), C(ansible_become)). A call
     that does not run as root fails first, with a message naming the host and that fix (not root, it could read
@@ -113,10 +115,12 @@ in_mesh:
   description: Whether the WireGuard interface exists.
   returned: on a host
   type: bool
+  sample: true
 leader:
   description: Whether the host leads its segment (its interface is up).
   returned: on a host
   type: bool
+  sample: true
 location:
   description: The host's location (its child group of the mesh group).
   returned: on a host
@@ -134,6 +138,7 @@ public_key:
   description: The interface's public key.
   returned: on a host
   type: str
+  sample: "Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0="
 addresses:
   description:
     - Addresses on the interface (a leader's WireGuard IP; in a dual-stack mesh one of each IP family,
@@ -151,56 +156,70 @@ peers:
     public_key:
       description: The peer's public key.
       type: str
+      sample: "Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0="
     endpoint:
       description: Where WireGuard sends to the peer (V(ip:port)), null when unknown.
       type: str
+      sample: "203.0.113.20:51820"
     allowed_ips:
       description: The peer's allowed IPs.
       type: list
       elements: str
+      sample: ["10.4.0.2/32", "10.2.0.0/24"]
     latest_handshake:
       description: Unix time of the latest handshake, null when none.
       type: int
+      sample: 1764288000
     handshake_age:
       description: Seconds since the latest handshake, null when none.
       type: int
+      sample: 12
     rx_bytes:
       description: Bytes received from the peer.
       type: int
+      sample: 18244
     tx_bytes:
       description: Bytes sent to the peer.
       type: int
+      sample: 20512
     stale:
       description: Whether the handshake is older than O(stale_after) or never happened.
       type: bool
+      sample: false
 stale:
   description: Public keys of the peers whose tunnel is stale.
   returned: on a host
   type: list
   elements: str
+  sample: []
 textfile:
   description: The textfile path, when written.
   returned: when O(textfile) is given and not in check mode
   type: str
+  sample: "/var/lib/node_exporter/kilo.prom"
 metrics:
   description: The Prometheus text written to O(textfile).
   returned: when O(textfile) is given
   type: str
+  sample: "kilo_leader 1"
 lines:
   description: The mesh-wide table, one line per item (hosts, then tunnels, then a total).
   returned: with O(summary)
   type: list
   elements: str
+  sample: ["host   location  leader  peers  stale", "aws-1  aws       yes     2      0"]
 leaders:
   description: Hosts that lead their segment.
   returned: with O(summary)
   type: list
   elements: str
+  sample: ["aws-1", "gcp-1"]
 unreported:
   description: Hosts of the play without a status result (failed or unreachable).
   returned: with O(summary)
   type: list
   elements: str
+  sample: []
 """
 
 import time

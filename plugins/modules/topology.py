@@ -25,8 +25,11 @@ description:
   - The whole input is validated first; a bad value fails with a message naming the node or peer and the field.
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
+  - kilo.mesh.options.slicing
   - kilo.mesh.options.inputs
   - kilo.mesh.options.node_vars
+  - kilo.mesh.attributes
 options:
   peer:
     description:
@@ -61,10 +64,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Computes only; nothing is changed in either mode.
+    details: Computes only; nothing is changed in either mode.
   diff_mode:
     support: none
-    description: Returns plans, not differences.
+    details: Returns plans, not differences.
 seealso:
   - module: kilo.mesh.join
   - name: Kilo
@@ -112,11 +115,13 @@ plan_store:
   description: With O(save_plans), the controller directory holding each play host's plan.
   returned: when O(save_plans) is true
   type: str
+  sample: "/home/ops/.ansible/tmp/ansible-local-1234/kilo-plans-x1y2"
 leaders:
   description: With O(save_plans), the leader of every segment.
   returned: when O(save_plans) is true
   type: list
   elements: str
+  sample: ["aws-1", "gcp-1"]
 registry:
   description: Without O(save_plans), the registry file the mesh was read from (and O(registry)'s default resolved).
   returned: when O(save_plans) is false
@@ -138,15 +143,19 @@ plans:
     leader:
       description: Whether the node leads its segment.
       type: bool
+      sample: true
     segment:
       description: The segment key, such as C(location:aws) or C(node:db-1).
       type: str
+      sample: "location:aws"
     address:
       description: WireGuard address of a leader with the subnet's mask; null for non-leaders.
       type: str
+      sample: "10.4.0.1/16"
     listen_port:
       description: WireGuard listen port.
       type: int
+      sample: 51820
     peers:
       description:
         - WireGuard peers with C(name), C(public_key), C(endpoint), C(allowed_ips), C(persistent_keepalive).
@@ -154,23 +163,30 @@ plans:
           it carries.
       type: list
       elements: dict
+      sample:
+        - {"name": "location:gcp", "public_key": "Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0=",
+           "endpoint": "203.0.113.20:51820", "allowed_ips": ["10.4.0.2/32", "10.2.0.0/24"], "persistent_keepalive": 0}
     routes:
       description: Routes with C(dst) (a CIDR or a list of them), C(gateway), C(device), C(source), C(table), C(onlink).
       type: list
       elements: dict
+      sample: [{"dst": "10.2.0.0/24", "gateway": "10.4.0.2", "device": "kilo0", "source": null, "table": null, "onlink": false}]
     rules:
       description: Policy rules with C(src), C(dst), C(iif), C(table).
       type: list
       elements: dict
+      sample: [{"src": "10.1.0.0/24", "dst": "10.2.0.0/24", "iif": null, "table": 1107}]
     firewall:
       description:
         - C(nat_sources), C(nat_exempt_destinations), C(nat_destinations), C(forward_accept),
           C(ipip_accept_sources) (lists of CIDRs) and C(ipip_filter) (drop other IPIP).
         - C(relay_accept) on a relay (a mesh with locations behind NAT) - forward from the WireGuard interface back into it.
       type: dict
+      sample: {"nat_sources": ["10.4.0.0/16"], "forward_accept": ["10.4.0.0/16"]}
     tunnel_address:
       description: Address for C(tunl0) when the node encapsulates (Kilo's first pod address), else null.
       type: str
+      sample: null
 segments:
   description:
     - The segments with their location, leader, nodes, WireGuard IP and allowed IPs (with O(save_plans), their number).
@@ -179,6 +195,7 @@ segments:
   returned: success
   type: list
   elements: dict
+  sample: [{"key": "location:aws", "location": "aws", "leader": "aws-1", "nodes": ["aws-1", "aws-2"], "wireguard_ip": "10.4.0.1/16"}]
 paths:
   description:
     - In a mesh with locations behind NAT, each pair of segments with an end behind NAT - C(a), C(b) (segment keys),
@@ -186,24 +203,29 @@ paths:
   returned: when a location is behind NAT
   type: list
   elements: dict
+  sample: [{"a": "location:aws", "b": "location:home", "path": "relayed", "via": "location:gcp"}]
 graph:
   description: The topology as Graphviz DOT, like C(kgctl graph).
   returned: unless O(save_plans) is true
   type: str
+  sample: "digraph kilo { ... }"
 peer_config:
   description: With O(peer), the peer's C([Peer]) sections as data (C(preshared_key) is V(true) where one is set).
   returned: when O(peer) is set
   type: list
   elements: dict
+  sample: [{"public_key": "Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0=", "allowed_ips": ["10.4.0.1/32"], "endpoint": "203.0.113.10:51820"}]
 peer_conf:
   description: With O(peer), the same in wg-quick syntax, ready to append to the peer's own C([Interface]).
   returned: when O(peer) is set
   type: str
+  sample: "[Peer]\nPublicKey = Xp2rT0wK2r0dq5rP6r3L8qYz1sV3mN9bQ4cW7eR5tY0=\nAllowedIPs = 10.4.0.1/32\n"
 missing:
   description: Hosts of the group left out because neither this run nor the registry knows their key or endpoint.
   returned: when any
   type: list
   elements: str
+  sample: ["gcp-2"]
 stand_ins:
   description: With O(stand_ins), the hosts computed with stand-in keys and addresses - those that still need their first run.
   returned: when O(stand_ins) is true

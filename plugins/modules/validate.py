@@ -42,6 +42,8 @@ description:
   - Runs on the controller only (an action plugin).
 extends_documentation_fragment:
   - kilo.mesh.options.mesh
+  - kilo.mesh.options.plans
+  - kilo.mesh.options.slicing
   - kilo.mesh.options.inputs
   - kilo.mesh.options.host
   - kilo.mesh.options.key
@@ -54,6 +56,7 @@ extends_documentation_fragment:
   - kilo.mesh.options.output
   - kilo.mesh.options.node_vars
   - kilo.mesh.options.variables
+  - kilo.mesh.attributes
 options:
   connecting:
     description:
@@ -71,10 +74,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Checks only; nothing is changed in either mode.
+    details: Checks only; nothing is changed in either mode.
   diff_mode:
     support: none
-    description: Returns no differences.
+    details: Returns no differences.
 seealso:
   - module: kilo.mesh.join
   - module: kilo.mesh.topology
@@ -96,14 +99,17 @@ group:
   description: The mesh group (with O(group_only)).
   returned: with O(group_only)
   type: str
+  sample: kilo
 hosts:
   description: Hosts of the mesh group.
   returned: success
   type: int
+  sample: 6
 nodes:
   description: Hosts known with a key and an endpoint (the rest join once they have run kilo.mesh.key).
   returned: success
   type: int
+  sample: 5
 missing:
   description:
     - Hosts not known yet that this play does not reach (outside the play or C(--limit)), or that leave the
@@ -111,6 +117,7 @@ missing:
   returned: when some are missing
   type: list
   elements: str
+  sample: ["gcp-2"]
 joining:
   description:
     - Hosts not known yet that are hosts of this play with O(state=present) (C(kilo_state)). The play's
@@ -119,4 +126,5 @@ joining:
   returned: when some are joining
   type: list
   elements: str
+  sample: ["aws-1", "aws-2"]
 """

@@ -23,7 +23,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, argument_spec, out_of_bounds
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEPRECATED_VARS, OPTIONS, argument_spec, out_of_bounds
 from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_zip, ansible_internals, keepalive, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import MeshReading
@@ -362,7 +362,7 @@ class KiloAction(ActionBase):
         from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import ENV
         source = self.mesh_source(task_vars)
         var = OPTIONS["kube"]["var"]
-        found = self.variables(task_vars, source, [var] + [CLIENT_VAR + n for n in ENV])
+        found = self.variables(task_vars, source, [var] + [CLIENT_VAR + n for n in ENV if CLIENT_VAR + n in DEPRECATED_VARS])
         given = client_mapping(found.get(var), source)
         options = dict((n, args.get(n)) for n in ENV)
         for name in ENV:

@@ -5,23 +5,22 @@
 
 The mesh is every host of the ``kilo`` group, not the hosts of the play. Hosts that this run
 did not reach (``--limit``, unreachable, failed) keep their entry through the registry: a
-JSON file beside the inventory holding public data only (public keys, endpoints, IPs).
+JSON file beside the inventory, or Redis (``registry_store``), holding public data only (public
+keys, endpoints, IPs).
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import peer_addresses
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
     FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_VAR, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
+from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import FileStore, open_store
 
 # A node's fields -> the host variables that set them (Kilo's node annotations): the node table's.
 NODE_VARS = dict((field.name, field.var) for field in FIELDS.values() if field.var)
@@ -161,18 +160,8 @@ def in_directory_source(directory, sources):
 
 
 def read_registry(path):
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return {"hosts": {}, "peers": {}}
-    except ValueError as e:
-        raise InputError("not valid JSON: %s" % e, "registry %s" % path)
-    if not isinstance(data, dict) or not all(isinstance(data.get(k, {}), dict) for k in ("hosts", "peers")):
-        raise InputError("expected an object with 'hosts' and 'peers' mappings", "registry %s" % path)
-    data.setdefault("hosts", {})
-    data.setdefault("peers", {})
-    return data
+    """The registry's data at ``path`` (a file, or a Redis URL: registry_store)."""
+    return open_store(path).read()
 
 
 def mesh_peers(peers, registry):
@@ -200,20 +189,18 @@ def connect_peer(args, host, families=(), kubernetes=False):
 
 
 def update_registry(path, fresh):
-    """Merge this run's public facts into the registry; returns True when the file changed.
+    """Merge this run's public facts into the registry; returns True when it changed.
 
-    Hosts run their action plugins in parallel workers, so the merge happens under an
-    exclusive lock and the file is replaced atomically. Entries of other hosts are kept.
+    Hosts run their action plugins in parallel workers, and a sliced job runs several
+    ansible-playbook processes at once: the merge reads the registry again under the store's
+    lock (or watch) and writes only what changed (registry_store). Entries of other hosts are kept.
     """
     if not fresh:
         return False
-    try:
-        return _merge_registry(path, fresh)
-    except OSError as e:
-        raise InputError("cannot write it: %s" % e, "registry %s" % path)
+    return _change_registry(path, _merge(fresh))
 
 
-def _merge_registry(path, fresh):
+def _merge(fresh):
     def merge(data):
         changed = False
         for host, facts in fresh.items():
@@ -222,45 +209,38 @@ def _merge_registry(path, fresh):
                 data["hosts"][host] = dict(facts, last_seen=int(time.time()))
                 changed = True
         return changed
-    return _change_registry(path, merge)
+    return merge
 
 
-def _change_registry(path, change):
-    """Run ``change(data)`` on the registry under an exclusive lock (hosts run their action
-    plugins in parallel workers); when it returns true, replace the file atomically."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = read_registry(path)
-        changed = change(data)
-        if changed:  # 0600 as before (the temporary file's mode)
-            write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o600)
-        return changed
+def _change_registry(path, change, store=None):
+    """Run ``change(data)`` on the registry as it is now (registry_store: under a lock, or a watch
+    for Redis); what it changed is written."""
+    store = store or open_store(path)
+    try:
+        return store.change(change)
+    except OSError as e:
+        raise InputError("cannot write it: %s" % e, store.subject) from e
 
 
 def forget_registry_hosts(path, hosts, check_mode=False):
     """Take ``hosts`` out of the registry (playbooks/uninstall.yml, once their state is removed);
-    returns the hosts that had an entry. A registry left with no host and no peer is removed,
+    returns the hosts that had an entry. A registry file left with no host and no peer is removed,
     with its lock file: a mesh taken away leaves nothing beside the inventory. Check mode
     writes nothing (not even the lock file)."""
-    if check_mode or not os.path.exists(path):  # no registry: nothing to forget, no lock file made
-        return sorted(h for h in hosts if h in read_registry(path)["hosts"])
+    store = open_store(path)
+    if check_mode or not store.exists():  # no registry: nothing to forget, no lock file made
+        return sorted(h for h in hosts if h in store.read()["hosts"])
     gone = []
 
     def change(data):
         gone.extend(sorted(h for h in hosts if h in data["hosts"]))
         for host in gone:
             del data["hosts"][host]
-        if not data["hosts"] and not data["peers"] and os.path.exists(path):
-            os.unlink(path)  # under the lock; writers after it find no registry, as on a first run
-            os.unlink(path + ".lock")
-            return False
+        if not data["hosts"] and not data["peers"] and store.exists():
+            store.remove()  # under the lock; writers after it find no registry, as on a first run
+            return not isinstance(store, FileStore)  # Redis, Kubernetes: the removal is the write
         return bool(gone)
-    try:
-        _change_registry(path, change)
-    except OSError as e:
-        raise InputError("cannot write it: %s" % e, "registry %s" % path)
+    _change_registry(path, change, store)
     return gone
 
 
@@ -268,11 +248,12 @@ def set_registry_peer(path, name, entry, check_mode=False):
     """Store peer ``name`` as ``entry`` (None: remove it); returns the entry it had (None if none).
 
     The registry holds public data only: ``entry`` must not carry a preshared key."""
+    store = open_store(path)
     if (entry or {}).get("preshared_key"):
-        raise InputError("a preshared key never goes to the registry (public data only)", "registry %s" % path,
+        raise InputError("a preshared key never goes to the registry (public data only)", store.subject,
                          "peers.%s" % name)
-    if check_mode or (entry is None and not os.path.exists(path)):  # not even the lock file
-        return read_registry(path)["peers"].get(name)
+    if check_mode or (entry is None and not store.exists()):  # not even the lock file
+        return store.read()["peers"].get(name)
     before = []
 
     def change(data):
@@ -284,10 +265,7 @@ def set_registry_peer(path, name, entry, check_mode=False):
         else:
             data["peers"][name] = entry
         return True
-    try:
-        _change_registry(path, change)
-    except OSError as e:
-        raise InputError("cannot write it: %s" % e, "registry %s" % path)
+    _change_registry(path, change, store)
     return before[0]
 
 

@@ -24,7 +24,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     TopologyError, build_plans, listen_port, node_segment)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS, host_location, read_families
-from ansible_collections.kilo.mesh.plugins.module_utils.options import names
+from ansible_collections.kilo.mesh.plugins.module_utils.options import engine_defaults, engine_names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_mesh
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
@@ -133,8 +133,11 @@ def mark_stand_ins(computed, hosts):
 
 
 def engine_options(args):
-    """The options the topology engine reads (Kilo's flags)."""
-    return dict((k, args[k]) for k in names("mesh"))
+    """The options the topology engine reads (Kilo's flags); an action that computes no host's plan
+    (graph, showconf: no ``plans`` scope) leaves those to their defaults, which change no segment,
+    leader, WireGuard peer or graph."""
+    defaults = engine_defaults()
+    return dict((k, args[k] if k in args else defaults[k]) for k in engine_names())
 
 
 def not_a_node(group):
@@ -172,6 +175,12 @@ class MeshReading(object):
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
+
+    def read_registry_again(self):
+        """Forget what came from the registry (and all computed from it): the next question reads
+        it again (``registry_wait``: other slices of a job write it meanwhile)."""
+        for key in ("registry", "gathered", "peers", "planned", "checked", "computed"):
+            self._memo.pop(key, None)
 
     # --- what is read ---------------------------------------------------------------------
 

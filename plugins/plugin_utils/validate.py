@@ -128,7 +128,7 @@ def agree(per_host, group=None):
         return
     first = hosts[0]
     # pod_cidr_source: the mesh's (the agents' one informer and shared role); a node's own is kilo_node_pod_cidr_source
-    for name in names("mesh") + ["group", "registry", "peers", "pod_cidr_source"]:
+    for name in names("mesh", "plans") + ["group", "registry", "peers", "pod_cidr_source"]:
         for host in hosts[1:]:
             if per_host[host].get(name) != per_host[first].get(name):
                 if name == "peers":

@@ -275,3 +275,29 @@ def test_switching_backend_removes_what_the_other_one_made(namespaces):
     assert ours() == (False, False)
     assert run_backend(ns, "none", plan_fw(), ["remove"])["removed"] is False
     assert "kn_foreign" in sh("ip", "netns", "exec", ns, "nft", "list", "tables").stdout
+
+
+@pytest.mark.parametrize("kind", ["nftables", "iptables"])
+def test_relay_accept_rule_is_first_idempotent_and_removed_alone(namespaces, kind):
+    """A relay's rule (firewall.relay_accept) on the real tools: first in our forward chain, the
+    same on a re-run whatever it counted, gone when the plan stops relaying (the rest stays)."""
+    ns = namespaces()
+    relay = plan_fw(relay_accept=True)
+    out = run_backend(ns, kind, relay, ["apply", "check"])
+    assert out["planned"] and out["check"] == []
+    if kind == "nftables":
+        text = sh("ip", "netns", "exec", ns, "nft", "list", "chain", "inet", "kilo_mesh", "forward").stdout
+        rules = [l.strip() for l in text.splitlines() if "accept" in l and "policy" not in l]
+        assert rules[0].startswith('iifname "kilo0" oifname "kilo0" counter packets 0 bytes 0 accept'), rules
+    else:
+        fwd = [l for l in ipt_save(ns).splitlines() if l.startswith("-A KILO-FORWARD")]
+        assert fwd[0] == '-A KILO-FORWARD -i kilo0 -o kilo0 -m comment --comment "kilo.mesh" -j ACCEPT', fwd
+        # the plan has IPv6 (nat_sources): the rule in ip6tables too
+        assert fwd[0] in ipt_save(ns, "ip6tables")
+    assert run_backend(ns, kind, relay, ["check"])["check"] == []
+    out = run_backend(ns, kind, plan_fw(), ["apply", "check"])
+    # only removals: the rule (with iptables, IPv6's chain and jump that held nothing else too)
+    assert out["check"] == [] and any("kilo0" in line for line in out["planned"])
+    assert all(line.startswith("firewall (%s): remove " % kind) for line in out["planned"]), out["planned"]
+    listing = ipt_save(ns) if kind == "iptables" else sh("ip", "netns", "exec", ns, "nft", "list", "ruleset").stdout
+    assert "kilo0" not in listing and "10.96.1.0/24" in listing

@@ -84,8 +84,9 @@ def make_pki(directory, address="127.0.0.1"):
             .sign(ca_key, hashes.SHA256()))
     sa_key = ec.generate_private_key(ec.SECP256R1())
     paths = {name: os.path.join(directory, name)
-             for name in ("ca.crt", "server.crt", "server.key", "sa.key", "sa.pub")}
+             for name in ("ca.crt", "ca.key", "server.crt", "server.key", "sa.key", "sa.pub")}
     _write_pem(paths["ca.crt"], ca.public_bytes(serialization.Encoding.PEM))
+    _write_pem(paths["ca.key"], _key_pem(ca_key), private=True)  # client certificates of the tests
     _write_pem(paths["server.crt"], cert.public_bytes(serialization.Encoding.PEM))
     _write_pem(paths["server.key"], _key_pem(key), private=True)
     _write_pem(paths["sa.key"], _key_pem(sa_key), private=True)
@@ -120,7 +121,7 @@ class ApiServer:
         self._apiserver_argv = None
         self.detached = detached  # in a session of their own: they outlive the process that started them
         self.timeout = timeout
-        self.kubeconfig = self.host = self.ca_cert = self.token = self.user_token = None
+        self.kubeconfig = self.host = self.ca_cert = self.ca_key = self.token = self.user_token = None
         self.user_name = USER_NAME
         self.external = bool(os.environ.get("KILO_TEST_KUBECONFIG"))
         self.tmp = None
@@ -214,6 +215,7 @@ class ApiServer:
     def _start_apiserver(self):
         pki = make_pki(self.tmp, self.bind_address)
         self.ca_cert = pki["ca.crt"]
+        self.ca_key = pki["ca.key"]
         self.token = secrets.token_urlsafe(24)
         self.user_token = secrets.token_urlsafe(24)
         tokens = os.path.join(self.tmp, "tokens.csv")

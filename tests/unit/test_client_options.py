@@ -23,12 +23,18 @@ def test_each_option_is_kubernetes_cores_with_the_same_aliases():
         assert sorted(doc.get("aliases", [])) == sorted(AUTH_ARG_SPEC[name].get("aliases", [])), name
 
 
+def test_the_fragment_names_every_kubernetes_core_option_it_lacks():
+    notes = " ".join(yaml.safe_load(Ours.DOCUMENTATION)["notes"])
+    for name in set(CORE) - set(OURS):
+        assert "C(%s)" % name in notes, name
+
+
 def test_environment_variables_are_ones_kubernetes_core_reads():
     # kubernetes.core reads K8S_AUTH_<option> or K8S_AUTH_<client attribute> (AUTH_ARG_MAP)
     attribute = dict((option, attr) for attr, option in AUTH_ARG_MAP.items())
     assert set(kube_client.ENV) == set(OURS)
     for name, var in kube_client.ENV.items():
-        assert var in ("K8S_AUTH_" + name.upper(), "K8S_AUTH_" + attribute[name].upper()), name
+        assert var in ("K8S_AUTH_" + name.upper(), "K8S_AUTH_" + attribute.get(name, name).upper()), name
         assert var in " ".join(OURS[name]["description"]), name
         assert var in " ".join(CORE[name]["description"]), name
 
@@ -61,12 +67,14 @@ def test_kilo_kube_gives_each_option_the_task_does_not():
     hostvars = {"a": {"kilo_kube": {"kubeconfig": "/srv/other.kubeconfig", "context": "c", "verify_ssl": "no"}}}
     options, action = client_of(hostvars, "a", {"context": "mine"})
     assert options == {"kubeconfig": "/srv/other.kubeconfig", "context": "mine", "host": None, "api_key": None,
-                       "validate_certs": False, "ca_cert": None}
+                       "validate_certs": False, "ca_cert": None, "client_cert": None, "client_key": None, "proxy": None, "no_proxy": None,
+                       "impersonate_user": None, "impersonate_groups": None}
     assert not action.__dict__.get("_deprecations")
 
 
 def test_the_old_variables_still_work_and_say_they_are_deprecated():
-    assert sorted(DEPRECATED_VARS) == sorted("kilo_kube_" + n for n in kube_client.ENV)
+    # the six options there were before kilo_kube (the client options added since have no old name)
+    assert sorted(DEPRECATED_VARS) == sorted("kilo_kube_" + n for n in list(kube_client.ENV)[:6])
     hostvars = {"a": {"kilo_kube_kubeconfig": "/old", "kilo_kube": {"context": "c"}}}
     options, action = client_of(hostvars, "a")
     assert options["kubeconfig"] == "/old" and options["context"] == "c"
@@ -100,3 +108,17 @@ def test_kilo_kube_is_an_option_of_the_table_and_of_the_roles_that_reach_the_api
     from ansible_collections.kilo.mesh.plugins.module_utils.options import role_argument_specs
     for role in ("node", "agent", "connect", "mesh"):
         assert "kilo_kube" in role_argument_specs(role)["argument_specs"]["main"]["options"], role
+
+
+def test_awx_kubernetes_credential_environment_fills_the_client_options():
+    # What AWX's "OpenShift or Kubernetes API Bearer Token" credential injects into a job's
+    # environment (kubernetes.core's variables; the CA certificate as a file, the flag as True/False).
+    environ = {"K8S_AUTH_HOST": "https://203.0.113.10:6443", "K8S_AUTH_API_KEY": "token123",
+               "K8S_AUTH_VERIFY_SSL": "True", "K8S_AUTH_SSL_CA_CERT": "/runner/env/tmpca"}
+    auth = kube_client.auth_options({}, environ)
+    assert auth == {"kubeconfig": None, "context": None, "host": "https://203.0.113.10:6443", "api_key": "token123",
+                    "validate_certs": True, "ca_cert": "/runner/env/tmpca", "client_cert": None, "client_key": None, "proxy": None, "no_proxy": None,
+                    "impersonate_user": None, "impersonate_groups": None}
+    assert kube_client.auth_options({}, dict(environ, K8S_AUTH_VERIFY_SSL="False"))["validate_certs"] is False
+    # a task's or kilo_kube's own value wins over the credential's
+    assert kube_client.auth_options({"host": "https://198.51.100.7:6443"}, environ)["host"] == "https://198.51.100.7:6443"

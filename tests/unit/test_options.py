@@ -45,7 +45,7 @@ def test_documentation_agrees_with_the_table(module):
 
 
 def test_engine_defaults_come_from_the_table():
-    assert DEFAULT_OPTIONS == options.defaults("mesh")
+    assert DEFAULT_OPTIONS == options.engine_defaults()
 
 
 def test_every_option_has_a_variable_or_says_why_not():

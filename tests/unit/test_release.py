@@ -4,6 +4,7 @@ execution environment built for it (ansible-builder v3) gets the collection's co
 dependencies from meta/execution-environment.yml: the Kubernetes client and Graphviz."""
 import os
 import subprocess
+import re
 import sys
 import tarfile
 
@@ -26,13 +27,42 @@ def test_the_tarball_ships_no_checkout_files(tarball):
     with tarfile.open(str(tarball)) as tar:
         names = tar.getnames()
     for unwanted in ("ansible.cfg", ".gitignore", "inventory/kilo-topology.dot", "inventory/kilo-registry.json",
-                     "kilo-topology.dot", "kilo-topology.svg",
-                     "lab", "extensions", "Makefile", "tests/host", "requirements.txt"):
+                     "kilo-topology.dot", "kilo-topology.svg", "kilo-registry.json",
+                     "lab", "extensions", "Makefile", "tests/host", "requirements.txt",
+                     ".hypothesis", ".pytest_cache", ".ansible-lint", "changelogs/.plugin-cache.yaml",
+                     "changelogs/fragments"):
         assert not any(n == unwanted or n.startswith(unwanted + "/") for n in names), unwanted
     for wanted in ("plugins/modules/converge.py", "playbooks/site.yml", "roles/node/tasks/main.yml",
                    "meta/runtime.yml", "meta/execution-environment.yml", "bindep.txt", "requirements-ee.txt",
-                   "docs/docsite/rst/guide_day_two.rst"):
+                   "docs/docsite/rst/guide_day_two.rst", "CHANGELOG.rst", "changelogs/changelog.yaml"):
         assert wanted in names, wanted
+    # nothing at the top but the collection's own directories and files
+    top = set(n.split("/")[0] for n in names)
+    assert top <= {"CHANGELOG.rst", "FILES.json", "LICENSE", "MANIFEST.json", "README.md", "bindep.txt",
+                   "requirements-ee.txt", "changelogs", "docs", "inventory", "manifests", "meta", "playbooks",
+                   "plugins", "roles", "tests"}, sorted(top)
+    # no shipped file imports the parts the build leaves out (the lab driver, the scripts)
+    with tarfile.open(str(tarball)) as tar:
+        for member in tar.getmembers():
+            if member.name.endswith(".py"):
+                text = tar.extractfile(member).read().decode()
+                assert not re.search(r"^\s*(from|import) (lab|scripts)[. ]", text, re.M), member.name
+
+
+def test_the_release_is_0_2_0_with_its_changelog(tarball):
+    import json  # pylint: disable=import-outside-toplevel
+    import yaml  # pylint: disable=import-outside-toplevel
+    with tarfile.open(str(tarball)) as tar:
+        manifest = json.load(tar.extractfile("MANIFEST.json"))
+        changelog = yaml.safe_load(tar.extractfile("changelogs/changelog.yaml"))
+        notes = tar.extractfile("CHANGELOG.rst").read().decode()
+    info = manifest["collection_info"]
+    assert info["version"] == "0.2.0" and os.path.basename(str(tarball)) == "kilo-mesh-0.2.0.tar.gz"
+    assert "0.2.0" in changelog["releases"] and changelog["releases"]["0.2.0"]["changes"]["release_summary"]
+    assert "v0.2.0" in notes
+    # no placeholder addresses: the fields are either real or absent
+    for field in ("repository", "documentation", "issues", "homepage"):
+        assert not info.get(field) or "example" not in info[field], (field, info[field])
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ansible-builder")),

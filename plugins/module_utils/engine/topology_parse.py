@@ -18,13 +18,13 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 # The value parsers and the error live with the node table; the engine's importers find them here too.
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
     FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list, parse_subnets)
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, defaults
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, engine_defaults
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import relay_locations
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 ENCAPSULATIONS = tuple(OPTIONS["encapsulate"]["choices"])
 COMPATIBILITIES = tuple(OPTIONS["compatibility"]["choices"])
-DEFAULT_OPTIONS = defaults("mesh")
+DEFAULT_OPTIONS = engine_defaults()
 OPTIONS_SUBJECT = Subject("options")
 # The fields of a peer besides its name (an item of ``kilo_peers``, a registry peer, a Peer
 # resource as read); a node's are the node table's. Anything else is refused, naming the closest

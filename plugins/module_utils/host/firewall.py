@@ -15,7 +15,10 @@ Plan input (`plan['firewall']`, checked and normalised by ``plan.check_plan``): 
 nat_exempt_destinations, forward_accept, ipip_accept_sources, nat_destinations (own-segment
 allowed-location-IPs: Kilo also NATs traffic *to* them so replies find their way back) and
 ipip_filter (Kilo installs its IPIP filter whenever it encapsulates: other IPIP is dropped even
-when no source is accepted).
+when no source is accepted), and beyond Kilo relay_accept (a relay of a mesh with unreachable
+locations: forwarding from the WireGuard interface back into it is accepted and counted, first in
+our forward chain: nft ``iifname W oifname W counter accept``, iptables ``-i W -o W -j ACCEPT``
+first in KILO-FORWARD; ``relay_counter`` reads what it counted).
 
 The implementation not selected may still hold our rules from an earlier run with another
 `firewall` setting: ``current`` reads them as ``leftovers`` and apply/remove delete them.
@@ -89,11 +92,17 @@ _FAM = {4: "ip", 6: "ip6"}
 _L4_NAMES = {"ipencap": 4, "ipip": 4}
 
 
-def nft_model(lists, ipip_filter=False):
+def relay_rule(interface):
+    """Our nft forward rule of a relay (canonical text, also valid nft syntax)."""
+    return 'meta iifname "%s" meta oifname "%s" counter accept' % (interface, interface)
+
+
+def nft_model(lists, ipip_filter=False, relay=None):
     """Desired table as {'sets': {name: (type, [cidr])}, 'chains': {name: (base|None, [rule])}}.
 
+    ``relay``: the WireGuard interface a relay forwards back into (``relay_accept``), else None.
     None when there is nothing to do (no table at all)."""
-    if not any(lists.values()) and not ipip_filter:
+    if not any(lists.values()) and not ipip_filter and not relay:
         return None
     sets, chains = {}, {}
     for key, nets in sorted(lists.items()):
@@ -105,6 +114,9 @@ def nft_model(lists, ipip_filter=False):
         return ("%s_v%d" % (_SET_NAMES[name], v)) in sets
 
     post, nat, fwd, inp = [], [], [], []
+    if relay:
+        # first: every relayed packet is counted, whatever the accepts after it would match
+        fwd.append(relay_rule(relay))
     for v in (4, 6):
         f, s = _FAM[v], _SET_NAMES
         if have("nat_sources", v):
@@ -181,6 +193,8 @@ def _expr_str(expr):
     (kind, body), = expr.items()
     if kind in ("accept", "drop", "return", "masquerade") and not body:
         return kind
+    if kind == "counter":
+        return "counter"  # its packets and bytes are live figures, not state
     if kind in ("jump", "goto") and isinstance(body, dict):
         return "%s %s" % (kind, body.get("target"))
     if kind == "match" and isinstance(body, dict) and body.get("op") in ("==", "in"):
@@ -191,6 +205,8 @@ def _expr_str(expr):
             lhs = "meta %s" % left["meta"].get("key")
             if left["meta"].get("key") == "l4proto" and isinstance(right, str):
                 right = _L4_NAMES.get(right, right)
+            elif left["meta"].get("key") in ("iifname", "oifname") and isinstance(right, str):
+                right = json.dumps(right)  # quoted, as nft takes any interface name
         else:
             return json.dumps(expr, sort_keys=True)
         if isinstance(right, dict) and "prefix" in right:
@@ -264,8 +280,22 @@ class _Nftables(object):
         return nft_parse(json.loads(out))
 
     @staticmethod
-    def desired(lists, ipip_filter=False):
-        return nft_model(lists, ipip_filter)
+    def desired(lists, ipip_filter=False, relay=None):
+        return nft_model(lists, ipip_filter, relay)
+
+    @staticmethod
+    def relay_counter(interface):
+        """(packets, bytes) the relay rule counted, or None without one."""
+        rc, out, dummy = run([NFT, "-j", "list", "chain", NFT_FAMILY, NFT_TABLE, "forward"], ok_codes=(0, 1))
+        if rc != 0:
+            return None
+        for item in json.loads(out).get("nftables", []):
+            rule = item.get("rule")
+            if rule and " ".join(_expr_str(e) for e in rule.get("expr", [])) == relay_rule(interface):
+                for e in rule["expr"]:
+                    if isinstance(e, dict) and "counter" in e:
+                        return e["counter"].get("packets", 0), e["counter"].get("bytes", 0)
+        return None
 
     @staticmethod
     def apply(current, desired):
@@ -304,8 +334,15 @@ def _ipt_norm(line):
     return " ".join(words)
 
 
-def ipt_model(lists, v, ipip_filter=False):
-    """{table: {'chains': {chain: [rule lines]}, 'jumps': [rule lines]}} for one IP version."""
+def ipt_relay_rule(interface):
+    """Our KILO-FORWARD rule of a relay, as iptables-save prints it."""
+    return "-A %s -i %s -o %s %s -j ACCEPT" % (FORWARD_CHAIN, interface, interface, _CMT)
+
+
+def ipt_model(lists, v, ipip_filter=False, relay=None):
+    """{table: {'chains': {chain: [rule lines]}, 'jumps': [rule lines]}} for one IP version.
+
+    ``relay``: the WireGuard interface a relay forwards back into, else None."""
     def nets(name):
         return lists.get((name, v)) or []
 
@@ -321,7 +358,7 @@ def ipt_model(lists, v, ipip_filter=False):
         nat_rules.append("-A %s %s -j MASQUERADE" % (NAT_CHAIN, _CMT))
         model["nat"] = {"chains": {NAT_CHAIN: nat_rules}, "jumps": nat_jumps}
     filt = {"chains": {}, "jumps": []}
-    fwd = []
+    fwd = [ipt_relay_rule(relay)] if relay else []
     for n in nets("forward_accept"):
         fwd.append("-A %s -s %s %s -j ACCEPT" % (FORWARD_CHAIN, n, _CMT))
         fwd.append("-A %s -d %s %s -j ACCEPT" % (FORWARD_CHAIN, n, _CMT))
@@ -411,9 +448,24 @@ class _Iptables(object):
         return state
 
     @staticmethod
-    def desired(lists, ipip_filter=False):
-        # IPv4 only when forced: IPv6 tables may be missing and IPIP over IPv6 is not used here
-        return dict(("ipv%d" % v, ipt_model(lists, v, ipip_filter and v == 4)) for v in (4, 6))
+    def desired(lists, ipip_filter=False, relay=None):
+        # IPv4 only when forced: IPv6 tables may be missing and IPIP over IPv6 is not used here;
+        # the relay rule in ip6tables only where the mesh has IPv6 (some list of that family)
+        v6 = any(nets for (dummy, v), nets in lists.items() if v == 6)
+        return dict(("ipv%d" % v, ipt_model(lists, v, ipip_filter and v == 4, relay if v == 4 or v6 else None))
+                    for v in (4, 6))
+
+    def relay_counter(self, interface):
+        """(packets, bytes) the relay rule counted (IPv4 and IPv6 together), or None without one."""
+        found = None
+        for v in (4, 6):
+            rc, out, dummy = run(["%s-save" % IPTABLES[v], "-c", "-t", "filter"], ok_codes=(0, 1))
+            for line in out.splitlines() if rc == 0 else ():
+                counts, sep, rule = line.partition(" ")
+                if counts.startswith("[") and _ipt_norm(rule) == _ipt_norm(ipt_relay_rule(interface)):
+                    packets, nbytes = counts.strip("[]").split(":")
+                    found = tuple(a + int(b) for a, b in zip(found or (0, 0), (packets, nbytes)))
+        return found
 
     @staticmethod
     def apply(current, desired):
@@ -491,7 +543,8 @@ class FirewallBackend(Backend):
         rules = None
         if self.impl:
             fw = plan["firewall"]
-            rules = self.impl.desired(normalize_lists(fw), ipip_filter=fw["ipip_filter"])
+            rules = self.impl.desired(normalize_lists(fw), ipip_filter=fw["ipip_filter"],
+                                      relay=self.interface if fw.get("relay_accept") else None)
         return {"kind": self.kind, "rules": rules, "leftovers": {}}
 
     def changes(self, current, desired):
@@ -526,3 +579,7 @@ class FirewallBackend(Backend):
         self._remove_leftovers(current)
         if self.impl:
             self.impl.remove(current["rules"])
+
+    def relay_counter(self):
+        """(packets, bytes) forwarded by this relay's rule (``relay_accept``), or None without one."""
+        return self.impl.relay_counter(self.interface) if self.impl else None

@@ -29,8 +29,8 @@ pyroute2 with one whole dump per family, filtered here. Changes go through pyrou
 This module composes the parts, one module each, that read through that reader and change
 through apply's one pyroute2 IPRoute: netstate_addresses (the interface's addresses),
 netstate_routes (ours and the foreign ones in their way), netstate_rules, netstate_tunnel
-(tunl0 and our address on it) and netstate_ssh (the SSH guard); netstate_base holds what
-they share.
+(tunl0 and our address on it), netstate_ssh (the SSH guard) and netstate_redirects (a relay's
+ICMP redirects off); netstate_base holds what they share.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -39,6 +39,7 @@ __metaclass__ = type
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject, kernel_module_available
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_addresses as addresses
+from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_redirects as redirects
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as routes
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_rules as rules
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_ssh as ssh
@@ -111,6 +112,7 @@ class NetStateBackend(Backend):
             "absent_devices": absent,
             "ipip": ipip,
             "ssh": ssh.read(reader, plan) if self.ssh_guard and plan else None,
+            "redirects": redirects.read(self.interface, plan),
         }
 
     # ---------------------------------------------------------------- Backend API
@@ -138,6 +140,7 @@ class NetStateBackend(Backend):
             "tunl0": tunl,
             "tunnel_device": device,
             "tunnel_address": tunnel_address,
+            "redirects": redirects.desired(self.interface, plan),
         }
 
     def changes(self, current, desired):
@@ -147,7 +150,8 @@ class NetStateBackend(Backend):
         ssh.check(current, desired)
         taken = routes.taken(current, desired, self.route_conflict)
         return (addresses.changes(self.interface, current, desired) + tunnel.changes(current, desired)
-                + routes.changes(current, desired, taken) + rules.changes(current["rules"], desired["rules"]))
+                + routes.changes(current, desired, taken) + rules.changes(current["rules"], desired["rules"])
+                + redirects.changes(current.get("redirects") or {}, desired.get("redirects") or {}))
 
     @staticmethod
     def render(state):
@@ -162,6 +166,8 @@ class NetStateBackend(Backend):
                                              "up" if state["tunl0"]["up"] else "down", state["tunl0"]["mtu"])
         if state.get("tunnel_address"):
             out["tunnel_address"] = state["tunnel_address"]
+        if state.get("redirects"):
+            out["sysctls"] = dict(state["redirects"])
         return out
 
     def _empty(self):
@@ -207,5 +213,6 @@ class NetStateBackend(Backend):
                 reader.close()
             routes.apply(ipr, links, live, desired["routes"])
             rules.apply(ipr, rules.read(ipr), desired["rules"])
+            redirects.apply(current.get("redirects") or {}, desired.get("redirects") or {})
         finally:
             ipr.close()

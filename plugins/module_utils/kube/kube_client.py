@@ -42,6 +42,12 @@ ENV = {
     "api_key": "K8S_AUTH_API_KEY",
     "validate_certs": "K8S_AUTH_VERIFY_SSL",
     "ca_cert": "K8S_AUTH_SSL_CA_CERT",
+    "client_cert": "K8S_AUTH_CERT_FILE",
+    "client_key": "K8S_AUTH_KEY_FILE",
+    "proxy": "K8S_AUTH_PROXY",
+    "no_proxy": "K8S_AUTH_NO_PROXY",
+    "impersonate_user": "K8S_AUTH_IMPERSONATE_USER",
+    "impersonate_groups": "K8S_AUTH_IMPERSONATE_GROUPS",
 }
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 PAGE = 500
@@ -67,9 +73,11 @@ def auth_options(options=None, environ=None):
         auth[name] = value
     if auth["validate_certs"] is not None:
         auth["validate_certs"] = to_bool(auth["validate_certs"], "kubernetes", "validate_certs")
-    for name in ("kubeconfig", "ca_cert"):
+    for name in ("kubeconfig", "ca_cert", "client_cert", "client_key"):
         if auth[name]:
             auth[name] = os.path.expanduser(auth[name])
+    if isinstance(auth["impersonate_groups"], str):  # K8S_AUTH_IMPERSONATE_GROUPS: Group1,Group2
+        auth["impersonate_groups"] = [g.strip() for g in auth["impersonate_groups"].split(",") if g.strip()]
     return auth
 
 
@@ -97,7 +105,7 @@ def configuration(options=None):
     auth = auth_options(options)
     cfg = kubernetes.client.Configuration()
     try:
-        if auth["host"] and auth["api_key"]:
+        if auth["host"] and (auth["api_key"] or auth["client_cert"]):
             pass
         elif auth["kubeconfig"] or auth["context"]:
             kubernetes.config.load_kube_config(config_file=auth["kubeconfig"], context=auth["context"],
@@ -121,19 +129,51 @@ def configuration(options=None):
         cfg.verify_ssl = auth["validate_certs"]
     if auth["ca_cert"]:
         cfg.ssl_ca_cert = auth["ca_cert"]
+    if auth["client_cert"]:
+        cfg.cert_file = auth["client_cert"]
+    if auth["client_key"]:
+        cfg.key_file = auth["client_key"]
+    if auth["proxy"]:
+        cfg.proxy = auth["proxy"]
+    if auth["no_proxy"]:
+        cfg.no_proxy = auth["no_proxy"]
     return cfg
 
 
+def impersonation_headers(auth):
+    """The headers that make the API server act as ``impersonate_user`` in ``impersonate_groups``.
+    The client sends one value per header name, and the server reads each Impersonate-Group header
+    as one group: one group at most."""
+    headers = {}
+    if auth.get("impersonate_user"):
+        headers["Impersonate-User"] = auth["impersonate_user"]
+    groups = auth.get("impersonate_groups") or []
+    if len(groups) > 1:
+        raise KubeError("one group at most (the client sends one Impersonate-Group header), not %d" % len(groups),
+                        "kubernetes", "impersonate_groups")
+    if groups:
+        headers["Impersonate-Group"] = groups[0]
+    return headers
+
+
+def _api_client(options):
+    client = kubernetes.client.ApiClient(configuration(options))
+    for name, value in impersonation_headers(auth_options(options)).items():
+        client.set_default_header(name, value)
+    return client
+
+
 def api_client(options=None):
-    """A ``kubernetes.client.ApiClient`` from the options."""
-    return kubernetes.client.ApiClient(configuration(options))
+    """A ``kubernetes.client.ApiClient`` from the options (impersonating when they say so)."""
+    return _api_client(options)
 
 
 def dynamic_client(options=None):
     """A ``kubernetes.dynamic.DynamicClient`` (API discovery) from the options."""
-    cfg = configuration(options)
+    client = _api_client(options)
+    cfg = client.configuration
     try:
-        return kubernetes.dynamic.DynamicClient(kubernetes.client.ApiClient(cfg))
+        return kubernetes.dynamic.DynamicClient(client)
     except ApiException as e:
         raise _api_error(e, cfg.host, "/apis")
     except Urllib3Error as e:
@@ -211,6 +251,12 @@ def argument_spec():
         api_key=dict(type="str", no_log=True),
         validate_certs=dict(type="bool", aliases=["verify_ssl"]),
         ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
+        client_cert=dict(type="path", aliases=["cert_file"]),
+        client_key=dict(type="path", aliases=["key_file"], no_log=False),
+        proxy=dict(type="str"),
+        no_proxy=dict(type="str"),
+        impersonate_user=dict(type="str"),
+        impersonate_groups=dict(type="list", elements="str"),
     )
 
 
