@@ -2,30 +2,43 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""Benchmark of the topology engine: the plans of EVERY node of synthetic meshes.
+"""Benchmark of the topology engine: the plans of EVERY node of synthetic meshes, and one node's.
 
-Prints two lines per size: ``plans nodes=N locations=L seconds=S rss_mb=M`` (every plan; M is the
-peak RSS of the child process the size runs in) and ``plan_one nodes=N seconds=S`` (the plan of one
-node, ``only=[name]``: what a per-host action computes). Each size runs in a fresh forked child, so
-one size's memory never counts in the next one's peak. Not a test: nothing fails on time. Nodes spread round-robin over the locations; 1 node in 7 has a public endpoint (100.64/10,
-public to Kilo), the others use their internal IP as endpoint; every node has a pod CIDR.
+Per size: ``plans nodes=N locations=L seconds=S rss_mb=M`` (every plan, wall time; M is the peak
+RSS of the process the size runs in), ``plan_one nodes=N cpu_seconds=C`` (the plan of one node,
+``only=[name]``: what every agent computes on every reconcile, and a join without a stored plan)
+and ``plan_load`` (a join reading its stored plan). Each size runs in a fresh process, so one
+size's memory never counts in the next one's peak. Not a test: nothing fails on time.
+
+``BENCH_BASE=<commit>`` runs the same bench on that commit beside the working tree, in the same
+sitting (``git archive`` into a temporary directory; base and working tree alternate, size by
+size), and prints both figures and their ratio (work / base), then the goals as ratios to the
+base's every-plan time at N=3,000. ``BENCH_REPEAT`` (default 3, with a base) repeats each
+measurement and keeps the smallest (the machine is shared: the least disturbed run is the
+closest to the engine's own cost). ``BENCH_SIZES`` (e.g. ``3000:30,10000:100``) picks sizes.
+
+Meshes: nodes spread round-robin over the locations; 1 node in 7 has a public endpoint (100.64/10,
+public to Kilo), the others use their internal IP as endpoint; every node has a pod CIDR;
+five outside peers.
 """
 
 import base64
 import json
-import multiprocessing
 import os
 import resource
 import struct
+import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, ".collections"))
-
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans  # noqa: E402
-
-SIZES = ((100, 10), (1000, 10), (3000, 30))
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZES = ((100, 10), (1000, 10), (3000, 30), (10000, 100))
+# the goals (docs/DESIGN.md, "Scale"): ratios to the base's every-plan time at N=3,000
+GOAL_SIZE = 3000
+GOALS = (("plans", 3000, "seconds", 1.0, "single-stack at least as fast as the base"),
+         ("plans", 10000, "seconds", 2.3, "every plan at N=10,000"),
+         ("plan_one", 3000, "cpu_seconds", 0.12, "one node's plan at N=3,000"))
+GOAL_RSS_MB = (10000, 500)
 
 
 def key(i):
@@ -55,12 +68,17 @@ def mesh(count, locations):
     return nodes, peers
 
 
-def measure(count, locations, conn):
-    """In the child: time every plan, then one node's plan; send (seconds, rss_mb, one_seconds)."""
+def child(collections, count, locations):
+    """In a fresh process of one tree: time every plan, then one node's; print the figures (JSON)."""
+    sys.path.insert(0, collections)
+    try:
+        from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
+    except ImportError:  # a commit before module_utils/engine/ (a3ded01)
+        from ansible_collections.kilo.mesh.plugins.module_utils.topology import build_plans
     nodes, peers = mesh(count, locations)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = build_plans(nodes, peers)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     assert len(result["plans"]) == count
     # what each host's kilo.mesh.join does per run since the mesh is computed once: read its
     # own plan (the largest one: a non-leader routes to every other node)
@@ -69,35 +87,91 @@ def measure(count, locations, conn):
     json.loads(text)
     load_seconds = time.perf_counter() - start
     del result
-    one = nodes[0]["name"]
-    start = time.perf_counter()
-    result = build_plans(nodes, peers, only=[one])
-    one_seconds = time.perf_counter() - start
-    assert list(result["plans"]) == [one]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-    conn.send((seconds, rss_mb, one_seconds, load_seconds, len(text)))
-    conn.close()
+    one = nodes[0]["name"]
+    start, cpu = time.perf_counter(), time.process_time()
+    result = build_plans(nodes, peers, only=[one])
+    one_cpu, one_seconds = time.process_time() - cpu, time.perf_counter() - start
+    assert list(result["plans"]) == [one]
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "rss_mb": rss_mb, "one_seconds": one_seconds, "one_cpu": one_cpu,
+                      "load_seconds": load_seconds, "plan_kb": len(text) / 1024.0}))
+
+
+def run(collections, count, locations):
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", collections, str(count),
+                           str(locations)], stdout=subprocess.PIPE, universal_newlines=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit("bench: size nodes=%d failed in %s (exit %s)" % (count, collections, proc.returncode))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def best(runs):
+    """The smallest of each figure over repeated runs."""
+    return dict((k, min(r[k] for r in runs)) for k in runs[0])
+
+
+def sizes():
+    text = os.environ.get("BENCH_SIZES")
+    if not text:
+        return SIZES
+    return tuple(tuple(int(x) for x in item.split(":")) for item in text.split(","))
+
+
+def print_size(prefix, count, locations, fig):
+    print("%splans nodes=%d locations=%d seconds=%.2f cpu_seconds=%.2f rss_mb=%.0f"
+          % (prefix, count, locations, fig["seconds"], fig["cpu_seconds"], fig["rss_mb"]))
+    print("%splan_one nodes=%d cpu_seconds=%.3f seconds=%.3f (a join or an agent computing its plan)"
+          % (prefix, count, fig["one_cpu"], fig["one_seconds"]))
+    print("%splan_load nodes=%d seconds=%.4f plan_kb=%.0f (a join reading its stored plan)"
+          % (prefix, count, fig["load_seconds"], fig["plan_kb"]))
 
 
 def main():
-    ctx = multiprocessing.get_context("fork")
-    for count, locations in SIZES:
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=measure, args=(count, locations, child))
-        proc.start()
-        child.close()
-        try:
-            seconds, rss_mb, one_seconds, load_seconds, size = parent.recv()
-        except EOFError:
-            proc.join()
-            raise SystemExit("bench: size nodes=%d failed in the child (exit %s)" % (count, proc.exitcode))
-        proc.join()
-        print("plans nodes=%d locations=%d seconds=%.2f rss_mb=%.0f" % (count, locations, seconds, rss_mb))
-        print("plan_one nodes=%d seconds=%.3f (a join computing the mesh itself)" % (count, one_seconds))
-        print("plan_load nodes=%d seconds=%.4f plan_kb=%.0f (a join reading its stored plan)"
-              % (count, load_seconds, size / 1024.0))
-        sys.stdout.flush()
+    import base_tree  # pylint: disable=import-error
+    rev = os.environ.get("BENCH_BASE")
+    repeat = int(os.environ.get("BENCH_REPEAT") or (3 if rev else 1))
+    if not rev:
+        for count, locations in sizes():
+            print_size("", count, locations, best([run(base_tree.WORK, count, locations) for _ in range(repeat)]))
+            sys.stdout.flush()
+        return
+    name = base_tree.describe(rev)
+    figures = {}
+    with base_tree.checkout(rev) as base:
+        print("base %s (%s) beside the working tree; best of %d runs each, alternating" % (name, rev, repeat))
+        for count, locations in sizes():
+            runs = {"base": [], "work": []}
+            for _ in range(repeat):
+                for which, path in (("base", base), ("work", base_tree.WORK)):
+                    runs[which].append(run(path, count, locations))
+            b, w = best(runs["base"]), best(runs["work"])
+            figures[count] = (b, w)
+            print_size("base %s " % name, count, locations, b)
+            print_size("work    ", count, locations, w)
+            print("ratio   nodes=%d plans seconds=%.2f cpu_seconds=%.2f rss_mb=%.2f plan_one cpu_seconds=%.2f"
+                  " (work / base)" % (count, w["seconds"] / b["seconds"], w["cpu_seconds"] / b["cpu_seconds"],
+                                      w["rss_mb"] / b["rss_mb"], w["one_cpu"] / b["one_cpu"]))
+            sys.stdout.flush()
+    if GOAL_SIZE not in figures:
+        return
+    unit = figures[GOAL_SIZE][0]["seconds"]
+    print("goals: ratios to base %s's every-plan seconds at N=%d (%.2f s; its CPU seconds %.2f in brackets)"
+          % (name, GOAL_SIZE, unit, figures[GOAL_SIZE][0]["cpu_seconds"]))
+    for what, count, field, goal, text in GOALS:
+        if count in figures:
+            value = figures[count][1][{"seconds": "seconds", "cpu_seconds": "one_cpu"}[field]]
+            cpu = figures[count][1]["cpu_seconds" if what == "plans" else "one_cpu"]
+            print("goal    %s nodes=%d %s=%.3f ratio=%.3f (cpu %.3f) goal<=%.2f %s (%s)" % (
+                what, count, field, value, value / unit, cpu / figures[GOAL_SIZE][0]["cpu_seconds"], goal,
+                "met" if value / unit <= goal else "NOT met", text))
+    count, limit = GOAL_RSS_MB
+    if count in figures:
+        rss = figures[count][1]["rss_mb"]
+        print("goal    plans nodes=%d rss_mb=%.0f goal<%d %s" % (count, rss, limit, "met" if rss < limit else "NOT met"))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--child"]:
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        main()

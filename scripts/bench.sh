@@ -3,7 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$PWD/.collections
-echo "== topology engine (plans of every node, one node's plan; each size in a fresh process)"
+echo "== topology engine (plans of every node, one node's plan; each size in a fresh process; BENCH_BASE=<commit> beside it)"
 .venv/bin/python bench/bench_topology.py
 echo "== lab"
 .venv/bin/python bench/bench_lab.py

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
-"""The helpers both sides share: the error base class, booleans, integers, interface names,
+"""The helpers both sides share: the error base class, booleans, integers, lists, interface names,
 endpoints, keys, public addresses and kernel module probes.
 
 This is the lowest layer: the controller (engine, inputs, actions) and the host (converge
@@ -138,6 +138,19 @@ def to_int(value, subject=None, field=None, low=None, high=None, default=0):
             raise KiloError("%d out of range (at most %d)" % (number, high), subject, field)
         raise KiloError("%d out of range %d-%d" % (number, low, high), subject, field)
     return number
+
+
+def text_list(value, subject=None, field=None, what="a list"):
+    """A list given as a list or as text separated by commas (an inventory string, an annotation)
+    -> its items: text items stripped, empty ones dropped; None and "" give []. Anything else
+    raises KiloError saying ``what`` was expected. The items of a list are the caller's to check."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise KiloError("expected %s, got %r" % (what, value), subject, field)
 
 
 def check_interface_name(name, subject=None, field="interface"):

@@ -28,10 +28,11 @@ __metaclass__ = type
 import ipaddress
 import json
 import re
+import socket
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE, KiloError, format_endpoint, host_subject, parse_key, split_endpoint, to_bool, to_int)
+    KEEPALIVE_RANGE, KiloError, format_endpoint, host_subject, parse_key, split_endpoint, text_list, to_bool, to_int)
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
 # Annotations of our own on a Node (beyond Kilo): a node's pod ranges forced, and the source of its pod ranges.
@@ -60,24 +61,63 @@ class TopologyError(KiloError):
 
 # --- value parsers -----------------------------------------------------------------------------
 
+def _v4(text):
+    """(address as an int, prefix length or None) of IPv4 text in the spelling ``str()`` gives
+    (``a.b.c.d`` or ``a.b.c.d/n``), else None. A fast path only: text it does not take goes through
+    ``ipaddress``, which gives the same values and the errors (tests/unit/test_nodes.py holds the
+    two to each other)."""
+    address, slash, prefix = text.partition("/")
+    try:
+        packed = socket.inet_pton(socket.AF_INET, address)  # the C parser: dotted decimal, no leading zeros
+    except (OSError, ValueError, UnicodeError):
+        return None
+    if not slash:
+        return int.from_bytes(packed, "big"), None
+    if not (prefix.isdigit() and prefix.isascii()) or (prefix[0] == "0" and prefix != "0") or int(prefix) > 32:
+        return None
+    return int.from_bytes(packed, "big"), int(prefix)
+
+
+def _typed_text(value, subject, field, kind, what):
+    """(``kind`` of ``value``, its text): ``ipaddress``'s value and ``str()`` of it; canonical
+    IPv4 text (the input itself) parsed by ``_v4``. ``kind`` is "network" (host bits cleared) or
+    "interface"; ``what`` names it in the error."""
+    if not isinstance(value, str) or not value.strip():
+        raise TopologyError("%r is not %s" % (value, what), subject, field)
+    text = value.strip()
+    fast = _v4(text)
+    if fast is not None:
+        address, prefix = fast
+        make = ipaddress.IPv4Network if kind == "network" else ipaddress.IPv4Interface
+        if prefix is None:
+            return make((address, 32)), text + "/32"
+        if kind != "network" or not address & ((1 << (32 - prefix)) - 1):  # no host bits: the text is the network's
+            return make((address, prefix)), text
+    try:
+        parsed = ipaddress.ip_network(text, strict=False) if kind == "network" else ipaddress.ip_interface(text)
+    except ValueError:
+        raise TopologyError("%r is not %s" % (value, what), subject, field)
+    return parsed, str(parsed)
+
+
+def network_text(value, subject, field):
+    """``parse_network`` and the network's text (its ``str()``; the input itself when spelled so)."""
+    return _typed_text(value, subject, field, "network", "a CIDR")
+
+
 def parse_network(value, subject, field):
     """A CIDR (or bare address = single-address CIDR) -> network with host bits cleared."""
-    if not isinstance(value, str) or not value.strip():
-        raise TopologyError("%r is not a CIDR" % (value,), subject, field)
-    try:
-        return ipaddress.ip_network(value.strip(), strict=False)
-    except ValueError:
-        raise TopologyError("%r is not a CIDR" % (value,), subject, field)
+    return network_text(value, subject, field)[0]
+
+
+def interface_text(value, subject, field):
+    """``parse_interface`` and the interface's text (its ``str()``; the input itself when spelled so)."""
+    return _typed_text(value, subject, field, "interface", "an address in CIDR form")
 
 
 def parse_interface(value, subject, field):
     """A host address with its prefix (e.g. 10.1.0.1/16); a bare address gets /32 or /128."""
-    if not isinstance(value, str) or not value.strip():
-        raise TopologyError("%r is not an address in CIDR form" % (value,), subject, field)
-    try:
-        return ipaddress.ip_interface(value.strip())
-    except ValueError:
-        raise TopologyError("%r is not an address in CIDR form" % (value,), subject, field)
+    return interface_text(value, subject, field)[0]
 
 
 def parse_network_list(values, subject, field):
@@ -101,6 +141,9 @@ def parse_endpoint(value, subject, field, allow_dns=True):
         if ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
         return format_endpoint(ip, port), ip, port
+    fast = _v4(host) if "/" not in host else None
+    if fast is not None:  # the host is the address's own text
+        return "%s:%d" % (host, port), ipaddress.IPv4Address(fast[0]), port
     try:
         ip = ipaddress.IPv4Address(host)
     except ValueError:
@@ -188,14 +231,7 @@ def _internal_ip_var(value, subject, field):
 
 
 def _list_var(value, subject, field):
-    if _absent(value):
-        return []
-    if isinstance(value, str):
-        items = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, (list, tuple)):
-        items = [str(v) for v in value]
-    else:
-        raise KiloError("expected a list of CIDRs, got %r" % (value,), subject, field)
+    items = [str(v) for v in text_list(value, subject, field, "a list of CIDRs")]
     parse_network_list(items, subject, field)
     return items
 
@@ -218,14 +254,70 @@ def _optional(parse):
     return optional
 
 
+class Internal(object):
+    """A node's internal IP of one family: ``ip``, ``text`` (the address with its prefix, as
+    ``str()`` of the interface gives it), ``ip_text``, ``host`` (the address as a host CIDR) and
+    ``interface`` (the ``ipaddress`` interface, made when first asked). The engine routes each
+    family of a dual-stack mesh through the node's internal IP of that family (``NO_INTERNAL``,
+    all None, when it has none), a single-stack mesh through its first."""
+
+    __slots__ = ("ip", "text", "ip_text", "host", "_interface")
+
+    def __init__(self, ip=None, text=None, interface=None):
+        self.ip, self.text, self._interface = ip, text, interface
+        self.ip_text = self.host = None
+        if ip is not None:
+            self.ip_text = text.partition("/")[0]
+            self.host = "%s/%d" % (self.ip_text, ip.max_prefixlen)
+
+    @property
+    def interface(self):
+        if self._interface is None and self.text is not None:
+            self._interface = ipaddress.ip_interface(self.text)
+        return self._interface
+
+    @property
+    def version(self):
+        return self.ip.version
+
+    def __str__(self):
+        return self.text
+
+
+NO_INTERNAL = Internal()
+
+
+class Cidr(tuple):
+    """A network and its text (``str()`` of it): a pod range of a node."""
+
+    __slots__ = ()
+
+    def __new__(cls, net, text):
+        return tuple.__new__(cls, (net, text))
+
+    net = property(lambda self: self[0])
+    text = property(lambda self: self[1])
+
+
+def _internal(value, subject, field):
+    """One internal IP -> Internal (canonical IPv4 text without an ``ipaddress`` interface: ``_v4``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        fast = _v4(text)
+        if fast is not None:
+            return Internal(ipaddress.IPv4Address(fast[0]), text if fast[1] is not None else text + "/32")
+    interface, text = interface_text(value, subject, field)
+    return Internal(interface.ip, text, interface)
+
+
 def parse_internal_ips(value, subject, field):
-    """A node's internal IPs -> [interface]: none ("", "-"), one (Kilo's), or a list of two of
+    """A node's internal IPs -> [Internal]: none ("", "-"), one (Kilo's), or a list of two of
     different families (a dual-stack mesh's node; whether the mesh has both is the engine's check)."""
     if value in (None, "", "-"):
         return []
     if not isinstance(value, (list, tuple)):
-        return [parse_interface(value, subject, field)]
-    ips = [parse_interface(item, subject, field) for item in value]
+        return [_internal(value, subject, field)]
+    ips = [_internal(item, subject, field) for item in value]
     if len(ips) > 2:
         raise TopologyError("%d internal IPs; at most two, one of each IP family" % len(ips), subject, field)
     check_two_families(ips, subject, field, "two internal IPs are one of each IP family")
@@ -341,13 +433,15 @@ def _pod_cidrs_var(value, subject, field):
 
 
 def parse_pod_cidrs(value, subject, field):
-    """A node's pod ranges (one CIDR, a list, or text separated by commas) -> [network], in the
+    """A node's pod ranges (one CIDR, a list, or text separated by commas) -> [Cidr], in the
     order given; empty when it has none."""
     if _absent(value):
         return []
     if not isinstance(value, (str, list, tuple)):
         raise TopologyError("%r is not a CIDR" % (value,), subject, field)
-    return parse_network_list(value, subject, field)
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    return [Cidr(*network_text(v, subject, field)) for v in value]
 
 
 def one_or_list(values):
@@ -475,7 +569,7 @@ FIELDS = OrderedDict((field.name, field) for field in (
               "Beyond Kilo: no other location can reach this node at its endpoint (it sits behind NAT or a"
               " firewall without a port forward); a location of such nodes alone is reached through a relay"
               " (option C(relays)), and keeps alive (C(kilo_persistent_keepalive), else 25 s).",
-              check=lambda v, s, f: to_bool(v, s, f, default=False), parse=lambda v, s, f: to_bool(v, s, f, default=False),
+              check=to_bool, parse=to_bool,
               source=BEHIND_NAT_ANNOTATION, kube=lambda v, s, f: to_bool(v or True, s, f), form="bool"),
     NodeField("path_state", None,
               "Beyond Kilo: what the agent of a node behind NAT published of its paths (relays C(down) until,"
@@ -537,6 +631,8 @@ def engine_doc():
 
 # Public facts a host reports about itself (kilo.mesh.key), kept in the registry.
 REGISTRY_FIELDS = ("public_key", "internal_ip", "external_ip", "discovered_endpoints", "mtu")
+# the node fields node_from_host takes from those facts (what kilo.mesh.key reported) unless a variable forces them
+REPORTED_FIELDS = ("public_key", "internal_ip", "endpoint", "discovered_endpoints")
 
 
 class InputError(KiloError):

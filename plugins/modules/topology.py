@@ -199,7 +199,8 @@ segments:
 paths:
   description:
     - In a mesh with locations behind NAT, each pair of segments with an end behind NAT - C(a), C(b) (segment keys),
-      C(path) (V(direct), or V(relayed) for two ends behind NAT) and C(via) (the relay's segment).
+      C(path) (V(direct), or V(relayed) for two ends behind NAT in different locations) and C(via) (the relay's
+      segment).
   returned: when a location is behind NAT
   type: list
   elements: dict

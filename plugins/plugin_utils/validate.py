@@ -36,7 +36,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import T
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import OPTIONS_SUBJECT, TopologyError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import ANNOTATIONS_VAR, KNOWN_ANNOTATIONS
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX, OWN_PREFIX, check_host_vars, pod_source_of, var_of_field)
+    ANNOTATION_PREFIX, OWN_PREFIX, REPORTED_FIELDS, check_host_vars, pod_source_of, var_of_field)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     OPTIONS, OTHER_PREFIXES, SCOPES, VAR_PREFIX, known_variables, names)
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
@@ -201,8 +201,9 @@ def check_parties(topology, peers, standins=None):
 
 def as_host_error(e, hostvars, first):
     """The engine's error ``e`` told as the inventory says it: a node's field as its host's
-    variable (fields of a list or mapping as the whole field), a mesh-wide option as the variable
-    of ``first``; other errors as they are."""
+    variable (fields of a list or mapping as the whole field) where the host sets it, else as
+    kilo.mesh.key's report where the key step reports that field, else as the field; a mesh-wide
+    option as the variable of ``first``; other errors as they are."""
     if e.kind == "options" and e.field in OPTIONS and OPTIONS[e.field]["var"] and first is not None:
         return KiloError(e.message, host_subject(first), OPTIONS[e.field]["var"])
     host = e.name if e.kind == "node" else None
@@ -213,7 +214,9 @@ def as_host_error(e, hostvars, first):
         if e.field == "pod_cidr":  # not a variable: the ranges of the host's source (its Kubernetes Node)
             source = pod_source_of(hostvars[host], None, host_subject(host))
             return KiloError(e.message, host_subject(host), "pod_cidr (kilo_pod_cidr_source %s)" % source)
-        return KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
+        if e.field.split("[")[0] in REPORTED_FIELDS:
+            return KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
+        return KiloError(e.message, host_subject(host), e.field)
     return e
 
 
@@ -238,7 +241,7 @@ def check_one_family(opts, parsed, standins=None):
     odd, matching = [], False
     for node in parsed:
         internals = [] if "internal_ip" in standins.get(node.name, ()) else node.internals
-        for field, nets in (("internal_ip", internals), ("pod_cidr", node.pods)):
+        for field, nets in (("internal_ip", internals), ("pod_cidr", [pod.net for pod in node.pods])):
             for net in nets:
                 if net.version != subnet.version:
                     odd.append((node, field, net))

@@ -136,3 +136,49 @@ def test_a_new_field_is_one_table_row(monkeypatch):
         validate.check_node_vars(["a"], {"a": {"kilo_weight": 10}})
     hvars = kube_node.host_vars({"metadata": {"name": "n", "annotations": {nodes.ANNOTATION_PREFIX + "weight": "4"}}})
     assert hvars["kilo_weight"] == 4
+
+
+def _slow(parse, text):
+    """What ``ipaddress`` alone makes of ``text`` (the parsers' meaning before their fast path)."""
+    try:
+        value = parse(text.strip())
+    except ValueError:
+        return None
+    return value, str(value)
+
+
+def _fast(parse, text):
+    try:
+        return parse(text, "s", "f")
+    except KiloError:
+        return None
+
+
+def test_the_fast_ipv4_path_reads_as_ipaddress_does():
+    """network_text, interface_text and parse_endpoint take canonical IPv4 text without
+    ``ipaddress``'s parser: on any text they give what it gives (value, text, refusal)."""
+    import ipaddress
+    import random
+    rnd = random.Random(7)
+    samples = ["10.0.0.0/8", "10.1.2.3/8", "0.0.0.0/0", "255.255.255.255", "1.2.3.4/32", "1.2.3.4/33", "01.2.3.4/8",
+               "1.2.3.04", "1.2.3.4/08", "1.2.3.4/0", "1.2.3.4/00", "1.2.3.4/+8", "1.2.3.4/ 8", " 1.2.3.4/8 ", "1.2.3",
+               "1.2.3.4.5", "256.1.1.1", "1.2.3.4/255.0.0.0", "1.2.3.4/", "/8", "1.2.3.4\n", "\u0661.2.3.4", "1.2.3.4/\u0668",
+               "1.2.3.4\x00", "fd00::1/64", "::ffff:1.2.3.4", "1.2.3.4/8/8", "0x1.2.3.4", "1..2.3"]
+    for dummy in range(20000):
+        parts = [rnd.choice(["0", "00", "1", "9", "10", "99", "100", "199", "255", "256", "999", "01", ""])
+                 for dummy in range(5)]
+        text = ".".join(parts[:rnd.choice([3, 4, 4, 4, 5])])
+        if rnd.random() < 0.7:
+            text += "/" + rnd.choice(["0", "8", "12", "24", "31", "32", "33", "08", "", "x"])
+        samples.append(text)
+    for text in samples:
+        assert _fast(nodes.network_text, text) == _slow(lambda t: ipaddress.ip_network(t, strict=False), text), text
+        assert _fast(nodes.interface_text, text) == _slow(ipaddress.ip_interface, text), text
+        if "/" not in text and text.strip():
+            endpoint = _fast(nodes.parse_endpoint, text.strip() + ":51820")
+            try:
+                expected = ipaddress.IPv4Address(text.strip())
+            except ValueError:
+                expected = None
+            if expected is not None:
+                assert endpoint == ("%s:51820" % expected, expected, 51820), text

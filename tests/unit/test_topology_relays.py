@@ -120,12 +120,14 @@ class Mesh(object):
     def unreachable(self, name):
         return not self.segments[self.plans[name]["segment"]].get("reachable", True)
 
-    def reachable_at(self, name, endpoint):
-        """Whether a WireGuard packet to ``endpoint`` reaches leader ``name``: its own endpoint when it
-        is reachable, a discovered mapping of a NAT'd one."""
+    def reachable_at(self, sender, name, endpoint):
+        """Whether a WireGuard packet from leader ``sender`` to ``endpoint`` reaches leader ``name``: its
+        own endpoint when it is reachable or of the sender's location (behind_nat: no *other* location
+        reaches it), a discovered mapping of a NAT'd one."""
         if endpoint is None:
             return False
-        return not self.unreachable(name) or endpoint != self.inputs[name].get("endpoint")
+        return (not self.unreachable(name) or endpoint != self.inputs[name].get("endpoint")
+                or self.inputs[sender]["location"] == self.inputs[name]["location"])
 
     def entry(self, name, public_key):
         return next((p for p in self.plans[name]["peers"] if p["public_key"] == public_key), None)
@@ -136,10 +138,10 @@ class Mesh(object):
         forward, back = self.entry(a, key_b), self.entry(b, key_a)
         if forward is None or back is None:
             return False
-        if self.reachable_at(b, forward["endpoint"]):
+        if self.reachable_at(a, b, forward["endpoint"]):
             return True
         # b keeps alive towards a at an endpoint it reaches: a learns b's mapping
-        return bool(back["persistent_keepalive"]) and self.reachable_at(a, back["endpoint"])
+        return bool(back["persistent_keepalive"]) and self.reachable_at(b, a, back["endpoint"])
 
     def local(self, name, ip):
         plan = self.plans[name]
@@ -191,7 +193,7 @@ class Mesh(object):
                 target = self.owner.get(str(dst))
                 if target and (self.lan(here, target)
                                or self.inputs[target].get("endpoint", "").startswith(str(dst) + ":")
-                               and not self.unreachable(target)):
+                               and self.reachable_at(here, target, self.inputs[target]["endpoint"])):
                     return path + [(target, "underlay")], hops  # the LAN, or Kilo's endpoint by the underlay
                 raise AssertionError("%s: no route to %s (path %s)" % (here, dst, path))
             if found["device"] != IFACE:
@@ -243,6 +245,12 @@ def walk_all(mesh, what, counts):
     """Every plan passes the host's check, and every packet between two nodes arrives in <= 2 hops."""
     for plan in mesh.plans.values():
         check_plan(plan, IFACE)
+    for path in mesh.result.get("paths", ()):
+        a, b = mesh.segments[path["a"]], mesh.segments[path["b"]]
+        if not a["reachable"] and not b["reachable"] and a["location"] == b["location"] and (
+                a["endpoint"] or b["endpoint"]):
+            assert path["path"] == "direct", "%s: %s" % (what, path)  # behind_nat: no *other* location reaches it
+            counts["one location behind NAT, direct"] = counts.get("one location behind NAT, direct", 0) + 1
     names = sorted(mesh.plans)
     for a in names:
         for b in names:
@@ -527,3 +535,146 @@ def test_dual_stack_relayed_pair():
     assert {"10.22.0.1/32", "fd00:22::1/128"} <= routed  # v's leader's own addresses too: its endpoint is none
     for plan in result["plans"].values():
         check_plan(plan, IFACE)
+
+
+# --- cases a review found (each failed before its fix) ----------------------------------------
+
+def routed(plan):
+    """Every destination a plan routes into the WireGuard interface."""
+    return [d for r in plan["routes"] if r["device"] == IFACE for d in (r["dst"] if isinstance(r["dst"], list)
+                                                                        else [r["dst"]])]
+
+
+def test_refusal_names_the_marked_host_and_its_variable():
+    """The only location behind NAT: the refusal names the marked host a and its variable, not the
+    hinted, unmarked, endpoint-less leader b with a field the key step never reports."""
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_topology
+    nodes = [{"name": "a", "location": "u", "internal_ip": "10.21.0.1/24", "behind_nat": True, "public_key": key(2)},
+             {"name": "b", "location": "u", "internal_ip": "10.21.0.2/24", "leader": True, "public_key": key(3)}]
+    hostvars = {"a": {"kilo_behind_nat": True}, "b": {"kilo_leader": True}}
+    with pytest.raises(KiloError) as info:
+        check_topology(nodes, [], {}, hostvars, "a")
+    assert (info.value.subject, info.value.field) == ("host 'a'", "kilo_behind_nat")
+    assert "location:u (behind_nat: a; no endpoint: a, b)" in str(info.value)
+    # nothing marked: the endpoint-less leader, as what the key step reported (nothing)
+    del nodes[0]["behind_nat"], hostvars["a"]["kilo_behind_nat"]
+    with pytest.raises(KiloError) as info:
+        check_topology(nodes, [], {}, hostvars, "a")
+    assert (info.value.subject, info.value.field) == ("host 'b'", "endpoint (reported by kilo.mesh.key)")
+    assert "location:u (no endpoint: a, b)" in str(info.value)
+
+
+def health_mesh():
+    """y: b up but marked, c reachable but down; z: behind NAT; x: a public relay."""
+    return [{"name": "a", "location": "x", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
+             "public_key": key(1)},
+            {"name": "b", "location": "y", "endpoint": "10.21.0.2:51820", "internal_ip": "10.21.0.2/24",
+             "public_key": key(2), "behind_nat": True},
+            {"name": "c", "location": "y", "endpoint": "198.51.100.3:51820", "internal_ip": "10.21.0.3/24",
+             "public_key": key(3), "healthy": False},
+            {"name": "d", "location": "z", "endpoint": "10.22.0.1:51820", "internal_ip": "10.22.0.1/24",
+             "public_key": key(4), "behind_nat": True}]
+
+
+def test_a_mark_does_not_defeat_leader_health():
+    """Healthy before reachable (Kilo's failover, find_leader): the down c never leads y while b is
+    up; y is then behind NAT and relayed through x."""
+    result = build_plans(health_mesh(), [])
+    leaders = dict((s["key"], (s["leader"], s["reachable"])) for s in result["segments"])
+    assert leaders["location:y"] == ("b", False)
+    assert {"a": "location:y", "b": "location:z", "path": "relayed", "via": "location:x"} in result["paths"]
+    every_walk(Mesh(health_mesh(), [], {}))
+    # c up again: reachable first, as before
+    nodes = health_mesh()
+    nodes[2]["healthy"] = True
+    assert dict((s["key"], s["leader"]) for s in build_plans(nodes, [])["segments"])["location:y"] == "c"
+
+
+def test_health_never_refuses_the_mesh():
+    """Without a relay, b leading y would leave y and z with nobody to relay between them: the
+    down c keeps y (reachable, a location cut off until c returns) rather than every host refused."""
+    nodes = health_mesh()[1:]
+    result = build_plans(nodes, [])
+    assert [(s["leader"], s["reachable"]) for s in result["segments"]] == [("c", True), ("d", False)]
+    assert result["paths"] == [{"a": "location:y", "b": "location:z", "path": "direct", "via": None}]
+    # a refusal that health does not cause stays one
+    nodes[1]["behind_nat"] = True
+    with pytest.raises(KiloError) as info:
+        build_plans(nodes, [])
+    assert (info.value.subject, info.value.field) == ("node 'b'", "behind_nat")
+
+
+def firewalled(pod=True):
+    """r relays; u has a public address behind a stateful firewall (endpoint = internal IP)."""
+    return [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
+             "public_key": key(1), "pod_cidr": "10.100.1.0/24"},
+            {"name": "u", "location": "u", "endpoint": "198.51.100.7:51820", "internal_ip": "198.51.100.7/24",
+             "behind_nat": True, "public_key": key(2), "pod_cidr": "10.100.2.0/24"}]
+
+
+def test_relay_does_not_route_the_address_its_peer_keeps_alive_from():
+    """u keeps alive from 198.51.100.7:51820: r must not route that address into kilo0, before a
+    mapping is known (WireGuard drops the handshake responses as a routing loop) nor after, so a
+    re-run with the mapping changes nothing. A private endpoint (behind NAT) is routed both times."""
+    nodes = firewalled()
+    before = build_plans(nodes, [])["plans"]["r"]
+    assert "198.51.100.7/32" not in routed(before) and "10.100.2.0/24" in routed(before)
+    nodes[0]["discovered_endpoints"] = {key(2): "198.51.100.7:51820"}
+    after = build_plans(nodes, [])["plans"]["r"]
+    assert after["routes"] == before["routes"]
+    assert [p["endpoint"] for p in after["peers"]] == ["198.51.100.7:51820"]
+    nodes = firewalled()
+    nodes[1].update(endpoint="10.21.0.7:51820", internal_ip="10.21.0.7/24")
+    before = build_plans(nodes, [])["plans"]["r"]
+    assert "10.21.0.7/32" in routed(before)
+    nodes[0]["discovered_endpoints"] = {key(2): "203.0.113.20:40007"}
+    assert build_plans(nodes, [])["plans"]["r"]["routes"] == before["routes"]
+
+
+def test_a_probe_does_not_route_its_endpoint_into_the_tunnel():
+    """u and v both firewalled, probing each other at their mappings: neither routes the other's
+    address (the probe's endpoint) into kilo0; relayed (no probe), both go through the relay."""
+    nodes = firewalled() + [{"name": "v", "location": "v", "endpoint": "198.51.100.8:51820",
+                             "internal_ip": "198.51.100.8/24", "behind_nat": True, "public_key": key(3),
+                             "pod_cidr": "10.100.3.0/24"}]
+    nodes[0]["discovered_endpoints"] = {key(2): "198.51.100.7:51820", key(3): "198.51.100.8:51820"}
+    nodes[1]["path_state"] = nodes[2]["path_state"] = {}
+    result = build_plans(nodes, [], {}, now=1000)
+    assert result["paths"][-1]["path"] == "probing"
+    assert entries(result, "u")["location:v"]["endpoint"] == "198.51.100.8:51820"
+    assert "198.51.100.8/32" not in routed(result["plans"]["u"])
+    assert "198.51.100.7/32" not in routed(result["plans"]["v"])
+    del nodes[1]["path_state"]
+    result = build_plans(nodes, [], {}, now=1000)
+    assert result["paths"][-1]["path"] == "relayed" and "location:v" not in entries(result, "u")
+    assert "198.51.100.8/32" in routed(result["plans"]["u"])
+
+
+def test_one_location_behind_nat_connects_directly_under_full():
+    """Under full, two nodes of one NAT'd site reach each other at their endpoints (their LAN), as
+    in Kilo; behind_nat says no *other* location can. Relayed only when neither has an endpoint."""
+    nodes = [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
+              "public_key": key(1)},
+             {"name": "h1", "location": "home", "endpoint": "10.3.1.2:51820", "internal_ip": "10.3.1.2/24",
+              "behind_nat": True, "public_key": key(2)},
+             {"name": "h2", "location": "home", "endpoint": "10.3.1.3:51820", "internal_ip": "10.3.1.3/24",
+              "behind_nat": True, "public_key": key(3)},
+             {"name": "h3", "location": "home", "internal_ip": "10.3.1.4/24", "public_key": key(4)}]
+    result = build_plans(nodes, [], {"granularity": "full"})
+    assert [p for p in result["paths"] if p["a"].startswith("node:h") and p["b"].startswith("node:h")] == [
+        {"a": "node:h1", "b": "node:h2", "path": "direct", "via": None},
+        {"a": "node:h1", "b": "node:h3", "path": "direct", "via": None},
+        {"a": "node:h2", "b": "node:h3", "path": "direct", "via": None}]
+    h1, h3 = entries(result, "h1"), entries(result, "h3")
+    assert h1["node:h2"]["endpoint"] == "10.3.1.3:51820" and "10.3.1.3/32" in h1["node:h2"]["allowed_ips"]
+    assert h1["node:h3"]["endpoint"] is None and h3["node:h1"]["endpoint"] == "10.3.1.2:51820"
+    assert not any(p.get("relayed") for p in result["plans"]["h1"]["peers"])
+    # the LAN carries each one's own address: the endpoint's, and the endpoint-less h3's it keeps alive from
+    assert "10.3.1.3/32" not in routed(result["plans"]["h1"]) and "10.3.1.4/32" not in routed(result["plans"]["h1"])
+    assert "10.3.1.2/32" not in routed(result["plans"]["h3"])
+    every_walk(Mesh(nodes, [], {"granularity": "full"}))
+    # two nodes without an endpoint: no way to each other but a relay
+    nodes[2]["endpoint"] = None
+    del nodes[1]
+    paths = build_plans(nodes, [], {"granularity": "full"})["paths"]
+    assert {"a": "node:h2", "b": "node:h3", "path": "relayed", "via": "node:r"} in paths

@@ -38,6 +38,7 @@ import socket
 import struct
 import time
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import text_list
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 
 # our own annotations, never Kilo's (kube_node names every annotation of a Node)
@@ -54,9 +55,7 @@ SETTLE = 2 * PROBE_INTERVAL  # a deposition applies once it has held this long (
 
 def parse_names(value):
     """The node names of an UNREACHABLE annotation (anything else reads as none)."""
-    if not isinstance(value, str):
-        return set()
-    return set(n.strip() for n in value.split(",") if n.strip())
+    return set(text_list(value)) if isinstance(value, str) else set()
 
 
 def format_names(names):

@@ -122,7 +122,7 @@ def claims(topology, peers, standins):
         standin = standins.get(node.name, ())
         if "internal_ip" not in standin:
             out.extend(Claim(INTERNAL, i.ip, node, "internal_ip") for i in node.internals)
-        out.extend(Claim(POD, net, node, "pod_cidr") for net in node.pods)
+        out.extend(Claim(POD, net, node, "pod_cidr") for net, dummy in node.pods)
         out.extend(Claim(ALIP, net, node, "allowed_location_ips") for net in node.alips)
         if node.cni_ip is not None:
             out.append(Claim(CNI, node.cni_ip, node, "cni_compatibility_ip"))

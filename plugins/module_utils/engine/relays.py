@@ -3,12 +3,14 @@
 # Apache License 2.0 (see LICENSE)
 """Beyond Kilo: segments no other segment can reach, connected through relays.
 
-A segment is *unreachable* when none of its members has an endpoint without the ``behind_nat``
-mark (node field, annotation ``kilo.mesh/behind-nat``): it sits behind NAT, and others reach it
+A segment is *unreachable* when its leader has no endpoint or the ``behind_nat`` mark (node
+field, annotation ``kilo.mesh/behind-nat``): it sits behind NAT, and other locations reach it
 only at the address its keepalives come from (WireGuard roaming). Two unreachable segments of
-different groups never reach each other directly; their traffic goes through a *relay*: the
-leader of a reachable segment of a location option ``relays`` names (``[]``: every location),
-which forwards it between its own peers, through its WireGuard interface and back out of it.
+different groups and locations never reach each other directly; their traffic goes through a
+*relay*: the leader of a reachable segment of a location option ``relays`` names (``[]``: every
+location), which forwards it between its own peers, through its WireGuard interface and back
+out of it. Two segments of one location (granularity ``full``; a node without an internal IP)
+reach each other at their endpoints, as in Kilo: the mark says no *other location* can.
 
 ``plan(topology)`` is called by ``Topology.__init__`` right after the segments are formed. It
 returns None unless a segment is unreachable, and then nothing else here runs: no mark exists in
@@ -16,8 +18,11 @@ Kilo and an endpoint-less segment was refused before, so every mesh Kilo builds 
 (``tests/unit/test_topology_kilo_digest.py``). Otherwise it returns a ``Relays`` that the
 topology asks while rendering:
 
-* leaders: reachable members first (Kilo's order among them); else Kilo's order among members
-  with an endpoint; else the hinted member, else the first by name (healthy ones first);
+* leaders: healthy members first (Kilo's order with health: unhealthy ones only when no healthy
+  one has an endpoint), reachable ones first among those (Kilo's order among them); else Kilo's
+  order; else the hinted member, else the first by name (healthy ones first). When that choice
+  would refuse the mesh, a segment whose healthy leader is unreachable takes its reachable (down)
+  member back: a down leader cuts off its location until it returns, a refusal every host;
 * an unreachable leader keeps alive (its own ``persistent_keepalive``, else 25 s), so every peer
   learns its mapping and publishes it as Kilo does (discovered endpoints);
 * the relay of a pair (U, V) of unreachable segments is the eligible relay with the largest
@@ -26,15 +31,20 @@ topology asks while rendering:
   whose leader is marked unhealthy (``healthy``) leave the hash unless every relay is;
 * U's entry for V goes away; V's allowed IPs join U's entry for relay(U, V), whose ``relayed``
   lists V. U's routes stay Kilo's (into the interface; WireGuard picks the entry by allowed IP);
-* an unreachable segment's leader has no endpoint in other plans but the mapping discovered for
-  it (Kilo's discovered endpoints), so every leader waits for its keepalives, and routes even the
-  address of its configured endpoint through the tunnel, where Kilo leaves it to the underlay;
+* an unreachable segment's leader has no endpoint in other locations' plans but the mapping
+  discovered for it (Kilo's discovered endpoints), so every leader waits for its keepalives. Its
+  routes leave to the underlay the address those keepalives come from, as Kilo leaves the
+  endpoint's: the mapping once known, before that the configured endpoint's address when it is
+  public (a host behind a stateful firewall keeps alive from it; a private one is behind NAT, so
+  routed through the tunnel, often the leader's internal IP); none where the pair is relayed (no
+  entry sends there). Its own location's leaders take its configured endpoint (an endpoint-less
+  leader keeps alive from its internal IP when the viewer's endpoint is on its network);
 * every eligible relay's firewall has ``relay_accept`` (used or not: failover never needs to
   converge a relay); its peers and routes are Kilo's.
 
-Refused (TopologyError naming the segment's location or node, and the field): a mesh with no
-reachable segment at all, and a pair of unreachable segments with no eligible relay of a third
-group.
+Refused (TopologyError naming the marked node, else the endpoint-less leader, and the field;
+the message names the segments): a mesh with no reachable segment at all, and a pair of
+unreachable segments of different locations with no eligible relay of a third group.
 
 Timed inputs count only at a time (``build_plans(..., now=...)``; without one every pair of two
 unreachable segments is relayed, as a push run computes it): a node's ``path_state`` (what its
@@ -54,7 +64,7 @@ from __future__ import absolute_import, division, print_function
 
 import hashlib
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, node_subject, text_list
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import TopologyError
 
 # an unreachable leader's keepalive when it sets none (seconds)
@@ -69,46 +79,61 @@ def reachable(node):
     return node.endpoint is not None and not node.behind_nat
 
 
-def choose_leader(members, find_leader):
+def choose_leader(members, find_leader, health=True):
     """The leader of a segment with a mark or without any endpoint (see the module's doc);
-    ``find_leader`` is Kilo's choice (``topology.find_leader``)."""
-    usable = [node for node in members if reachable(node)]
+    ``find_leader`` is Kilo's choice (``topology.find_leader``). ``health`` False: reachable
+    members first whatever their health (``plan``'s way out of a refusal)."""
+    pool = [node for node in members if node.healthy and node.endpoint is not None] if health else []
+    pool = pool or members
+    usable = [node for node in pool if reachable(node)]
     if usable:
         return usable[find_leader(usable)]
-    index = find_leader(members)
+    index = find_leader(pool)
     if index is not None:
-        return members[index]
+        return pool[index]
     candidates = [node for node in members if node.healthy] or members
     return next((node for node in candidates if node.leader_hint), candidates[0])
 
 
+def pair_key(a, b):
+    """The pair of segment keys ``a``, ``b`` in one order, whichever end asks."""
+    return (a, b) if a <= b else (b, a)
+
+
+def one_site(a, b):
+    """Segments ``a`` and ``b`` of one location reach each other directly when either leader has
+    an endpoint: ``behind_nat`` says no *other* location can reach it (their LAN, Kilo's ``full``)."""
+    return a.location == b.location and (a.leader.endpoint is not None or b.leader.endpoint is not None)
+
+
 def rendezvous(a, b, relays):
     """The relay of the pair of segment keys (a, b) out of ``relays`` (segments): the largest hash."""
-    if b < a:
-        a, b = b, a
+    a, b = pair_key(a, b)
     prefix = ("kilo.mesh relay\0%s\0%s\0" % (a, b)).encode("utf-8")
     return max(relays, key=lambda r: hashlib.sha256(prefix + r.key.encode("utf-8")).digest())
 
 
 def relay_locations(value, subject):
     """Option ``relays``: a list of location names (or text separated by commas); [] for every location."""
-    if value is None or value == "":
-        return []
-    if isinstance(value, str):
-        value = [item.strip() for item in value.split(",") if item.strip()]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
-        raise TopologyError("expected a list of location names, got %r" % (value,), subject, "relays")
-    return list(value)
+    what = "a list of location names"
+    items = text_list(value, subject, "relays", what)
+    if not all(isinstance(item, str) for item in items):
+        raise TopologyError("expected %s, got %r" % (what, value), subject, "relays")
+    return items
 
 
-def segment_subject(seg):
-    """Who an error about segment ``seg`` names: its leader (a host the inventory can point at; the
-    message names the segment, so its location)."""
-    return node_subject(seg.leader.name)
-
-
-def _unreachable_field(seg):
-    return "behind_nat" if any(node.behind_nat for node in seg.members) else "endpoint"
+def unreachable_cause(seg):
+    """(subject, field, text) of what leaves unreachable segment ``seg`` so: its first member
+    marked ``behind_nat`` (the inventory's or the annotation's mark), else its leader, which has
+    no endpoint (nor has any member); ``text`` says it of every member that counts."""
+    marked = [node.name for node in seg.members if node.behind_nat]
+    bare = [node.name for node in seg.members if node.endpoint is None]
+    text = "; ".join(part for part in (
+        "behind_nat: %s" % ", ".join(marked) if marked else "",
+        "no endpoint: %s" % ", ".join(bare) if bare else "") if part)
+    if marked:
+        return node_subject(marked[0]), "behind_nat", text
+    return node_subject(seg.leader.name), "endpoint", text
 
 
 class Relays(object):
@@ -135,7 +160,7 @@ class Relays(object):
         the rendezvous hash over the eligible relays of a third group, healthy ones, and with a time
         (``now``) those counted (``relay_since`` + 5 s) and named down by neither end (``down``);
         each filter only where it leaves one."""
-        pair = (a.key, b.key) if a.key < b.key else (b.key, a.key)
+        pair = pair_key(a.key, b.key)
         found = self._relay_of.get(pair)
         if found is None:
             usable = [r for r in self.eligible if r.group != a.group and r.group != b.group]
@@ -164,7 +189,7 @@ class Relays(object):
         ends publish path states and a mapping each; DIRECT from 5 s after both ends publish a direct
         handshake with each other (``direct``), unless either holds the pair on the relay (``held``).
         Only with a time (``now``): without one, every pair is relayed."""
-        pair = (a.key, b.key) if a.key < b.key else (b.key, a.key)
+        pair = pair_key(a.key, b.key)
         found = self._state_of.get(pair)
         if found is None:
             found = RELAYED
@@ -181,19 +206,35 @@ class Relays(object):
 
     def relayed(self, seg, viewer):
         """Whether the leader ``viewer`` reaches segment ``seg`` through a relay (probing or not)."""
-        return (viewer is not None and seg.key in self.unreachable and viewer.segment.key in self.unreachable
-                and seg.group != viewer.segment.group and self.state(seg, viewer.segment) != DIRECT)
+        own = viewer.segment if viewer is not None else None
+        return (own is not None and seg.key in self.unreachable and own.key in self.unreachable
+                and seg.group != own.group and not one_site(seg, own) and self.state(seg, own) != DIRECT)
 
     def endpoint(self, seg, viewer, kilo):
-        """``segment_endpoint``'s answer ``kilo`` for an unreachable segment: its mapping where one
-        was discovered and the viewer reaches it directly; else none (its leader's own endpoint is no
-        way to it, so the viewer waits for its keepalives and routes even that address through the
-        tunnel)."""
+        """``segment_endpoint``'s answer ``kilo`` for an unreachable segment: (the endpoint of the
+        viewer's entry, the address its routes leave to the underlay). Its own location: its
+        configured endpoint, as Kilo (an endpoint-less leader keeps alive from its internal IP when
+        the viewer's endpoint is on that IP's network).
+        Elsewhere its leader's endpoint is no way to it: its mapping where one was discovered, else
+        none, and the viewer waits for its keepalives; the address they come from (the mapping,
+        else a public configured endpoint's: a host behind a stateful firewall) is left to the
+        underlay, as Kilo leaves an endpoint's, since the entry's packets to it must not enter the
+        tunnel. A relayed pair has no entry sending there: every address goes through the tunnel."""
         if seg.key not in self.unreachable:
             return kilo
-        if not self.relayed(seg, viewer) and self.mapping(seg, viewer) is not None:
-            return kilo
-        return None, None
+        leader = seg.leader
+        if viewer is not None and one_site(seg, viewer.segment):
+            if leader.endpoint is not None:
+                return leader.endpoint, leader.endpoint_ip
+            # an endpoint-less leader keeps alive from its address on the viewer's network, if any
+            return None, next((internal.ip for internal in leader.internals
+                               if viewer.endpoint_ip is not None and viewer.endpoint_ip in internal.network), None)
+        if self.relayed(seg, viewer) and self.state(seg, viewer.segment) == RELAYED:
+            return None, None
+        found = self.mapping(seg, viewer)
+        if found is not None:
+            return found[0], found[1]
+        return None, leader.endpoint_ip if is_public(leader.endpoint_ip) else None
 
     def wireguard_peers(self, node, entries):
         """A leader's Kilo entries (``Topology._wireguard_peers``) with the relayed moves: an entry of
@@ -250,7 +291,7 @@ class Relays(object):
             for b in segments[i + 1:]:
                 if a.group == b.group or (a.key not in self.unreachable and b.key not in self.unreachable):
                     continue
-                if a.key in self.unreachable and b.key in self.unreachable:
+                if a.key in self.unreachable and b.key in self.unreachable and not one_site(a, b):
                     path = self.state(a, b)
                     out.append({"a": a.key, "b": b.key, "path": path,
                                 "via": None if path == DIRECT else self.relay(a, b).key})
@@ -268,44 +309,69 @@ class Relays(object):
 def plan(topology, find_leader):
     """The relayed topology of ``topology`` (its segments formed, leaders chosen by Kilo's rule,
     None for a segment without any endpoint), or None when every segment is reachable."""
-    marked = False
-    for seg in topology.segments:
-        if seg.leader is None or any(node.behind_nat for node in seg.members):
-            marked = True
-            seg.leader = choose_leader(seg.members, find_leader)
+    marked = [seg for seg in topology.segments if seg.leader is None or any(node.behind_nat for node in seg.members)]
     if not marked:
         return None
+    for seg in marked:
+        seg.leader = choose_leader(seg.members, find_leader)
+    names = topology.opts["relays"]
+    refusal = _refusal(topology.segments, names)
+    if refusal is not None:
+        # health never refuses the mesh: a down leader cuts off one location until it returns
+        demoted = False
+        for seg in marked:
+            if not reachable(seg.leader):
+                down = choose_leader(seg.members, find_leader, health=False)
+                if reachable(down):
+                    seg.leader, demoted = down, True
+        if demoted:
+            refusal = _refusal(topology.segments, names)
+    if refusal is not None:
+        raise refusal
     unreachable = [seg for seg in topology.segments if not reachable(seg.leader)]
     if not unreachable:
         return None
-    usable = [seg for seg in topology.segments if reachable(seg.leader)]
-    if not usable:
-        seg = unreachable[0]
-        raise TopologyError(
-            "no segment of the mesh is reachable (every node is behind_nat or has no endpoint), so %s has no"
-            " leader to connect to or relay through: give a node an endpoint the others can reach" % seg.key,
-            segment_subject(seg), _unreachable_field(seg))
-    names = topology.opts["relays"]
-    eligible = [seg for seg in usable if not names or seg.location in names]
     for seg in unreachable:
         # keeps alive towards every peer, so each learns its mapping (WireGuard roaming)
         if seg.leader.keepalive <= 0:
             seg.leader.keepalive = DEFAULT_KEEPALIVE
-    relays = Relays(topology, set(seg.key for seg in unreachable), eligible)
+    return Relays(topology, set(seg.key for seg in unreachable), _eligible(topology.segments, names))
+
+
+def _eligible(segments, names):
+    """The segments that may relay: reachable ones of a location ``names`` lists ([]: any)."""
+    return [seg for seg in segments if reachable(seg.leader) and (not names or seg.location in names)]
+
+
+def _refusal(segments, names):
+    """The TopologyError refusing the mesh of ``segments`` (their leaders chosen) with option
+    ``relays`` = ``names``, or None: no reachable segment at all, or a pair of unreachable segments
+    of different groups and locations without an eligible relay of a third group."""
+    unreachable = [seg for seg in segments if not reachable(seg.leader)]
+    if not unreachable:
+        return None
+    usable = [seg for seg in segments if reachable(seg.leader)]
+    if not usable:
+        subject, field, why = unreachable_cause(unreachable[0])
+        return TopologyError(
+            "no segment of the mesh is reachable (every node is behind_nat or has no endpoint), so %s (%s) has no"
+            " leader to connect to or relay through: give a node an endpoint the others can reach"
+            % (unreachable[0].key, why), subject, field)
+    eligible = _eligible(segments, names)
     for i, a in enumerate(unreachable):
         for b in unreachable[i + 1:]:
-            if a.group == b.group or any(r.group != a.group and r.group != b.group for r in eligible):
+            if (a.group == b.group or one_site(a, b)
+                    or any(r.group != a.group and r.group != b.group for r in eligible)):
                 continue
             between = "neither %s nor %s can be reached (every node of each is behind_nat or has no endpoint)" % (
                 a.key, b.key)
             if any(r.group != a.group and r.group != b.group for r in usable):
-                raise TopologyError(
+                return TopologyError(
                     "%s, and %s names no location with a reachable leader to relay between them: add one (%s)"
                     % (between, ", ".join(names), ", ".join(sorted(set(
-                        r.location for r in usable if r.group != a.group and r.group != b.group)))),
-                    Subject("options"), "relays")
-            raise TopologyError(
+                        r.location for r in usable if r.group != a.group and r.group != b.group)))), Subject("options"), "relays")
+            subject, field, why = unreachable_cause(b)
+            return TopologyError(
                 "%s, and no other segment has a reachable leader to relay between them: give a node of one of"
-                " them an endpoint the others can reach (without behind_nat)" % between,
-                segment_subject(b), _unreachable_field(b))
-    return relays
+                " them an endpoint the others can reach (without behind_nat; %s: %s)" % (between, b.key, why), subject, field)
+    return None

@@ -94,6 +94,7 @@ from __future__ import absolute_import, division, print_function
 
 import gc
 import ipaddress
+import itertools
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
@@ -101,7 +102,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.engine import relays
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    NO_SIDE, OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
+    OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
 
 
 def find_leader(members):
@@ -139,7 +140,7 @@ def find_leader(members):
 class Segment(object):
     __slots__ = ("key", "location", "group", "members", "leader", "index", "wg_ip", "wg_str", "wg_host",
                  "wg_ips", "wg_by", "allowed", "alips", "alip_strs", "wg_allowed", "privates", "remote_dsts",
-                 "_leader_dsts")
+                 "_leader_dsts", "pod_texts")
 
     def leader_dsts(self, endpoint_ip):
         """Destinations a leader elsewhere routes to this segment over WireGuard, in Kilo's order.
@@ -152,10 +153,10 @@ class Segment(object):
             return cached[1]
         dsts = []
         for node in self.members:
-            dsts.extend(node.pod_strs)
-            for internal, host in zip(node.internals, node.internal_host_cidrs):
+            dsts.extend(text for dummy, text in node.pods)
+            for internal in node.internals:
                 if internal.ip != endpoint_ip:
-                    dsts.append(host)
+                    dsts.append(internal.host)
         dsts.extend(self.alip_strs)
         if cached is None:
             self._leader_dsts = (endpoint_ip, dsts)
@@ -165,7 +166,7 @@ class Segment(object):
 def segment_key(node, granularity):
     """The key of the segment a parsed node falls into: under ``location`` its location's, unless
     it has no internal IP (then, as under ``full`` and ``cross``, a segment of its own)."""
-    if granularity == "location" and node.internal is not None:
+    if granularity == "location" and node.internals:
         return "location:" + node.location
     return "node:" + node.name
 
@@ -196,6 +197,7 @@ class Topology(object):
         self._discovered()
         self._shared_firewall()
         self._nonleader_cache = {}
+        self._locals_cache = {}
 
     # --- shared structure -------------------------------------------------------------
 
@@ -211,7 +213,7 @@ class Topology(object):
             seg.index = index
             seg.members = groups[key]
             seg.location = seg.members[0].location
-            if granularity == "cross" and seg.members[0].internal is not None:
+            if granularity == "cross" and seg.members[0].internals:
                 seg.group = "location:" + seg.location
             else:
                 seg.group = key
@@ -222,13 +224,14 @@ class Topology(object):
             alips = {}
             for node in seg.members:
                 node.segment = seg
-                allowed.extend(node.pod_strs)
+                allowed.extend(text for dummy, text in node.pods)
                 for net in node.alips:
                     alips.setdefault(str(net), net)
-                allowed.extend(node.internal_host_cidrs)
+                allowed.extend(internal.host for internal in node.internals)
             seg.allowed = allowed
             seg.alips = [alips[k] for k in sorted(alips)]
-            seg.privates = [host for n in seg.members for host in n.internal_host_cidrs]
+            seg.privates = [internal.host for n in seg.members for internal in n.internals]
+            seg.pod_texts = [text for n in seg.members for dummy, text in n.pods]
             seg._leader_dsts = None
             self.segments.append(seg)
         self.segment_by_key = dict((s.key, s) for s in self.segments)
@@ -238,7 +241,7 @@ class Topology(object):
         if granularity != "full":
             for node in self.nodes:
                 # IPIP carries IPv4 only: a dual-stack mesh accepts it from IPv4 internal IPs
-                host = node.sides.get(4, NO_SIDE).internal_host_cidr if self.dual else node.internal_host_cidr
+                host = node.side(4 if self.dual else None).host
                 if host is not None:
                     self.location_privates.setdefault(node.location, []).append(host)
 
@@ -303,7 +306,7 @@ class Topology(object):
         if has_alips:
             for seg in self.segments:
                 for node in seg.members:
-                    for pod in node.pods:
+                    for pod, dummy in node.pods:
                         add(pod, -1)
                     for internal in node.internals:
                         add(_host_net(internal.ip), -1)
@@ -320,7 +323,7 @@ class Topology(object):
             seg.alips = kept
             seg.alip_strs = [str(n) for n in kept]
             seg.wg_allowed = seg.allowed + seg.alip_strs
-            seg.remote_dsts = [s for n in seg.members for s in n.pod_strs] + seg.privates + seg.alip_strs
+            seg.remote_dsts = seg.pod_texts + seg.privates + seg.alip_strs
 
     def _alip_rejected(self, net, position, current, index):
         for other, nets in enumerate(current):
@@ -397,7 +400,7 @@ class Topology(object):
             "interface": opts["interface"],
             "address": one_or_list("%s/%d" % (text, prefix) for (dummy, text, dummy), prefix
                                    in zip(seg.wg_ips, self.wg_prefixes)) if leader else None,
-            "internal_ip": one_or_list(str(internal) for internal in node.internals),
+            "internal_ip": one_or_list(internal.text for internal in node.internals),
             "listen_port": node.port,
         }
         rules = []
@@ -414,11 +417,11 @@ class Topology(object):
         # Kilo's enc.Set(): flannel's does nothing
         encapsulating = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
         # IPIP carries IPv4 only: a dual-stack mesh's tunl0 takes its address from the first IPv4 range
-        pod = next((net for net in node.pods if net.version == 4), None) if self.dual else node.pod
+        pod = next((net for net, dummy in node.pods if net.version == 4), None) if self.dual else node.pod
         plan["tunnel_address"] = (
             "%s/%d" % (pod.network_address + 1, pod.max_prefixlen)
-            if encapsulating and pod is not None and pod.num_addresses > 1 else None)
-        plan["pod_cidr"] = pod_cidr_value(node.pod_strs)
+            if encapsulating and pod is not None and pod.prefixlen < pod.max_prefixlen else None)
+        plan["pod_cidr"] = pod_cidr_value([text for dummy, text in node.pods])
         plan["cni"] = bool(opts["cni"])
         plan["compatibility"] = self.compat
         return plan
@@ -456,8 +459,8 @@ class Topology(object):
 
     @staticmethod
     def _side(node, family):
-        """The node's internal IP of ``family`` (``topology_parse.Side``); the node itself when None."""
-        return node if family is None else node.sides.get(family, NO_SIDE)
+        """The node's internal IP of ``family`` (an ``Internal``; None: the first, Kilo's one)."""
+        return node.side(family)
 
     @staticmethod
     def _wg(seg, family):
@@ -488,9 +491,9 @@ class Topology(object):
             leader = seg.leader
             for member in seg.members:
                 for family in self.families:
-                    if member is leader or family in member.sides and family in leader.sides:
+                    if member is leader or _has(member, family) and _has(leader, family):
                         continue
-                    if family in member.sides:
+                    if _has(member, family):
                         raise TopologyError(
                             "leads segment %s, whose node %r routes IPv%s through it: it needs an IPv%s internal IP"
                             % (seg.key, member.name, family, family), node_subject(leader.name), "internal_ip")
@@ -500,9 +503,9 @@ class Topology(object):
                 continue
             for member in members:
                 for family in self.families:
-                    if family not in member.sides:
+                    if not _has(member, family):
                         _need_internal(member, family, "its location's nodes route them over the private network")
-                        if cross and any(family in other.sides for other in members):
+                        if cross and any(_has(other, family) for other in members):
                             raise TopologyError(
                                 "its location's nodes reach its IPv%s WireGuard IP over the private network: it"
                                 " needs an IPv%s internal IP" % (family, family), node_subject(member.name), "internal_ip")
@@ -514,7 +517,7 @@ class Topology(object):
         its CNI compatibility IP, else its pod network address (single-stack meshes only).
         """
         if self.compat == "none":
-            return self._side(member, family).internal_ip
+            return member.side(family).ip
         if self.compat == "cilium" and member.cni_ip is not None:
             return member.cni_ip
         if member.pod is None:
@@ -530,53 +533,124 @@ class Topology(object):
         strategy = self.opts["encapsulate"]
         if strategy == "always":
             return True
-        internal = self._side(node, family).internal
-        if strategy == "crosssubnet" and internal is not None:
-            net = internal.network
+        side = node.side(family)
+        if strategy == "crosssubnet" and side.ip is not None:
+            net = side.interface.network
             return gateway_ip.version != net.version or gateway_ip not in net
         return False
 
-    def _local_routes(self, node, member, routes, rules, leader, cross, family=None):
-        """Routes (and IPIP rules) to a same-location ``member`` over the private network."""
-        own_ip = self._side(node, family).internal_ip_str
-        side = self._side(member, family)
-        gateway_ip = self._gateway(member, family)
-        gateway = side.internal_ip_str if gateway_ip is side.internal_ip else str(gateway_ip)
-        encap = self._encapsulates(node, gateway_ip, family)  # Kilo's encapsulateRoute: tests the gateway
-        device = self.tunnel_device if encap else PRIVATE
-        source = own_ip if encap else None
-        if cross:
-            # beyond Kilo: the member's WireGuard IP answers over the private network too
-            routes.append({"dst": self._wg(member.segment, family)[2], "gateway": gateway, "device": device,
-                           "source": source, "table": MAIN_TABLE, "onlink": True})
-        for pod in self._of_family(member.pod_strs, family):
-            routes.append({"dst": pod, "gateway": gateway, "device": device,
-                           "source": source, "table": MAIN_TABLE, "onlink": True})
-        # Kilo's Routes(): the table-1107 route and rules test the member's internal IP
-        if encap if gateway_ip is side.internal_ip else self._encapsulates(node, side.internal_ip, family):
-            dst = side.internal_host_cidr
-            new_rules = []
-            for pod in self._of_family(node.pod_strs, family):
-                new_rules.append({"src": pod, "dst": dst, "iif": None, "table": KILO_TABLE})
-            if leader:
-                new_rules.append({"src": None, "dst": dst, "iif": self.opts["interface"], "table": KILO_TABLE})
-            if new_rules:
-                routes.append({"dst": dst, "gateway": gateway, "device": self.tunnel_device, "source": own_ip,
+    def _locals(self, seg, family):
+        """What every same-location route towards a member of ``seg`` needs, once per segment and
+        family, for the members with an internal IP of the family, in member order, each with its
+        address text (a plan leaves out the member of its own address): ``members``, a tuple per
+        member (gateway text, gateway, whether the gateway is the internal IP, internal IP, pod
+        ranges of the family, host CIDR, WireGuard host CIDR); ``errors``, a member's error
+        (raised when a plan routes to it: Kilo's order of errors); and flat for the plans where
+        the test of the gateway is the same for every member: ``encapsulated`` (gateway, then
+        each pod range in the main table and the host CIDR in table 1107), ``hosts`` (the host
+        CIDRs, for the rules) and ``direct`` (the unencapsulated routes themselves: the same in
+        every plan, so every plan holds these very entries)."""
+        cached = self._locals_cache.get((seg.key, family))
+        if cached is None:
+            cached = _Locals()
+            for member in seg.members:
+                side = member.side(family)
+                if side.ip is None:
+                    continue
+                text = side.ip_text
+                gateway_ip = gateway = None
+                try:
+                    gateway_ip = self._gateway(member, family)
+                    gateway = side.ip_text if gateway_ip is side.ip else str(gateway_ip)
+                except TopologyError as e:
+                    cached.errors.append((text, e))
+                pods = [pod for net, pod in member.pods if family is None or net.version == family]
+                cached.members.append((text, gateway, gateway_ip, gateway_ip is side.ip, side.ip, pods, side.host,
+                                       self._wg(member.segment, family)[2]))
+                cached.add(text, "encapsulated", [(gateway, pod, MAIN_TABLE) for pod in pods]
+                           + [(gateway, side.host, KILO_TABLE)])
+                cached.add(text, "pods", [(gateway, pod) for pod in pods])
+                cached.add(text, "hosts", [side.host])
+                cached.add(text, "direct", [{"dst": pod, "gateway": gateway, "device": PRIVATE, "source": None,
+                                             "table": MAIN_TABLE, "onlink": True} for pod in pods])
+            self._locals_cache[(seg.key, family)] = cached
+        return cached
+
+    def _local_routes(self, node, seg, routes, rules, leader, cross, family=None):
+        """Routes (and IPIP rules) to the other members of ``seg`` (of the node's location) over
+        the private network, in member order: Kilo's, with its encapsulateRoute test of the gateway
+        (``_encapsulates``) written out for speed; the table-1107 route and its rules test the
+        member's internal IP."""
+        own = node.side(family)
+        me = own.ip_text
+        strategy = "never" if family == 6 else self.opts["encapsulate"]  # IPIP carries IPv4 only
+        net = own.interface.network if strategy == "crosssubnet" and own.ip is not None else None
+        tunnel = self.tunnel_device
+        own_pods = [text for pod, text in node.pods if family is None or pod.version == family]
+        iface = self.opts["interface"]
+        local = self._locals(seg, family)
+        for text, error in local.errors:
+            if text != me:
+                raise error
+        if net is None and not cross:
+            # the test is the same for every member (always, or never): one comprehension each
+            if strategy != "always":
+                routes.extend(local.others("direct", me))
+            elif not (own_pods or leader):
+                routes.extend([{"dst": pod, "gateway": gateway, "device": tunnel, "source": me, "table": MAIN_TABLE,
+                                "onlink": True} for gateway, pod in local.others("pods", me)])
+            else:
+                routes.extend([{"dst": dst, "gateway": gateway, "device": tunnel, "source": me, "table": table,
+                                "onlink": True} for gateway, dst, table in local.others("encapsulated", me)])
+                sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
+                if len(sources) == 1:
+                    (src, iif), = sources
+                    rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
+                                  for host in local.others("hosts", me)])
+                else:
+                    rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
+                                  for host in local.others("hosts", me) for src, iif in sources])
+            return
+        for text, gateway, gateway_ip, direct, ip, pods, host, wg_host in local.members:
+            if text == me:
+                continue
+            if strategy == "always":
+                encap = via_tunnel = True
+            elif net is not None:
+                encap = gateway_ip.version != net.version or gateway_ip not in net
+                via_tunnel = encap if direct else ip.version != net.version or ip not in net
+            else:
+                encap = via_tunnel = False
+            device, source = (tunnel, me) if encap else (PRIVATE, None)
+            if cross:
+                # beyond Kilo: the member's WireGuard IP answers over the private network too
+                routes.append({"dst": wg_host, "gateway": gateway, "device": device,
+                               "source": source, "table": MAIN_TABLE, "onlink": True})
+            for pod in pods:
+                routes.append({"dst": pod, "gateway": gateway, "device": device,
+                               "source": source, "table": MAIN_TABLE, "onlink": True})
+            if via_tunnel and (own_pods or leader):
+                routes.append({"dst": host, "gateway": gateway, "device": tunnel, "source": me,
                                "table": KILO_TABLE, "onlink": True})
-                rules.extend(new_rules)
+                for pod in own_pods:
+                    rules.append({"src": pod, "dst": host, "iif": None, "table": KILO_TABLE})
+                if leader:
+                    rules.append({"src": None, "dst": host, "iif": iface, "table": KILO_TABLE})
 
     def _unmanaged_local_routes(self, node, seg, routes, rules):
         """Kilo's Routes(), leader with ``local`` off and encapsulation on: each same-location
         internal IP whose gateway is not that IP (flannel, cilium) goes through the encapsulation
         device in table 1107, for traffic coming in from the WireGuard interface."""
         iface = self.opts["interface"]
+        own = node.first.ip
         for member in seg.members:
-            if member.internal_ip == node.internal_ip:
+            internal = member.first
+            if internal.ip == own:
                 continue
             gateway_ip = self._gateway(member)
-            if gateway_ip == member.internal_ip:
+            if gateway_ip == internal.ip:
                 continue
-            dst = member.internal_host_cidr
+            dst = internal.host
             routes.append({"dst": dst, "gateway": str(gateway_ip), "device": self.tunnel_device, "source": None,
                            "table": KILO_TABLE, "onlink": True})
             rules.append({"src": None, "dst": dst, "iif": iface, "table": KILO_TABLE})
@@ -584,22 +658,19 @@ class Topology(object):
     def _leader_routes(self, node, rules, family=None):
         opts = self.opts
         iface = opts["interface"]
-        own = self._side(node, family)
-        source = own.internal_ip_str
+        own = node.side(family)
+        source = own.ip_text
         own_group = node.segment.group
         cross = opts["granularity"] == "cross"
-        local = opts["local"] and own.internal is not None
+        local = opts["local"] and own.ip is not None
         routes = []
         for seg in self.segments:
             if seg.group == own_group:
                 if local:
-                    for member in seg.members:
-                        side = self._side(member, family)
-                        # a member without an internal IP of a dual-stack family has no ranges of it
-                        # (_check_gateways); a single-stack member always has one
-                        if side.internal_ip is not None and side.internal_ip != own.internal_ip:
-                            self._local_routes(node, member, routes, rules, True, cross, family)
-                elif (self.compat != "none" and not opts["local"] and node.internal is not None
+                    # a member without an internal IP of a dual-stack family has no ranges of it
+                    # (_check_gateways); a single-stack member always has one
+                    self._local_routes(node, seg, routes, rules, True, cross, family)
+                elif (self.compat != "none" and not opts["local"] and node.internals
                       and opts["encapsulate"] != "never"):
                     self._unmanaged_local_routes(node, seg, routes, rules)
                 continue
@@ -628,25 +699,22 @@ class Topology(object):
     def _nonleader_routes(self, node, rules, family=None):
         seg = node.segment
         leader = seg.leader
-        own = self._side(node, family)
-        if own.internal is None:
+        own = node.side(family)
+        if own.ip is None:
             # a dual-stack family the node has no internal IP of (nor ranges: _check_gateways):
             # it is not on that family's private network, so it routes none of it
             return []
-        side = self._side(leader, family)
+        side = leader.side(family)
         gateway_ip = self._gateway(leader, family)  # Kilo: enc.Gw of the segment's leader
-        gateway = side.internal_ip_str if gateway_ip is side.internal_ip else str(gateway_ip)
+        gateway = side.ip_text if gateway_ip is side.ip else str(gateway_ip)
         encap = self._encapsulates(node, gateway_ip, family)
         device = self.tunnel_device if encap else PRIVATE
-        source = own.internal_ip_str if encap else None
+        source = own.ip_text if encap else None
         before, after = self._nonleader_dsts(seg, family)
         routes = []
         _group(routes, before, gateway, device, source, True)
         if self.opts["local"]:
-            for member in seg.members:
-                member_side = self._side(member, family)
-                if member_side.internal_ip is not None and member_side.internal_ip != own.internal_ip:
-                    self._local_routes(node, member, routes, rules, False, False, family)
+            self._local_routes(node, seg, routes, rules, False, False, family)
         _group(routes, after, gateway, device, source, True)
         return routes
 
@@ -656,12 +724,12 @@ class Topology(object):
         nat_sources = []
         forward = []
         if opts["cni"]:
-            nat_sources.extend(node.pod_strs)
+            nat_sources.extend(text for dummy, text in node.pods)
             if opts["forward_rules"]:
                 if leader:
-                    forward = dedup([s for n in seg.members for s in n.pod_strs] + seg.alip_strs + seg.privates)
+                    forward = dedup(seg.pod_texts + seg.alip_strs + seg.privates)
                 elif node.pods:
-                    forward = list(node.pod_strs)
+                    forward = [text for dummy, text in node.pods]
         nat_sources = dedup(nat_sources + self.peer_allowed)
         # Kilo's enc.Rules(): flannel's is empty, cilium's is IPIP's
         ipip = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
@@ -673,7 +741,8 @@ class Topology(object):
             "nat_exempt_destinations": self.nat_exempt,
             "forward_accept": forward,
             "ipip_filter": ipip,
-            "ipip_accept_sources": list(self.location_privates.get(node.location, ())) if ipip else [],
+            # shared by the plans of a location, as the lists above
+            "ipip_accept_sources": self.location_privates.get(node.location, []) if ipip else [],
         }
 
     # --- outputs ----------------------------------------------------------------------
@@ -693,8 +762,8 @@ class Topology(object):
                 "public_key": seg.leader.key,
                 "persistent_keepalive": seg.leader.keepalive,
                 "group": seg.group,
-                "members": [{"name": n.name, "pod_cidr": pod_cidr_value(n.pod_strs),
-                             "internal_ip": one_or_list(n.internal_strs),
+                "members": [{"name": n.name, "pod_cidr": pod_cidr_value([text for dummy, text in n.pods]),
+                             "internal_ip": one_or_list(internal.ip_text for internal in n.internals),
                              "endpoint": n.endpoint} for n in seg.members],
             })
         return out
@@ -727,6 +796,40 @@ class Topology(object):
         return out
 
 
+class _Locals(object):
+    """``Topology._locals``: a segment's members as the local routes of one family need them;
+    the flat lists by name (``add``, ``others``), each item with its member's address text."""
+
+    __slots__ = ("members", "errors", "flat", "owners", "spans")
+
+    def __init__(self):
+        self.members, self.errors = [], []
+        self.flat, self.owners = {}, {}
+        self.spans = {}  # address text -> {name: (start, end)}; None once two members share one
+
+    def add(self, text, name, items):
+        """``items`` of the member at ``text`` to the flat list ``name``."""
+        flat = self.flat.setdefault(name, [])
+        if self.spans is not None:
+            spans = self.spans.setdefault(text, {})
+            if name in spans:  # a second member of this address: plans filter by address
+                self.spans = None
+            else:
+                spans[name] = (len(flat), len(flat) + len(items))
+        flat.extend(items)
+        self.owners.setdefault(name, []).extend([text] * len(items))
+
+    def others(self, name, me):
+        """The flat list ``name`` without the items of the members at address ``me``, in order."""
+        flat = self.flat.get(name, [])
+        if self.spans is None:
+            return list(itertools.compress(flat, [owner != me for owner in self.owners[name]]))
+        span = self.spans.get(me, {}).get(name)
+        if span is None:
+            return flat
+        return flat[:span[0]] + flat[span[1]:]
+
+
 def _group(routes, dsts, gateway, device, source, onlink):
     """One main-table route entry for every destination in ``dsts`` (shared, never copied:
     the members of a segment route the same destinations, so their plans share one list)."""
@@ -737,11 +840,15 @@ def _group(routes, dsts, gateway, device, source, onlink):
 
 def _need_internal(node, family, why):
     """Refuse a dual-stack node that has ranges of ``family`` but no internal IP of it."""
-    pods = [str(net) for net in node.pods if net.version == family]
+    pods = [text for net, text in node.pods if net.version == family]
     if pods:
         raise TopologyError(
-            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family),
-            node_subject(node.name), "internal_ip")
+            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family), node_subject(node.name), "internal_ip")
+
+
+def _has(node, family):
+    """Whether ``node`` has an internal IP of ``family``."""
+    return node.side(family).ip is not None
 
 
 def _host_net(ip):
@@ -757,29 +864,30 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
     Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
-    topology = Topology(nodes, peers or [], options, now)
-    if check is not None:
-        check(topology)
-    names = [n.name for n in topology.nodes] if only is None else list(only)
-    for name in names:
-        if name not in topology.by_name:
-            raise TopologyError("no such node", node_subject(name), "only")
-    # Plans are millions of small containers for big meshes; the cyclic collector would rescan
-    # them over and over while nothing here can form a cycle.
+    # The parsed mesh and its plans are millions of small containers for big meshes; the cyclic
+    # collector would rescan them over and over (a node and its segment refer to each other: the
+    # collector frees them once it runs again).
     enabled = gc.isenabled()
     gc.disable()
     try:
+        topology = Topology(nodes, peers or [], options, now)
+        if check is not None:
+            check(topology)
+        names = [n.name for n in topology.nodes] if only is None else list(only)
+        for name in names:
+            if name not in topology.by_name:
+                raise TopologyError("no such node", node_subject(name), "only")
         plans = dict((name, topology.plan(name)) for name in names)
+        result = {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
+                  "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
+        if topology.relays is not None:  # beyond Kilo: a relayed mesh says which pairs go through whom
+            topology.relays.segments_out(result["segments"])
+            result["paths"] = topology.relays.paths()
+            result["next_change"] = topology.relays.next_change()
+        return result
     finally:
         if enabled:
             gc.enable()
-    result = {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
-              "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
-    if topology.relays is not None:  # beyond Kilo: a relayed mesh says which pairs go through whom
-        topology.relays.segments_out(result["segments"])
-        result["paths"] = topology.relays.paths()
-        result["next_change"] = topology.relays.next_change()
-    return result
 
 
 def listen_port(endpoint, port, subject=None, field="endpoint"):

@@ -4,9 +4,9 @@
 """Input validation for the topology engine: options, nodes and peers.
 
 Everything is checked before any plan is computed; the first problem raises one
-TopologyError naming the subject (node/peer/option) and the field. Parsed values are
-kept as ``ipaddress`` objects next to their normalised strings so the engine never
-parses twice. As in Kilo, an IPv4-mapped IPv6 endpoint is taken as plain IPv4 and keys
+TopologyError naming the subject (node/peer/option) and the field. Addresses and networks are
+kept as typed values of the node table (``nodes.Internal``, ``nodes.Cidr``: the ``ipaddress``
+object with its normalised text) so the engine never parses or formats twice. As in Kilo, an IPv4-mapped IPv6 endpoint is taken as plain IPv4 and keys
 are kept in canonical base64 (the spelling Kilo prints).
 """
 
@@ -17,7 +17,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     to_bool, to_int)
 # The value parsers and the error live with the node table; the engine's importers find them here too.
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
-    FIELDS, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list, parse_subnets)
+    FIELDS, NO_INTERNAL, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list,
+    parse_subnets)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, engine_defaults
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import relay_locations
 
@@ -30,6 +31,7 @@ OPTIONS_SUBJECT = Subject("options")
 # resource as read); a node's are the node table's. Anything else is refused, naming the closest
 # known field: a misspelt one would otherwise be dropped without a word.
 PEER_FIELDS = ("public_key", "allowed_ips", "endpoint", "persistent_keepalive", "preshared_key")
+KNOWN_FIELDS = frozenset(("name",) + tuple(FIELDS))
 
 
 def check_fields(item, known, subject, what):
@@ -56,11 +58,9 @@ def parse_options(options):
             opts[key] = value
     subject = OPTIONS_SUBJECT
     if opts["granularity"] not in GRANULARITIES:
-        raise TopologyError("%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)),
-                            subject, "granularity")
+        raise TopologyError("%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)), subject, "granularity")
     if opts["encapsulate"] not in ENCAPSULATIONS:
-        raise TopologyError("%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)),
-                            subject, "encapsulate")
+        raise TopologyError("%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)), subject, "encapsulate")
     if opts["compatibility"] == "":
         opts["compatibility"] = "none"  # Kilo's flag default: the IPIP encapsulator
     if opts["compatibility"] not in COMPATIBILITIES:
@@ -81,33 +81,47 @@ def parse_options(options):
     return opts
 
 
-class Side(object):
-    """A node's internal IP of one family under the attribute names ``Node`` has for its first:
-    in a dual-stack mesh the engine routes each family through the node's side of that family
-    (all None when the node has no internal IP of it); in a single-stack mesh the node itself is
-    its one side, so that path reads exactly what it always read."""
-
-    __slots__ = ("internal", "internal_ip", "internal_ip_str", "internal_host_cidr")
-
-    def __init__(self, internal=None):
-        self.internal = internal
-        self.internal_ip = self.internal_ip_str = self.internal_host_cidr = None
-        if internal is not None:
-            self.internal_ip = internal.ip
-            self.internal_ip_str = str(internal.ip)
-            self.internal_host_cidr = "%s/%d" % (self.internal_ip_str, internal.ip.max_prefixlen)
-
-
-NO_SIDE = Side()
+# Node attributes of the table's fields where the engine's name differs from the field's; any
+# other field of the table (nodes.FIELDS) is kept on the Node under its own name, as parsed.
+ATTRIBUTES = {"internal_ip": "internals", "pod_cidr": "pods", "cni_compatibility_ip": "cni_ip", "public_key": "key",
+              "leader": "leader_hint", "persistent_keepalive": "keepalive", "allowed_location_ips": "alips",
+              "discovered_endpoints": "discovered"}
 
 
 class Node(object):
-    """One parsed node; strings are normalised once here."""
+    """One parsed node: one value per field of the node table (``internals``: ``Internal``s,
+    ``pods``: ``Cidr``s, in the node's order; the first of each is Kilo's one), its listen
+    ``port``, and where the engine put it (``segment``, ``index``)."""
 
-    __slots__ = ("name", "location", "endpoint", "endpoint_ip", "port", "internal", "internal_ip",
-                 "internal_ip_str", "internal_host_cidr", "internals", "internal_strs", "internal_host_cidrs",
-                 "sides", "pods", "pod_strs", "pod", "pod_str", "cni_ip", "key", "leader_hint", "healthy",
-                 "keepalive", "alips", "discovered", "segment", "index", "behind_nat", "path_state", "relay_since")
+    __slots__ = ("name", "endpoint_ip", "port", "segment", "index") + tuple(
+        ATTRIBUTES.get(name, name) for name in FIELDS)
+
+    @property
+    def first(self):
+        """Kilo's one internal IP (an ``Internal``; ``NO_INTERNAL`` for none)."""
+        return self.internals[0] if self.internals else NO_INTERNAL
+
+    @property
+    def internal(self):
+        """Kilo's one internal IP as an interface (None: none)."""
+        return self.internals[0].interface if self.internals else None
+
+    @property
+    def pod(self):
+        """Kilo's one pod CIDR (None: none)."""
+        return self.pods[0][0] if self.pods else None
+
+    def side(self, family):
+        """The internal IP of ``family`` (an IP version; None: the first, Kilo's one)."""
+        if family is None:
+            return self.first
+        for internal in self.internals:
+            if internal.ip.version == family:
+                return internal
+        return NO_INTERNAL
+
+
+PARSERS = tuple((ATTRIBUTES.get(name, name), field.parse, name) for name, field in FIELDS.items())
 
 
 class Peer(object):
@@ -118,45 +132,23 @@ def parse_node(item, index, default_port, subnets=None):
     """One node; ``subnets`` (the mesh's, parsed) decides which IP families it may carry."""
     name = _name(item, "node", index)
     subject = node_subject(name)
-    check_fields(item, FIELDS, subject, "a node")
-    # every field of the node table, parsed by its row, in the table's order
-    value = dict((field.name, field.parse(item.get(field.name), subject, field.name)) for field in FIELDS.values())
+    if not KNOWN_FIELDS.issuperset(item):
+        check_fields(item, FIELDS, subject, "a node")
     node = Node()
     node.name = name
-    node.location = value["location"]
-    node.endpoint = node.endpoint_ip = None
+    # every field of the node table, parsed by its row, in the table's order
+    for attribute, parse, field in PARSERS:
+        setattr(node, attribute, parse(item.get(field), subject, field))
+    # the endpoint: (text, ip, port), its port the listen port
+    node.endpoint_ip = None
     node.port = default_port
-    if value["endpoint"] is not None:
-        node.endpoint, node.endpoint_ip, node.port = value["endpoint"]
+    if node.endpoint is not None:
+        node.endpoint, node.endpoint_ip, node.port = node.endpoint
     # the first internal IP is Kilo's one (segment key, a single-stack mesh's routes); a second,
-    # of the other family, only counts in a dual-stack mesh (per family, through ``sides``)
-    node.internals = value["internal_ip"]
-    sides = [Side(internal) for internal in node.internals]
-    node.sides = dict((side.internal_ip.version, side) for side in sides)
-    first = sides[0] if sides else NO_SIDE
-    node.internal, node.internal_ip = first.internal, first.internal_ip
-    node.internal_ip_str, node.internal_host_cidr = first.internal_ip_str, first.internal_host_cidr
-    node.internal_strs = [side.internal_ip_str for side in sides]
-    node.internal_host_cidrs = [side.internal_host_cidr for side in sides]
-    # a node's pod ranges (several: Calico's blocks, Cilium's pool CIDRs), each its own route and
-    # allowed IP; the first is Kilo's one pod CIDR (tunnel address, CNI, the add-on gateway)
-    node.pods = value["pod_cidr"]
+    # of the other family, only counts in a dual-stack mesh (Node.side). A node's pod ranges
+    # (several: Calico's blocks, Cilium's pool CIDRs) are each its own route and allowed IP; the
+    # first is Kilo's one pod CIDR (tunnel address, CNI, the add-on gateway)
     _check_families(node, subnets or [], subject)
-    node.pod_strs = [str(net) for net in node.pods]
-    node.pod = node.pods[0] if node.pods else None
-    node.pod_str = node.pod_strs[0] if node.pods else None
-    # Kilo's cni-compatibility-ip annotation (cilium_host's address): only its address is used
-    node.cni_ip = value["cni_compatibility_ip"]
-    node.key = value["public_key"]
-    node.leader_hint = value["leader"]
-    # beyond Kilo (opt-in, kilo_leader_health): a node known to be down this run leads no one
-    node.healthy = value["healthy"]
-    node.keepalive = value["persistent_keepalive"]
-    node.alips = value["allowed_location_ips"]
-    node.discovered = value["discovered_endpoints"]
-    # beyond Kilo: no other location reaches it at its endpoint (engine/relays.py)
-    node.behind_nat = value["behind_nat"]
-    node.path_state, node.relay_since = value["path_state"], value["relay_since"]
     node.index = index
     return node
 
@@ -169,12 +161,12 @@ def _check_families(node, subnets, subject):
     cover both families."""
     if len(subnets) == 2:
         return
-    _check_pod_family(node.pods, subject)
+    _check_pod_family([pod.net for pod in node.pods], subject)
     if len(node.internals) == 2:
         mesh = ("subnet %s" % subnets[0]) if subnets else "one subnet"
+        second = node.internals[1]
         raise TopologyError("%s is IPv%d but the mesh is single-stack (%s): a second IP family"
-                            " needs a second subnet" % (node.internals[1], node.internals[1].version, mesh),
-                            subject, "internal_ip")
+                            " needs a second subnet" % (second, second.version, mesh), subject, "internal_ip")
 
 
 def _check_pod_family(pods, subject):
@@ -182,8 +174,7 @@ def _check_pod_family(pods, subject):
     for net in pods[1:]:
         if net.version != pods[0].version:
             raise TopologyError("%s is IPv%d but %s is IPv%d: a node's pod ranges are of one"
-                                " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version),
-                                subject, "pod_cidr")
+                                " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version), subject, "pod_cidr")
 
 
 def relation(equal, prefixlen, other_prefixlen):
@@ -200,7 +191,7 @@ def check_pod_overlaps(nodes):
     each are Kilo's case, and Kilo takes them as they are: so does this check (Kilo's output is
     matched on every input it accepts); a node of several ranges (an IPAM's blocks) is ours."""
     ranges = sorted(((int(net.network_address), -net.prefixlen, net.version, net, node)
-                     for node in nodes for net in node.pods), key=lambda r: r[:3])
+                     for node in nodes for net, dummy in node.pods), key=lambda r: r[:3])
     last = {}  # version -> (last address covered so far, its network, its node)
     for start, dummy, version, net, node in ranges:
         seen = last.get(version)
@@ -209,7 +200,7 @@ def check_pod_overlaps(nodes):
                 seen[1], seen[2].name)
             raise TopologyError("%s %s %s" % (
                 net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other), node_subject(node.name), "pod_cidr")
-        end = int(net.broadcast_address)
+        end = start | ((1 << (net.max_prefixlen - net.prefixlen)) - 1)  # its broadcast address
         if seen is None or end > seen[0]:
             last[version] = (end, net, node)
 
