@@ -228,7 +228,7 @@ class Relays(object):
                 return leader.endpoint, leader.endpoint_ip
             # an endpoint-less leader keeps alive from its address on the viewer's network, if any
             return None, next((internal.ip for internal in leader.internals
-                               if viewer.endpoint_ip is not None and viewer.endpoint_ip in internal.network), None)
+                               if viewer.endpoint_ip is not None and viewer.endpoint_ip in internal.interface.network), None)
         if self.relayed(seg, viewer) and self.state(seg, viewer.segment) == RELAYED:
             return None, None
         found = self.mapping(seg, viewer)
