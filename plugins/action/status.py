@@ -6,21 +6,22 @@
 On a host: the interface comes from ``kilo_interface`` as for every module; the mesh size for
 Kilo's kilo_nodes / kilo_peers gauges and the location come from the inventory, the segment from
 the engine (the mesh reading's node of this host), then the module reads the host. With ``summary`` (run_once): no host call, the registered
-results of every play host become one table (module_utils/host/status.py).
+results of every play host become one table (plugin_utils/status_summary.py), with the
+engine's ``paths`` of a mesh with segments behind NAT (PATHS).
 """
 
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.status import summary
+from ansible_collections.kilo.mesh.plugins.module_utils.options import status_spec
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.status_summary import summary
 
 
 class ActionModule(KiloAction):
 
     def spec(self):
-        from ansible_collections.kilo.mesh.plugins.modules.status import spec
-        return spec()
+        return status_spec()
 
     def run_kilo(self, args, task_vars):
         host = task_vars.get("inventory_hostname")
@@ -60,8 +61,8 @@ class ActionModule(KiloAction):
         done = dict(changed=False, lines=out["lines"], leaders=out["leaders"], stale=out["stale"],
                     unreported=out["unreported"], hosts=out["hosts"], tunnels=out["tunnels"])
         if out["paths"]:
-            done["paths"] = [dict(a=a, b=b, path=path, via=None if via == "-" else via,
-                                  handshake_age=age) for a, b, path, via, age in out["paths"]]
+            done["paths"] = [dict(a=a, b=b, path=path, via=None if via == "-" else via, handshake=age)
+                             for a, b, path, via, age in out["paths"]]
         return done
 
 
@@ -74,3 +75,4 @@ def engine_paths(mesh):
         return mesh.computed(only=[]).get("paths")
     except (KiloError, ValueError, KeyError, TypeError):
         return None
+

@@ -212,6 +212,15 @@ plan_segment:
   returned: on a host that keeps a plan
   type: str
   sample: location:aws
+own_paths:
+  description:
+    - The pairs of segments the plan the host applied sends through a relay - C(a) (its own segment), C(b),
+      C(path) (V(relayed), or V(probing) while a probe entry tries the direct path), C(via) (the relay's
+      segment) and C(handshake_age) (of the relay's entry, or the probe's while probing; null when none).
+  returned: on a leader behind NAT in a mesh with relays
+  type: list
+  elements: dict
+  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake_age: 4}]
 relay_forwarded_bytes:
   description: Bytes the host forwarded as a relay between its WireGuard peers (its relay rule's counter).
   returned: on a relay
@@ -220,11 +229,12 @@ relay_forwarded_bytes:
 paths:
   description:
     - For each pair of segments with an end behind NAT, C(a), C(b), C(path) (V(direct), V(relayed) or V(probing)),
-      C(via) (the relay's segment) and C(handshake_age) (of the entry that carries the pair; null when unknown).
+      C(via) (the relay's segment, null when direct) and C(handshake) (the age of the latest handshake of the
+      entry that carries the pair, as the table prints it; V(-) when no end reported).
   returned: with O(summary), in a mesh with locations behind NAT
   type: list
   elements: dict
-  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake_age: 4}]
+  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake: 4s}]
 stale:
   description: Public keys of the peers whose tunnel is stale.
   returned: on a host
@@ -267,9 +277,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
-from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.host.status import (
-    DEFAULT_STALE_AFTER, host_status, label_peers, metrics, stored_plan, write_atomic)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import status_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import host_status, label_peers, metrics, stored_plan
 
 
 def plan_files():
@@ -296,13 +306,6 @@ def relay_forwarded(plan, settings, interface):
     return None
 
 
-def spec():
-    return dict(interface=argument_spec("key")["interface"],
-                stale_after=dict(type="int", default=DEFAULT_STALE_AFTER),
-                textfile=dict(type="path"), mesh_nodes=dict(type="int"), mesh_peers=dict(type="int"),
-                summary=dict(type="bool", default=False), status_var=dict(type="str", default="kilo_status"))
-
-
 def interface_addresses(interface):
     """The interface's CIDRs ([] when it is gone): a dual-stack leader's WireGuard IP of each
     family, IPv4 first as the kernel lists them. The kernel's own IPv6 link-local address (a
@@ -323,7 +326,7 @@ def interface_addresses(interface):
 
 
 def run_module():
-    module = AnsibleModule(argument_spec=spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=status_spec(), supports_check_mode=True)
     p = module.params
     if p["summary"]:
         module.fail_json(msg="summary: runs on the controller through the kilo.mesh.status action only")
@@ -354,7 +357,7 @@ def run_module():
         result["metrics"] = metrics(result, p["mesh_nodes"], p["mesh_peers"], forwarded)
         if not module.check_mode:
             try:
-                write_atomic(p["textfile"], result["metrics"])
+                update_file(p["textfile"], result["metrics"])
             except (IOError, OSError) as e:
                 module.fail_json(msg="textfile: %s: %s" % (p["textfile"], e))
             result["textfile"] = p["textfile"]

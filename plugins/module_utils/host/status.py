@@ -3,9 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """kilo.mesh.status: what a host's WireGuard interface says about its place in the mesh.
 
-Pure functions over ``WireGuardBackend.current()`` (host side), the node_exporter textfile
-(Prometheus text format, written atomically), and the mesh-wide table the controller prints
-from every host's result. Nothing here carries a key but public ones.
+Pure functions over ``WireGuardBackend.current()`` and the node_exporter textfile (Prometheus
+text format); the mesh-wide table the controller prints from every host's result is
+``plugin_utils/status_summary.py``. Nothing here carries a key but public ones.
 
 A tunnel is stale when its latest handshake is older than ``stale_after`` seconds, or never
 happened. WireGuard handshakes again every 2 minutes while traffic flows, so 180 s is the
@@ -20,9 +20,7 @@ import json
 import os
 import re
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic as replace_file
-
-DEFAULT_STALE_AFTER = 180
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_STALE_AFTER
 
 
 def peer_status(peer, now, stale_after):
@@ -78,7 +76,9 @@ def stored_plan(paths):
 def label_peers(status, plan):
     """Beyond Kilo: each live peer named as the stored ``plan`` names its entry (a segment key or
     an outside peer's name), with the segments it carries as a relay's entry (``relayed``) and
-    whether it is a probe for a direct path (``probe``); the plan's own ``segment``. In place."""
+    whether it is a probe for a direct path (``probe``); the plan's own ``segment``; the pairs
+    through a relay (``own_paths``, ``path_rows`` as dicts: the controller's summary reads them).
+    In place."""
     if not plan:
         return status
     entries = dict((e.get("public_key"), e) for e in plan.get("peers") or () if isinstance(e, dict))
@@ -95,6 +95,9 @@ def label_peers(status, plan):
             peer["stale"] = False
     status["stale"] = [p["public_key"] for p in status["peers"] if p["stale"]]
     status["plan_segment"] = plan.get("segment")
+    rows = path_rows(status)
+    if rows:
+        status["own_paths"] = [dict(a=a, b=b, path=path, via=via, handshake_age=age) for a, b, path, via, age in rows]
     return status
 
 
@@ -181,133 +184,3 @@ def metrics(status, nodes=None, peers=None, relay_forwarded=None):
 # One sample line of the text format (no timestamps written here).
 SAMPLE_RE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? '
                        r'([-+]?[0-9.eE+-]+|[+-]Inf|NaN)$')
-
-
-def write_atomic(path, data, mode=0o644, check_mode=False):
-    """Write ``data`` (text or bytes) to ``path`` through ``atomic_file.write_atomic``, so a reader
-    (node_exporter, a browser) never sees half a file; nothing when the file already holds
-    exactly that. Returns True when the file changes (in check mode: would)."""
-    if not isinstance(data, bytes):
-        data = data.encode("utf-8")
-    try:
-        with open(path, "rb") as f:
-            if f.read() == data:
-                return False
-    except (IOError, OSError):
-        pass
-    if check_mode:
-        return True
-    replace_file(path, data, mode)
-    return True
-
-
-# ---------------------------------------------------------------- the mesh-wide table (controller)
-
-def _age(seconds):
-    if seconds is None:
-        return "never"
-    if seconds < 120:
-        return "%ds" % seconds
-    if seconds < 7200:
-        return "%dm%02ds" % (seconds // 60, seconds % 60)
-    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
-
-
-def _bytes(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
-        n /= 1024.0
-    return str(n)
-
-
-def _table(header, rows):
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    fmt = "  ".join("%%-%ds" % w for w in widths)
-    return [(fmt % tuple(r)).rstrip() for r in [header] + rows]
-
-
-def mesh_paths(results, engine_paths=None):
-    """Beyond Kilo: the PATHS rows [a, b, path, via, handshake] of a mesh with segments behind NAT.
-
-    The pairs are the engine's (``engine_paths``, the result's ``paths``: every pair with an end
-    behind NAT), else those the hosts' labelled peers show. Each pair's state is what the leader
-    of its first end (else its second) applied, from its stored plan: relayed or probing through
-    a relay's entry, else direct on the far segment's own entry; the engine's when neither end
-    reported. The handshake is that entry's (a probe's while probing)."""
-    leaders = {}
-    for host in sorted(results):
-        r = results[host]
-        if r and r.get("leader") and r.get("plan_segment"):
-            leaders.setdefault(r["plan_segment"], r)
-    pairs = [(p["a"], p["b"], p.get("path"), p.get("via")) for p in engine_paths or ()]
-    if engine_paths is None:
-        seen = set()
-        for own, r in sorted(leaders.items()):
-            for a, b, path, via, dummy in path_rows(r):
-                if (b, a) not in seen:
-                    seen.add((a, b))
-                    pairs.append((a, b, path, via))
-    rows = []
-    for a, b, path, via in pairs:
-        age, known = None, False
-        for near, far in ((a, b), (b, a)):
-            r = leaders.get(near)
-            if r is None:
-                continue
-            live = dict((row[1], row) for row in path_rows(r))
-            if far in live:
-                dummy, dummy2, path, via, age = live[far]
-                known = True
-                break
-            entry = [p for p in r["peers"] if p.get("name") == far and not p.get("probe")]
-            if entry:
-                path, via, age, known = "direct", None, entry[0]["handshake_age"], True
-                break
-        rows.append([a, b, path or "-", via or "-", _age(age) if known else "-"])
-    return rows
-
-
-def summary(results, peer_names=None, engine_paths=None):
-    """The mesh-wide view of every host's status result ({host: result}).
-
-    Peers are named by the hosts' own public keys (and ``peer_names``, {public key: name} of
-    the outside peers); unknown keys are shortened. A mesh with segments behind NAT (the
-    engine's ``paths``, or hosts whose stored plans have relays' entries) adds PATHS
-    (``mesh_paths``). Returns {"lines", "hosts", "tunnels", "stale", "leaders", "unreported",
-    "paths"}.
-    """
-    names = dict(peer_names or {})
-    for host, r in results.items():
-        if r and r.get("public_key"):
-            names[r["public_key"]] = host
-    hosts, tunnels, stale, leaders, unreported = [], [], [], [], []
-    for host in sorted(results):
-        r = results[host]
-        if not r or r.get("failed") or r.get("unreachable") or "in_mesh" not in r:
-            unreported.append(host)
-            hosts.append([host, "-", "-", "no result", "-", "-"])
-            continue
-        role = "leader" if r["leader"] else ("member" if r["in_mesh"] else "not in mesh")
-        if r["leader"]:
-            leaders.append(host)
-        bad = [p for p in r["peers"] if p["stale"]]
-        hosts.append([host, r.get("location") or "-", r.get("segment") or "-", role, len(r["peers"]), len(bad)])
-        for p in r["peers"]:
-            name = names.get(p["public_key"], p["public_key"][:10] + "...")
-            state = "stale" if p["stale"] else "ok"
-            tunnels.append([host, name, p.get("endpoint") or "-", _age(p["handshake_age"]),
-                            _bytes(p["rx_bytes"]), _bytes(p["tx_bytes"]), state])
-            if p["stale"]:
-                stale.append("%s -> %s" % (host, name))
-    lines = _table(["HOST", "LOCATION", "SEGMENT", "ROLE", "PEERS", "STALE"], hosts)
-    if tunnels:
-        lines += [""] + _table(["HOST", "PEER", "ENDPOINT", "HANDSHAKE", "RX", "TX", "STATE"], tunnels)
-    paths = mesh_paths(results, engine_paths)
-    if paths:
-        lines += [""] + _table(["A", "B", "PATH", "VIA", "HANDSHAKE"], paths)
-    lines += ["", "%d hosts, %d leaders, %d tunnels, %d stale%s" % (
-        len(results), len(leaders), len(tunnels), len(stale),
-        (", no result from: " + ", ".join(unreported)) if unreported else "")]
-    return {"lines": lines, "hosts": hosts, "tunnels": tunnels, "stale": stale, "leaders": leaders,
-            "unreported": unreported, "paths": paths}
