@@ -75,4 +75,3 @@ def engine_paths(mesh):
         return mesh.computed(only=[]).get("paths")
     except (KiloError, ValueError, KeyError, TypeError):
         return None
-

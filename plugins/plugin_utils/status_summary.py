@@ -8,7 +8,6 @@ public ones."""
 from __future__ import annotations
 
 
-
 def _age(seconds):
     if seconds is None:
         return "never"

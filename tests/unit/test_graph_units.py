@@ -289,8 +289,7 @@ def test_status_paths_from_the_stored_plans(tmp_path):
                        result["plans"]["r"])
     assert 'kilo_relay_forwarded_bytes_total{interface="kilo0"} 8044' in st.metrics(r, relay_forwarded=8044)
     assert "kilo_path" not in st.metrics(r)
-    out = summary({"u": dict(u, segment="location:u"), "r": dict(r, segment="location:r")}, {},
-                     result["paths"])
+    out = summary({"u": dict(u, segment="location:u"), "r": dict(r, segment="location:r")}, {}, result["paths"])
     rows = dict(((a, b), (path, via, age)) for a, b, path, via, age in out["paths"])
     assert rows[("location:u", "location:v")] == ("relayed", relay, "4s")
     assert rows[("location:r", "location:u")] == ("direct", "-", "3s")  # the first end's: r's entry of u
