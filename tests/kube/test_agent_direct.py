@@ -90,6 +90,15 @@ def path_state(api, host):
     return json.loads(agentlab.node_annotations(api, host)[kn.PATH_STATE])
 
 
+def of_kind(cluster, kind):
+    """(lab, api, state, hosts, the NAT'd pair) of the lab behind ``kind`` NATs; other labs skip."""
+    lab, api, state = cluster
+    if state["kind"] != kind:
+        pytest.skip("%s only" % kind)
+    hosts = state["hosts"]
+    return lab, api, state, hosts, [hosts[n] for n in NATTED]
+
+
 def test_relayed_first(cluster):
     lab, api, state = cluster
     hosts = state["hosts"]
@@ -99,11 +108,7 @@ def test_relayed_first(cluster):
 
 
 def test_eim_pair_goes_direct_across_the_switch(cluster):
-    lab, api, state = cluster
-    if state["kind"] != "eim":
-        pytest.skip("eim only")
-    hosts = state["hosts"]
-    pair = [hosts[n] for n in NATTED]
+    lab, api, state, hosts, pair = of_kind(cluster, "eim")
     with agentlab.PingWatch(lab, pair, interval=RATE) as watch:
         agentlab.wait_for(lambda: is_direct(lab, api, hosts), 120, interval=0.5)
         direct = time.monotonic() - state["start"]
@@ -129,11 +134,7 @@ def test_eim_pair_goes_direct_across_the_switch(cluster):
 def test_eim_new_mappings_heal_by_themselves(cluster):
     """The gcp router re-addressed (every mapping new): the direct path dies, both ends fall back to
     the relay (held), the relay learns the new mapping, and after the hold the pair goes direct again."""
-    lab, api, state = cluster
-    if state["kind"] != "eim":
-        pytest.skip("eim only")
-    hosts = state["hosts"]
-    pair = [hosts[n] for n in NATTED]
+    lab, api, state, hosts, pair = of_kind(cluster, "eim")
     agentlab.wait_for(lambda: is_direct(lab, api, hosts), 60, interval=0.5)
     with agentlab.PingWatch(lab, pair, interval=RATE) as watch:
         time.sleep(1)
@@ -154,11 +155,7 @@ def test_eim_new_mappings_heal_by_themselves(cluster):
 
 
 def test_symmetric_pair_stays_relayed_without_flapping(cluster):
-    lab, api, state = cluster
-    if state["kind"] != "symmetric":
-        pytest.skip("symmetric only")
-    hosts = state["hosts"]
-    pair = [hosts[n] for n in NATTED]
+    lab, api, state, hosts, pair = of_kind(cluster, "symmetric")
     writes = dict((h, agentlab.read_log(lab, h).count("wrote annotations")) for h in pair)
     seen = set()
     end = time.monotonic() + 60
