@@ -43,7 +43,7 @@ def test_a_silent_direct_path_is_held_with_doubling_hold_downs():
     assert paths.prober.targets == {FAR: "10.4.0.3"}
     assert paths.tick(101.0, None, {FAR}) == (False, {})
     assert paths.tick(104.0, None, set()) == (False, {})  # silent 3 s: not yet more
-    changed, _ = paths.tick(104.5, None, set())
+    changed = paths.tick(104.5, None, set())[0]
     assert changed and paths.state() == ({}, {FAR: 165})
     # back on the relay: nothing pinged; a second failure holds 120 s, then the count resets after 30 min up
     paths.update(computed("relayed"), plan(False), "gcp-1", 105.0)
