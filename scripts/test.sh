@@ -28,7 +28,7 @@ core_stage() {  # the command of the stage ansible-core-$1, run by .venv-core-$1
 stages=(
   # (tests/host/test_job_slicing.py, AWX job slicing, and tests/unit/test_registry_store.py start a
   # redis-server of their own: Debian's redis-server, which scripts/setup.sh all installs)
-  "labs|hosts|.venv/bin/python -m pytest -q -p no:cacheprovider tests/lab tests/host"
+  "labs|hosts|.venv/bin/python -m pytest -q -p no:cacheprovider tests/host"
   "kube|kubernetes|KILO_REQUIRE_KUBE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kube"
   # the oldest and newest ansible-core of meta/runtime.yml's range (scripts/setup.sh's venvs):
   # the unit tests and tests/core (every action and the inventory plugin on a small lab)
@@ -38,6 +38,8 @@ stages=(
   "pure|unit|.venv/bin/python -m pytest -q -p no:cacheprovider tests/unit"
   "pure|sanity|bash scripts/sanity.sh"
   "pure|lint|.venv/bin/ansible-lint --profile production -q"
+  # the lab itself (NAT kinds, addressing): short, so it leaves the long labs lane
+  "pure|lab|.venv/bin/python -m pytest -q -p no:cacheprovider tests/lab"
   "vm|kernel-vm|bash tests/vm/run.sh tests/vm/kernel_backend_check.py"
   "vm|kernel-vm-debian-pyroute2|bash tests/vm/run.sh --pyroute2 debian tests/vm/kernel_backend_check.py"
   "vm|converge-vm-ipip|bash tests/vm/run.sh --pyroute2 debian tests/vm/converge_check.py"

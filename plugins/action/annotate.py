@@ -5,10 +5,11 @@
 
 Runs on the controller only. The values are those the engine used for this run (the host's
 kilo.mesh.key result, else the registry, else the Node's own annotations; its stored plan for the
-WireGuard IP), in Kilo's formats (``kube_node.write_back``), sent as one JSON merge patch of the
-Node's annotations when one of them differs. What the node observes (``last-seen``,
-``discovered-endpoints``: ``kube_node.OBSERVED_ANNOTATIONS``) never makes the task changed: it is
-refreshed by every run that reaches the host (not in check mode) and left out of the diff.
+WireGuard IP), in Kilo's formats (``kube_node.node_annotations``, as the agent writes them), sent
+as one JSON merge patch of the Node's annotations when one of them differs. What the node
+observes (``last-seen``, ``discovered-endpoints``: ``kube_node.OBSERVED_ANNOTATIONS``) never
+makes the task changed (``kube_node.annotation_changes``, the agent's rule too): it is refreshed
+by every run that reaches the host (not in check mode) and left out of the diff.
 
 For a node that changes agents in place (``playbooks/migrate.yml``): ``takeover`` refuses a write
 that would change what the other nodes build their mesh from (``kube_node.SEEN_BY_OTHERS``) as the
@@ -59,11 +60,9 @@ class ActionModule(KiloAction):
             node = mesh.node(host)
             if node is None or not node.get("public_key"):
                 raise not_a_node(args["group"])
-            # as Kilo's agent: only what was learned from peers behind NAT (the key result has all)
-            node["discovered_endpoints"] = kube_node.nat_endpoints(node["discovered_endpoints"], plan)
-            wanted = kube_node.write_back(node, plan, args["granularity"], int(time.time()))
+            now = int(time.time())
         else:
-            wanted = None  # once the Node's annotations are read: removed_when_leaving
+            now = None  # once the Node's annotations are read: removed_when_leaving
         client = kube_client.api_client(self.client_options(args, task_vars))
         path = "/api/v1/nodes/" + name
         api = kube_client.kubernetes.client.CoreV1Api(client)
@@ -77,23 +76,26 @@ class ActionModule(KiloAction):
                                 node_subject(name))
             raise
         current = (obj.get("metadata") or {}).get("annotations") or {}
-        if wanted is None:
-            wanted = kube_node.removed_when_leaving(current)
+        if args["state"] == "present":
+            wanted = kube_node.node_annotations(node, plan, args["granularity"], now, current)
+            # Kilo's agent annotations and ours; cni-compatibility-ip, which the agent writes back
+            # too, is left as the Node has it
+            wanted = dict((k, v) for k, v in wanted.items()
+                          if k in kube_node.AGENT_ANNOTATIONS + kube_node.DUAL_ANNOTATIONS + kube_node.OWN_AGENT_ANNOTATIONS)
+        else:
+            wanted = kube_node.removed_when_leaving(current)  # the dual-stack ones among them
         if args["takeover"] and args["state"] == "present":
             self.refuse_moves(name, current, wanted)
-        wanted.update(kube_node.dual_removals(wanted, current))
         if args["handback_timeout"] and args["state"] == "present":
             wanted.update(kube_node.handed_back_removals(current))  # Kilo's agent marks nothing of ours
         ours = [k for k in kube_node.AGENT_ANNOTATIONS if k not in kube_node.OBSERVED_ANNOTATIONS]
         # a dual-stack node's, or one to remove; our agent's own, removed when leaving
         ours += [k for k in kube_node.DUAL_ANNOTATIONS + kube_node.OWN_AGENT_ANNOTATIONS if k in wanted]
-        differ = dict((k, wanted[k]) for k in ours if current.get(k) != wanted[k])
+        differ, _refreshed = kube_node.annotation_changes(wanted, current)
         patch = dict(differ)
-        for k in kube_node.OBSERVED_ANNOTATIONS:
-            if args["state"] == "present":
-                patch[k] = wanted[k]  # refreshed, not a change
-            elif current.get(k) is not None:
-                differ[k] = patch[k] = None  # removing them is
+        if args["state"] == "present":
+            # what the node observes, refreshed by every run that reaches it, and no change
+            patch.update((k, wanted[k]) for k in kube_node.OBSERVED_ANNOTATIONS)
         if patch and not self._task.check_mode:
             kube_client.merge_patch_node(client, name, {"metadata": {"annotations": patch}})
         if args["handback_timeout"] and args["state"] == "present" and not self._task.check_mode:

@@ -17,8 +17,7 @@ usable address and has no forced endpoint fails here, before any converge call.
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import KEY_STATE
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, STATE_SPEC
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import facts_from_result
@@ -27,7 +26,7 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import converge
 
 class ActionModule(KiloAction):
     SCOPES = ("key", "prepare")
-    EXTRA_SPEC = {"state": KEY_STATE}
+    EXTRA_SPEC = {"state": STATE_SPEC}
 
     def run_kilo(self, args, task_vars):
         if "state" not in self._task.args:

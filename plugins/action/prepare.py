@@ -10,14 +10,13 @@ when that is set (the engine makes the host listen there), else kilo_port, else 
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import PREPARE_STATE
-from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.options import STATE_SPEC, argument_spec
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 
 
 class ActionModule(KiloAction):
     SCOPES = ("prepare",)
-    EXTRA_SPEC = {"port": argument_spec("mesh")["port"], "state": PREPARE_STATE}
+    EXTRA_SPEC = {"port": argument_spec("mesh")["port"], "state": STATE_SPEC}
 
     def run_kilo(self, args, task_vars):
         if "state" not in self._task.args:

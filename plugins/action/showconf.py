@@ -4,13 +4,13 @@
 """Action kilo.mesh.showconf: a node's or a peer's WireGuard configuration, like ``kgctl showconf``.
 
 The mesh comes from the inventory and the registry as for kilo.mesh.topology; the engine and
-module_utils/engine/showconf.py do the rest; with ``dest`` the configuration is written on the
+plugin_utils/showconf.py do the rest; with ``dest`` the configuration is written on the
 controller (plugin_utils/output.py's rule). Runs on the controller only.
 """
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import FORMATS, showconf
+from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import FORMATS, showconf
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.output import output_path, write_output

@@ -6,20 +6,20 @@
 On a host: the interface comes from ``kilo_interface`` as for every module; the mesh size for
 Kilo's kilo_nodes / kilo_peers gauges and the location come from the inventory, the segment from
 the engine (the mesh reading's node of this host), then the module reads the host. With ``summary`` (run_once): no host call, the registered
-results of every play host become one table (module_utils/host/status.py).
+results of every play host become one table (plugin_utils/status_summary.py).
 """
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.status import summary
+from ansible_collections.kilo.mesh.plugins.module_utils.options import status_spec
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
+from ansible_collections.kilo.mesh.plugins.plugin_utils.status_summary import summary
 
 
 class ActionModule(KiloAction):
 
     def spec(self):
-        from ansible_collections.kilo.mesh.plugins.modules.status import spec
-        return spec()
+        return status_spec()
 
     def run_kilo(self, args, task_vars):
         host = task_vars.get("inventory_hostname")

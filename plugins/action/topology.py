@@ -13,9 +13,8 @@ from __future__ import annotations
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import public_entries, wireguard_conf
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import SWITCH_STEP, mark_roaming, split_preshared_keys
+from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import public_entries, wireguard_conf
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
@@ -27,7 +26,7 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import as_host_
 
 # A key rotation's schedule (``rotation`` in the result; kilo.mesh.join hands each host its moment):
 # the rotating hosts switch ROTATION_LEAD seconds after the plans are made, by when every host's
-# converge call of the next task is under way, and their peers converge.SWITCH_STEP seconds later.
+# converge call of the next task is under way, and their peers plan.SWITCH_STEP seconds later.
 ROTATION_LEAD = 5.0
 # Rotating leaders switch one after another, this far apart: two that switched at one moment would
 # each send the other a handshake under the new keys, and when those cross, each end answers the

@@ -165,14 +165,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             if e.status == 404:
                 return None
             raise
-        peers = []
-        for item in sorted(items, key=lambda p: (p.get("metadata") or {}).get("name") or ""):
-            try:
-                peers.append(kube_node.peer_from_resource(item))
-            except KiloError as e:
-                if self.get_option("invalid_peers") == "error":
-                    raise
-                self.display.warning("%s: leaving out %s" % (self.NAME, e))
+        peers, errors = kube_node.peers_of(items)
+        for _name, e in errors:
+            if self.get_option("invalid_peers") == "error":
+                raise e
+            self.display.warning("%s: leaving out %s" % (self.NAME, e))
         return peers
 
     def _ipam(self, client):

@@ -52,6 +52,19 @@ def write_atomic(path, data, mode, make_dirs=None):
         os.close(dfd)
 
 
+def update_file(path, data, mode=0o644, check_mode=False, make_dirs=None):
+    """``write_atomic`` when ``path`` does not hold exactly ``data`` already (a reader such as
+    node_exporter or a browser never sees half a file); whether the file changes (in check
+    mode: would)."""
+    if not isinstance(data, bytes):
+        data = data.encode("utf-8")
+    if read_bytes(path) == data:
+        return False
+    if not check_mode:
+        write_atomic(path, data, mode, make_dirs)
+    return True
+
+
 def leftovers(path):
     """The temporary files of writes of ``path`` that were cut short: write_atomic removes its own
     on any error, so only a process killed (SIGKILL, a crash, the host losing power) between

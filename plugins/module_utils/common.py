@@ -60,6 +60,17 @@ class KiloError(Exception):
         return self if self.subject else KiloError(self.message, subject, self.field)
 
 
+def dedup(items):
+    """``items`` in their order, each once (the first time it comes)."""
+    seen = set()
+    out = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
 def did_you_mean(name, known, prefixes=()):
     """'; did you mean X?' naming the one of ``known`` closest to the unknown ``name`` (difflib's
     ratio, at least 0.6), or '' when none is close. A prefix of ``prefixes`` that both names share
@@ -160,6 +171,12 @@ def format_endpoint(ip, port):
     return "[%s]:%d" % (ip, port) if ip.version == 6 else "%s:%d" % (ip, port)
 
 
+# A TCP/UDP port; WireGuard's persistent keepalive (seconds, 0: none). The option table's bounds
+# (``options.OPTIONS``) take these, and every check of a port or a keepalive.
+PORT_RANGE = (1, 65535)
+KEEPALIVE_RANGE = (0, 65535)
+
+
 def split_endpoint(value, subject=None, field="endpoint"):
     """``host:port`` or ``[IPv6]:port`` -> (host text, port); the host is not resolved."""
     if not isinstance(value, str) or not value.strip():
@@ -176,8 +193,8 @@ def split_endpoint(value, subject=None, field="endpoint"):
             raise KiloError("%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field)
     if not port.isdigit():
         raise KiloError("%r: port %r is not a number" % (value, port), subject, field)
-    if not 0 < int(port) < 65536:
-        raise KiloError("port %d out of range 1-65535" % int(port), subject, field)
+    if not PORT_RANGE[0] <= int(port) <= PORT_RANGE[1]:
+        raise KiloError("port %d out of range %d-%d" % ((int(port),) + PORT_RANGE), subject, field)
     return host, int(port)
 
 
@@ -218,18 +235,32 @@ def kernel_module_available(name):
     """Whether kernel module ``name`` is loaded or loadable; ``modprobe -n`` loads nothing."""
     if os.path.isdir(os.path.join("/sys/module", name)):
         return True
-    try:
-        return subprocess.call(["modprobe", "-n", "-q", name],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
-    except OSError:
-        return False
+    return run_command(["modprobe", "-n", "-q", name])[0] == 0
 
 
-def run_command(argv, stdin=None):
-    """(returncode, stdout, stderr) of ``argv`` as text; a command that is missing gives 127."""
+def run_command(argv, stdin=None, timeout=None, text=True):
+    """(returncode, stdout, stderr) of ``argv``, as text (bytes when not ``text``, ``stdin`` too;
+    without ``stdin`` it reads /dev/null). A command that cannot run gives 127, one still running
+    after ``timeout`` seconds is killed and gives 124 (as timeout(1)); stderr says why."""
+    given = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     try:
-        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, check=False)
-    except OSError as e:
-        return 127, "", str(e)
-    return proc.returncode, proc.stdout, proc.stderr
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=text,
+                              timeout=timeout, check=False, **given)
+    except subprocess.TimeoutExpired:
+        why, rc = "still running after %s s" % timeout, 124
+    except (OSError, ValueError) as e:
+        why, rc = str(e), 127
+    else:
+        return proc.returncode, proc.stdout, proc.stderr
+    return (rc, "", why) if text else (rc, b"", why.encode("utf-8"))
+
+
+def run_checked(argv, error=KiloError, field=None, stdin=None, ok_codes=(0,), runner=run_command):
+    """``runner``'s (returncode, stdout, stderr) of ``argv``; ``error`` (a KiloError class, naming
+    ``field``) when the command is missing or exits with a code not in ``ok_codes``."""
+    rc, out, err = runner(argv) if stdin is None else runner(argv, stdin)
+    if rc == 127 and not out:
+        raise error("cannot run %s: %s (is it installed?)" % (argv[0], err.strip()), None, field)
+    if rc not in ok_codes:
+        raise error("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), None, field)
+    return rc, out, err

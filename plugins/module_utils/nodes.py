@@ -32,7 +32,7 @@ import socket
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, host_subject, parse_key, split_endpoint, text_list, to_bool, to_int)
+    KEEPALIVE_RANGE, KiloError, format_endpoint, host_subject, parse_key, split_endpoint, text_list, to_bool, to_int)
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
 # Annotations of our own on a Node (beyond Kilo): a node's pod ranges forced, and the source of its pod ranges.
@@ -56,10 +56,7 @@ UNSET = object()
 
 
 class TopologyError(KiloError):
-    """Bad input: ``subject`` (e.g. "node 'b'") and ``field`` name where it is."""
-
-    def __init__(self, subject, field, message):
-        super(TopologyError, self).__init__(message, subject, field)
+    """Bad input of the mesh (a node, a peer, an option); ``KiloError``'s arguments."""
 
 
 # --- value parsers -----------------------------------------------------------------------------
@@ -86,7 +83,7 @@ def _typed_text(value, subject, field, kind, what):
     IPv4 text (the input itself) parsed by ``_v4``. ``kind`` is "network" (host bits cleared) or
     "interface"; ``what`` names it in the error."""
     if not isinstance(value, str) or not value.strip():
-        raise TopologyError(subject, field, "%r is not %s" % (value, what))
+        raise TopologyError("%r is not %s" % (value, what), subject, field)
     text = value.strip()
     fast = _v4(text)
     if fast is not None:
@@ -99,7 +96,7 @@ def _typed_text(value, subject, field, kind, what):
     try:
         parsed = ipaddress.ip_network(text, strict=False) if kind == "network" else ipaddress.ip_interface(text)
     except ValueError:
-        raise TopologyError(subject, field, "%r is not %s" % (value, what))
+        raise TopologyError("%r is not %s" % (value, what), subject, field)
     return parsed, str(parsed)
 
 
@@ -129,7 +126,7 @@ def parse_network_list(values, subject, field):
     if isinstance(values, str):
         values = [v for v in values.split(",") if v.strip()]
     if not isinstance(values, (list, tuple)):
-        raise TopologyError(subject, field, "expected a list of CIDRs, got %r" % (values,))
+        raise TopologyError("expected a list of CIDRs, got %r" % (values,), subject, field)
     return [parse_network(v, subject, field) for v in values]
 
 
@@ -140,7 +137,7 @@ def parse_endpoint(value, subject, field, allow_dns=True):
         try:
             ip = ipaddress.IPv6Address(host)
         except ValueError:
-            raise TopologyError(subject, field, "%r: %r is not an IPv6 address" % (value, host))
+            raise TopologyError("%r: %r is not an IPv6 address" % (value, host), subject, field)
         if ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
         return format_endpoint(ip, port), ip, port
@@ -151,12 +148,12 @@ def parse_endpoint(value, subject, field, allow_dns=True):
         ip = ipaddress.IPv4Address(host)
     except ValueError:
         if not allow_dns:
-            raise TopologyError(subject, field, "%r: %r is not an IP address" % (value, host))
+            raise TopologyError("%r: %r is not an IP address" % (value, host), subject, field)
         labels = host.rstrip(".").split(".")
         if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
-            raise TopologyError(subject, field, "%r: %r is neither an IP address nor a DNS name" % (value, host))
+            raise TopologyError("%r: %r is neither an IP address nor a DNS name" % (value, host), subject, field)
         if all(label.isdigit() for label in labels):
-            raise TopologyError(subject, field, "%r: %r is not a valid IPv4 address" % (value, host))
+            raise TopologyError("%r: %r is not a valid IPv4 address" % (value, host), subject, field)
         return "%s:%d" % (host.lower(), port), None, port
     return format_endpoint(ip, port), ip, port
 
@@ -177,7 +174,7 @@ def _discovered(value, subject, field):
     """{public key: "ip:port"} -> {canonical key: (endpoint, ip, port)}, keys in order."""
     value = value or {}
     if not isinstance(value, dict):
-        raise TopologyError(subject, field, "expected a mapping public key -> ip:port")
+        raise TopologyError("expected a mapping public key -> ip:port", subject, field)
     out = {}
     for key in sorted(value):
         where = "%s[%s]" % (field, key)
@@ -206,7 +203,7 @@ def _leader_var(value, subject, field):
 
 
 def _keepalive(value, subject, field):
-    return to_int(value, subject, field, 0, 65535)
+    return to_int(value, subject, field, *KEEPALIVE_RANGE)
 
 
 def _endpoint_var(value, subject, field):
@@ -322,7 +319,7 @@ def parse_internal_ips(value, subject, field):
         return [_internal(value, subject, field)]
     ips = [_internal(item, subject, field) for item in value]
     if len(ips) > 2:
-        raise TopologyError(subject, field, "%d internal IPs; at most two, one of each IP family" % len(ips))
+        raise TopologyError("%d internal IPs; at most two, one of each IP family" % len(ips), subject, field)
     check_two_families(ips, subject, field, "two internal IPs are one of each IP family")
     return ips
 
@@ -333,7 +330,7 @@ def check_two_families(values, subject, field, why):
     addresses)."""
     if len(values) == 2 and values[0].version == values[1].version:
         first, second = values
-        raise TopologyError(subject, field, "%s and %s are both IPv%d: %s" % (first, second, first.version, why))
+        raise TopologyError("%s and %s are both IPv%d: %s" % (first, second, first.version, why), subject, field)
 
 
 def parse_subnets(value, subject, field="subnet"):
@@ -344,8 +341,8 @@ def parse_subnets(value, subject, field="subnet"):
         return [parse_network(value, subject, field)]
     nets = [parse_network(item, subject, field) for item in value]
     if not 1 <= len(nets) <= 2:
-        raise TopologyError(subject, field, "%d subnets; one, or two of different IP families (dual-stack)"
-                            % len(nets))
+        raise TopologyError("%d subnets; one, or two of different IP families (dual-stack)"
+                            % len(nets), subject, field)
     check_two_families(nets, subject, field, "a dual-stack mesh has one subnet of each IP family")
     return nets
 
@@ -441,7 +438,7 @@ def parse_pod_cidrs(value, subject, field):
     if _absent(value):
         return []
     if not isinstance(value, (str, list, tuple)):
-        raise TopologyError(subject, field, "%r is not a CIDR" % (value,))
+        raise TopologyError("%r is not a CIDR" % (value,), subject, field)
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
     return [Cidr(*network_text(v, subject, field)) for v in value]
@@ -481,7 +478,7 @@ PATH_STATE_KEYS = ("down", "direct", "held")
 def _seconds(value, subject, field):
     """A time or a span in seconds (an int or a float, not negative)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise TopologyError(subject, field, "%r is not a time in seconds" % (value,))
+        raise TopologyError("%r is not a time in seconds" % (value,), subject, field)
     return value
 
 
@@ -491,16 +488,16 @@ def _path_state(value, subject, field):
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise TopologyError(subject, field, "expected a mapping of %s, got %r" % (", ".join(PATH_STATE_KEYS), value))
+        raise TopologyError("expected a mapping of %s, got %r" % (", ".join(PATH_STATE_KEYS), value), subject, field)
     out = {}
     for key in sorted(value):
         if key not in PATH_STATE_KEYS:
-            raise TopologyError(subject, "%s.%s" % (field, key), "unknown; one of %s" % ", ".join(PATH_STATE_KEYS))
+            raise TopologyError("unknown; one of %s" % ", ".join(PATH_STATE_KEYS), subject, "%s.%s" % (field, key))
     for key in PATH_STATE_KEYS:
         times = value.get(key)
         times = {} if times is None else times
         if not isinstance(times, dict):
-            raise TopologyError(subject, "%s.%s" % (field, key), "expected a mapping segment -> seconds")
+            raise TopologyError("expected a mapping segment -> seconds", subject, "%s.%s" % (field, key))
         out[key] = dict((str(name), _seconds(when, subject, "%s.%s[%s]" % (field, key, name)))
                         for name, when in times.items())
     return out

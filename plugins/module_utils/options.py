@@ -37,7 +37,7 @@ __metaclass__ = type
 
 import copy
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KEEPALIVE_RANGE, PORT_RANGE, KiloError, to_int
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCES, engine_doc
 
 DEFAULT_INTERFACE = "kilo0"
@@ -85,7 +85,7 @@ OPTIONS = dict([
         "WireGuard UDP port, used for endpoints made from discovered addresses.",
         "A host whose endpoint is forced (C(kilo_force_endpoint)) listens on that endpoint's port.",
         "M(kilo.mesh.key) fails on a host where another process already holds the port."],
-        default=DEFAULT_PORT, bounds=(1, 65535)),
+        default=DEFAULT_PORT, bounds=PORT_RANGE),
     _option("interface", ("mesh", "host", "key"), "str", ["Name of the WireGuard interface."],
             default=DEFAULT_INTERFACE),
     _option("encapsulate", ("mesh",), "str", [
@@ -293,7 +293,7 @@ OPTIONS = dict([
     _option("connect_persistent_keepalive", ("connect",), "int", [
         "Seconds between keepalives this peer sends to the leaders, and the leaders to it; V(0) sends none."
         " The leaders learn the peer's endpoint from its packets, so a peer behind NAT needs it."],
-        default=10, bounds=(0, 65535)),
+        default=10, bounds=KEEPALIVE_RANGE),
     _option("connect_store", ("connect",), "str", [
         "Where the peer is kept - V(registry), the mesh's registry beside the inventory; V(kubernetes), a Kilo"
         " Peer resource in the cluster of the Kubernetes client options (the inventory plugin"
@@ -445,6 +445,21 @@ def argument_spec(*scopes):
 def defaults(*scopes):
     """{name: default} of ``scopes`` (None where an option has no default)."""
     return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in names(*scopes))
+
+
+# ``state`` of kilo.mesh.key, kilo.mesh.prepare and kilo.mesh.peer (each module and its action); a
+# task argument only, never a variable: a ``kilo_state`` never removes a key or the install step.
+STATE_SPEC = dict(type="str", choices=["present", "absent"], default="present")
+# kilo.mesh.status: seconds after the latest handshake from which a tunnel counts as stale.
+DEFAULT_STALE_AFTER = 180
+
+
+def status_spec():
+    """kilo.mesh.status's options, for the module and its action."""
+    return dict(interface=argument_spec("key")["interface"],
+                stale_after=dict(type="int", default=DEFAULT_STALE_AFTER),
+                textfile=dict(type="path"), mesh_nodes=dict(type="int"), mesh_peers=dict(type="int"),
+                summary=dict(type="bool", default=False), status_var=dict(type="str", default="kilo_status"))
 
 
 def out_of_bounds(name, value):

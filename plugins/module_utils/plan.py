@@ -16,7 +16,7 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, check_interface_name, host_subject, parse_key, split_endpoint, to_bool, to_int)
+    PORT_RANGE, KiloError, check_interface_name, host_subject, parse_key, split_endpoint, to_bool, to_int)
 
 MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
@@ -120,7 +120,7 @@ def _value(kind, value, subject, field):
     if kind == "int":
         return to_int(value, subject, field, low=0)
     if kind == "port":
-        return to_int(value, subject, field, low=1, high=65535)
+        return to_int(value, subject, field, *PORT_RANGE)
     if kind == "table":
         return to_int(value, subject, field, low=1, high=2 ** 32 - 1)
     if kind == "key":
@@ -281,6 +281,11 @@ CONVERGE_SPEC = dict(
     app_digest=dict(type="str"),
     app_src=dict(type="path"),
 )
+# A key rotation's schedule (``switch_at``): how long after a rotating node switches its key its
+# peers switch to the new one, in a push run's schedule and between agents alike. What the
+# rotating node sends meanwhile waits in WireGuard's queue (128 packets a peer) while its peers
+# still reach it over the old sessions, and the step covers clocks a little apart.
+SWITCH_STEP = 0.25
 
 
 # --- what a computed plan goes through before a host gets it (push run and agent alike) -------

@@ -181,14 +181,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host import report
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems, require_root
-from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import KEY_STATE, ensure_key, remove_key
-from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key, remove_key
+from ansible_collections.kilo.mesh.plugins.module_utils.options import STATE_SPEC, argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import diff_of, prepare_module_host
 
 
 def run_module():
     module = AnsibleModule(
-        argument_spec=dict(argument_spec("key", "prepare"), state=KEY_STATE),
+        argument_spec=dict(argument_spec("key", "prepare"), state=STATE_SPEC),
         supports_check_mode=True,
     )
     p = module.params

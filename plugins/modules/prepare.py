@@ -139,14 +139,14 @@ changes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.options import STATE_SPEC, argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
-from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import PREPARE_STATE, prepare_module_host
+from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import prepare_module_host
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"], state=PREPARE_STATE),
+        argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"], state=STATE_SPEC),
         supports_check_mode=True,
     )
     require_root(module)  # first, before the host changes (the action names the host)

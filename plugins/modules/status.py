@@ -228,15 +228,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
-from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.host.status import DEFAULT_STALE_AFTER, host_status, metrics, write_atomic
-
-
-def spec():
-    return dict(interface=argument_spec("key")["interface"],
-                stale_after=dict(type="int", default=DEFAULT_STALE_AFTER),
-                textfile=dict(type="path"), mesh_nodes=dict(type="int"), mesh_peers=dict(type="int"),
-                summary=dict(type="bool", default=False), status_var=dict(type="str", default="kilo_status"))
+from ansible_collections.kilo.mesh.plugins.module_utils.options import status_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import host_status, metrics
 
 
 def interface_addresses(interface):
@@ -259,7 +253,7 @@ def interface_addresses(interface):
 
 
 def run_module():
-    module = AnsibleModule(argument_spec=spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=status_spec(), supports_check_mode=True)
     p = module.params
     if p["summary"]:
         module.fail_json(msg="summary: runs on the controller through the kilo.mesh.status action only")
@@ -285,7 +279,7 @@ def run_module():
         result["metrics"] = metrics(result, p["mesh_nodes"], p["mesh_peers"])
         if not module.check_mode:
             try:
-                write_atomic(p["textfile"], result["metrics"])
+                update_file(p["textfile"], result["metrics"])
             except (IOError, OSError) as e:
                 module.fail_json(msg="textfile: %s: %s" % (p["textfile"], e))
             result["textfile"] = p["textfile"]

@@ -30,7 +30,8 @@ timeout alone.
 from __future__ import annotations
 
 import shlex
-import subprocess
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import run_command
 
 INTERVAL = 5
 COUNT_MAX = 5
@@ -81,12 +82,8 @@ def effective_settings(connection):
     if user:
         argv += ["-l", str(user)]
     argv.append(str(_option(connection, "host") or "localhost"))
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True, timeout=10, check=False)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+    rc, out, _err = run_command(argv, timeout=10)
+    return out if rc == 0 else None
 
 
 def needed(connection, settings=None):

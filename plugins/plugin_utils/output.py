@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.status import write_atomic
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import in_directory_source
 
 
@@ -35,6 +35,6 @@ def output_path(dest, output_dir=None, sources=None, field="dest"):
 def write_output(path, data, check_mode=False, field="dest"):
     """Write ``data`` to ``path`` (0644, replaced atomically, only when it differs); whether it changed."""
     try:
-        return write_atomic(path, data, 0o644, check_mode=check_mode)
+        return update_file(path, data, 0o644, check_mode=check_mode)
     except (IOError, OSError) as e:
         raise KiloError("cannot write %s: %s" % (path, e.strerror or e), "task", field)

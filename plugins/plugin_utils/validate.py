@@ -250,11 +250,13 @@ def check_one_family(opts, parsed, standins=None):
     if not odd:
         return
     if not matching:
-        raise TopologyError(OPTIONS_SUBJECT, "subnet", "%s is IPv%d but every node's internal IPs and pod ranges are"
-                            " IPv%d: the mesh's routes would mix both families" % (subnet, subnet.version, odd[0][2].version))
+        raise TopologyError("%s is IPv%d but every node's internal IPs and pod ranges are"
+                            " IPv%d: the mesh's routes would mix both families" % (subnet, subnet.version, odd[0][2].version),
+                            OPTIONS_SUBJECT, "subnet")
     node, field, net = odd[0]
-    raise TopologyError(node_subject(node.name), field, "%s is IPv%d but the mesh's subnet %s is IPv%d: a single-stack"
-                        " mesh routes one family (for both, set a subnet of each)" % (net, net.version, subnet, subnet.version))
+    raise TopologyError("%s is IPv%d but the mesh's subnet %s is IPv%d: a single-stack"
+                        " mesh routes one family (for both, set a subnet of each)" % (net, net.version, subnet, subnet.version),
+                        node_subject(node.name), field)
 
 
 def relay_warnings(topology, nodes, hostvars, hosts):

@@ -235,7 +235,7 @@ def test_probe_entries_have_no_allowed_ips_and_punch_through_eim_only(lab):
 SHOWCONF = r"""
 import json, sys
 sys.path.insert(0, %r)
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import wireguard_conf
+from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import wireguard_conf
 print(wireguard_conf(json.load(sys.stdin), 51821))
 """ % COLLECTIONS
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from backendtools import ROOT, sh
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf
+from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
 from test_showconf_units import mesh  # noqa: E402  (the unit tests' mesh, worked out by hand)

@@ -78,3 +78,20 @@ def test_keys_are_canonical():
 def test_public_is_kilos_test(ip, public):
     # Kilo's own rule, loopback and 198.18/15 included (its discovery counts them as public)
     assert is_public(ip) is public
+
+
+def test_one_command_runner_for_text_bytes_missing_commands_and_timeouts():
+    from ansible_collections.kilo.mesh.plugins.module_utils.common import run_checked, run_command
+    assert run_command(["cat"], "a\n") == (0, "a\n", "")
+    assert run_command(["cat"], b"\x00\xff", text=False) == (0, b"\x00\xff", b"")
+    assert run_command(["cat"]) == (0, "", "")  # no input: /dev/null, never the caller's stdin
+    rc, out, err = run_command(["/nonexistent/kilo-tool"])
+    assert rc == 127 and out == "" and "kilo-tool" in err
+    rc, out, err = run_command(["sleep", "5"], timeout=0.2, text=False)
+    assert rc == 124 and out == b"" and b"still running after 0.2 s" in err
+    with pytest.raises(KiloError) as e:
+        run_checked(["sh", "-c", "echo no >&2; exit 3"], field="f")
+    assert str(e.value) == "f: sh -c echo no >&2; exit 3 failed (rc 3): no"
+    with pytest.raises(KiloError, match="cannot run /nonexistent/kilo-tool: .*is it installed"):
+        run_checked(["/nonexistent/kilo-tool"])
+    assert run_checked(["sh", "-c", "exit 1"], ok_codes=(0, 1))[0] == 1

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """kilo.mesh.graph's DOT (module_utils/engine/topology_graph.py) and kilo.mesh.status's pure parts
-(module_utils/host/status.py): the picture's shape at 3 and 30 locations, Graphviz (dot, circo)
+(module_utils/host/status.py, plugin_utils/status_summary.py): the picture's shape at 3 and 30 locations, Graphviz (dot, circo)
 taking it, and the status, textfile and table from a WireGuard state worked out by hand."""
 
 import base64
@@ -10,7 +10,9 @@ import subprocess
 
 import pytest
 
+from ansible_collections.kilo.mesh.plugins.module_utils import atomic_file
 from ansible_collections.kilo.mesh.plugins.module_utils.host import status as st
+from ansible_collections.kilo.mesh.plugins.plugin_utils.status_summary import summary
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import (
     GraphError, HUB_ID, format_of, layout_for, render, to_dot, uses_hub)
@@ -185,10 +187,11 @@ def test_metrics_are_prometheus_text_with_kilos_names():
     assert len(types) == len(set(types))
 
 
-def test_write_atomic(tmp_path):
+def test_update_file(tmp_path):
     path = tmp_path / "kilo.prom"
-    assert st.write_atomic(str(path), "a 1\n") is True
-    assert st.write_atomic(str(path), "a 1\n") is False
+    assert atomic_file.update_file(str(path), "a 1\n", check_mode=True) is True and not path.exists()
+    assert atomic_file.update_file(str(path), "a 1\n") is True
+    assert atomic_file.update_file(str(path), "a 1\n") is False
     assert path.read_text() == "a 1\n" and oct(path.stat().st_mode & 0o777) == "0o644"
     assert [p.name for p in tmp_path.iterdir()] == ["kilo.prom"]
 
@@ -198,7 +201,7 @@ def test_summary_table_names_peers_and_counts_stale():
              location="x", segment="location:x")
     b = dict(st.host_status(dict(state(peers=[live(1, NOW - 900), live(9, 0)]), public_key=key(2)), NOW, 180),
              location="y", segment="location:y")
-    out = st.summary({"a": a, "b": b, "c": None}, {key(9): "laptop"})
+    out = summary({"a": a, "b": b, "c": None}, {key(9): "laptop"})
     text = "\n".join(out["lines"])
     assert out["leaders"] == ["a", "b"] and out["unreported"] == ["c"]
     assert out["stale"] == ["b -> a", "b -> laptop"]

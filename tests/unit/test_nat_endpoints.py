@@ -38,3 +38,22 @@ def test_written_in_kilos_format():
             "discovered_endpoints": kn.nat_endpoints(LEARNED, plan_of({NATTED: 25}))}
     out = kn.write_back(node, {"address": "10.4.0.1/16"}, "location", 1)
     assert out[kn.DISCOVERED_ENDPOINTS] == '{"%s":{"IP":"203.0.113.30","Port":51820,"Zone":""}}' % NATTED
+
+
+def test_both_writers_want_the_same_and_share_what_counts_as_a_change():
+    """kube_node.node_annotations is what kilo.mesh.annotate and the agent write; a newly learned
+    endpoint or last-seen is refreshed, no change; another key or a removed observed one is one."""
+    node = {"name": "aws-1", "public_key": PUBLIC, "endpoint": "203.0.113.11:51820", "internal_ip": None,
+            "discovered_endpoints": LEARNED}
+    current = {kn.WIREGUARD_IPS: "10.4.0.1/16,fd04::1/64", "other": "kept"}
+    wanted = kn.node_annotations(node, plan_of({NATTED: 25}), "location", 5, current)
+    assert wanted == dict(kn.write_back(dict(node, discovered_endpoints=kn.nat_endpoints(LEARNED, plan_of({NATTED: 25}))),
+                                        plan_of({NATTED: 25}), "location", 5), **{kn.WIREGUARD_IPS: None})
+    changes, refreshed = kn.annotation_changes(wanted, current)
+    assert changes[kn.WIREGUARD_IPS] is None and kn.KEY in changes and set(refreshed) == set(kn.OBSERVED_ANNOTATIONS)
+    written = dict((k, v) for k, v in wanted.items() if v is not None)
+    assert kn.annotation_changes(wanted, written) == ({}, {})
+    later = dict(wanted, **{kn.LAST_SEEN: "9", kn.DISCOVERED_ENDPOINTS: "{}"})
+    assert kn.annotation_changes(later, written) == ({}, {kn.LAST_SEEN: "9", kn.DISCOVERED_ENDPOINTS: "{}"})
+    rekeyed = dict(wanted, **{kn.KEY: OUTSIDE, kn.LAST_SEEN: None})
+    assert kn.annotation_changes(rekeyed, written) == ({kn.KEY: OUTSIDE, kn.LAST_SEEN: None}, {})

@@ -136,7 +136,7 @@ def test_probe_entries_carry_no_allowed_ips():
 
 
 def test_showconf_renders_a_probe_without_allowed_ips():
-    from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import wireguard_conf
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import wireguard_conf
     text = wireguard_conf([{"public_key": KEY, "endpoint": "203.0.113.20:51820", "allowed_ips": [],
                             "persistent_keepalive": 25}], 51820)
     assert text == ("[Interface]\nListenPort = 51820\n\n[Peer]\nEndpoint = 203.0.113.20:51820\n"

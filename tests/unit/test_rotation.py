@@ -13,6 +13,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import MAX_SWITCH_WAIT, wait_for
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import rekeyed
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_rotation
 
 
@@ -225,7 +226,7 @@ def test_an_announced_key_is_used_at_once_and_applied_a_step_after_the_switch():
     assert out["a"]["metadata"]["annotations"][rotation.KEY] == new
     assert objects["a"]["metadata"]["annotations"][rotation.KEY] == old  # the informer's object untouched
     assert out["b"] is objects["b"] and out["me"] is objects["me"]  # our own announcement is not ours to follow
-    assert switch_at == 102.0 + rotation.STEP
+    assert switch_at == 102.0 + SWITCH_STEP
     # the moment passed (the node has switched): applied at once; the key written: nothing pending
     assert rotation.pending(objects, "me", now=110.0)[1] is None
     assert rotation.pending(objects, "me", now=110.0)[0]["a"]["metadata"]["annotations"][rotation.KEY] == new
@@ -245,7 +246,7 @@ def test_a_moment_far_ahead_is_clamped_and_ages_are_spread_per_node():
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
     old, new = keys.public_key(keys.generate_private_key()), keys.public_key(keys.generate_private_key())
     objects = {"a": _node("a", old, rotation.announcement(new, 10000.0))}  # its clock far ahead
-    assert rotation.pending(objects, "me", now=100.0)[1] == 100.0 + rotation.LEAD + rotation.STEP
+    assert rotation.pending(objects, "me", now=100.0)[1] == 100.0 + rotation.LEAD + SWITCH_STEP
     assert rotation.spread(0, "n1") == 0
     spread = set(rotation.spread(86400, "n%d" % i) for i in range(20))
     assert len(spread) > 1 and all(86400 <= s < 86400 + 600 for s in spread)

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""kilo.mesh.showconf's renderer (module_utils/engine/showconf.py), like kgctl showconf, on meshes
+"""kilo.mesh.showconf's renderer (plugin_utils/showconf.py), like kgctl showconf, on meshes
 worked out by hand: node, peer and as-peer under location and full granularity, every format;
 the Peer resource against the CRD schema (manifests/crds.yaml, else Kilo's types.go fields)."""
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf, wireguard_conf
+from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf, wireguard_conf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CRDS = os.path.join(ROOT, "manifests", "crds.yaml")

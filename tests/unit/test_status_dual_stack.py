@@ -8,6 +8,7 @@ import socket
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links
 from ansible_collections.kilo.mesh.plugins.module_utils.host import status as st
+from ansible_collections.kilo.mesh.plugins.plugin_utils.status_summary import summary
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import RouteMessage
 from ansible_collections.kilo.mesh.plugins.modules import status as module
 
@@ -54,5 +55,5 @@ def test_counts_are_one_tunnel_per_peer_whatever_its_families():
     result = st.host_status(state, NOW, 180, ["10.4.0.1/16", "fd04::1/64"])
     assert result["addresses"] == ["10.4.0.1/16", "fd04::1/64"] and len(result["peers"]) == 2
     assert result["peers"][0]["allowed_ips"] == peers[0]["allowed_ips"] and result["stale"] == []
-    table = st.summary({"a": dict(result, location="x", segment="location:x")})
+    table = summary({"a": dict(result, location="x", segment="location:x")})
     assert table["hosts"] == [["a", "x", "location:x", "leader", 2, 0]] and len(table["tunnels"]) == 2

@@ -12,7 +12,7 @@ import base64
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf
+from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans as raw_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan

@@ -8,6 +8,7 @@ import os
 from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
 from ansible_collections.kilo.mesh.plugins.module_utils.host import prepare as P
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
+from ansible_collections.kilo.mesh.plugins.module_utils.options import STATE_SPEC
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs
 
 # `nft -a list chain inet filter input` as nft 1.0 prints it: two rules of ours, two of others
@@ -68,8 +69,7 @@ def test_absent_with_nothing_of_ours_changes_nothing(tmp_path):
 
 
 def test_absent_is_a_task_argument_only():
-    assert P.PREPARE_STATE == {"type": "str", "choices": ["present", "absent"], "default": "present"}
-    assert keys.KEY_STATE == P.PREPARE_STATE
+    assert STATE_SPEC == {"type": "str", "choices": ["present", "absent"], "default": "present"}
 
 
 # --- the key ---------------------------------------------------------------------------------

@@ -314,8 +314,8 @@ class Agent(object):
                                              watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"),
                                              dual=bool(mesh_families(options.get("subnet"))),
                                              own_marks=self.relay_marks(now))
-            peers, skipped_peers = mesh.mesh_peers(peer_objects)
-            skipped.update(skipped_peers)
+            peers, peer_errors = kube_node.peers_of(peer_objects.values())
+            skipped.update(("peer " + name, str(e)) for name, e in peer_errors)
             for name, reason in ipam_errors.items():
                 # a node one of whose IPAM objects is malformed is left out, as a malformed Node is
                 # (an object naming no node is only reported)
@@ -537,16 +537,13 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
         own = [n for n in nodes if n["name"] == self.name][0]
-        # as Kilo's agent (and annotate): only what was learned from peers behind NAT
-        own = dict(own, discovered_endpoints=kube_node.nat_endpoints(own.get("discovered_endpoints"), plan))
-        wanted = kube_node.write_back(own, plan, self.config["options"]["granularity"], int(now))
+        node = self.informers[0].snapshot().get(self.name) or {}
+        have = (node.get("metadata", {}).get("annotations") or {})
+        wanted = kube_node.node_annotations(own, plan, self.config["options"]["granularity"], int(now), have)
         if self.prober:
             from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import UNREACHABLE, format_names
             with self._probe_lock:
                 wanted[UNREACHABLE] = format_names(self.prober.dead(now)) or None
-        node = self.informers[0].snapshot().get(self.name) or {}
-        have = (node.get("metadata", {}).get("annotations") or {})
-        wanted.update(kube_node.dual_removals(wanted, have))
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
         if self.prober:
             wanted[health.DEPOSED] = health.mark(self.name, self._deposed, have.get(health.DEPOSED), now)
@@ -559,13 +556,14 @@ class Agent(object):
         behind = bool(own.get("behind_nat"))
         wanted[kube_node.PATH_STATE] = kube_node.path_state_text(self.path_state(now)) if behind else None
         wanted[kube_node.RELAY] = None if behind or self.relay_since is None else str(self.relay_since)
-        ours = dict((k, v) for k, v in wanted.items() if k != kube_node.LAST_SEEN)
-        differ = any(have.get(k) != v for k, v in ours.items())
-        if not (differ or now >= self.next_checkin):
+        changes, refreshed = kube_node.annotation_changes(wanted, have)
+        # as Kilo's agent: written at once when anything but last-seen differs (newly learned
+        # endpoints too, which are no change of the node), last-seen at every check-in
+        if not (changes or set(refreshed) - set([kube_node.LAST_SEEN]) or now >= self.next_checkin):
             return
         self.check_in(wanted)
         self.next_checkin = now + float(self.config["checkin_period"])
-        if differ:
+        if changes:
             log("wrote annotations of node %s" % self.name)
 
     def check_in(self, annotations):

@@ -81,17 +81,6 @@ def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window
     return nodes, skipped
 
 
-def mesh_peers(peer_objects):
-    """(peers, skipped) of the Peer objects, as ``mesh_nodes``."""
-    peers, skipped = [], {}
-    for name in sorted(peer_objects):
-        try:
-            peers.append(kube_node.peer_from_resource(peer_objects[name]))
-        except KiloError as e:
-            skipped["peer " + name] = str(e)
-    return peers, skipped
-
-
 def without_conflicts(nodes, peers, own, options, skipped=None, now=None):
     """(nodes, peers, computed): ``build_plans(..., only=[own])``, leaving out each other node or
     peer the engine rejects against the rest (its key is another's, ...) with its reason in

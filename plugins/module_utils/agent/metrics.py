@@ -25,7 +25,7 @@ except ImportError:  # the host lacks python3-prometheus-client: Metrics() says 
 else:
     HAS_PROMETHEUS_CLIENT = True
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.common import PORT_RANGE, KiloError
 
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,7 +88,7 @@ def parse_listen(listen):
     host, _colon, port = (listen or DEFAULT_LISTEN).rpartition(":")
     host = host.strip("[]")
     port = int(port)
-    if not 0 < port < 65536:
+    if not PORT_RANGE[0] <= port <= PORT_RANGE[1]:
         raise ValueError("port %d out of range" % port)
     return host, port
 

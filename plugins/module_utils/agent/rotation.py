@@ -6,7 +6,7 @@ peers do (the order that loses no packet; docs/docsite/rst/guide_rotation.rst).
 
 The agent whose key rotates (kilo_key_max_age) writes ``kilo.mesh/next-key`` on its Node: the
 new public key and the moment it switches, LEAD seconds ahead. Every other agent sees the
-announcement on its watch, computes its plan with the new key at once and applies it STEP
+announcement on its watch, computes its plan with the new key at once and applies it SWITCH_STEP
 seconds after that moment. The rotating agent then writes Kilo's own ``key`` annotation and
 removes the announcement. Kilo's agents (kg) read only ``key``, so they switch after the node
 did, as they would for any key change.
@@ -19,16 +19,14 @@ __metaclass__ = type
 import zlib
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
-from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import NEXT_KEY  # our own annotation, never Kilo's
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import SWITCH_STEP
 
 KEY = FIELDS["public_key"].written
 # From the announcement to the switch: the watch event, the peers' debounce (0.2 s) and their
 # reconcile must fit, with room for a loaded host.
 LEAD = 2.0
-# The peers switch this long after the rotating node, as in a push run's schedule.
-STEP = SWITCH_STEP
 
 
 def announcement(public_key, at):
@@ -51,7 +49,7 @@ def parse(value):
 def pending(node_objects, own, now):
     """(node objects, switch_at): other nodes announcing a new key get it in place of their ``key``
     annotation (copies; the informer's objects are left alone), and the moment this node
-    applies them (STEP after the latest announced switch, at most LEAD + STEP ahead; None when
+    applies them (SWITCH_STEP after the latest announced switch, at most LEAD + SWITCH_STEP ahead; None when
     there is none ahead, or none at all: apply at once)."""
     out, moments = {}, []
     for name, obj in node_objects.items():
@@ -63,9 +61,9 @@ def pending(node_objects, own, now):
         key, at = announced
         metadata = dict(obj.get("metadata") or {}, annotations=dict(annotations, **{KEY: key}))
         out[name] = dict(obj, metadata=metadata)
-        if at + STEP > now:
+        if at + SWITCH_STEP > now:
             # a moment far ahead is a clock far off: no later than this node's own lead would give
-            moments.append(min(at + STEP, now + LEAD + STEP))
+            moments.append(min(at + SWITCH_STEP, now + LEAD + SWITCH_STEP))
     return out, (max(moments) if moments else None)
 
 

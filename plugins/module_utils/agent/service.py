@@ -13,7 +13,8 @@ What the ``kilo.mesh.agent`` module does, without Ansible (the VM test drives it
   the configuration or the kubeconfig changed;
 * without systemd (a container, the netns lab) a supervisor in a session of its own
   (``supervise.py``, ``python3 APP --supervise``) that starts the agent again when it dies; its
-  PID in ``/run/kilo/kilo-mesh-agent.pid``, and only a process running our app is signalled;
+  PID in ``/run/kilo/kilo-mesh-agent.pid`` (``process.OwnedProcess``), and only a process
+  running our app is signalled;
 * the kubeconfig's token is kept while the server, CA and identity are the same and it is not
   past a third of its life (``token_fresh``, from the JWT's own claims, not verified here: the
   API server verifies it).
@@ -30,7 +31,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
@@ -39,16 +39,15 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import STORE_DIR, UNIT_NAME as BOOT_UNIT
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
     RUNTIME_UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl, systemctl_checked, systemd_running)
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, _alive
+from ansible_collections.kilo.mesh.plugins.module_utils.host.process import RUN_DIR, OwnedProcess, alive, cmdline
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     DEFAULT_AGENT_APP, DEFAULT_AGENT_CONFIG, DEFAULT_AGENT_KUBECONFIG, DEFAULT_KEY_PATH)
 
 UNIT_NAME = "kilo-mesh-agent.service"
 UNIT_PATH = "/etc/systemd/system/" + UNIT_NAME
 PYTHON = "/usr/bin/python3"
-# Where the supervisor (no systemd) keeps its PID and the agent's output.
-PID_NAME = "kilo-mesh-agent.pid"
-LOG_NAME = "kilo-mesh-agent.log"
+# The supervisor (no systemd): its PID file and the agent's output, NAME.pid and NAME.log in RUN_DIR.
+NAME = "kilo-mesh-agent"
 STOP_TIMEOUT = 15.0
 # A token is renewed once this share of its life has passed.
 TOKEN_RENEW_AT = 1.0 / 3
@@ -258,34 +257,31 @@ class Supervisor(object):
         self.config_path = config_path
         self.python = python
         self.run_dir = run_dir or RUN_DIR
+        self.process = OwnedProcess(NAME, lambda args: self.runs_app(args) and b"--supervise" in args, self.run_dir)
 
     @property
     def pidfile(self):
-        return os.path.join(self.run_dir, PID_NAME)
+        return self.process.pidfile
 
     @property
     def logfile(self):
-        return os.path.join(self.run_dir, LOG_NAME)
+        return self.process.logfile
 
     def argv(self):
         return [self.python, self.app, "--supervise", "--config", self.config_path]
 
-    def _ours(self, pid, supervisor=True):
-        """Whether ``pid`` runs our app (the supervisor itself when ``supervisor``)."""
-        data = read_bytes("/proc/%d/cmdline" % pid)
-        if not data or not _alive(pid):
-            return False
-        args = data.split(b"\0")
-        return self.app.encode() in args and (not supervisor or b"--supervise" in args)
+    def runs_app(self, args):
+        """Whether a command line (bytes arguments) runs our app (the supervisor or the agent)."""
+        return self.app.encode() in args
+
+    def _agent(self, pid):
+        """Whether ``pid`` runs our app (an agent the supervisor started)."""
+        args = cmdline(pid)
+        return bool(args) and alive(pid) and self.runs_app(args)
 
     def pid(self):
         """The supervisor's PID when it runs, else None."""
-        data = read_bytes(self.pidfile)
-        try:
-            pid = int((data or b"").split()[0])
-        except (ValueError, IndexError):
-            return None
-        return pid if pid > 1 and self._ours(pid) else None
+        return self.process.pid()
 
     def agent_pid(self):
         """The PID of the agent the supervisor runs now, else None."""
@@ -300,49 +296,35 @@ class Supervisor(object):
                 ppid = int(stat.rsplit(b")", 1)[1].split()[1])
             except (AttributeError, IndexError, ValueError):
                 continue
-            if ppid == sup and self._ours(int(name), supervisor=False):
+            if ppid == sup and self._agent(int(name)):
                 return int(name)
         return None
 
     def start(self):
-        if not os.path.isdir(self.run_dir):
-            os.makedirs(self.run_dir, 0o700)
-        with open(self.logfile, "ab") as log:
-            try:
-                proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        close_fds=True, start_new_session=True, cwd="/")
-            except OSError as e:
-                raise AgentError("cannot start %s: %s" % (self.python, e))
-        write_atomic(self.pidfile, "%d\n" % proc.pid, 0o644)
+        try:
+            proc = self.process.spawn(self.argv(), cwd="/", append=True)
+        except OSError as e:
+            raise AgentError("cannot start %s: %s" % (self.python, e))
         # a supervisor that cannot even start (bad interpreter, broken app) fails the task
         deadline = time.time() + 2.0
         while time.time() < deadline:
             if proc.poll() is not None:
-                os.unlink(self.pidfile)
-                raise AgentError("the agent's supervisor exited at once (rc %s): %s" % (proc.returncode, self.log_tail()))
+                self.process.forget(log=False)
+                raise AgentError("the agent's supervisor exited at once (rc %s): %s"
+                                 % (proc.returncode, self.process.log_tail(600)))
             time.sleep(0.1)
         return proc.pid
-
-    def log_tail(self):
-        data = read_bytes(self.logfile) or b""
-        return data[-600:].decode("utf-8", "replace").strip()
 
     def stop(self):
         """Stop the supervisor (it stops the agent) and whatever of its session stays; True when one ran."""
         pid = self.pid()
         if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.time() + STOP_TIMEOUT + 2
-            while time.time() < deadline and _alive(pid):
-                time.sleep(0.05)
-            if _alive(pid) and self._ours(pid):
-                os.kill(pid, signal.SIGKILL)
+            self.process.terminate(pid, STOP_TIMEOUT + 2)
             # an agent left behind by a supervisor that was killed: its session, our app only
             for name in os.listdir("/proc"):
                 if name.isdigit() and int(name) != os.getpid() and self._in_session(int(name), pid):
                     os.kill(int(name), signal.SIGKILL)
-        if os.path.exists(self.pidfile):
-            os.unlink(self.pidfile)
+        self.process.forget(log=False)
         return pid is not None
 
     def _in_session(self, pid, session):
@@ -351,7 +333,7 @@ class Supervisor(object):
             sid = int(stat.rsplit(b")", 1)[1].split()[4])
         except (AttributeError, IndexError, ValueError):
             return False
-        return sid == session and self._ours(pid, supervisor=False)
+        return sid == session and self._agent(pid)
 
 
 # --- present and absent ---------------------------------------------------------------------------
@@ -478,7 +460,7 @@ def present(params, check_mode=False, now=None):
 def installed(params=None):
     """Whether anything of the agent is on this host (its configuration, unit or supervisor)."""
     paths = paths_of(params or {})
-    return any(os.path.exists(p) for p in (paths["config"], UNIT_PATH, os.path.join(RUN_DIR, PID_NAME)))
+    return any(os.path.exists(p) for p in (paths["config"], UNIT_PATH, os.path.join(RUN_DIR, NAME + ".pid")))
 
 
 def absent(params, check_mode=False):

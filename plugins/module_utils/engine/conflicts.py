@@ -110,8 +110,8 @@ def _raise(a, b):
     else:
         own, other = (a, b) if ra < rb else (b, a)
     equal = (own.start, own.end) == (other.start, other.end)
-    raise TopologyError(own.subject(), own.field, "%s %s %s" % (
-        own.text, relation(equal, own.prefixlen, other.prefixlen), other.said()))
+    raise TopologyError("%s %s %s" % (
+        own.text, relation(equal, own.prefixlen, other.prefixlen), other.said()), own.subject(), own.field)
 
 
 def claims(topology, peers, standins):
@@ -171,26 +171,26 @@ def check_endpoints(topology, peers, standins):
         if node.endpoint is None or node.behind_nat or "endpoint" in standins.get(node.name, ()):
             continue  # a node behind NAT is reached at its mapping, never at its endpoint (engine/relays.py)
         if node.endpoint in seen:
-            raise TopologyError(node_subject(node.name), "endpoint", "%s is also the endpoint of node %r"
-                                % (node.endpoint, seen[node.endpoint].name))
+            raise TopologyError("%s is also the endpoint of node %r"
+                                % (node.endpoint, seen[node.endpoint].name), node_subject(node.name), "endpoint")
         seen[node.endpoint] = node
         subnet = _in_subnet(topology, node.endpoint_ip)
         if subnet is not None:
-            raise TopologyError(node_subject(node.name), "endpoint", "%s lies inside the mesh's subnet %s (the WireGuard"
-                                " IPs come from it)" % (node.endpoint, subnet))
+            raise TopologyError("%s lies inside the mesh's subnet %s (the WireGuard"
+                                " IPs come from it)" % (node.endpoint, subnet), node_subject(node.name), "endpoint")
         owner = internals.get(node.endpoint_ip)
         if owner is not None and owner is not node:
-            raise TopologyError(node_subject(node.name), "endpoint", "%s is at the internal IP %s of node %r"
-                                % (node.endpoint, node.endpoint_ip, owner.name))
+            raise TopologyError("%s is at the internal IP %s of node %r"
+                                % (node.endpoint, node.endpoint_ip, owner.name), node_subject(node.name), "endpoint")
     for index, item in enumerate(peers):
         peer = parse_peer(item, index)
         if peer.endpoint is not None and peer.endpoint[0] in seen:
-            raise TopologyError(peer_subject(peer.name), "endpoint", "%s is the endpoint of node %r"
-                                % (peer.endpoint[0], seen[peer.endpoint[0]].name))
+            raise TopologyError("%s is the endpoint of node %r"
+                                % (peer.endpoint[0], seen[peer.endpoint[0]].name), peer_subject(peer.name), "endpoint")
         subnet = _in_subnet(topology, peer.endpoint[1]) if peer.endpoint is not None else None
         if subnet is not None:
-            raise TopologyError(peer_subject(peer.name), "endpoint", "%s lies inside the mesh's subnet %s (the WireGuard"
-                                " IPs come from it)" % (peer.endpoint[0], subnet))
+            raise TopologyError("%s lies inside the mesh's subnet %s (the WireGuard"
+                                " IPs come from it)" % (peer.endpoint[0], subnet), peer_subject(peer.name), "endpoint")
 
 
 def check_conflicts(topology, peers=None, standins=None):

@@ -27,10 +27,10 @@ __metaclass__ = type
 
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, dedup, host_subject, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_two_families, one_or_list
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology, _dedup
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError
 
 OUR_ROUTE_PROTOCOLS = (str(ROUTE_PROTO),)  # as `ip -j route` prints an unnamed protocol
@@ -167,14 +167,14 @@ def connect_plan(nodes, peers, options, host, name, allowed_ip, extra=None, via=
     except TopologyError:
         raise KiloError("no peer %r in the mesh: register it first (kilo.mesh.peer)" % name, subject, "kilo_connect_name")
     key = via_segment(topology, via, subject) if extra else None
-    entries = [dict(e, allowed_ips=_dedup(list(e["allowed_ips"]) + ([str(n) for n in extra] if e["name"] == key else [])))
+    entries = [dict(e, allowed_ips=dedup(list(e["allowed_ips"]) + ([str(n) for n in extra] if e["name"] == key else [])))
                for e in entries]
     interface = options["interface"]
     dsts = []
     for entry in entries:
         for net in _networks(entry["allowed_ips"], subject, "peers"):
             dsts.extend(str(n) for n in halves(net))
-    dsts = _dedup(dsts)
+    dsts = dedup(dsts)
     pins = pinned_routes(entries, [ipaddress.ip_network(d) for d in dsts], main_routes or (lambda: []),
                          interface, subject)
     # an endpoint that is itself an allowed IP (a leader reached at its internal IP) goes direct

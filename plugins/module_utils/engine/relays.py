@@ -124,7 +124,7 @@ def relay_locations(value, subject):
     what = "a list of location names"
     items = text_list(value, subject, "relays", what)
     if not all(isinstance(item, str) for item in items):
-        raise TopologyError(subject, "relays", "expected %s, got %r" % (what, value))
+        raise TopologyError("expected %s, got %r" % (what, value), subject, "relays")
     return items
 
 
@@ -365,10 +365,10 @@ def _refusal(segments, names):
     usable = [seg for seg in segments if reachable(seg.leader)]
     if not usable:
         subject, field, why = unreachable_cause(unreachable[0])
-        return TopologyError(subject, field, (
+        return TopologyError(
             "no segment of the mesh is reachable (every node is behind_nat or has no endpoint), so %s (%s) has no"
             " leader to connect to or relay through: give a node an endpoint the others can reach"
-            % (unreachable[0].key, why)))
+            % (unreachable[0].key, why), subject, field)
     eligible = _eligible(segments, names)
     for i, a in enumerate(unreachable):
         for b in unreachable[i + 1:]:
@@ -378,12 +378,12 @@ def _refusal(segments, names):
             between = "neither %s nor %s can be reached (every node of each is behind_nat or has no endpoint)" % (
                 a.key, b.key)
             if any(r.group != a.group and r.group != b.group for r in usable):
-                return TopologyError(Subject("options"), "relays", (
+                return TopologyError(
                     "%s, and %s names no location with a reachable leader to relay between them: add one (%s)"
                     % (between, ", ".join(names), ", ".join(sorted(set(
-                        r.location for r in usable if r.group != a.group and r.group != b.group))))))
+                        r.location for r in usable if r.group != a.group and r.group != b.group)))), Subject("options"), "relays")
             subject, field, why = unreachable_cause(b)
-            return TopologyError(subject, field, (
+            return TopologyError(
                 "%s, and no other segment has a reachable leader to relay between them: give a node of one of"
-                " them an endpoint the others can reach (without behind_nat; %s: %s)" % (between, b.key, why)))
+                " them an endpoint the others can reach (without behind_nat; %s: %s)" % (between, b.key, why), subject, field)
     return None

@@ -97,7 +97,7 @@ import ipaddress
 import itertools
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.common import split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
 from ansible_collections.kilo.mesh.plugins.module_utils.engine import relays
@@ -161,16 +161,6 @@ class Segment(object):
         if cached is None:
             self._leader_dsts = (endpoint_ip, dsts)
         return dsts
-
-
-def _dedup(items):
-    seen = set()
-    out = []
-    for item in items:
-        if item not in seen:
-            seen.add(item)
-            out.append(item)
-    return out
 
 
 def segment_key(node, granularity):
@@ -280,8 +270,8 @@ class Topology(object):
         for subnet in self.opts["subnets"]:
             capacity = subnet.num_addresses - 1  # network+1 .. last address, no skipping (Kilo)
             if len(self.segments) > capacity:
-                raise TopologyError(OPTIONS_SUBJECT, "subnet", "%s holds %d WireGuard IPs, %d segments need one each"
-                                    % (subnet, capacity, len(self.segments)))
+                raise TopologyError("%s holds %d WireGuard IPs, %d segments need one each"
+                                    % (subnet, capacity, len(self.segments)), OPTIONS_SUBJECT, "subnet")
             base = subnet.network_address
             bits = subnet.max_prefixlen
             self.wg_prefixes.append(subnet.prefixlen)
@@ -371,7 +361,7 @@ class Topology(object):
             exempt.extend(seg.allowed)
         exempt.extend(self.peer_allowed)
         exempt.extend(str(n) for n in self.opts["service_cidrs"])
-        self.nat_exempt = _dedup(exempt)
+        self.nat_exempt = dedup(exempt)
 
     def segment_endpoint(self, seg, viewer=None):
         """A leader's endpoint as seen from ``viewer``: its discovered one when it keeps alive."""
@@ -399,7 +389,7 @@ class Topology(object):
     def plan(self, name):
         node = self.by_name.get(name)
         if node is None:
-            raise TopologyError(node_subject(name), "only", "no such node")
+            raise TopologyError("no such node", node_subject(name), "only")
         seg = node.segment
         leader = seg.leader is node
         opts = self.opts
@@ -504,9 +494,9 @@ class Topology(object):
                     if member is leader or _has(member, family) and _has(leader, family):
                         continue
                     if _has(member, family):
-                        raise TopologyError(node_subject(leader.name), "internal_ip", (
+                        raise TopologyError(
                             "leads segment %s, whose node %r routes IPv%s through it: it needs an IPv%s internal IP"
-                            % (seg.key, member.name, family, family)))
+                            % (seg.key, member.name, family, family), node_subject(leader.name), "internal_ip")
                     _need_internal(member, family, "routes them through its leader %r" % leader.name)
         for members in groups.values():
             if len(members) < 2 or not local:
@@ -516,9 +506,9 @@ class Topology(object):
                     if not _has(member, family):
                         _need_internal(member, family, "its location's nodes route them over the private network")
                         if cross and any(_has(other, family) for other in members):
-                            raise TopologyError(node_subject(member.name), "internal_ip", (
+                            raise TopologyError(
                                 "its location's nodes reach its IPv%s WireGuard IP over the private network: it"
-                                " needs an IPv%s internal IP" % (family, family)))
+                                " needs an IPv%s internal IP" % (family, family), node_subject(member.name), "internal_ip")
 
     def _gateway(self, member, family=None):
         """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
@@ -531,9 +521,8 @@ class Topology(object):
         if self.compat == "cilium" and member.cni_ip is not None:
             return member.cni_ip
         if member.pod is None:
-            raise TopologyError(node_subject(member.name), "pod_cidr",
-                                "compatibility %s routes to this node through its pod network address;"
-                                " it needs a pod CIDR" % self.compat)
+            raise TopologyError("compatibility %s routes to this node through its pod network address;"
+                                " it needs a pod CIDR" % self.compat, node_subject(member.name), "pod_cidr")
         return member.pod.network_address
 
     def _encapsulates(self, node, gateway_ip, family=None):
@@ -738,10 +727,10 @@ class Topology(object):
             nat_sources.extend(text for dummy, text in node.pods)
             if opts["forward_rules"]:
                 if leader:
-                    forward = _dedup(seg.pod_texts + seg.alip_strs + seg.privates)
+                    forward = dedup(seg.pod_texts + seg.alip_strs + seg.privates)
                 elif node.pods:
                     forward = [text for dummy, text in node.pods]
-        nat_sources = _dedup(nat_sources + self.peer_allowed)
+        nat_sources = dedup(nat_sources + self.peer_allowed)
         # Kilo's enc.Rules(): flannel's is empty, cilium's is IPIP's
         ipip = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
         return {
@@ -792,7 +781,7 @@ class Topology(object):
             if peer.name == name:
                 me = peer
         if me is None:
-            raise TopologyError(peer_subject(name), "name", "no such peer")
+            raise TopologyError("no such peer", peer_subject(name), "name")
         out = []
         for seg in self.segments:
             entry = {"name": seg.key, "public_key": seg.leader.key, "endpoint": self.segment_endpoint(seg)[0],
@@ -853,8 +842,8 @@ def _need_internal(node, family, why):
     """Refuse a dual-stack node that has ranges of ``family`` but no internal IP of it."""
     pods = [text for net, text in node.pods if net.version == family]
     if pods:
-        raise TopologyError(node_subject(node.name), "internal_ip", (
-            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family)))
+        raise TopologyError(
+            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family), node_subject(node.name), "internal_ip")
 
 
 def _has(node, family):
@@ -887,7 +876,7 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
         names = [n.name for n in topology.nodes] if only is None else list(only)
         for name in names:
             if name not in topology.by_name:
-                raise TopologyError(node_subject(name), "only", "no such node")
+                raise TopologyError("no such node", node_subject(name), "only")
         plans = dict((name, topology.plan(name)) for name in names)
         result = {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
                   "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}

@@ -24,7 +24,8 @@ __metaclass__ = type
 
 import os
 import shutil
-import subprocess
+
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_command
 
 # More leaders than this: one hub node instead of every leader pair (mesh_edges="auto").
 HUB_AFTER = 6
@@ -40,7 +41,7 @@ INSTALL_HINT = ("Graphviz's dot is not installed on the controller: apt install 
                 " or write the DOT text only (format dot, a .dot file)")
 
 
-class GraphError(Exception):
+class GraphError(KiloError):
     """Rendering failed (no Graphviz, or Graphviz refused the graph)."""
 
 
@@ -178,14 +179,12 @@ def render(dot_text, fmt, layout="auto", timeout=120, dot_command=None):
     if not command:
         raise GraphError(INSTALL_HINT)
     argv = [command, "-K" + layout_for(dot_text, layout), "-T" + fmt]
-    try:
-        done = subprocess.run(argv, input=dot_text.encode("utf-8"), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
+    rc, out, err = run_command(argv, dot_text.encode("utf-8"), timeout=timeout, text=False)
+    stderr = err.decode("utf-8", "replace").strip()
+    if rc == 124 and not out:
         raise GraphError("%s took more than %d s" % (" ".join(argv), timeout))
-    except OSError as e:
-        raise GraphError("%s: %s" % (" ".join(argv), e))
-    if done.returncode != 0 or not done.stdout:
-        stderr = done.stderr.decode("utf-8", "replace").strip()[-2000:]
-        raise GraphError("%s failed (rc %d): %s" % (" ".join(argv), done.returncode, stderr))
-    return done.stdout, argv
+    if rc == 127 and not out:
+        raise GraphError("%s: %s" % (" ".join(argv), stderr))
+    if rc != 0 or not out:
+        raise GraphError("%s failed (rc %d): %s" % (" ".join(argv), rc, stderr[-2000:]))
+    return out, argv

@@ -13,7 +13,8 @@ are kept in canonical base64 (the spelling Kilo prints).
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    Subject, check_interface_name, did_you_mean, node_subject, peer_subject, parse_key, to_bool, to_int)
+    KEEPALIVE_RANGE, PORT_RANGE, Subject, check_interface_name, did_you_mean, node_subject, peer_subject, parse_key,
+    to_bool, to_int)
 # The value parsers and the error live with the node table; the engine's importers find them here too.
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
     FIELDS, NO_INTERNAL, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list,
@@ -38,13 +39,13 @@ def check_fields(item, known, subject, what):
     closest known one."""
     for key in sorted(str(k) for k in item):
         if key != "name" and key not in known:
-            raise TopologyError(subject, key, "unknown field of %s%s" % (what, did_you_mean(key, ["name"] + list(known))))
+            raise TopologyError("unknown field of %s%s" % (what, did_you_mean(key, ["name"] + list(known))), subject, key)
 
 
 def _name(item, kind, index):
     name = item.get("name") if isinstance(item, dict) else None
     if not isinstance(name, str) or not name:
-        raise TopologyError(Subject(kind, None, "%s #%d" % (kind, index + 1)), "name", "missing or not a string")
+        raise TopologyError("missing or not a string", Subject(kind, None, "%s #%d" % (kind, index + 1)), "name")
     return name
 
 
@@ -52,26 +53,26 @@ def parse_options(options):
     opts = dict(DEFAULT_OPTIONS)
     for key, value in (options or {}).items():
         if key not in DEFAULT_OPTIONS:
-            raise TopologyError(OPTIONS_SUBJECT, key, "unknown option")
+            raise TopologyError("unknown option", OPTIONS_SUBJECT, key)
         if value is not None:
             opts[key] = value
     subject = OPTIONS_SUBJECT
     if opts["granularity"] not in GRANULARITIES:
-        raise TopologyError(subject, "granularity", "%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)))
+        raise TopologyError("%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)), subject, "granularity")
     if opts["encapsulate"] not in ENCAPSULATIONS:
-        raise TopologyError(subject, "encapsulate", "%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)))
+        raise TopologyError("%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)), subject, "encapsulate")
     if opts["compatibility"] == "":
         opts["compatibility"] = "none"  # Kilo's flag default: the IPIP encapsulator
     if opts["compatibility"] not in COMPATIBILITIES:
-        raise TopologyError(subject, "compatibility", "%r unknown; one of %s"
-                            % (opts["compatibility"], ", ".join(COMPATIBILITIES)))
+        raise TopologyError("%r unknown; one of %s"
+                            % (opts["compatibility"], ", ".join(COMPATIBILITIES)), subject, "compatibility")
     opts["subnets"] = parse_subnets(opts["subnet"], subject)
     # the first subnet is the primary: Kilo's one WireGuard IP per segment comes from it
     opts["subnet"] = opts["subnets"][0]
     if len(opts["subnets"]) == 2 and opts["compatibility"] != "none":
-        raise TopologyError(subject, "compatibility", "%s in a dual-stack mesh: its encapsulation is modelled for"
-                            " one IP family only; use none" % opts["compatibility"])
-    opts["port"] = to_int(opts["port"], subject, "port", 1, 65535, OPTIONS["port"]["default"])
+        raise TopologyError("%s in a dual-stack mesh: its encapsulation is modelled for"
+                            " one IP family only; use none" % opts["compatibility"], subject, "compatibility")
+    opts["port"] = to_int(opts["port"], subject, "port", *PORT_RANGE, default=OPTIONS["port"]["default"])
     check_interface_name(opts["interface"], subject, "interface")
     for key in ("local", "cni", "forward_rules"):
         opts[key] = to_bool(opts[key], subject, key)
@@ -164,16 +165,16 @@ def _check_families(node, subnets, subject):
     if len(node.internals) == 2:
         mesh = ("subnet %s" % subnets[0]) if subnets else "one subnet"
         second = node.internals[1]
-        raise TopologyError(subject, "internal_ip", "%s is IPv%d but the mesh is single-stack (%s): a second IP family"
-                            " needs a second subnet" % (second, second.version, mesh))
+        raise TopologyError("%s is IPv%d but the mesh is single-stack (%s): a second IP family"
+                            " needs a second subnet" % (second, second.version, mesh), subject, "internal_ip")
 
 
 def _check_pod_family(pods, subject):
     """A node's pod ranges are of one IP family (a second family is a dual-stack mesh's)."""
     for net in pods[1:]:
         if net.version != pods[0].version:
-            raise TopologyError(subject, "pod_cidr", "%s is IPv%d but %s is IPv%d: a node's pod ranges are of one"
-                                " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version))
+            raise TopologyError("%s is IPv%d but %s is IPv%d: a node's pod ranges are of one"
+                                " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version), subject, "pod_cidr")
 
 
 def relation(equal, prefixlen, other_prefixlen):
@@ -197,8 +198,8 @@ def check_pod_overlaps(nodes):
         if seen is not None and start <= seen[0] and (seen[2] is node or len(node.pods) > 1 or len(seen[2].pods) > 1):
             other = "its own pod range %s" % seen[1] if seen[2] is node else "the pod range %s of node %r" % (
                 seen[1], seen[2].name)
-            raise TopologyError(node_subject(node.name), "pod_cidr", "%s %s %s" % (
-                net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other))
+            raise TopologyError("%s %s %s" % (
+                net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other), node_subject(node.name), "pod_cidr")
         end = start | ((1 << (net.max_prefixlen - net.prefixlen)) - 1)  # its broadcast address
         if seen is None or end > seen[0]:
             last[version] = (end, net, node)
@@ -213,12 +214,12 @@ def parse_peer(item, index):
     peer.key = parse_key(item.get("public_key"), subject, "public_key")
     peer.allowed = parse_network_list(item.get("allowed_ips"), subject, "allowed_ips")
     if not peer.allowed:
-        raise TopologyError(subject, "allowed_ips", "a peer needs at least one allowed IP")
+        raise TopologyError("a peer needs at least one allowed IP", subject, "allowed_ips")
     peer.endpoint = None
     if item.get("endpoint") not in (None, ""):
         peer.endpoint = parse_endpoint(item["endpoint"], subject, "endpoint")
     # Kilo tells "unset" (nil) from 0; both mean: never replace the endpoint by a discovered one.
-    peer.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", 0, 65535)
+    peer.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", *KEEPALIVE_RANGE)
     peer.psk = parse_key(item.get("preshared_key"), subject, "preshared_key", required=False)
     return peer
 
@@ -228,13 +229,13 @@ def _parse_all(items, kind, parse, subject, keys):
     parsed, names = [], set()
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            raise TopologyError(Subject(kind, None, "%s #%d" % (kind, index + 1)), kind, "expected a mapping")
+            raise TopologyError("expected a mapping", Subject(kind, None, "%s #%d" % (kind, index + 1)), kind)
         obj = parse(item, index)
         if obj.name in names:
-            raise TopologyError(subject(obj.name), "name", "duplicate %s name" % kind)
+            raise TopologyError("duplicate %s name" % kind, subject(obj.name), "name")
         names.add(obj.name)
         if obj.key in keys:
-            raise TopologyError(subject(obj.name), "public_key", "same key as %s" % keys[obj.key])
+            raise TopologyError("same key as %s" % keys[obj.key], subject(obj.name), "public_key")
         keys[obj.key] = subject(obj.name)
         parsed.append(obj)
     return parsed
@@ -244,11 +245,11 @@ def parse_inputs(nodes, peers, options):
     """Validate everything; returns (options, [Node] sorted by name, [Peer] sorted by name)."""
     opts = parse_options(options)
     if not isinstance(nodes, (list, tuple)):
-        raise TopologyError("nodes", "nodes", "expected a list of nodes")
+        raise TopologyError("expected a list of nodes", "nodes", "nodes")
     if peers is None:
         peers = []
     if not isinstance(peers, (list, tuple)):
-        raise TopologyError("peers", "peers", "expected a list of peers")
+        raise TopologyError("expected a list of peers", "peers", "peers")
     keys = {}
     parsed_nodes = _parse_all(nodes, "node", lambda item, index: parse_node(item, index, opts["port"], opts["subnets"]),
                               node_subject, keys)

@@ -187,14 +187,9 @@ def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
 
 def _wait_for_socket(path, timeout=15.0):
     """After a restart, until the daemon's UAPI socket of the stored plan's interface answers."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient, socket_path
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import socket_path, wait_for_socket
     plan, settings, _keys = read_store(path)
-    sock = socket_path(settings.get("interface") or plan.get("interface") or DEFAULT_INTERFACE)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(sock) and UAPIClient(sock, timeout=1.0).alive():
-            return
-        time.sleep(0.1)
+    wait_for_socket(socket_path(settings.get("interface") or plan.get("interface") or DEFAULT_INTERFACE), timeout)
 
 
 def main(argv, out=None):

@@ -93,11 +93,6 @@ def host_settings(given):
 # The longest a converge waits for its moment in a key rotation's schedule (switch_at): a moment
 # further off is a clock far from the controller's, and waiting would only stall the run.
 MAX_SWITCH_WAIT = 30
-# How long after a rotating node switches its key its peers switch to the new one, in a push run's
-# schedule and between agents alike: what the rotating node sends meanwhile waits in WireGuard's
-# queue (128 packets a peer) while its peers still reach it over the old sessions, and the step
-# covers clocks a little apart.
-SWITCH_STEP = 0.25
 
 
 # Held by every converge that changes the host; in RUN_DIR (wireguard_daemon), a tmpfs: a lock

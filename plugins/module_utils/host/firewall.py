@@ -32,10 +32,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import ipaddress
 import json
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_command
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_checked
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import FIREWALL_LISTS
 
@@ -54,14 +55,8 @@ class FirewallError(KiloError):
     """Clear, user-facing failure of the firewall backend."""
 
 
-def run(argv, stdin=None, ok_codes=(0,)):
-    """Run a firewall tool: (rc, stdout, stderr); FirewallError when it is missing or exits with another code."""
-    rc, out, err = run_command(argv, stdin)
-    if rc == 127 and not out:
-        raise FirewallError("cannot run %s: %s (is it installed?)" % (argv[0], err.strip()))
-    if rc not in ok_codes:
-        raise FirewallError("%s failed (exit %d): %s" % (" ".join(argv), rc, err.strip()))
-    return rc, out, err
+# Run a firewall tool: (rc, stdout, stderr); FirewallError when it is missing or exits with another code.
+run = functools.partial(run_checked, error=FirewallError)
 
 
 def normalize_lists(fw):

@@ -20,10 +20,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH
 
 
-# kilo.mesh.key's state (a task argument only: kilo_state never removes a key).
-KEY_STATE = dict(type="str", choices=["present", "absent"], default="present")
-
-
 class KeyFileError(KiloError):
     """A key file that cannot be read, written or holds no key (the message never holds a key)."""
 

@@ -20,16 +20,14 @@ import re
 import shutil
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, kernel_module_available, run_command, to_bool, to_int
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    PORT_RANGE, KiloError, kernel_module_available, run_checked, run_command, to_bool, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import COMMENT as NFT_COMMENT
-from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_AGENT_CONFIG as AGENT_CONFIG
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_AGENT_CONFIG as AGENT_CONFIG, DEFAULT_PORT
 
 # Where sysctls are read and written at runtime, and the file that sets them at boot.
 PROC_SYS = "/proc/sys"
 SYSCTL_FILE = "/etc/sysctl.d/90-kilo-mesh.conf"
-
-# The module's state (a task argument only: kilo_state never removes the install step's state).
-PREPARE_STATE = dict(type="str", choices=["present", "absent"], default="present")
 
 # The comment that marks our nftables rule in the "inet filter" input chain.
 NFT_CHAIN = ("inet", "filter", "input")
@@ -63,15 +61,6 @@ PACKAGE_MANAGERS = (("apt", "apt-get"), ("dnf", "dnf"), ("pacman", "pacman"))
 
 class PrepareError(KiloError):
     """The host cannot be prepared as asked (no package manager, a sysctl or rule not written)."""
-
-
-# --- commands -------------------------------------------------------------------------------
-
-def run_checked(argv, field, runner=run_command):
-    rc, out, err = runner(argv)
-    if rc != 0:
-        raise PrepareError("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), field=field)
-    return out
 
 
 # --- packages -------------------------------------------------------------------------------
@@ -305,7 +294,7 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
     backend = params.get("backend") or "auto"
     if backend not in ("auto", "kernel", "userspace"):
         raise PrepareError("%r is not auto, kernel or userspace" % (backend,), field="backend")
-    port = to_int(params.get("port"), field="port", low=1, high=65535, default=51820)
+    port = to_int(params.get("port"), None, "port", *PORT_RANGE, default=DEFAULT_PORT)
     sysctls = params.get("sysctls")
     if sysctls is not None and not isinstance(sysctls, dict):
         raise PrepareError("must be a dict of sysctl name to value", field="sysctls")
@@ -347,7 +336,7 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
         for key in to_set:
             write_sysctl(key, values[key], proc_sys)
         for argv in port_commands:
-            run_checked(argv, "open_port", runner)
+            run_checked(argv, PrepareError, "open_port", runner=runner)
 
     before = {"sysctls": dict((key, current[key]) for key in values), "sysctl_file": file_before}
     after = {"sysctls": dict((key, values[key] if current[key] is not None else None) for key in values),
@@ -423,7 +412,8 @@ class InstallState(object):
             except OSError as e:
                 raise PrepareError("cannot remove %s: %s" % (self.sysctl_file, e), field="state")
         for dummy, handle in current["nft_rules"]:
-            run_checked(["nft", "delete", "rule"] + list(NFT_CHAIN) + ["handle", str(handle)], "state", self.runner)
+            run_checked(["nft", "delete", "rule"] + list(NFT_CHAIN) + ["handle", str(handle)], PrepareError, "state",
+                        runner=self.runner)
 
 
 def unprepare(check_mode, runner=run_command, which=shutil.which, sysctl_file=None):

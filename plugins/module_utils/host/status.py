@@ -3,9 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """kilo.mesh.status: what a host's WireGuard interface says about its place in the mesh.
 
-Pure functions over ``WireGuardBackend.current()`` (host side), the node_exporter textfile
-(Prometheus text format, written atomically), and the mesh-wide table the controller prints
-from every host's result. Nothing here carries a key but public ones.
+Pure functions over ``WireGuardBackend.current()`` and the node_exporter textfile (Prometheus
+text format); the mesh-wide table the controller prints from every host's result is
+``plugin_utils/status_summary.py``. Nothing here carries a key but public ones.
 
 A tunnel is stale when its latest handshake is older than ``stale_after`` seconds, or never
 happened. WireGuard handshakes again every 2 minutes while traffic flows, so 180 s is the
@@ -18,9 +18,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic as replace_file
-
-DEFAULT_STALE_AFTER = 180
+from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_STALE_AFTER
 
 
 def peer_status(peer, now, stale_after):
@@ -101,87 +99,3 @@ def metrics(status, nodes=None, peers=None):
 # One sample line of the text format (no timestamps written here).
 SAMPLE_RE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? '
                        r'([-+]?[0-9.eE+-]+|[+-]Inf|NaN)$')
-
-
-def write_atomic(path, data, mode=0o644, check_mode=False):
-    """Write ``data`` (text or bytes) to ``path`` through ``atomic_file.write_atomic``, so a reader
-    (node_exporter, a browser) never sees half a file; nothing when the file already holds
-    exactly that. Returns True when the file changes (in check mode: would)."""
-    if not isinstance(data, bytes):
-        data = data.encode("utf-8")
-    try:
-        with open(path, "rb") as f:
-            if f.read() == data:
-                return False
-    except (IOError, OSError):
-        pass
-    if check_mode:
-        return True
-    replace_file(path, data, mode)
-    return True
-
-
-# ---------------------------------------------------------------- the mesh-wide table (controller)
-
-def _age(seconds):
-    if seconds is None:
-        return "never"
-    if seconds < 120:
-        return "%ds" % seconds
-    if seconds < 7200:
-        return "%dm%02ds" % (seconds // 60, seconds % 60)
-    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
-
-
-def _bytes(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
-        n /= 1024.0
-    return str(n)
-
-
-def _table(header, rows):
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    fmt = "  ".join("%%-%ds" % w for w in widths)
-    return [(fmt % tuple(r)).rstrip() for r in [header] + rows]
-
-
-def summary(results, peer_names=None):
-    """The mesh-wide view of every host's status result ({host: result}).
-
-    Peers are named by the hosts' own public keys (and ``peer_names``, {public key: name} of
-    the outside peers); unknown keys are shortened. Returns {"lines", "hosts", "tunnels",
-    "stale", "leaders", "unreported"}.
-    """
-    names = dict(peer_names or {})
-    for host, r in results.items():
-        if r and r.get("public_key"):
-            names[r["public_key"]] = host
-    hosts, tunnels, stale, leaders, unreported = [], [], [], [], []
-    for host in sorted(results):
-        r = results[host]
-        if not r or r.get("failed") or r.get("unreachable") or "in_mesh" not in r:
-            unreported.append(host)
-            hosts.append([host, "-", "-", "no result", "-", "-"])
-            continue
-        role = "leader" if r["leader"] else ("member" if r["in_mesh"] else "not in mesh")
-        if r["leader"]:
-            leaders.append(host)
-        bad = [p for p in r["peers"] if p["stale"]]
-        hosts.append([host, r.get("location") or "-", r.get("segment") or "-", role, len(r["peers"]), len(bad)])
-        for p in r["peers"]:
-            name = names.get(p["public_key"], p["public_key"][:10] + "...")
-            state = "stale" if p["stale"] else "ok"
-            tunnels.append([host, name, p.get("endpoint") or "-", _age(p["handshake_age"]),
-                            _bytes(p["rx_bytes"]), _bytes(p["tx_bytes"]), state])
-            if p["stale"]:
-                stale.append("%s -> %s" % (host, name))
-    lines = _table(["HOST", "LOCATION", "SEGMENT", "ROLE", "PEERS", "STALE"], hosts)
-    if tunnels:
-        lines += [""] + _table(["HOST", "PEER", "ENDPOINT", "HANDSHAKE", "RX", "TX", "STATE"], tunnels)
-    lines += ["", "%d hosts, %d leaders, %d tunnels, %d stale%s" % (
-        len(results), len(leaders), len(tunnels), len(stale),
-        (", no result from: " + ", ".join(unreported)) if unreported else "")]
-    return {"lines": lines, "hosts": hosts, "tunnels": tunnels, "stale": stale, "leaders": leaders,
-            "unreported": unreported}

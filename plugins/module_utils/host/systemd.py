@@ -9,10 +9,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import subprocess
 
-from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import read_text, write_atomic
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_checked, run_command
 
 UNIT_DIR = "/etc/systemd/system"
 # units that must not outlive a boot (the userspace daemon's: the boot restore starts it again)
@@ -26,17 +25,14 @@ def systemd_running():
 
 def systemctl(*args):
     """(rc, output) of systemctl."""
-    proc = subprocess.run(["systemctl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, check=False)
-    return proc.returncode, proc.stdout.strip() + proc.stderr.strip()
+    rc, out, err = run_command(["systemctl"] + list(args))
+    return rc, out.strip() + err.strip()
 
 
 def systemctl_checked(*args, **kwargs):
     """systemctl's output; ``error`` (a KiloError class) raised when it fails."""
-    rc, out = systemctl(*args)
-    if rc != 0:
-        raise kwargs.get("error", KiloError)("systemctl %s failed (rc %d): %s" % (" ".join(args), rc, out))
-    return out
+    _rc, out, err = run_checked(["systemctl"] + list(args), kwargs.get("error", KiloError))
+    return out.strip() + err.strip()
 
 
 def is_enabled(unit):
@@ -46,9 +42,8 @@ def is_enabled(unit):
 def install_unit(path, text):
     """Write the unit file ``path`` when its text differs (daemon-reload where systemd runs);
     whether it changed."""
-    if read_text(path) == text:
+    if not update_file(path, text, 0o644, make_dirs=0o755):
         return False
-    write_atomic(path, text, 0o644, make_dirs=0o755)
     if systemd_running():
         systemctl("daemon-reload")
     return True

@@ -8,8 +8,9 @@ Where systemd runs, the daemon is the unit ``kilo-wireguard-IFACE.service``, a f
 restore starts again; /run is writable for the sandboxed agent where /etc is not), whose ``ExecStartPost`` (``after_start``) brings the interface back to the
 stored plan after systemd restarted a daemon that died; elsewhere it runs in a session of its
 own. Its PID is recorded in ``RUN_DIR/IFACE.pid`` and only a process that still runs the
-configured command for this interface counts as ours (a recycled PID is never signalled). Where
-the daemon opens its UAPI socket is the caller's business (``socket``); it is only waited for here.
+configured command for this interface counts as ours (``process.OwnedProcess``: a recycled PID is
+never signalled). Where the daemon opens its UAPI socket is the caller's business (``socket``);
+it is only waited for here (``wireguard_uapi.wait_for_socket``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,18 +20,16 @@ __metaclass__ = type
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.process import RUN_DIR, OwnedProcess
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
-    RUNTIME_UNIT_DIR, install_unit, remove_unit, systemctl, systemd_running)
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient
+    RUNTIME_UNIT_DIR, install_unit, remove_unit, systemctl, systemctl_checked, systemd_running)
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient, wait_for_socket
 
-# Where PID and log files go, and how long a daemon may take to open its socket. Not module
-# options: tests and unusual hosts move them by setting these attributes.
-RUN_DIR = "/run/kilo"
+# How long a daemon may take to open its socket. Not a module option: tests and unusual hosts
+# move it (and RUN_DIR, where PID and log files go) by setting these attributes.
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 5.0
 USERSPACE_ENV = "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD"
@@ -38,15 +37,6 @@ USERSPACE_ENV = "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD"
 
 class DaemonError(KiloError):
     """The userspace daemon could not be started."""
-
-
-def _alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except (IOError, OSError, IndexError):
-        return False
 
 
 class Daemon(object):
@@ -59,14 +49,15 @@ class Daemon(object):
         self.socket = socket
         self.run_dir = run_dir or RUN_DIR
         self.start_timeout = float(start_timeout if start_timeout is not None else START_TIMEOUT)
+        self.process = OwnedProcess(interface, self.runs_daemon, self.run_dir)
 
     @property
     def pidfile(self):
-        return os.path.join(self.run_dir, self.interface + ".pid")
+        return self.process.pidfile
 
     @property
     def logfile(self):
-        return os.path.join(self.run_dir, self.interface + ".log")
+        return self.process.logfile
 
     @property
     def unit(self):
@@ -120,9 +111,7 @@ class Daemon(object):
             install_unit(self.unit_path, self.unit_text())
             systemctl("reset-failed", self.unit)
             # --no-block: the unit's ExecStartPost waits for the socket this start waits for below
-            rc, out = systemctl("start", "--no-block", self.unit)
-            if rc != 0:
-                raise DaemonError("systemctl start %s failed (rc %d): %s" % (self.unit, rc, out))
+            systemctl_checked("start", "--no-block", self.unit, error=DaemonError)
             pid = 0
             deadline = time.time() + self.start_timeout
             while not pid and time.time() < deadline:
@@ -130,64 +119,32 @@ class Daemon(object):
                 pid = int(shown) if shown.isdigit() else 0
                 if not pid:
                     time.sleep(0.05)
+            self.process.record(pid, self.unit)
         else:
             env = dict(os.environ)
             env[USERSPACE_ENV] = "1"
-            log = open(self.logfile, "wb")
             try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        env=env, close_fds=True, start_new_session=True)
+                proc = self.process.spawn(argv, env=env, note="")
             except OSError as e:
-                log.close()
-                os.unlink(self.logfile)
                 raise DaemonError("cannot start %s: %s" % (argv[0], e))
-            log.close()
-            pid = proc.pid
-        with open(self.pidfile, "w") as f:
-            f.write("%d\n%s\n" % (pid, self.unit if systemd else ""))
-        deadline = time.time() + self.start_timeout
-        client = UAPIClient(self.socket, timeout=2.0)
-        while time.time() < deadline:
-            if os.path.exists(self.socket) and client.alive():
-                return
-            if proc is not None and proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        tail = self.log_tail()
+        if wait_for_socket(self.socket, self.start_timeout, given_up=lambda: proc is not None and proc.poll() is not None):
+            return
+        tail = self.process.log_tail(400)
         self.stop()  # nothing of a failed start stays behind (a later run could not tell it is ours)
-        raise DaemonError("%s did not open %s%s" % (" ".join(argv), self.socket, tail))
+        raise DaemonError("%s did not open %s%s" % (" ".join(argv), self.socket, ": " + tail if tail else ""))
 
-    def log_tail(self):
-        try:
-            with open(self.logfile, "rb") as f:
-                tail = f.read()[-400:].decode("utf-8", "replace").strip()
-        except (IOError, OSError):
-            return ""
-        return ": " + tail if tail else ""
-
-    def pid(self):
-        """PID recorded at start, if that process still runs our daemon for this interface."""
-        try:
-            with open(self.pidfile) as f:
-                pid = int(f.readline().strip() or 0)
-        except (IOError, OSError, ValueError):
-            return None
-        if pid <= 1:
-            return None
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                args = f.read().split(b"\0")
-        except (IOError, OSError):
-            return None
-        # Guard against a recycled PID: it must still be our userspace daemon (the configured
-        # command) serving our interface, not any process that merely names the interface.
+    def runs_daemon(self, args):
+        """Whether a command line (bytes arguments) is our userspace daemon (the configured
+        command) serving our interface, not any process that merely names the interface."""
         try:
             command = os.path.basename(self.argv()[0])
         except DaemonError:
-            return None
-        if self.interface.encode() not in args or os.path.basename(args[0].decode(errors="replace")) != command:
-            return None
-        return pid
+            return False
+        return self.interface.encode() in args and os.path.basename(args[0].decode(errors="replace")) == command
+
+    def pid(self):
+        """PID recorded at start, if that process still runs our daemon for this interface."""
+        return self.process.pid()
 
     def recorded(self):
         """Whether a PID, log or unit file of ours is there (a daemon started by us, maybe dead)."""
@@ -200,14 +157,7 @@ class Daemon(object):
         remove_unit(self.unit_path)
         pid = self.pid()
         if pid:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.time() + STOP_TIMEOUT
-            while time.time() < deadline and _alive(pid):
-                time.sleep(0.05)
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        for path in (self.pidfile, self.logfile):
-            if os.path.exists(path):
-                os.unlink(path)
+            self.process.terminate(pid, STOP_TIMEOUT)
+        self.process.forget()
         if os.path.exists(self.socket) and not UAPIClient(self.socket, timeout=1.0).alive():
             os.unlink(self.socket)

@@ -19,6 +19,7 @@ import base64
 import binascii
 import os
 import socket
+import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 
@@ -204,3 +205,17 @@ class UAPIClient(object):
         if errno != 0:
             # errno values are the daemon's (e.g. 22 = EINVAL for a bad line)
             raise UAPIError("UAPI set failed: errno=%d (%s)" % (errno, os.strerror(errno)))
+
+
+def wait_for_socket(path, timeout, given_up=None):
+    """Wait (at most ``timeout`` seconds) until a daemon answers on its UAPI socket ``path``, or
+    ``given_up()`` says it never will (the daemon exited); whether it answers."""
+    deadline = time.time() + timeout
+    client = UAPIClient(path, timeout=2.0)
+    while time.time() < deadline:
+        if os.path.exists(path) and client.alive():
+            return True
+        if given_up is not None and given_up():
+            return False
+        time.sleep(0.05)
+    return False

@@ -27,11 +27,12 @@ import json
 import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
+    KEEPALIVE_RANGE, PORT_RANGE, KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
     ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, PATH_STATE_KEYS, POD_SOURCE_ANNOTATION,
-    POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface, pod_cidr_value, read_families)
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS
+    POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface,
+    pod_cidr_value, read_families)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, STATE_SPEC
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
 LOCATION = FIELDS["location"].annotation
@@ -350,7 +351,7 @@ def _read_discovered(value, subject):
             ip = ipaddress.ip_address(fields.get("ip"))
         except ValueError:
             raise KiloError("%r has no valid IP" % (addr,), subject, field)
-        port = to_int(fields.get("port"), subject, field, 1, 65535, default=None)
+        port = to_int(fields.get("port"), subject, field, *PORT_RANGE, default=None)
         if port is None:
             raise KiloError("%r has no port" % (addr,), subject, field)
         out[parse_key(key, subject, field)] = parse_endpoint(format_endpoint(ip, port), subject, field, allow_dns=False)[0]
@@ -430,6 +431,21 @@ def host_vars(node, topology_label=REGION_LABEL, ipam=None):
     return hvars
 
 
+def peers_of(resources):
+    """(peers, errors) of Peer resources, in name order: each valid one as ``peer_from_resource``
+    gives it, and (its name, the KiloError) of each other. The inventory plugin and the agent
+    read the cluster's Peers with it."""
+    def name_of(obj):
+        return ((obj.get("metadata") or {}).get("name") or "") if isinstance(obj, dict) else ""
+    peers, errors = [], []
+    for obj in sorted(resources, key=name_of):
+        try:
+            peers.append(peer_from_resource(obj))
+        except KiloError as e:
+            errors.append((name_of(obj), e))
+    return peers, errors
+
+
 def peer_from_resource(obj):
     """A Peer resource (kilo.squat.ai/v1alpha1) -> an engine peer (an item of ``kilo_peers``).
 
@@ -460,7 +476,7 @@ def peer_from_resource(obj):
         "public_key": parse_key(spec.get("publicKey"), subject, "spec.publicKey"),
         "allowed_ips": allowed_ips,
         "endpoint": endpoint,
-        "persistent_keepalive": to_int(spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", 0, 65535),
+        "persistent_keepalive": to_int(spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", *KEEPALIVE_RANGE),
         "preshared_key": parse_key(spec.get("presharedKey"), subject, "spec.presharedKey", required=False),
     }
 
@@ -469,7 +485,7 @@ def peer_argument_spec():
     """kilo.mesh.peer's own options, for the module (store kubernetes) and its action (store registry)."""
     return dict(
         name=dict(type="str", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
+        state=dict(STATE_SPEC),
         public_key=dict(type="str", no_log=False),
         allowed_ips=dict(type="list", elements="str"),
         endpoint=dict(type="str"),
@@ -534,7 +550,7 @@ def _peer_endpoint(endpoint, subject):
     dns, ip = target.get("dns") or "", target.get("ip") or ""
     if not dns and not ip:
         raise KiloError("either a DNS name or an IP address must be given", subject, field + ".dnsOrIP")
-    port = to_int(endpoint.get("port"), subject, field + ".port", 1, 65535, default=None)
+    port = to_int(endpoint.get("port"), subject, field + ".port", *PORT_RANGE, default=None)
     if port is None:
         raise KiloError("missing", subject, field + ".port")
     if ip:
@@ -592,6 +608,26 @@ def dual_removals(wanted, current):
     (``write_back``'s, or ``remove_agent_annotations``') does not write: a node that left the mesh,
     became single-stack or stopped leading loses them."""
     return dict((key, None) for key in DUAL_ANNOTATIONS if key not in wanted and current.get(key) is not None)
+
+
+def node_annotations(node, plan, granularity, last_seen, current):
+    """What a writer of a node's annotations (kilo.mesh.annotate, the agent) puts on its Node:
+    ``write_back``'s, of the endpoints learned only those of peers behind NAT (``nat_endpoints``,
+    as Kilo's agent), and the dual-stack ones the Node has (``current``) but no longer gets, removed."""
+    node = dict(node, discovered_endpoints=nat_endpoints(node.get("discovered_endpoints"), plan))
+    wanted = write_back(node, plan, granularity, last_seen)
+    wanted.update(dual_removals(wanted, current))
+    return wanted
+
+
+def annotation_changes(wanted, current):
+    """(changes, refreshed) of ``wanted`` ({annotation: value; None removes it}) against the Node's
+    ``current`` annotations, each {annotation: value} of those that differ: ``changes`` change the
+    node; ``refreshed`` are what it observes (``OBSERVED_ANNOTATIONS``), new values that are no
+    change (removing one is)."""
+    differ = dict((k, v) for k, v in wanted.items() if current.get(k) != v)
+    refreshed = dict((k, v) for k, v in differ.items() if k in OBSERVED_ANNOTATIONS and v is not None)
+    return dict((k, v) for k, v in differ.items() if k not in refreshed), refreshed
 
 
 def remove_agent_annotations():

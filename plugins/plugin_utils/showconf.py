@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """``kgctl showconf`` on the controller: WireGuard configurations rendered from the topology engine.
 
-Pure Python, no Ansible; the engine (``topology.Topology``) computes everything, this only picks
+No Ansible; the engine (``topology.Topology``) computes everything, this only picks
 and renders. Behaviour read from Kilo's ``cmd/kgctl/showconf.go``, ``pkg/mesh/topology.go``
 (``Conf``, ``PeerConf``, ``AsPeer``), ``pkg/wireguard/conf.go`` (``Bytes``) and
 ``pkg/k8s/apis/kilo/v1alpha1/types.go`` (the Peer resource).
@@ -31,29 +31,27 @@ PresharedKey, PublicKey. Where this differs from kgctl:
   ``allowed_ips`` without ``as_peer`` is an error (kgctl ignores it).
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
 import json
 
-try:
-    import yaml
-except ImportError:  # only the controller renders YAML, and Ansible brings PyYAML there
-    yaml = None
+import yaml
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, dedup
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import PEER_API_VERSION, spec_of
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology, _dedup
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
     TopologyError, node_subject, parse_network_list, peer_subject)
 
 FORMATS = ("wireguard", "json", "yaml")
 MASKED_PRESHARED_KEY = "# PresharedKey = (this peer's preshared key from kilo_peers)"
 
-if yaml is not None:
-    class _Dumper(yaml.SafeDumper):
-        """Block style; strings of str subclasses (Ansible tags variables' values) as plain strings."""
 
-    _Dumper.add_multi_representer(str, yaml.SafeDumper.represent_str)
+class _Dumper(yaml.SafeDumper):
+    """Block style; strings of str subclasses (Ansible tags variables' values) as plain strings."""
+
+
+_Dumper.add_multi_representer(str, yaml.SafeDumper.represent_str)
 
 
 def public_entries(entries):
@@ -97,14 +95,14 @@ def peer_resource(entry):
 def _node_view(topology, name, as_peer, extra):
     node = topology.by_name.get(name)
     if node is None:
-        raise TopologyError(node_subject(name), "node", "no such node")
+        raise TopologyError("no such node", node_subject(name), "node")
     seg = node.segment
     if seg.leader is not node:
-        raise TopologyError(node_subject(name), "node", "is not a leader node; segment %s is led by %r"
-                            % (seg.key, seg.leader.name))
+        raise TopologyError("is not a leader node; segment %s is led by %r"
+                            % (seg.key, seg.leader.name), node_subject(name), "node")
     if as_peer:
         return [{"name": name, "public_key": seg.leader.key, "endpoint": seg.leader.endpoint,
-                 "allowed_ips": _dedup(list(seg.allowed) + extra), "persistent_keepalive": 0}], None
+                 "allowed_ips": dedup(list(seg.allowed) + extra), "persistent_keepalive": 0}], None
     plan = topology.plan(name)
     return public_entries(plan["peers"]), plan["listen_port"]
 
@@ -115,19 +113,17 @@ def _peer_view(topology, name, as_peer, extra):
     for peer in topology.peers:
         if peer.name == name:
             entry = {"name": name, "public_key": peer.key, "endpoint": peer.endpoint[0] if peer.endpoint else None,
-                     "allowed_ips": _dedup(list(peer.allowed_strs) + extra), "persistent_keepalive": peer.keepalive}
+                     "allowed_ips": dedup(list(peer.allowed_strs) + extra), "persistent_keepalive": peer.keepalive}
             if peer.psk:
                 entry["preshared_key"] = True
             return [entry], None
-    raise TopologyError(peer_subject(name), "name", "no such peer")
+    raise TopologyError("no such peer", peer_subject(name), "name")
 
 
 def render(data, output):
     """``data`` as JSON (indented) or YAML (block style, keys in order)."""
     if output == "json":
         return json.dumps(data, indent=2) + "\n"
-    if yaml is None:
-        raise KiloError("needs PyYAML", "task", "format")
     return yaml.dump(data, Dumper=_Dumper, default_flow_style=False, sort_keys=False)
 
 
