@@ -15,6 +15,7 @@ mappings) the pair falls back to the relay and goes direct again by itself (time
 """
 import json
 import os
+import re
 import sys
 import time
 
@@ -170,4 +171,7 @@ def test_symmetric_pair_stays_relayed_without_flapping(cluster):
     assert len(seen) == 1 and not any(json.loads(s)[n]["direct"] for s in seen for n in NATTED), seen
     assert all(v == 0 for v in written.values()), written
     assert all(probes.values()), probes
+    # the probes were re-armed (every 25 s) without a failure of the direct loop
+    failed = dict((h, re.findall(r"direct paths: \w+Error.*", agentlab.read_log(lab, h))) for h in pair)
+    assert not any(failed.values()), failed
     assert reachable(lab, hosts)

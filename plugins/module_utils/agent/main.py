@@ -391,7 +391,8 @@ class Agent(object):
 
     def path_state(self, now):
         """What this node sees of its paths behind NAT ({"down", "direct", "held"}): the relays its
-        probes saw dead (``down``, until 60 s after they last were); direct paths not yet."""
+        probes saw dead (``down``, until 60 s after they last were), its direct paths' handshakes and
+        hold-downs (``direct``, ``held``: agent/direct.py)."""
         with self._probe_lock:
             down = self.relay_prober.down(now)
         # a dark relay is seen dead again every round: its ``until`` moves on only in steps of
