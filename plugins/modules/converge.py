@@ -162,6 +162,8 @@ def main():
         result["leader"] = bool(plan.get("leader"))
     if not module._diff:
         result.pop("diff")
+    for warning in result.pop("warnings", ()):
+        module.warn(warning)  # exit_json(warnings=...) is deprecated in ansible-core 2.19 and later
     module.exit_json(**result)
 
 
