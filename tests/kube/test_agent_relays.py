@@ -2,9 +2,9 @@
 other, connected by the agents alone (no push run) through a public location's leader.
 
 Lab (prefix kar, KILO_TEST_PREFIX_AGENT_RELAYS): 4 locations x 2 hosts, one public host in each
-of aws and gcp (the relays), azure and home behind NAT routers (lab ``--nat``, plain
-masquerade). The NAT'd Nodes carry ``kilo.mesh/behind-nat`` and no endpoint of the operator's;
-every host a pod address (its Node's pod range's first, on lo). The agents are installed with
+of aws and gcp (the relays), azure and home behind NAT routers (lab ``--nat``, symmetric: a port
+per destination, so the pair never goes direct; test_agent_direct.py). The NAT'd Nodes carry
+``kilo.mesh/behind-nat`` and no endpoint of the operator's; every host a pod address (its Node's pod range's first, on lo). The agents are installed with
 playbooks/agent.yml alone: nothing converges before them.
 
 Tests share the lab, in file order: the first starts the agents and waits for the matrix (every
@@ -43,7 +43,7 @@ def pod_address(lab, host):
 @pytest.fixture(scope="module")
 def cluster():
     agentlab.require_lab_and_kube()
-    with agentlab.agent_cluster(PREFIX, 4, 2, nat=[3, 4]) as (lab, server, inventory):
+    with agentlab.agent_cluster(PREFIX, 4, 2, nat=[3, 4], nat_kind="symmetric") as (lab, server, inventory):
         for host in lab.hosts:
             lab.run(host, ["ip", "addr", "add", pod_address(lab, host) + "/32", "dev", "lo"], check=True)
         # the pod addresses sit on lo, where discovery would take them for the internal IP

@@ -126,7 +126,8 @@ def test_a_dark_relays_end_moves_in_steps():
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import main
     prober = health.Prober(dead_after=3, hold_down=60, ident=1)
     prober.set_targets({"location:r": "10.4.0.1"}, 0.0)
-    agent = types.SimpleNamespace(relay_prober=prober, _probe_lock=threading.Lock(), _down={})
+    from ansible_collections.kilo.mesh.plugins.module_utils.agent.direct import DirectPaths
+    agent = types.SimpleNamespace(relay_prober=prober, _probe_lock=threading.Lock(), _down={}, direct=DirectPaths())
     published = []
     for now in range(4, 40):
         prober.record(set(), float(now))

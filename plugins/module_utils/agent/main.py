@@ -144,6 +144,10 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health as _health
         self.relay_prober = _health.Prober(dead_after=_health.RELAY_DEAD_AFTER, hold_down=_health.RELAY_DOWN, ident=1,
                                            first_answer=_health.RELAY_FIRST_ANSWER)
+        # direct paths between leaders behind NAT (agent/direct.py): probes' handshakes, fallback
+        # pings, the learned endpoints of roaming peers (a relay's mappings)
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.direct import DirectPaths
+        self.direct = DirectPaths()
         if config.get("leader_health"):
             from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
             self.settle = health.Settle()
@@ -214,6 +218,9 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import RELAY_PROBE_INTERVAL
         thread = threading.Thread(target=functools.partial(self.probe_loop, "relay_prober", RELAY_PROBE_INTERVAL,
                                                            "relays"), name="relay-probe")
+        thread.daemon = True
+        thread.start()
+        thread = threading.Thread(target=self.direct_loop, name="direct")
         thread.daemon = True
         thread.start()
         period = float(self.config["resync_period"])
@@ -326,6 +333,7 @@ class Agent(object):
             self.next_change = (computed or {}).get("next_change")
             with self._probe_lock:
                 self.relay_prober.set_targets(mesh.relay_targets(computed, self.name), self.clock())
+                self.direct.update(computed, plan, self.name, self.clock())
             self._deposed = deposed
             self.report_skipped(skipped)
             nodes = [n for n in nodes if n["name"] not in skipped]
@@ -384,7 +392,8 @@ class Agent(object):
 
     def path_state(self, now):
         """What this node sees of its paths behind NAT ({"down", "direct", "held"}): the relays its
-        probes saw dead (``down``, until 60 s after they last were); direct paths not yet."""
+        probes saw dead (``down``, until 60 s after they last were), its direct paths' handshakes and
+        hold-downs (``direct``, ``held``: agent/direct.py)."""
         with self._probe_lock:
             down = self.relay_prober.down(now)
         # a dark relay is seen dead again every round: its ``until`` moves on only in steps of
@@ -392,7 +401,9 @@ class Agent(object):
         published = self._down
         self._down = dict((name, published[name] if until - published.get(name, 0) < DOWN_STEP else until)
                           for name, until in down.items())
-        return {"down": dict(self._down), "direct": {}, "held": {}}
+        with self._probe_lock:
+            direct, held = self.direct.state()
+        return {"down": dict(self._down), "direct": direct, "held": held}
 
     def prober_targets(self, targets):
         with self._probe_lock:
@@ -419,6 +430,34 @@ class Agent(object):
             if dead != seen:
                 log("%s seen dead through the tunnels: %s" % (what, ", ".join(sorted(dead)) or "none"))
                 seen = dead
+                self.wakeup.set()
+
+    def direct_loop(self):
+        """Every second (agent/direct.py): ping the direct pairs' far ends, read our interface (probe
+        handshakes, learned endpoints), re-arm quiet probes; a change wakes the reconcile."""
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent import direct
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+        backend = WireGuardBackend(host_settings({"interface": self.config["key"]["interface"]}))
+        while not self.stop_event.wait(direct.INTERVAL):
+            try:
+                with self._probe_lock:
+                    prober = self.direct.prober
+                    pinged = bool(prober.targets)
+                answered = prober.probe() if pinged else set()
+                current = backend.current()
+                with self._probe_lock:
+                    changed, rearm = self.direct.tick(self.clock(), current, answered)
+                    state = self.direct.state()
+                if rearm:
+                    backend.rearm(rearm)
+            except Exception as e:  # pylint: disable=broad-exception-caught
+                self.metrics.errors.inc()
+                self.note("direct paths: %s: %s" % (type(e).__name__, e))
+                continue
+            if changed:
+                log("direct paths: direct %s, held %s" % (json.dumps(state[0], sort_keys=True),
+                                                          json.dumps(state[1], sort_keys=True)))
                 self.wakeup.set()
 
     def keep_plan(self, plan):

@@ -488,6 +488,18 @@ class WireGuardBackend(Backend):
             self._set(impl, None, None, [{"public_key": pub, "update_only": True, "persistent_keepalive": keepalive}
                                          for pub in quiet])
 
+    def rearm(self, keepalives):
+        """Send a keepalive to each peer now ({public key: its persistent keepalive}), by the toggle
+        0 -> n (``_nudge``): a probe whose handshake retries stopped (after 90 s) starts again. The
+        keepalive ends as it was, so the interface's configuration does not change."""
+        if not keepalives:
+            return
+        impl = self.implementation(self._link(), strict=False)
+        for phase in (0, 1):
+            self._set(impl, None, None, [{"public_key": pub, "update_only": True,
+                                          "persistent_keepalive": keepalive if phase else 0}
+                                         for pub, keepalive in sorted(keepalives.items())])
+
     # ---- create / remove
 
     def _create(self, impl):
