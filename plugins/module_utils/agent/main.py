@@ -438,7 +438,8 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import direct
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
         from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
-        backend = WireGuardBackend(host_settings({"interface": self.config["key"]["interface"]}))
+        # the agent's own host settings (its backend, userspace socket and interface), as its converge
+        backend = WireGuardBackend(host_settings(self.config.get("settings") or {}))
         while not self.stop_event.wait(direct.INTERVAL):
             try:
                 with self._probe_lock:
