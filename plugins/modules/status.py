@@ -279,7 +279,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError,
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.options import status_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
-from ansible_collections.kilo.mesh.plugins.module_utils.host.status import host_status, label_peers, metrics, stored_plan
+from ansible_collections.kilo.mesh.plugins.module_utils.host.status import (
+    host_status, label_peers, metrics, relay_forwarded, stored_plan)
 
 
 def plan_files():
@@ -287,23 +288,6 @@ def plan_files():
     from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import PLAN_PATH
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import AGENT_PLAN_FILE
     return (PLAN_PATH, AGENT_PLAN_FILE)
-
-
-def relay_forwarded(plan, settings, interface):
-    """Bytes the relay rule counted, when the applied plan makes this host a relay; else None."""
-    if not (plan and (plan.get("firewall") or {}).get("relay_accept")):
-        return None
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import KINDS, FirewallBackend
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-    kinds = [settings["firewall"]] if settings.get("firewall") in KINDS else list(KINDS)
-    for kind in kinds:
-        try:
-            counted = FirewallBackend(host_settings({"firewall": kind, "interface": interface})).relay_counter()
-        except Exception:  # pylint: disable=broad-exception-caught
-            counted = None  # that firewall's tool is missing: the other kind's rule, or none
-        if counted is not None:
-            return counted[1]
-    return None
 
 
 def interface_addresses(interface):

@@ -119,6 +119,22 @@ def relay_counter(lab, host):
     return None
 
 
+def relay_metrics(lab, host):
+    """The agent's kilo_path samples ([labels]) and kilo_relay_forwarded_bytes_total (None: none) on
+    host, from its /metrics."""
+    status, text = agentlab.metrics(lab, host)
+    assert status == 200, text
+    paths, forwarded = [], None
+    for line in text.splitlines():
+        if line.startswith("kilo_path{"):
+            labels, value = line[len("kilo_path{"):].rsplit("} ", 1)
+            assert float(value) == 1, line
+            paths.append(dict(re.findall(r'(\w+)="([^"]*)"', labels)))
+        elif line.startswith('kilo_relay_forwarded_bytes_total{interface="kilo0"} '):
+            forwarded = float(line.rsplit(" ", 1)[1])
+    return {"path": paths, "forwarded": forwarded}
+
+
 def without_probes(plan):
     """A plan (agentlab.comparable) less its probe entries: a push run has no time, so it never
     probes; everything else of the agent's plan is the controller's."""
@@ -155,6 +171,20 @@ def test_agents_alone_connect_locations_behind_nat_through_a_relay(cluster):
            if pod_address(lab, leaders["home"]).rsplit(".", 1)[0] + ".0/24" in p["allowed_ips"]]
     assert len(via) == 1, agentlab.wg_dump(lab, leaders["azure"])
     print("relay rule counters (packets, bytes): %s" % dict((h, c) for h, c in counters.items() if c))
+    # what the agents' /metrics say of it (the push textfile's two metrics)
+    relay = relay_of_pair(lab, api)[0]
+    exported = dict((h, relay_metrics(lab, h)) for h in hosts)
+    print("agents' kilo_path and kilo_relay_forwarded_bytes_total: %s"
+          % dict((h, m) for h, m in exported.items() if m["path"] or m["forwarded"] is not None))
+    for loc, far in (("azure", "home"), ("home", "azure")):
+        # relayed, or probing while a probe entry tries the direct path (symmetric NATs: it never
+        # gets through); the traffic takes the relay either way
+        (path,) = exported[leaders[loc]]["path"]
+        assert path.pop("path") in ("relayed", "probing"), exported[leaders[loc]]
+        assert path == {"segment": "location:" + far, "via": "location:" + lab.hosts[relay]["location"]}, path
+    assert not any(m["path"] for h, m in exported.items() if lab.hosts[h]["location"] not in NATTED), exported
+    assert set(h for h, m in exported.items() if m["forwarded"] is not None) == set(leaders[loc] for loc in RELAYS)
+    assert exported[relay]["forwarded"] >= counters[relay][1] > 0, (exported[relay], counters[relay])
     # The agents' plans are the controller's for the same Nodes (but the probes, which need a time)
     def same():
         plans = agentlab.controller_plans(inventory)

@@ -357,6 +357,7 @@ class Agent(object):
                 if result["changed"]:
                     log("converged: %s" % json.dumps(result["changes"], sort_keys=True))
                 self.applied = digest
+            self.metrics.paths.applied(plan, self.config["settings"])
             self.write_back(nodes, plan, now)
             self.metrics.nodes.set(len(nodes))
             self.metrics.peers.set(len(peers))
@@ -447,6 +448,7 @@ class Agent(object):
                     pinged = bool(prober.targets)
                 answered = prober.probe() if pinged else set()
                 current = backend.current()
+                self.metrics.paths.current = current  # kilo_path's live peers (agent/metrics.py)
                 with self._probe_lock:
                     changed, rearm = self.direct.tick(self.clock(), current, answered)
                     state = self.direct.state()

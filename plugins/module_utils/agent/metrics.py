@@ -6,7 +6,8 @@
 Kilo's agent's metric names (``kilo_nodes``, ``kilo_peers``, ``kilo_leader``,
 ``kilo_reconciles_total``, ``kilo_errors_total``) so dashboards made for Kilo keep working, and,
 beyond Kilo, each WireGuard peer's handshake age and byte counters, labelled by the peer's name
-in the plan (a node, ``location:NAME`` or an outside peer) and its public key (public data).
+in the plan (a node, ``location:NAME`` or an outside peer) and its public key (public data);
+with relays, the push textfile's ``kilo_path`` and ``kilo_relay_forwarded_bytes_total``.
 A registry of our own: nothing of the library's process defaults is mixed in unless asked.
 """
 
@@ -57,6 +58,45 @@ class PeerCollector(object):
         return [age, rx, tx]
 
 
+class PathCollector(object):
+    """Beyond Kilo, relays: ``kilo_path`` (a leader behind NAT: 1 per far segment, its path and
+    relay) and ``kilo_relay_forwarded_bytes_total`` (a relay: its rule's counter), as the push
+    textfile has them: the same rows, names and help (host/status.py), from the plan the agent
+    applied last (``applied``) and its latest WireGuard reading (the direct loop's, every second);
+    the counter is read at scrape time."""
+
+    def __init__(self):
+        self.plan = None
+        self.settings = {}
+        self.current = None  # WireGuardBackend.current(), public fields read only
+
+    def applied(self, plan, settings):
+        self.plan, self.settings = plan, settings or {}
+
+    def collect(self):
+        from ansible_collections.kilo.mesh.plugins.module_utils.host import status
+        plan, settings, current = self.plan, self.settings, self.current
+        if not plan:
+            return []
+        found = []
+        rows = status.path_samples(status.label_peers(status.host_status(current, time.time()), plan)) \
+            if current else []
+        if rows:
+            name, text, labels = status.PATH_METRIC
+            family = GaugeMetricFamily(name, text, labels=labels)
+            for values in rows:
+                family.add_metric(list(values), 1)
+            found.append(family)
+        interface = settings.get("interface")  # the agent's host settings always name it
+        forwarded = status.relay_forwarded(plan, settings, interface)
+        if forwarded is not None:
+            name, text, labels = status.FORWARDED_METRIC
+            family = CounterMetricFamily(name, text, labels=labels)
+            family.add_metric([interface], forwarded)
+            found.append(family)
+        return found
+
+
 class Metrics(object):
     """The agent's metrics; ``health`` is (ok, reason) as /healthz answers."""
 
@@ -77,6 +117,8 @@ class Metrics(object):
                                     "Unix time of the last successful reconciliation", registry=self.registry)
         self.wireguard = PeerCollector()
         self.registry.register(self.wireguard)
+        self.paths = PathCollector()
+        self.registry.register(self.paths)
         self.health = (False, "starting")
 
     def exposition(self):

@@ -4,7 +4,9 @@
 """kilo.mesh.status: what a host's WireGuard interface says about its place in the mesh.
 
 Pure functions over ``WireGuardBackend.current()`` and the node_exporter textfile (Prometheus
-text format); the mesh-wide table the controller prints from every host's result is
+text format), but ``relay_forwarded`` (the relay rule's counter); the agent's /metrics exports
+``kilo_path`` and ``kilo_relay_forwarded_bytes_total`` from the same rows (``PATH_METRIC``,
+``FORWARDED_METRIC``). The mesh-wide table the controller prints from every host's result is
 ``plugin_utils/status_summary.py``. Nothing here carries a key but public ones.
 
 A tunnel is stale when its latest handshake is older than ``stale_after`` seconds, or never
@@ -118,10 +120,41 @@ def path_rows(status):
     return rows
 
 
+# Beyond Kilo, relays: the two metrics the push textfile (``metrics``) and the agent's /metrics
+# (agent/metrics.py) both export, of one definition: names, help texts, label names.
+PATH_METRIC = ("kilo_path", "1 per far segment: its path (relayed, probing) and the relay it goes through.",
+               ("segment", "path", "via"))
+FORWARDED_METRIC = ("kilo_relay_forwarded_bytes_total",
+                    "Bytes this relay forwarded between its WireGuard peers (the relay rule's counter).",
+                    ("interface",))
+
+
+def path_samples(status):
+    """[(far segment, path, via)]: the label values of kilo_path of an unreachable leader (1 each)."""
+    return [(b, path, via or "") for dummy, b, path, via, dummy2 in path_rows(status)]
+
+
 def path_metrics_samples(status):
-    """kilo_path{segment, path, via} samples of an unreachable leader: 1 per far segment."""
-    return [((("segment", _label(b)), ("path", path), ("via", _label(via or ""))), 1)
-            for dummy, b, path, via, dummy2 in path_rows(status)]
+    """kilo_path{segment, path, via} samples of the textfile (escaped): 1 per far segment."""
+    return [(tuple(zip(PATH_METRIC[2], (_label(v) for v in values))), 1) for values in path_samples(status)]
+
+
+def relay_forwarded(plan, settings, interface):
+    """Bytes the relay rule counted (``FirewallBackend.relay_counter``), when ``plan`` makes this host
+    a relay (``relay_accept``); else None. The firewall kind of ``settings``, else each kind tried."""
+    if not (plan and (plan.get("firewall") or {}).get("relay_accept")) or (settings or {}).get("firewall") == "none":
+        return None
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import KINDS, FirewallBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+    kinds = [settings["firewall"]] if (settings or {}).get("firewall") in KINDS else list(KINDS)
+    for kind in kinds:
+        try:
+            counted = FirewallBackend(host_settings({"firewall": kind, "interface": interface})).relay_counter()
+        except Exception:  # pylint: disable=broad-exception-caught
+            counted = None  # that firewall's tool is missing: the other kind's rule, or none
+        if counted is not None:
+            return counted[1]
+    return None
 
 
 # ---------------------------------------------------------------- Prometheus textfile
@@ -172,12 +205,9 @@ def metrics(status, nodes=None, peers=None, relay_forwarded=None):
     # beyond Kilo: the paths of a leader behind NAT, and what a relay forwarded
     paths = path_metrics_samples(status)
     if paths:
-        family("kilo_path", "gauge", "1 per far segment: its path (relayed, probing) and the relay it goes through.",
-               paths)
+        family(PATH_METRIC[0], "gauge", PATH_METRIC[1], paths)
     if relay_forwarded is not None:
-        family("kilo_relay_forwarded_bytes_total", "counter",
-               "Bytes this relay forwarded between its WireGuard peers (the relay rule's counter).",
-               [((("interface", iface),), relay_forwarded)])
+        family(FORWARDED_METRIC[0], "counter", FORWARDED_METRIC[1], [(((FORWARDED_METRIC[2][0], iface),), relay_forwarded)])
     return "\n".join(out) + "\n"
 
 
