@@ -439,8 +439,8 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import direct
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
         from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
-        # the agent's own host settings (its backend, userspace socket and interface), as its converge
-        backend = WireGuardBackend(host_settings(self.config.get("settings") or {}))
+        # only the interface, as kilo.mesh.key reads it (agents made by unit tests have no key part)
+        backend = WireGuardBackend(host_settings({"interface": (self.config.get("key") or {}).get("interface")}))
         while not self.stop_event.wait(direct.INTERVAL):
             try:
                 with self._probe_lock:
