@@ -185,7 +185,9 @@ def test_nodes_become_hosts_in_location_groups_with_kilos_annotations(kube, tmp_
     assert hv[a]["kilo_kubernetes_node"] == {
         "public_key": KEY, "endpoint": "203.0.113.5:51820", "internal_ip": "10.1.0.5/24",
         "wireguard_ip": "10.4.0.1/16", "last_seen": 1700000000, "granularity": "location",
-        "discovered_endpoints": {KEY2: "198.51.100.7:40112"}, "ready": True}
+        "discovered_endpoints": {KEY2: "198.51.100.7:40112"}, "ready": True,
+        # no relay mark of our agents on it: a Node of Kilo's own agent, to our agents' engine
+        "kg": True, "path_state": None, "relay_since": None}
     assert hv[a]["kubernetes_labels"] == {kn.REGION_LABEL: "ignored"}
 
     assert hv[b]["kilo_location"] == "home" and "kilo_leader" not in hv[b]
