@@ -171,7 +171,10 @@ def _agent(server, monkeypatch, echo):
     """An agent whose every pass writes a check-in acknowledged as version 100, echoed or not."""
     monkeypatch.setattr(agent_main, "ECHO_TIMEOUT", 0.3)
     config = {"node": "self", "resync_period": 0.2, "checkin_period": 0.2, "debounce": 0.01, "liveness": 60}
-    agent = agent_main.Agent(config, kubernetes.client.ApiClient(), types.SimpleNamespace(health=None))
+    # what the agent's threads touch of its metrics (the direct loop: live peers, errors)
+    metrics = types.SimpleNamespace(health=None, paths=types.SimpleNamespace(current=None),
+                                    errors=types.SimpleNamespace(inc=lambda: None))
+    agent = agent_main.Agent(config, kubernetes.client.ApiClient(), metrics)
     agent.informers = [Informer("nodes", server, agent.changed, lambda msg: None), Other()]
     passes = []
 
