@@ -35,7 +35,7 @@ sanity: setup
 	bash scripts/sanity.sh
 
 lint: setup
-	$(VENV)/bin/ansible-lint --profile production
+	bash scripts/lint.sh
 
 integration: setup
 	$(PY) -m pytest -q tests/lab tests/host

@@ -21,8 +21,9 @@ WORK = os.path.join(ROOT, ".collections")
 
 def describe(rev):
     """``rev`` as its short commit id (what the figures name)."""
-    return subprocess.check_output(["git", "-C", ROOT, "rev-parse", "--short", rev + "^{commit}"],
-                                   universal_newlines=True).strip()
+    return subprocess.check_output(
+        ["git", "-C", ROOT, "rev-parse", "--short", rev + "^{commit}"], universal_newlines=True
+    ).strip()
 
 
 @contextlib.contextmanager
@@ -32,7 +33,9 @@ def checkout(rev):
     try:
         dest = os.path.join(top, "ansible_collections", "kilo", "mesh")
         os.makedirs(dest)
-        data = subprocess.check_output(["git", "-C", ROOT, "archive", "--format=tar", rev, "plugins"])
+        data = subprocess.check_output(
+            ["git", "-C", ROOT, "archive", "--format=tar", rev, "plugins"]
+        )
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(dest)
         yield top

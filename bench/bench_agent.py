@@ -29,6 +29,7 @@ One lab of 2 locations x 2 hosts (prefix kbn), a kube-apiserver of its own on th
 
 A benchmark: it prints figures and never fails on time. `bench agent <what> key=value ...`.
 """
+
 import base64
 import concurrent.futures
 import hashlib
@@ -42,8 +43,12 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(REPO, "tests", "kube"), os.path.join(REPO, "tests", "host"), REPO,
-                os.path.join(REPO, ".collections")]
+sys.path[:0] = [
+    os.path.join(REPO, "tests", "kube"),
+    os.path.join(REPO, "tests", "host"),
+    REPO,
+    os.path.join(REPO, ".collections"),
+]
 import agentlab  # noqa: E402  pylint: disable=import-error,wrong-import-position
 import labcluster  # noqa: E402  pylint: disable=import-error,wrong-import-position
 import sitetools  # noqa: E402  pylint: disable=import-error,wrong-import-position
@@ -72,10 +77,13 @@ def pct(values, p):
 
 
 def line(what, **figures):
-    print("bench agent %s %s" % (what, " ".join("%s=%s" % kv for kv in figures.items())), flush=True)
+    print(
+        "bench agent %s %s" % (what, " ".join("%s=%s" % kv for kv in figures.items())), flush=True
+    )
 
 
 # -- the agent's process, seen from the machine --------------------------------------------------
+
 
 def machine_pid(lab, host, pid):
     """The PID on this machine of the process ``pid`` of a lab host's PID namespace."""
@@ -109,10 +117,18 @@ def rss_mb(pid):
 
 def agent_metrics(lab, host):
     """{name: value} of the agent's unlabelled metrics, over its listener on the lab bridge."""
-    with urllib.request.urlopen("http://%s:1107/metrics" % lab.hosts[host]["mgmt_ip"], timeout=10) as r:
+    with urllib.request.urlopen(
+        "http://%s:1107/metrics" % lab.hosts[host]["mgmt_ip"], timeout=10
+    ) as r:
         text = r.read().decode()
-    return dict((k, float(v)) for k, v in (x.rsplit(" ", 1) for x in text.splitlines()
-                                           if x and not x.startswith("#") and "{" not in x))
+    return dict(
+        (k, float(v))
+        for k, v in (
+            x.rsplit(" ", 1)
+            for x in text.splitlines()
+            if x and not x.startswith("#") and "{" not in x
+        )
+    )
 
 
 class Agents(object):
@@ -126,8 +142,13 @@ class Agents(object):
         out = {}
         for h in self.hosts:
             m = agent_metrics(self.lab, h)
-            out[h] = {"cpu": cpu_seconds(self.pids[h]), "reconciles": m["kilo_reconciles_total"],
-                      "errors": m["kilo_errors_total"], "nodes": m["kilo_nodes"], "leader": m["kilo_leader"]}
+            out[h] = {
+                "cpu": cpu_seconds(self.pids[h]),
+                "reconciles": m["kilo_reconciles_total"],
+                "errors": m["kilo_errors_total"],
+                "nodes": m["kilo_nodes"],
+                "leader": m["kilo_leader"],
+            }
         return out
 
     def rss(self):
@@ -135,17 +156,24 @@ class Agents(object):
 
 
 def delta(after, before):
-    return dict((h, dict((k, after[h][k] - before[h][k]) for k in ("cpu", "reconciles", "errors")))
-                for h in after)
+    return dict(
+        (h, dict((k, after[h][k] - before[h][k]) for k in ("cpu", "reconciles", "errors")))
+        for h in after
+    )
 
 
 # -- the API server's side -----------------------------------------------------------------------
 
+
 def api_requests(server):
     """{(verb, resource): count} of apiserver_request_total for nodes and peers, and
     {kind: watchers} of apiserver_registered_watchers."""
-    req = urllib.request.Request(server.host + "/metrics", headers={"Authorization": "Bearer " + server.token})
-    with urllib.request.urlopen(req, timeout=30, context=ssl.create_default_context(cafile=server.ca_cert)) as r:
+    req = urllib.request.Request(
+        server.host + "/metrics", headers={"Authorization": "Bearer " + server.token}
+    )
+    with urllib.request.urlopen(
+        req, timeout=30, context=ssl.create_default_context(cafile=server.ca_cert)
+    ) as r:
         text = r.read().decode()
     counts, watchers = {}, {}
     for x in text.splitlines():
@@ -165,6 +193,7 @@ def api_requests(server):
 
 # -- cluster objects -------------------------------------------------------------------------------
 
+
 def fake_node(i, last_seen):
     """The i-th of the 996 Nodes, as Kilo's agent leaves it (the first of each location leads)."""
     loc = i % FAKE_LOCATIONS
@@ -173,24 +202,46 @@ def fake_node(i, last_seen):
         annotations[kn.LOCATION] = "bn%02d" % loc
     else:
         labels[kn.REGION_LABEL] = "bn%02d" % loc
-    annotations.update({
-        kn.KEY: key(i), kn.ENDPOINT: "203.0.113.%d:%d" % (1 + i % 250, 51820 + i // 250),
-        kn.INTERNAL_IP: "10.200.%d.%d/16" % (i // 250, 1 + i % 250),
-        kn.WIREGUARD_IP: "10.4.%d.1/16" % loc if i < FAKE_LOCATIONS else "",
-        kn.LAST_SEEN: str(int(last_seen)), kn.GRANULARITY: "location"})
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "kbn-fake-%04d" % i, "labels": labels, "annotations": annotations},
-            "spec": {"podCIDR": "10.%d.%d.0/24" % (160 + (i >> 8), i & 255)}}
+    annotations.update(
+        {
+            kn.KEY: key(i),
+            kn.ENDPOINT: "203.0.113.%d:%d" % (1 + i % 250, 51820 + i // 250),
+            kn.INTERNAL_IP: "10.200.%d.%d/16" % (i // 250, 1 + i % 250),
+            kn.WIREGUARD_IP: "10.4.%d.1/16" % loc if i < FAKE_LOCATIONS else "",
+            kn.LAST_SEEN: str(int(last_seen)),
+            kn.GRANULARITY: "location",
+        }
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "kbn-fake-%04d" % i, "labels": labels, "annotations": annotations},
+        "spec": {"podCIDR": "10.%d.%d.0/24" % (160 + (i >> 8), i & 255)},
+    }
 
 
 def joined_node(name, rep, cidr):
     """A Node as a freshly joined node's agent leaves it, in a location of its own (it leads it)."""
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": dict(labcluster.KUBELET_ANNOTATIONS, **{
-                kn.LOCATION: "kbn-join", kn.KEY: key("join-%d" % rep),
-                kn.ENDPOINT: "198.51.100.%d:51820" % (10 + rep), kn.INTERNAL_IP: "10.201.0.%d/16" % (10 + rep),
-                kn.WIREGUARD_IP: "", kn.LAST_SEEN: str(int(time.time())), kn.GRANULARITY: "location"})},
-            "spec": {"podCIDR": cidr}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": dict(
+                labcluster.KUBELET_ANNOTATIONS,
+                **{
+                    kn.LOCATION: "kbn-join",
+                    kn.KEY: key("join-%d" % rep),
+                    kn.ENDPOINT: "198.51.100.%d:51820" % (10 + rep),
+                    kn.INTERNAL_IP: "10.201.0.%d/16" % (10 + rep),
+                    kn.WIREGUARD_IP: "",
+                    kn.LAST_SEEN: str(int(time.time())),
+                    kn.GRANULARITY: "location",
+                },
+            ),
+        },
+        "spec": {"podCIDR": cidr},
+    }
 
 
 def in_parallel(fn, items, workers=8):
@@ -201,38 +252,67 @@ def in_parallel(fn, items, workers=8):
 
 # -- 1. stopwatches --------------------------------------------------------------------------------
 
+
 def routed(lab, host, cidr):
     """The CIDR is in the allowed IPs of a WireGuard peer of kilo0 and has a route."""
-    return lab.run(host, ["sh", "-c", "wg show kilo0 allowed-ips | grep -qF ' %s' && ip route show %s | grep -q ."
-                          % (cidr, cidr)]).returncode == 0
+    return (
+        lab.run(
+            host,
+            [
+                "sh",
+                "-c",
+                "wg show kilo0 allowed-ips | grep -qF ' %s' && ip route show %s | grep -q ."
+                % (cidr, cidr),
+            ],
+        ).returncode
+        == 0
+    )
 
 
 def stopwatches(lab, api, leaders):
     from kubernetes import client  # pylint: disable=import-outside-toplevel
+
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     timing = dict((k, []) for k in ("peer_on", "peer_off", "node_on", "node_off"))
     for rep in range(REPS):
         name = "kbn-peer-%d" % rep
         custom.create_cluster_custom_object(*GROUP, labcluster.peer_resource(name))
-        timing["peer_on"].append(agentlab.stopwatch(
-            lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 60))
+        timing["peer_on"].append(
+            agentlab.stopwatch(
+                lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 60
+            )
+        )
         custom.delete_cluster_custom_object(*GROUP, name)
-        timing["peer_off"].append(agentlab.stopwatch(
-            lambda: not any(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 60))
+        timing["peer_off"].append(
+            agentlab.stopwatch(
+                lambda: not any(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders),
+                60,
+            )
+        )
     for rep in range(REPS):
         name, cidr = "kbn-join-%d" % rep, "10.60.%d.0/24" % rep
         core.create_node(joined_node(name, rep, cidr))
-        timing["node_on"].append(agentlab.stopwatch(lambda: all(routed(lab, h, cidr) for h in leaders), 60))
+        timing["node_on"].append(
+            agentlab.stopwatch(lambda: all(routed(lab, h, cidr) for h in leaders), 60)
+        )
         core.delete_node(name)
-        timing["node_off"].append(agentlab.stopwatch(lambda: not any(routed(lab, h, cidr) for h in leaders), 60))
+        timing["node_off"].append(
+            agentlab.stopwatch(lambda: not any(routed(lab, h, cidr) for h in leaders), 60)
+        )
     for what, values in timing.items():
-        line("stopwatch-" + what.replace("_", "-"), reps=len(values), p50="%.2f" % statistics.median(values),
-             p95="%.2f" % pct(values, 95), max="%.2f" % max(values),
-             all=",".join("%.2f" % v for v in values))
+        line(
+            "stopwatch-" + what.replace("_", "-"),
+            reps=len(values),
+            p50="%.2f" % statistics.median(values),
+            p95="%.2f" % pct(values, 95),
+            max="%.2f" % max(values),
+            all=",".join("%.2f" % v for v in values),
+        )
     return timing
 
 
 # -- 2. 1,000 Nodes ----------------------------------------------------------------------------------
+
 
 class CheckIns(threading.Thread):
     """Every fake Node's last-seen written once per CHECKIN seconds, evenly spread, as its agent would."""
@@ -256,8 +336,11 @@ class CheckIns(threading.Thread):
             elif wait < -1:
                 self.late += 1
             i = n % self.count
-            pool.submit(self.core.patch_node, "kbn-fake-%04d" % i,
-                        {"metadata": {"annotations": {kn.LAST_SEEN: str(int(time.time()))}}})
+            pool.submit(
+                self.core.patch_node,
+                "kbn-fake-%04d" % i,
+                {"metadata": {"annotations": {kn.LAST_SEEN: str(int(time.time()))}}},
+            )
             self.patches += 1
             n += 1
         pool.shutdown(wait=True)
@@ -265,6 +348,7 @@ class CheckIns(threading.Thread):
 
 def thousand(lab, server, api, hosts, leaders):
     from kubernetes import client  # pylint: disable=import-outside-toplevel
+
     core = client.CoreV1Api(api)
     fakes = TOTAL - len(hosts)
     agents = Agents(lab, hosts)
@@ -274,12 +358,20 @@ def thousand(lab, server, api, hosts, leaders):
     start = time.monotonic()
     in_parallel(lambda i: core.create_node(fake_node(i, ahead)), range(fakes))
     made = time.monotonic() - start
-    took = agentlab.stopwatch(lambda: all(v["nodes"] == TOTAL for v in agents.read().values()), 300, interval=1)
+    took = agentlab.stopwatch(
+        lambda: all(v["nodes"] == TOTAL for v in agents.read().values()), 300, interval=1
+    )
     leader = leaders[0]
     peers = len(agentlab.wg_dump(lab, leader))
     routes = len(lab.run(leader, ["ip", "-o", "route", "show", "dev", "kilo0"]).stdout.splitlines())
-    line("1000-nodes", created=fakes, create_seconds="%.1f" % made, all_agents_see_1000_after="%.1f" % took,
-         leader_wg_peers=peers, leader_kilo0_routes=routes)
+    line(
+        "1000-nodes",
+        created=fakes,
+        create_seconds="%.1f" % made,
+        all_agents_see_1000_after="%.1f" % took,
+        leader_wg_peers=peers,
+        leader_kilo0_routes=routes,
+    )
     time.sleep(35)  # past a resync: the creation burst is over
 
     # idle: a quiet minute
@@ -290,26 +382,42 @@ def thousand(lab, server, api, hosts, leaders):
     idle = delta(a1, a0)
     rss1 = agents.rss()
     per_min = 60.0 / QUIET
-    reqs = dict((k, (api1[0].get(k, 0) - api0[0].get(k, 0)) * per_min) for k in set(api1[0]) | set(api0[0]))
+    reqs = dict(
+        (k, (api1[0].get(k, 0) - api0[0].get(k, 0)) * per_min) for k in set(api1[0]) | set(api0[0])
+    )
     reqs = dict((k, v) for k, v in reqs.items() if v)
     n = len(hosts)
-    line("idle-api", agents=n, requests_per_min_all_agents=int(sum(reqs.values())),
-         per_agent="%.1f" % (sum(reqs.values()) / n),
-         by_verb=",".join("%s:%s=%g" % (v, r, c) for (v, r), c in sorted(reqs.items())),
-         watchers_node=api1[1].get("Node"), watchers_peer=api1[1].get("Peer"))
+    line(
+        "idle-api",
+        agents=n,
+        requests_per_min_all_agents=int(sum(reqs.values())),
+        per_agent="%.1f" % (sum(reqs.values()) / n),
+        by_verb=",".join("%s:%s=%g" % (v, r, c) for (v, r), c in sorted(reqs.items())),
+        watchers_node=api1[1].get("Node"),
+        watchers_peer=api1[1].get("Peer"),
+    )
     for h in hosts:
-        line("idle-agent", host=h, leader=int(a1[h]["leader"]), nodes=int(a1[h]["nodes"]),
-             cpu_s_per_min="%.2f" % (idle[h]["cpu"] * per_min),
-             reconciles_per_min="%g" % (idle[h]["reconciles"] * per_min),
-             cpu_s_per_reconcile="%.3f" % (idle[h]["cpu"] / max(1, idle[h]["reconciles"])),
-             errors=int(idle[h]["errors"]), rss_mb="%.1f" % rss1[h][0], peak_rss_mb="%.1f" % rss1[h][1],
-             rss_before_1000_mb="%.1f" % rss0[h][0])
+        line(
+            "idle-agent",
+            host=h,
+            leader=int(a1[h]["leader"]),
+            nodes=int(a1[h]["nodes"]),
+            cpu_s_per_min="%.2f" % (idle[h]["cpu"] * per_min),
+            reconciles_per_min="%g" % (idle[h]["reconciles"] * per_min),
+            cpu_s_per_reconcile="%.3f" % (idle[h]["cpu"] / max(1, idle[h]["reconciles"])),
+            errors=int(idle[h]["errors"]),
+            rss_mb="%.1f" % rss1[h][0],
+            peak_rss_mb="%.1f" % rss1[h][1],
+            rss_before_1000_mb="%.1f" % rss0[h][0],
+        )
     line("idle-load", loadavg_1m="%.2f" % load0[0], after="%.2f" % os.getloadavg()[0])
 
     # per reconcile: one unrelated annotation of one Node, TICKS times
     t0, start = agents.read(), time.monotonic()
     for tick in range(TICKS):
-        core.patch_node("kbn-fake-0000", {"metadata": {"annotations": {"bench.kilo.mesh/tick": str(tick)}}})
+        core.patch_node(
+            "kbn-fake-0000", {"metadata": {"annotations": {"bench.kilo.mesh/tick": str(tick)}}}
+        )
         time.sleep(TICK_GAP)
     window = time.monotonic() - start
     ticks = delta(agents.read(), t0)
@@ -317,9 +425,14 @@ def thousand(lab, server, api, hosts, leaders):
         base = window / QUIET
         extra_cpu = ticks[h]["cpu"] - idle[h]["cpu"] * base
         extra = ticks[h]["reconciles"] - idle[h]["reconciles"] * base
-        line("reconcile", host=h, events=TICKS, reconciles=int(ticks[h]["reconciles"]),
-             cpu_s_per_reconcile="%.3f" % (extra_cpu / max(1.0, extra)),
-             window_cpu_s_per_reconcile="%.3f" % (ticks[h]["cpu"] / max(1, ticks[h]["reconciles"])))
+        line(
+            "reconcile",
+            host=h,
+            events=TICKS,
+            reconciles=int(ticks[h]["reconciles"]),
+            cpu_s_per_reconcile="%.3f" % (extra_cpu / max(1.0, extra)),
+            window_cpu_s_per_reconcile="%.3f" % (ticks[h]["cpu"] / max(1, ticks[h]["reconciles"])),
+        )
 
     # check-ins of the 996 others, evenly spread, for a minute
     writer = CheckIns(core, fakes)
@@ -333,39 +446,86 @@ def thousand(lab, server, api, hosts, leaders):
     busy = delta(c1, c0)
     rss2 = agents.rss()
     for h in hosts:
-        line("checkins-agent", host=h, node_patches_per_s="%.0f" % (fakes / CHECKIN),
-             cpu_s_per_min="%.2f" % (busy[h]["cpu"] * per_min),
-             of_which_checkins_cpu_s_per_min="%.2f" % ((busy[h]["cpu"] - idle[h]["cpu"]) * per_min),
-             reconciles_per_min="%g" % (busy[h]["reconciles"] * per_min),
-             cpu_s_per_reconcile="%.3f" % (busy[h]["cpu"] / max(1, busy[h]["reconciles"])),
-             errors=int(busy[h]["errors"]), rss_mb="%.1f" % rss2[h][0], peak_rss_mb="%.1f" % rss2[h][1])
-    line("checkins-load", loadavg_1m="%.2f" % load0[0], after="%.2f" % os.getloadavg()[0],
-         writer_patches=writer.patches, writer_late=writer.late)
+        line(
+            "checkins-agent",
+            host=h,
+            node_patches_per_s="%.0f" % (fakes / CHECKIN),
+            cpu_s_per_min="%.2f" % (busy[h]["cpu"] * per_min),
+            of_which_checkins_cpu_s_per_min="%.2f" % ((busy[h]["cpu"] - idle[h]["cpu"]) * per_min),
+            reconciles_per_min="%g" % (busy[h]["reconciles"] * per_min),
+            cpu_s_per_reconcile="%.3f" % (busy[h]["cpu"] / max(1, busy[h]["reconciles"])),
+            errors=int(busy[h]["errors"]),
+            rss_mb="%.1f" % rss2[h][0],
+            peak_rss_mb="%.1f" % rss2[h][1],
+        )
+    line(
+        "checkins-load",
+        loadavg_1m="%.2f" % load0[0],
+        after="%.2f" % os.getloadavg()[0],
+        writer_patches=writer.patches,
+        writer_late=writer.late,
+    )
     return idle, ticks, busy, (rss1, rss2), reqs
 
 
 def table(timing, figures, hosts, ticks_window):
     """The figures against issue 22's goals, one row each (worst agent where there are several)."""
     idle, ticks, busy, rss, reqs = figures
-    rows = [("%s (p50 / p95 of %d)" % (what, len(timing[k])),
-             "%.2f / %.2f s" % (statistics.median(timing[k]), pct(timing[k], 95)), "")
-            for k, what in (("peer_on", "Peer applied -> on every leader"),
-                            ("node_on", "Node joins -> pod CIDR routed on every leader"))]
-    rows.append(("RSS among 1,000 Nodes, at rest / under check-ins",
-                 "%.1f / %.1f MB" % (max(r[0] for r in rss[0].values()), max(r[0] for r in rss[1].values())),
-                 "<= 80 MB"))
-    per = [(ticks[h]["cpu"] - idle[h]["cpu"] * ticks_window / QUIET)
-           / max(1.0, ticks[h]["reconciles"] - idle[h]["reconciles"] * ticks_window / QUIET) for h in hosts]
-    rows.append(("CPU per reconcile, plan unchanged / idle minute's mean (resyncs)",
-                 "%.3f / %.3f s" % (max(per), max(idle[h]["cpu"] / max(1, idle[h]["reconciles"]) for h in hosts)),
-                 "<= 0.5 s"))
-    rows.append(("CPU a minute at rest / with 996 check-ins every 30 s",
-                 "%.2f / %.2f s" % (max(idle[h]["cpu"] for h in hosts) * 60 / QUIET,
-                                    max(busy[h]["cpu"] for h in hosts) * 60 / QUIET), ""))
-    rows.append(("API requests a minute per agent at rest (server's count)",
-                 "%.1f (all %d agents: %s)" % (sum(reqs.values()) / len(hosts), len(hosts), ", ".join(
-                     "%s %s %g" % (v, r, c) for (v, r), c in sorted(reqs.items())) or "none"),
-                 "watches + last-seen PATCHes"))
+    rows = [
+        (
+            "%s (p50 / p95 of %d)" % (what, len(timing[k])),
+            "%.2f / %.2f s" % (statistics.median(timing[k]), pct(timing[k], 95)),
+            "",
+        )
+        for k, what in (
+            ("peer_on", "Peer applied -> on every leader"),
+            ("node_on", "Node joins -> pod CIDR routed on every leader"),
+        )
+    ]
+    rows.append(
+        (
+            "RSS among 1,000 Nodes, at rest / under check-ins",
+            "%.1f / %.1f MB"
+            % (max(r[0] for r in rss[0].values()), max(r[0] for r in rss[1].values())),
+            "<= 80 MB",
+        )
+    )
+    per = [
+        (ticks[h]["cpu"] - idle[h]["cpu"] * ticks_window / QUIET)
+        / max(1.0, ticks[h]["reconciles"] - idle[h]["reconciles"] * ticks_window / QUIET)
+        for h in hosts
+    ]
+    rows.append(
+        (
+            "CPU per reconcile, plan unchanged / idle minute's mean (resyncs)",
+            "%.3f / %.3f s"
+            % (max(per), max(idle[h]["cpu"] / max(1, idle[h]["reconciles"]) for h in hosts)),
+            "<= 0.5 s",
+        )
+    )
+    rows.append(
+        (
+            "CPU a minute at rest / with 996 check-ins every 30 s",
+            "%.2f / %.2f s"
+            % (
+                max(idle[h]["cpu"] for h in hosts) * 60 / QUIET,
+                max(busy[h]["cpu"] for h in hosts) * 60 / QUIET,
+            ),
+            "",
+        )
+    )
+    rows.append(
+        (
+            "API requests a minute per agent at rest (server's count)",
+            "%.1f (all %d agents: %s)"
+            % (
+                sum(reqs.values()) / len(hosts),
+                len(hosts),
+                ", ".join("%s %s %g" % (v, r, c) for (v, r), c in sorted(reqs.items())) or "none",
+            ),
+            "watches + last-seen PATCHes",
+        )
+    )
     width = max(len(r[0]) for r in rows)
     print("\n%-*s  %-34s  %s" % (width, "agent", "figure", "goal"))
     for what, figure, goal in rows:
@@ -380,10 +540,16 @@ def main():
         hosts = sorted(lab.hosts)
         agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in hosts), 60)
         with server.client() as api:
-            agentlab.wait_for(lambda: all(kn.LAST_SEEN in agentlab.node_annotations(api, h) for h in hosts), 60)
+            agentlab.wait_for(
+                lambda: all(kn.LAST_SEEN in agentlab.node_annotations(api, h) for h in hosts), 60
+            )
             leaders = agentlab.leaders(lab, hosts)
-            line("lab", hosts=len(hosts), leaders=",".join(leaders), site_recap_failed=sum(
-                c["failed"] for c in sitetools.recap(out).values()))
+            line(
+                "lab",
+                hosts=len(hosts),
+                leaders=",".join(leaders),
+                site_recap_failed=sum(c["failed"] for c in sitetools.recap(out).values()),
+            )
             timing = stopwatches(lab, api, leaders)
             figures = thousand(lab, server, api, hosts, leaders)
     table(timing, figures, hosts, TICKS * TICK_GAP)

@@ -19,14 +19,19 @@ a kube-apiserver of its own on the lab's bridge, every host running the agent
 A benchmark: it prints figures and never fails on time. `bench failover <what> key=value ...`.
 Goals (issue 22): 60 s for both with probing (Kilo: about a minute for the first, never for the second).
 """
+
 import os
 import statistics
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(REPO, "tests", "kube"), os.path.join(REPO, "tests", "host"), REPO,
-                os.path.join(REPO, ".collections")]
+sys.path[:0] = [
+    os.path.join(REPO, "tests", "kube"),
+    os.path.join(REPO, "tests", "host"),
+    REPO,
+    os.path.join(REPO, ".collections"),
+]
 import agentlab  # noqa: E402  pylint: disable=import-error,wrong-import-position
 import sitetools  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
@@ -37,7 +42,10 @@ LIMIT = 300  # a repetition that takes longer is reported as such, and the bench
 
 
 def line(what, **figures):
-    print("bench failover %s %s" % (what, " ".join("%s=%s" % kv for kv in figures.items())), flush=True)
+    print(
+        "bench failover %s %s" % (what, " ".join("%s=%s" % kv for kv in figures.items())),
+        flush=True,
+    )
 
 
 def pct(values, p):
@@ -47,8 +55,14 @@ def pct(values, p):
 
 def summary(what, values):
     if values:
-        line(what, reps=len(values), p50="%.1f" % statistics.median(values), p95="%.1f" % pct(values, 95),
-             max="%.1f" % max(values), all=",".join("%.1f" % v for v in values))
+        line(
+            what,
+            reps=len(values),
+            p50="%.1f" % statistics.median(values),
+            p95="%.1f" % pct(values, 95),
+            max="%.1f" % max(values),
+            all=",".join("%.1f" % v for v in values),
+        )
 
 
 def timed(check):
@@ -74,7 +88,13 @@ def dark(lab, hosts, locations):
         finally:
             agentlab.go_light(lab, leader)
         back = timed(lambda: agentlab.all_pairs_ping(lab, hosts))
-        line("leader-dark", rep=rep, leader=leader, served_again_s=took, every_pair_after_light_s=back)
+        line(
+            "leader-dark",
+            rep=rep,
+            leader=leader,
+            served_again_s=took,
+            every_pair_after_light_s=back,
+        )
         if took is not None:
             values.append(took)
     return values
@@ -86,7 +106,12 @@ def not_forwarding(lab, hosts, locations, what="leader-not-forwarding"):
         leader = location_leader(lab, hosts, locations[rep % len(locations)])
         agentlab.drop_wireguard(lab, leader)
         try:
-            took = timed(lambda: leader not in agentlab.leaders(lab, hosts) and agentlab.all_pairs_ping(lab, hosts))
+            took = timed(
+                lambda: (
+                    leader not in agentlab.leaders(lab, hosts)
+                    and agentlab.all_pairs_ping(lab, hosts)
+                )
+            )
         finally:
             agentlab.go_light(lab, leader)
         line(what, rep=rep, leader=leader, replaced_s=took)
@@ -107,7 +132,9 @@ def main():
         sitetools.site(inventory, "-e", "kilo_leader_health=true", *agentlab.AGENT_ARGS)
         agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 90)
         time.sleep(25)  # every leader has probed every other for longer than the dead-after time
-        forwarding_values = not_forwarding(lab, hosts, locations) if "not-forwarding" in CASES else []
+        forwarding_values = (
+            not_forwarding(lab, hosts, locations) if "not-forwarding" in CASES else []
+        )
     summary("leader-dark-served-again", dark_values)
     summary("leader-not-forwarding-replaced", forwarding_values)
     if "handshake" in CASES:
@@ -118,15 +145,26 @@ def handshake_ages():
     """Case 2 with the agents judging by handshake ages alone (kilo_leader_handshake_timeout=180,
     keepalive 25 s as Kilo's annotation on every Node), on a lab of its own."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
+
     with agentlab.agent_cluster(PREFIX, 3, 2, public=2) as (lab, server, inventory):
         hosts = sorted(lab.hosts)
         locations = sorted(set(h["location"] for h in lab.hosts.values()))
         with server.client() as api:
             for host in hosts:
                 client.CoreV1Api(api).patch_node(
-                    host, {"metadata": {"annotations": {"kilo.squat.ai/persistent-keepalive": "25"}}})
-        sitetools.site(inventory, "-e", "kilo_task_timeout=120", "-e", "kilo_leader_health=true",
-                       "-e", "kilo_leader_handshake_timeout=180", *agentlab.AGENT_ARGS)
+                    host,
+                    {"metadata": {"annotations": {"kilo.squat.ai/persistent-keepalive": "25"}}},
+                )
+        sitetools.site(
+            inventory,
+            "-e",
+            "kilo_task_timeout=120",
+            "-e",
+            "kilo_leader_health=true",
+            "-e",
+            "kilo_leader_handshake_timeout=180",
+            *agentlab.AGENT_ARGS,
+        )
         agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 90)
         return not_forwarding(lab, hosts, locations, "leader-not-forwarding-handshake")
 

@@ -4,6 +4,7 @@
 Run as root from the repo root: .venv/bin/python bench/bench_lab.py [--sizes 3x3,5x6]
 Uses its own prefix (klb) so it runs beside a demo lab; always tears down what it made.
 """
+
 import argparse
 import os
 import subprocess
@@ -28,7 +29,9 @@ def timed(argv, **kw):
 
 def pss_kb(netns):
     """Proportional set size of every process inside one host (they all live in its netns)."""
-    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
+    pids = subprocess.run(
+        ["ip", "netns", "pids", netns], capture_output=True, text=True
+    ).stdout.split()
     total = 0
     for pid in pids:
         try:
@@ -58,11 +61,17 @@ def main():
             up = timed(cli + ["up", str(locs), str(per), "1"])
             print("lab up locations=%d hosts=%d seconds=%.2f" % (locs, n, up), flush=True)
             mem = [pss_kb(h["netns"]) for h in lab.hosts.values()]
-            print("lab memory hosts=%d processes_per_host=%.1f pss_kb_per_host=%d" % (
-                n, sum(m[1] for m in mem) / n, sum(m[0] for m in mem) / n), flush=True)
+            print(
+                "lab memory hosts=%d processes_per_host=%.1f pss_kb_per_host=%d"
+                % (n, sum(m[1] for m in mem) / n, sum(m[0] for m in mem) / n),
+                flush=True,
+            )
             if os.path.exists(ansible):
-                secs = timed([ansible, "-i", lab.inventory, "kilo", "-m", "ping", "-f", str(max(n, 5))],
-                             cwd=REPO, timeout=600)
+                secs = timed(
+                    [ansible, "-i", lab.inventory, "kilo", "-m", "ping", "-f", str(max(n, 5))],
+                    cwd=REPO,
+                    timeout=600,
+                )
                 print("ansible ping hosts=%d seconds=%.2f" % (n, secs), flush=True)
         finally:
             down = timed(cli + ["down"])

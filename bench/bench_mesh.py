@@ -17,6 +17,7 @@ The floor: a play of one run-once `debug` task with the same inventories and --l
 iterate each inventory before any task of ours; `bench mesh1000 ... ratio=R floor_ratio=F`
 sets the 1,000-host re-run against the 6-host one, and the noop plays against each other.
 """
+
 import base64
 import hashlib
 import os
@@ -46,30 +47,46 @@ def key(i):
 def extra_inventory(path):
     """994 pinned hosts in 99 location groups under `kilo` (none of the lab's addresses:
     internal IPs in 10.200.0.0/16, pod CIDRs in 10.160.0.0/14, endpoints 198.51.100.7:2xxxx)."""
-    lines = ["# %d pinned hosts for bench/bench_mesh.py; never contacted (outside --limit)" % EXTRA,
-             "all:", "  children:", "    kilo:", "      children:"]
+    lines = [
+        "# %d pinned hosts for bench/bench_mesh.py; never contacted (outside --limit)" % EXTRA,
+        "all:",
+        "  children:",
+        "    kilo:",
+        "      children:",
+    ]
     groups = {}
     for i in range(EXTRA):
         groups.setdefault(i % EXTRA_LOCATIONS, []).append(i)
     for g, members in sorted(groups.items()):
         loc = "bm%02d" % g
-        lines += ["        %s:" % loc, "          vars:", "            kilo_location: %s" % loc, "          hosts:"]
+        lines += [
+            "        %s:" % loc,
+            "          vars:",
+            "            kilo_location: %s" % loc,
+            "          hosts:",
+        ]
         for i in members:
-            lines += ["            bmh-%04d:" % i,
-                      "              kilo_public_key: \"%s\"" % key(i),
-                      "              kilo_force_endpoint: \"198.51.100.7:%d\"" % (20000 + i),
-                      "              kilo_force_internal_ip: \"10.200.%d.%d/16\"" % (i // 250, 1 + i % 250),
-                      "              kilo_pod_cidr: \"10.%d.%d.0/24\"" % (160 + (i >> 8), i & 255)]
+            lines += [
+                "            bmh-%04d:" % i,
+                '              kilo_public_key: "%s"' % key(i),
+                '              kilo_force_endpoint: "198.51.100.7:%d"' % (20000 + i),
+                '              kilo_force_internal_ip: "10.200.%d.%d/16"' % (i // 250, 1 + i % 250),
+                '              kilo_pod_cidr: "10.%d.%d.0/24"' % (160 + (i >> 8), i & 255),
+            ]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+RECAP = re.compile(
+    r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
+)
 
 
 def run(argv, env, what):
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     elapsed = time.monotonic() - start
     recap = RECAP.findall(proc.stdout)
     if proc.returncode != 0 or not recap:
@@ -95,8 +112,11 @@ def clean_registry(lab):
 
 
 def main():
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
     playbook = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
     lab = Lab(PREFIX)
     lab.down()
@@ -107,34 +127,70 @@ def main():
         lab_hosts = sorted(lab.hosts)
         site = [playbook, "-i", lab.inventory, "playbooks/site.yml"]
         cold, hosts, changed = run(site, env, "mesh6 cold")
-        print("bench mesh6-cold hosts=%d seconds=%.2f changed=%d" % (hosts, cold, changed), flush=True)
+        print(
+            "bench mesh6-cold hosts=%d seconds=%.2f changed=%d" % (hosts, cold, changed), flush=True
+        )
         seconds6, hosts, changed = rerun(site, env, "mesh6 rerun")
-        print("bench mesh6 hosts=%d seconds=%.2f changed=%d" % (hosts, seconds6, changed), flush=True)
+        print(
+            "bench mesh6 hosts=%d seconds=%.2f changed=%d" % (hosts, seconds6, changed), flush=True
+        )
 
         extra = os.path.join(tmp, "mesh1000.yml")
         extra_inventory(extra)
-        big = [playbook, "-i", lab.inventory, "-i", extra, "--limit", ",".join(lab_hosts), "playbooks/site.yml"]
+        big = [
+            playbook,
+            "-i",
+            lab.inventory,
+            "-i",
+            extra,
+            "--limit",
+            ",".join(lab_hosts),
+            "playbooks/site.yml",
+        ]
         # First run with the big mesh: the lab hosts take on ~1,000 routes (not timed as a re-run).
         first, hosts, changed = run(big, env, "mesh1000 first")
-        print("bench mesh1000-first hosts=%d seconds=%.2f changed=%d" % (hosts, first, changed), flush=True)
+        print(
+            "bench mesh1000-first hosts=%d seconds=%.2f changed=%d" % (hosts, first, changed),
+            flush=True,
+        )
         seconds, hosts, changed = rerun(big, env, "mesh1000 rerun")
         # Sanity figure: routes on the lab hosts now (every table), the most any host holds.
-        routes = [len(lab.run(h, ["ip", "route", "show", "table", "all"]).stdout.splitlines()) for h in lab_hosts]
+        routes = [
+            len(lab.run(h, ["ip", "route", "show", "table", "all"]).stdout.splitlines())
+            for h in lab_hosts
+        ]
 
         noop = os.path.join(tmp, "floor.yml")
         with open(noop, "w") as f:
-            f.write("- hosts: kilo\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug:\n        msg: floor\n"
-                    "      run_once: true\n")
+            f.write(
+                "- hosts: kilo\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug:\n        msg: floor\n"
+                "      run_once: true\n"
+            )
         limit = ["--limit", ",".join(lab_hosts), noop]
-        floor6 = statistics.median(run([playbook, "-i", lab.inventory] + limit, env, "floor 6")[0] for dummy in range(3))
-        floor1000 = statistics.median(run([playbook, "-i", lab.inventory, "-i", extra] + limit, env, "floor 1000")[0]
-                                      for dummy in range(3))
+        floor6 = statistics.median(
+            run([playbook, "-i", lab.inventory] + limit, env, "floor 6")[0] for dummy in range(3)
+        )
+        floor1000 = statistics.median(
+            run([playbook, "-i", lab.inventory, "-i", extra] + limit, env, "floor 1000")[0]
+            for dummy in range(3)
+        )
         print("bench mesh-floor inventory=6 seconds=%.2f" % floor6, flush=True)
         print("bench mesh-floor inventory=1000 seconds=%.2f" % floor1000, flush=True)
-        print("bench mesh1000 hosts=%d seconds=%.2f changed=%d routes_max=%d ratio=%.2f floor_ratio=%.2f"
-              " extra_seconds=%.2f floor_extra_seconds=%.2f"
-              % (hosts, seconds, changed, max(routes), seconds / seconds6, floor1000 / floor6,
-                 seconds - seconds6, floor1000 - floor6), flush=True)
+        print(
+            "bench mesh1000 hosts=%d seconds=%.2f changed=%d routes_max=%d ratio=%.2f floor_ratio=%.2f"
+            " extra_seconds=%.2f floor_extra_seconds=%.2f"
+            % (
+                hosts,
+                seconds,
+                changed,
+                max(routes),
+                seconds / seconds6,
+                floor1000 / floor6,
+                seconds - seconds6,
+                floor1000 - floor6,
+            ),
+            flush=True,
+        )
     finally:
         lab.down()
         clean_registry(lab)

@@ -31,25 +31,62 @@ IFACE = "kilo0"
 
 
 def sh(*args, **kw):
-    return subprocess.run(args, check=kw.pop("check", True), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, **kw)
+    return subprocess.run(
+        args,
+        check=kw.pop("check", True),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        **kw,
+    )
 
 
 def plan():
-    routes = [{"dst": "10.%d.%d.0/24" % (16 + (i >> 8), i & 255), "gateway": "10.4.%d.%d" % (1 + (i >> 8), 1 + (i & 127)),
-               "device": IFACE, "source": "10.1.0.1", "table": 254, "onlink": True} for i in range(OURS_MAIN)]
-    routes += [{"dst": "10.1.%d.%d/32" % (1 + (i >> 8), i & 255), "gateway": "10.1.%d.%d" % (1 + (i >> 8), i & 255),
-                "device": "private", "source": "10.1.0.1", "table": 1107, "onlink": True} for i in range(OURS_KILO)]
-    return {"name": "bench", "leader": True, "segment": "location:bench", "listen_port": 51820,
-            "interface": IFACE, "address": "10.4.0.1/16", "internal_ip": "10.1.0.1/16", "routes": routes,
-            "rules": [{"src": "10.1.0.0/16", "dst": None, "iif": None, "table": 1107},
-                      {"src": None, "dst": "10.1.0.0/16", "iif": IFACE, "table": 1107}]}
+    routes = [
+        {
+            "dst": "10.%d.%d.0/24" % (16 + (i >> 8), i & 255),
+            "gateway": "10.4.%d.%d" % (1 + (i >> 8), 1 + (i & 127)),
+            "device": IFACE,
+            "source": "10.1.0.1",
+            "table": 254,
+            "onlink": True,
+        }
+        for i in range(OURS_MAIN)
+    ]
+    routes += [
+        {
+            "dst": "10.1.%d.%d/32" % (1 + (i >> 8), i & 255),
+            "gateway": "10.1.%d.%d" % (1 + (i >> 8), i & 255),
+            "device": "private",
+            "source": "10.1.0.1",
+            "table": 1107,
+            "onlink": True,
+        }
+        for i in range(OURS_KILO)
+    ]
+    return {
+        "name": "bench",
+        "leader": True,
+        "segment": "location:bench",
+        "listen_port": 51820,
+        "interface": IFACE,
+        "address": "10.4.0.1/16",
+        "internal_ip": "10.1.0.1/16",
+        "routes": routes,
+        "rules": [
+            {"src": "10.1.0.0/16", "dst": None, "iif": None, "table": 1107},
+            {"src": None, "dst": "10.1.0.0/16", "iif": IFACE, "table": 1107},
+        ],
+    }
 
 
 def foreign(start, stop):
     for i in range(start, stop):
         yield "route add 10.%d.%d.%d/28 via 10.255.0.2 dev kbbgp proto bgp\n" % (
-            128 + (i >> 12), (i >> 4) & 255, (i & 15) << 4)
+            128 + (i >> 12),
+            (i >> 4) & 255,
+            (i & 15) << 4,
+        )
 
 
 def child(mode):
@@ -58,6 +95,7 @@ def child(mode):
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
     from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import NetStateBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
+
     settings = host_settings({"interface": IFACE})
     checked = check_plan(json.load(sys.stdin), IFACE)
     backend = NetStateBackend(settings)
@@ -75,14 +113,29 @@ def child(mode):
 
 
 def measure(ns, python, mode, size):
-    proc = sh("ip", "netns", "exec", ns, python, os.path.abspath(__file__), "--child", mode,
-              input=json.dumps(plan()), check=False)
+    proc = sh(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        python,
+        os.path.abspath(__file__),
+        "--child",
+        mode,
+        input=json.dumps(plan()),
+        check=False,
+    )
     if proc.returncode != 0:
-        print("netstate read run=%s foreign=%d python=%s failed: %s" % (mode, size, python, proc.stderr.strip()[-500:]))
+        print(
+            "netstate read run=%s foreign=%d python=%s failed: %s"
+            % (mode, size, python, proc.stderr.strip()[-500:])
+        )
         return
     r = json.loads(proc.stdout)
-    line = "netstate read run=%-5s foreign=%d ours=%d seconds=%.2f rss_mb=%.0f changes=%d python=%s" % (
-        mode, size, OURS_MAIN + OURS_KILO, r["seconds"], r["rss_mb"], r["changes"], python)
+    line = (
+        "netstate read run=%-5s foreign=%d ours=%d seconds=%.2f rss_mb=%.0f changes=%d python=%s"
+        % (mode, size, OURS_MAIN + OURS_KILO, r["seconds"], r["rss_mb"], r["changes"], python)
+    )
     if "apply_seconds" in r:
         line += " apply_seconds=%.2f" % r["apply_seconds"]
     print(line)
@@ -91,8 +144,9 @@ def measure(ns, python, mode, size):
 
 def main(argv):
     sizes = [int(a) for a in argv if a.isdigit()] or list(SIZES)
-    pythons = [argv[i + 1] for i, a in enumerate(argv) if a == "--python"] or \
-        [p for p in ("/usr/bin/python3", sys.executable) if os.path.exists(p)]
+    pythons = [argv[i + 1] for i, a in enumerate(argv) if a == "--python"] or [
+        p for p in ("/usr/bin/python3", sys.executable) if os.path.exists(p)
+    ]
     ns = "kbn-%d" % os.getpid()
     sh("ip", "netns", "add", ns)
     try:

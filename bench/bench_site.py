@@ -9,6 +9,7 @@ with Ansible's own start and per-task cost, and nothing of ours. rerun, ping and
 medians of three runs. Sizes 3x3 and 5x6; with BENCH_BIG=1 also 10x10. A benchmark: it never
 fails on time.
 """
+
 import os
 import shutil
 import statistics
@@ -33,7 +34,9 @@ FLOOR = """- hosts: kilo
 
 def timed(argv, env):
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:])
@@ -42,8 +45,11 @@ def timed(argv, env):
 
 
 def main():
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
     venv = os.path.join(REPO, ".venv", "bin")
     tmp = tempfile.mkdtemp(prefix="kilo-bench-site.")
     try:
@@ -72,9 +78,21 @@ def run_sizes(env, venv, floor_play):
             for what, argv in (("rerun", site), ("ping", ping), ("floor", floor)):
                 seconds[what] = statistics.median(timed(argv, env) for dummy in range(3))
             for what in ("cold", "rerun", "ping", "floor"):
-                print("site %s locations=%d hosts=%d seconds=%.2f" % (what, locations, n, seconds[what]), flush=True)
-            print("site ratio locations=%d hosts=%d rerun_over_ping=%.2f floor_over_ping=%.2f"
-                  % (locations, n, seconds["rerun"] / seconds["ping"], seconds["floor"] / seconds["ping"]), flush=True)
+                print(
+                    "site %s locations=%d hosts=%d seconds=%.2f"
+                    % (what, locations, n, seconds[what]),
+                    flush=True,
+                )
+            print(
+                "site ratio locations=%d hosts=%d rerun_over_ping=%.2f floor_over_ping=%.2f"
+                % (
+                    locations,
+                    n,
+                    seconds["rerun"] / seconds["ping"],
+                    seconds["floor"] / seconds["ping"],
+                ),
+                flush=True,
+            )
         finally:
             lab.down()
 

@@ -36,6 +36,7 @@ def _collections(path):
 
 # --- record ---------------------------------------------------------------------------------------
 
+
 class Recorder(object):
     """A pytest plugin: every Topology(nodes, peers, options) the tests make, kept once."""
 
@@ -44,9 +45,14 @@ class Recorder(object):
 
     def add(self, nodes, peers, options, now=None):
         try:
-            item = copy.deepcopy((list(nodes) if isinstance(nodes, (list, tuple)) else nodes,
-                                  list(peers or []) if isinstance(peers, (list, tuple)) else peers,
-                                  dict(options) if isinstance(options, dict) else options) + ((now,) if now else ()))
+            item = copy.deepcopy(
+                (
+                    list(nodes) if isinstance(nodes, (list, tuple)) else nodes,
+                    list(peers or []) if isinstance(peers, (list, tuple)) else peers,
+                    dict(options) if isinstance(options, dict) else options,
+                )
+                + ((now,) if now else ())
+            )
             data = pickle.dumps(item, protocol=4)
         except Exception:  # pylint: disable=broad-except  # an input that cannot be kept (a mock)
             return
@@ -57,6 +63,7 @@ class Recorder(object):
 
     def pytest_configure(self, config):  # pylint: disable=unused-argument
         from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology
+
         original = topology.Topology.__init__
         recorder = self
 
@@ -72,45 +79,68 @@ def random_inputs(count):
     options the generator leaves out (granularity cross, the add-on compatibilities)."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
     import test_topology_reference as reference  # pylint: disable=import-error
+
     out = []
     for seed in range(1000, 1000 + count):
         rnd = random.Random(seed)
         nodes, peers, options = reference.random_mesh(rnd)
         out.append((nodes, peers, options))
-        extra = dict(options, granularity=rnd.choice(["location", "full", "cross"]),
-                     compatibility=rnd.choice(["none", "flannel", "cilium"]))
+        extra = dict(
+            options,
+            granularity=rnd.choice(["location", "full", "cross"]),
+            compatibility=rnd.choice(["none", "flannel", "cilium"]),
+        )
         out.append((nodes, peers, extra))
         # two nodes of one location at one internal IP (Kilo computes it; validate refuses it)
         twins = copy.deepcopy(nodes)
         same = [n for n in twins if n["location"] == twins[0]["location"] and n["internal_ip"]]
         if len(same) > 1:
             same[-1]["internal_ip"] = same[0]["internal_ip"]
-            out.append((twins, peers, dict(options, encapsulate=rnd.choice(["always", "never"]), local=True)))
+            out.append(
+                (
+                    twins,
+                    peers,
+                    dict(options, encapsulate=rnd.choice(["always", "never"]), local=True),
+                )
+            )
     return out
 
 
 def record(path, count):
     import pytest
+
     _collections(os.path.join(ROOT, ".collections"))
     recorder = Recorder()
-    code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "unit")], plugins=[recorder])
+    code = pytest.main(
+        ["-q", "-x", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "unit")],
+        plugins=[recorder],
+    )
     for nodes, peers, options in random_inputs(count):
         recorder.add(nodes, peers, options)
     with open(path, "wb") as f:
         pickle.dump(recorder.inputs, f, protocol=4)
-    print("recorded %d distinct engine inputs (tests/unit exit %s, %d random meshes each generator)"
-          % (len(recorder.inputs), code, count))
+    print(
+        "recorded %d distinct engine inputs (tests/unit exit %s, %d random meshes each generator)"
+        % (len(recorder.inputs), code, count)
+    )
     return 0 if code == 0 else 1
 
 
 # --- digests --------------------------------------------------------------------------------------
 
+
 def _outcome(call):
     try:
         return ["ok", call()]
     except Exception as e:  # pylint: disable=broad-except
-        return ["error", type(e).__name__, str(e), getattr(e, "kind", None), getattr(e, "name", None),
-                getattr(e, "field", None)]
+        return [
+            "error",
+            type(e).__name__,
+            str(e),
+            getattr(e, "kind", None),
+            getattr(e, "name", None),
+            getattr(e, "field", None),
+        ]
 
 
 def everything(nodes, peers, options, now=None):
@@ -119,26 +149,48 @@ def everything(nodes, peers, options, now=None):
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
+
     timed = {"now": now} if now is not None else {}
     out = {"all": _outcome(lambda: engine.build_plans(nodes, peers, options, **timed))}
     if out["all"][0] != "ok":
         return out
     result = out["all"][1]
     out["dot"] = _outcome(lambda: to_dot(result))
-    out["conflicts"] = _outcome(lambda: check_conflicts(engine.Topology(nodes, peers or [], options), peers))
+    out["conflicts"] = _outcome(
+        lambda: check_conflicts(engine.Topology(nodes, peers or [], options), peers)
+    )
     names = sorted(result["plans"])
     few = names if len(names) <= 40 else names[:5] + names[-5:]
-    out["only"] = dict((name, _outcome(lambda: engine.build_plans(nodes, peers, options, only=[name], **timed)["plans"]))
-                       for name in few)
-    out["segment"] = dict((item["name"], _outcome(lambda: engine.node_segment(item, options)))
-                          for item in (nodes if len(nodes) <= 40 else []))
-    out["peer_config"] = dict((p["name"], _outcome(lambda: engine.peer_config(nodes, peers, p["name"], options)))
-                              for p in (peers or [])[:10])
+    out["only"] = dict(
+        (
+            name,
+            _outcome(
+                lambda: engine.build_plans(nodes, peers, options, only=[name], **timed)["plans"]
+            ),
+        )
+        for name in few
+    )
+    out["segment"] = dict(
+        (item["name"], _outcome(lambda: engine.node_segment(item, options)))
+        for item in (nodes if len(nodes) <= 40 else [])
+    )
+    out["peer_config"] = dict(
+        (p["name"], _outcome(lambda: engine.peer_config(nodes, peers, p["name"], options)))
+        for p in (peers or [])[:10]
+    )
     leaders = sorted(set(seg["leader"] for seg in result["segments"]))[:5]
-    out["showconf"] = dict((name, [_outcome(lambda: showconf(nodes, peers, options, node=name)),
-                                   _outcome(lambda: showconf(nodes, peers, options, node=name, as_peer=True,
-                                                             output="json"))])
-                           for name in leaders)
+    out["showconf"] = dict(
+        (
+            name,
+            [
+                _outcome(lambda: showconf(nodes, peers, options, node=name)),
+                _outcome(
+                    lambda: showconf(nodes, peers, options, node=name, as_peer=True, output="json")
+                ),
+            ],
+        )
+        for name in leaders
+    )
     return out
 
 
@@ -154,20 +206,25 @@ def digests(path):
 
 
 def tree_digests(path, collections):
-    text = subprocess.check_output([sys.executable, os.path.abspath(__file__), "digests", path, collections],
-                                   universal_newlines=True)
+    text = subprocess.check_output(
+        [sys.executable, os.path.abspath(__file__), "digests", path, collections],
+        universal_newlines=True,
+    )
     return json.loads(text)
 
 
 def compare(path, rev):
     import base_tree  # pylint: disable=import-error
+
     with base_tree.checkout(rev) as base:
         theirs = tree_digests(path, base)
     ours = tree_digests(path, base_tree.WORK)
     same = sum(1 for a, b in zip(theirs, ours) if a == b)
     whole = [hashlib.sha256("".join(d).encode()).hexdigest()[:16] for d in (theirs, ours)]
-    print("inputs=%d equal=%d differ=%d  all-inputs digest %s=%s work=%s"
-          % (len(ours), same, len(ours) - same, base_tree.describe(rev), whole[0], whole[1]))
+    print(
+        "inputs=%d equal=%d differ=%d  all-inputs digest %s=%s work=%s"
+        % (len(ours), same, len(ours) - same, base_tree.describe(rev), whole[0], whole[1])
+    )
     for index, (a, b) in enumerate(zip(theirs, ours)):
         if a != b:
             print("differs: input #%d" % index)

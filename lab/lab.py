@@ -22,6 +22,7 @@ inventory then says ansible_become and, there, ansible_become_password).
 Stdlib only; runs on /usr/bin/python3 (3.11) and the controller venv (3.12).
 CLI: ``lab.py up|down|status|exec``; API: ``from lab.lab import Lab``.
 """
+
 import argparse
 import fcntl
 import ipaddress
@@ -64,8 +65,17 @@ SUDO_PASSWORD = ("some", "all", "none")
 NAT_KINDS = ("plain", "eim", "symmetric")
 # Files and directories `down` removes from the state dir (it never removes anything else,
 # so a second lab's state nested in the default state dir survives).
-STATE_ENTRIES = ["hosts", "ssh", "cp", "lab.json", "hosts.json", "inventory.yml",
-                 "ssh_config", "known_hosts", "guard.nft"]
+STATE_ENTRIES = [
+    "hosts",
+    "ssh",
+    "cp",
+    "lab.json",
+    "hosts.json",
+    "inventory.yml",
+    "ssh_config",
+    "known_hosts",
+    "guard.nft",
+]
 
 
 class LabError(Exception):
@@ -80,8 +90,9 @@ def default_state_dir(prefix):
 def check_prefix(prefix):
     # <= 5 chars keeps root-side veth names (<prefix>m<loc>h<host>) within IFNAMSIZ.
     if not re.fullmatch(r"[a-z][a-z0-9]{0,4}", prefix or ""):
-        raise LabError("prefix %r: must be 1-5 lowercase letters/digits, starting with a letter"
-                       % (prefix,))
+        raise LabError(
+            "prefix %r: must be 1-5 lowercase letters/digits, starting with a letter" % (prefix,)
+        )
     return prefix
 
 
@@ -92,8 +103,15 @@ def location_name(index):
 def _run(argv, input=None, check=True, what=None):
     proc = subprocess.run(argv, input=input, capture_output=True, text=True)
     if check and proc.returncode != 0:
-        raise LabError("%s failed (rc=%d): %s: %s" % (
-            what or argv[0], proc.returncode, " ".join(argv), (proc.stderr or proc.stdout).strip()))
+        raise LabError(
+            "%s failed (rc=%d): %s: %s"
+            % (
+                what or argv[0],
+                proc.returncode,
+                " ".join(argv),
+                (proc.stderr or proc.stdout).strip(),
+            )
+        )
     return proc
 
 
@@ -106,8 +124,12 @@ def _ip_batch(lines, netns=None, what=None):
 
 def _in_netns(netns, argv, input=None, check=True):
     """Run argv inside a named netns only (no mount namespace games, unlike `ip netns exec`)."""
-    return _run(["nsenter", "--net=/run/netns/%s" % netns, "--"] + argv, input=input, check=check,
-                what="%s in %s" % (argv[0], netns))
+    return _run(
+        ["nsenter", "--net=/run/netns/%s" % netns, "--"] + argv,
+        input=input,
+        check=check,
+        what="%s in %s" % (argv[0], netns),
+    )
 
 
 def process_starttime(pid):
@@ -117,7 +139,7 @@ def process_starttime(pid):
             data = f.read()
     except (OSError, ValueError):
         return None
-    fields = data[data.rindex(")") + 2:].split()
+    fields = data[data.rindex(")") + 2 :].split()
     return int(fields[19])
 
 
@@ -188,41 +210,59 @@ def nat_kinds(nat, nat_kind=None):
         kinds = dict((n, "plain") for n in nat)
         for n, kind in dict(nat_kind).items():
             if int(n) not in kinds:
-                raise LabError("nat_kind: location %s is not behind NAT (nat: %s)" % (n, nat or "none"))
+                raise LabError(
+                    "nat_kind: location %s is not behind NAT (nat: %s)" % (n, nat or "none")
+                )
             kinds[int(n)] = kind
     for n, kind in kinds.items():
         if kind not in NAT_KINDS:
-            raise LabError("nat_kind: %r (location %d) is not one of %s" % (kind, n, ", ".join(NAT_KINDS)))
+            raise LabError(
+                "nat_kind: %r (location %d) is not one of %s" % (kind, n, ", ".join(NAT_KINDS))
+            )
     return kinds
 
 
 def nat_ruleset(prefix, kind):
     """The nft ruleset of a NAT router of ``kind`` (NAT_KINDS), in its own namespace."""
     if kind == "plain":
-        return ("table inet %s_nat {\n  chain postrouting {\n"
-                "    type nat hook postrouting priority srcnat; policy accept;\n"
-                "    oifname \"wan0\" masquerade\n  }\n}\n" % prefix)
+        return (
+            "table inet %s_nat {\n  chain postrouting {\n"
+            "    type nat hook postrouting priority srcnat; policy accept;\n"
+            '    oifname "wan0" masquerade\n  }\n}\n' % prefix
+        )
     # The input drop matters as much as the forward drop: a packet from outside to a port no
     # inside host has sent from yet gets a conntrack entry that is never confirmed (dropped), so
     # it cannot claim the tuple and push masquerade to another port.
-    return ("table inet %s_nat {\n"
-            "  chain postrouting {\n"
-            "    type nat hook postrouting priority srcnat; policy accept;\n"
-            "    oifname \"wan0\" masquerade%s\n  }\n"
-            "  chain forward {\n"
-            "    type filter hook forward priority filter; policy drop;\n"
-            "    iifname \"in0\" accept\n"
-            "    ct state established,related accept\n  }\n"
-            "  chain input {\n"
-            "    type filter hook input priority filter; policy drop;\n"
-            "    iifname { \"in0\", \"lo\" } accept\n"
-            "    ct state established,related accept\n  }\n"
-            "}\n") % (prefix, " fully-random" if kind == "symmetric" else "")
+    return (
+        "table inet %s_nat {\n"
+        "  chain postrouting {\n"
+        "    type nat hook postrouting priority srcnat; policy accept;\n"
+        '    oifname "wan0" masquerade%s\n  }\n'
+        "  chain forward {\n"
+        "    type filter hook forward priority filter; policy drop;\n"
+        '    iifname "in0" accept\n'
+        "    ct state established,related accept\n  }\n"
+        "  chain input {\n"
+        "    type filter hook input priority filter; policy drop;\n"
+        '    iifname { "in0", "lo" } accept\n'
+        "    ct state established,related accept\n  }\n"
+        "}\n"
+    ) % (prefix, " fully-random" if kind == "symmetric" else "")
 
 
-def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-             mgmt_net="198.18.0.0/20", prefix=DEFAULT_PREFIX, ipv6_only=None, user=None, sudo_password="some",
-             nat_kind=None):
+def plan_lab(
+    locations,
+    hosts_per_location,
+    public_per_location=1,
+    nat=None,
+    ipv6=False,
+    mgmt_net="198.18.0.0/20",
+    prefix=DEFAULT_PREFIX,
+    ipv6_only=None,
+    user=None,
+    sudo_password="some",
+    nat_kind=None,
+):
     """Address plan of a lab (pure; no side effects). Returns the lab description dict.
 
     ``nat_kind``: how the NAT routers map (NAT_KINDS; see ``nat_kinds``), default plain.
@@ -238,10 +278,14 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
     if not 1 <= locations <= MAX_LOCATIONS:
         raise LabError("locations: %d is out of range 1..%d" % (locations, MAX_LOCATIONS))
     if not 1 <= hosts_per_location <= MAX_HOSTS:
-        raise LabError("hosts_per_location: %d is out of range 1..%d" % (hosts_per_location, MAX_HOSTS))
+        raise LabError(
+            "hosts_per_location: %d is out of range 1..%d" % (hosts_per_location, MAX_HOSTS)
+        )
     if not 0 <= public_per_location <= min(MAX_PUBLIC, hosts_per_location):
-        raise LabError("public_per_location: %d is out of range 0..%d" % (
-            public_per_location, min(MAX_PUBLIC, hosts_per_location)))
+        raise LabError(
+            "public_per_location: %d is out of range 0..%d"
+            % (public_per_location, min(MAX_PUBLIC, hosts_per_location))
+        )
     if public_per_location and locations > MAX_PUBLIC_LOCATIONS:
         raise LabError("locations: at most %d with public hosts" % MAX_PUBLIC_LOCATIONS)
     for n in nat:
@@ -253,15 +297,24 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
         if not 1 <= n <= locations:
             raise LabError("ipv6_only: location index %d is out of range 1..%d" % (n, locations))
         if n in nat:
-            raise LabError("ipv6_only: location %d is behind NAT, which the lab only builds for IPv4" % n)
+            raise LabError(
+                "ipv6_only: location %d is behind NAT, which the lab only builds for IPv4" % n
+            )
     if user is not None and (not re.fullmatch(r"[a-z_][a-z0-9_-]{0,30}", user) or user == "root"):
-        raise LabError("user: %r must be a login name other than root (lowercase letters, digits, _ and -)" % (user,))
+        raise LabError(
+            "user: %r must be a login name other than root (lowercase letters, digits, _ and -)"
+            % (user,)
+        )
     if sudo_password not in SUDO_PASSWORD:
-        raise LabError("sudo_password: %r is not one of %s" % (sudo_password, ", ".join(SUDO_PASSWORD)))
+        raise LabError(
+            "sudo_password: %r is not one of %s" % (sudo_password, ", ".join(SUDO_PASSWORD))
+        )
     kinds = nat_kinds(nat, nat_kind)
     mgmt = ipaddress.ip_network(mgmt_net)
     if mgmt.prefixlen > MGMT_BLOCK or not mgmt.subnet_of(MGMT_POOL):
-        raise LabError("mgmt_net: %s must be a /%d (or larger) inside %s" % (mgmt, MGMT_BLOCK, MGMT_POOL))
+        raise LabError(
+            "mgmt_net: %s must be a /%d (or larger) inside %s" % (mgmt, MGMT_BLOCK, MGMT_POOL)
+        )
     base = int(mgmt.network_address)
     lab = {
         "prefix": prefix,
@@ -315,9 +368,13 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
                 "public_ip6": None,
                 "nat_ip": None,
                 "nat_ip6": None,
-                "sudo": None if user is None else (
-                    "password" if sudo_password == "all" or (sudo_password == "some" and (i + k) % 2)
-                    else "nopasswd"),
+                "sudo": None
+                if user is None
+                else (
+                    "password"
+                    if sudo_password == "all" or (sudo_password == "some" and (i + k) % 2)
+                    else "nopasswd"
+                ),
             }
             if public and not behind_nat:
                 h["public_ip"] = "203.0.113.%d" % (10 * i + k)
@@ -331,7 +388,9 @@ def plan_lab(locations, hosts_per_location, public_per_location=1, nat=None, ipv
                 h["nat_ip6"] = lab["routers"][loc]["public_ip6"]
             if i in ipv6_only:
                 h["lan_ip"] = h["public_ip"] = None
-            if int(ipaddress.ip_address(h["mgmt_ip"])) not in range(base, base + mgmt.num_addresses):
+            if int(ipaddress.ip_address(h["mgmt_ip"])) not in range(
+                base, base + mgmt.num_addresses
+            ):
                 raise LabError("mgmt_net: %s is too small for host %s" % (mgmt, name))
             lab["hosts"][name] = h
     return lab
@@ -432,8 +491,9 @@ class Lab(object):
 
     def __init__(self, prefix=None, state_dir=None):
         self.prefix = check_prefix(prefix or os.environ.get("KILO_LAB_PREFIX") or DEFAULT_PREFIX)
-        self.state_dir = os.path.abspath(state_dir or os.environ.get("KILO_LAB_STATE_DIR")
-                                         or default_state_dir(self.prefix))
+        self.state_dir = os.path.abspath(
+            state_dir or os.environ.get("KILO_LAB_STATE_DIR") or default_state_dir(self.prefix)
+        )
         self._procs = {}  # keeper Popen objects started by this process, reaped on down()
 
     # -- paths -----------------------------------------------------------------------
@@ -477,8 +537,20 @@ class Lab(object):
         return fd
 
     # -- up --------------------------------------------------------------------------
-    def up(self, locations, hosts_per_location, public_per_location=1, nat=None, ipv6=False,
-           mgmt_net=None, timeout=60, ipv6_only=None, user=None, sudo_password="some", nat_kind=None):
+    def up(
+        self,
+        locations,
+        hosts_per_location,
+        public_per_location=1,
+        nat=None,
+        ipv6=False,
+        mgmt_net=None,
+        timeout=60,
+        ipv6_only=None,
+        user=None,
+        sudo_password="some",
+        nat_kind=None,
+    ):
         """Build the lab (see plan_lab for the options); its description. With ``user``, that
         user logs in on every host and becomes root with sudo (see LOGIN_SCRIPT). ``nat_kind``:
         NAT_KINDS, one for every NAT router or {location index: kind}."""
@@ -488,16 +560,28 @@ class Lab(object):
         try:
             leftovers = self._leftovers()
             if leftovers:
-                raise LabError("lab %s already exists (%s); run `lab.py down --prefix %s` first"
-                               % (self.prefix, ", ".join(leftovers[:5]), self.prefix))
+                raise LabError(
+                    "lab %s already exists (%s); run `lab.py down --prefix %s` first"
+                    % (self.prefix, ", ".join(leftovers[:5]), self.prefix)
+                )
             # Machine-wide lock while choosing and claiming a management network, so labs
             # brought up at the same time never pick the same block.
             gfd = os.open(GLOBAL_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(gfd, fcntl.LOCK_EX)
-                lab = plan_lab(locations, hosts_per_location, public_per_location, nat, ipv6,
-                               mgmt_net or pick_mgmt_net(), self.prefix, ipv6_only, user, sudo_password,
-                               nat_kind)
+                lab = plan_lab(
+                    locations,
+                    hosts_per_location,
+                    public_per_location,
+                    nat,
+                    ipv6,
+                    mgmt_net or pick_mgmt_net(),
+                    self.prefix,
+                    ipv6_only,
+                    user,
+                    sudo_password,
+                    nat_kind,
+                )
                 if any(h["sudo"] == "password" for h in lab["hosts"].values()):
                     lab["become_password"] = secrets.token_urlsafe(12)
                 lab["state_dir"] = self.state_dir
@@ -524,39 +608,58 @@ class Lab(object):
         # Root namespace: guard table first, so nothing can be forwarded to or from the
         # management bridge even for a moment.
         br = lab["mgmt_bridge"]
-        guard = ("table inet %s {\n  chain forward {\n"
-                 "    type filter hook forward priority -10; policy accept;\n"
-                 "    iifname \"%s\" drop\n    oifname \"%s\" drop\n  }\n}\n") % (lab["guard_table"], br, br)
+        guard = (
+            "table inet %s {\n  chain forward {\n"
+            "    type filter hook forward priority -10; policy accept;\n"
+            '    iifname "%s" drop\n    oifname "%s" drop\n  }\n}\n'
+        ) % (lab["guard_table"], br, br)
         with open(self.path("guard.nft"), "w") as f:
             f.write(guard)
         _run(["nft", "-f", self.path("guard.nft")], what="nft guard table %s" % lab["guard_table"])
-        spaces = [lab["fabric_netns"]] + [r["netns"] for r in lab["routers"].values()] + \
-                 [h["netns"] for h in hosts]
+        spaces = (
+            [lab["fabric_netns"]]
+            + [r["netns"] for r in lab["routers"].values()]
+            + [h["netns"] for h in hosts]
+        )
         _ip_batch(["netns add %s" % n for n in spaces], what="creating namespaces")
-        root = ["link add %s type bridge" % br,
-                "link set %s addrgenmode none" % br,
-                "addr add %s/%d dev %s" % (lab["mgmt_bridge_ip"], lab["mgmt_prefixlen"], br),
-                "link set %s up" % br]
-        fabric = ["link set lo up", "link add inet type bridge", "link set inet addrgenmode none",
-                  "link set inet up"]
-        for i, loc in enumerate(lab["locations"], 1):
-            fabric += ["link add lan%d type bridge" % i, "link set lan%d addrgenmode none" % i,
-                       "link set lan%d up" % i]
+        root = [
+            "link add %s type bridge" % br,
+            "link set %s addrgenmode none" % br,
+            "addr add %s/%d dev %s" % (lab["mgmt_bridge_ip"], lab["mgmt_prefixlen"], br),
+            "link set %s up" % br,
+        ]
+        fabric = [
+            "link set lo up",
+            "link add inet type bridge",
+            "link set inet addrgenmode none",
+            "link set inet up",
+        ]
+        for i, _loc in enumerate(lab["locations"], 1):
+            fabric += [
+                "link add lan%d type bridge" % i,
+                "link set lan%d addrgenmode none" % i,
+                "link set lan%d up" % i,
+            ]
         per_ns = {}
         for h in hosts:
             i, k, ns = h["location_index"], h["index"], h["netns"]
             v = h["mgmt_veth"]
-            root += ["link add %s type veth peer name mgmt0 netns %s" % (v, ns),
-                     "link set %s addrgenmode none" % v,
-                     "link set %s master %s" % (v, br),
-                     "link set dev %s type bridge_slave isolated on" % v,
-                     "link set %s up" % v,
-                     "link add l%dh%d netns %s type veth peer name eth0 netns %s"
-                     % (i, k, lab["fabric_netns"], ns)]
+            root += [
+                "link add %s type veth peer name mgmt0 netns %s" % (v, ns),
+                "link set %s addrgenmode none" % v,
+                "link set %s master %s" % (v, br),
+                "link set dev %s type bridge_slave isolated on" % v,
+                "link set %s up" % v,
+                "link add l%dh%d netns %s type veth peer name eth0 netns %s"
+                % (i, k, lab["fabric_netns"], ns),
+            ]
             fabric += ["link set l%dh%d master lan%d" % (i, k, i), "link set l%dh%d up" % (i, k)]
-            cmds = ["link set lo up", "link set mgmt0 addrgenmode none",
-                    "addr add %s/%d dev mgmt0" % (h["mgmt_ip"], lab["mgmt_prefixlen"]),
-                    "link set mgmt0 up"]
+            cmds = [
+                "link set lo up",
+                "link set mgmt0 addrgenmode none",
+                "addr add %s/%d dev mgmt0" % (h["mgmt_ip"], lab["mgmt_prefixlen"]),
+                "link set mgmt0 up",
+            ]
             if h["lan_ip"]:
                 cmds.append("addr add %s/24 dev eth0" % h["lan_ip"])
             if h["lan_ip6"]:
@@ -565,14 +668,22 @@ class Lab(object):
             if h["public"]:
                 if h["nat"]:
                     r = lab["routers"][h["location"]]
-                    root.append("link add h%d netns %s type veth peer name eth1 netns %s"
-                                % (k, r["netns"], ns))
+                    root.append(
+                        "link add h%d netns %s type veth peer name eth1 netns %s"
+                        % (k, r["netns"], ns)
+                    )
                     per_ns.setdefault(r["netns"], []).extend(
-                        ["link set h%d master in0" % k, "link set h%d up" % k])
+                        ["link set h%d master in0" % k, "link set h%d up" % k]
+                    )
                 else:
-                    root.append("link add i%dh%d netns %s type veth peer name eth1 netns %s"
-                                % (i, k, lab["fabric_netns"], ns))
-                    fabric += ["link set i%dh%d master inet" % (i, k), "link set i%dh%d up" % (i, k)]
+                    root.append(
+                        "link add i%dh%d netns %s type veth peer name eth1 netns %s"
+                        % (i, k, lab["fabric_netns"], ns)
+                    )
+                    fabric += [
+                        "link set i%dh%d master inet" % (i, k),
+                        "link set i%dh%d up" % (i, k),
+                    ]
                 if h["public_ip"]:
                     cmds.append("addr add %s/24 dev eth1" % h["public_ip"])
                 if h["public_ip6"]:
@@ -585,17 +696,25 @@ class Lab(object):
                         cmds.append("route add 2001:db8::/64 via %s dev eth1" % r["inside_ip6"])
             per_ns[ns] = cmds
         routers = {}
-        for loc, r in lab["routers"].items():
+        for r in lab["routers"].values():
             i = r["index"]
-            root.append("link add i%dr netns %s type veth peer name wan0 netns %s"
-                        % (i, lab["fabric_netns"], r["netns"]))
+            root.append(
+                "link add i%dr netns %s type veth peer name wan0 netns %s"
+                % (i, lab["fabric_netns"], r["netns"])
+            )
             fabric += ["link set i%dr master inet" % i, "link set i%dr up" % i]
-            cmds = ["link set lo up", "link add in0 type bridge", "link set in0 addrgenmode none",
-                    "addr add %s/24 dev in0" % r["inside_ip"],
-                    "addr add %s/24 dev wan0" % r["public_ip"]]
+            cmds = [
+                "link set lo up",
+                "link add in0 type bridge",
+                "link set in0 addrgenmode none",
+                "addr add %s/24 dev in0" % r["inside_ip"],
+                "addr add %s/24 dev wan0" % r["public_ip"],
+            ]
             if r["inside_ip6"]:
-                cmds += ["addr add %s/64 dev in0 nodad" % r["inside_ip6"],
-                         "addr add %s/64 dev wan0 nodad" % r["public_ip6"]]
+                cmds += [
+                    "addr add %s/64 dev in0 nodad" % r["inside_ip6"],
+                    "addr add %s/64 dev wan0 nodad" % r["public_ip6"],
+                ]
             cmds += ["link set in0 up", "link set wan0 up"]
             routers[r["netns"]] = cmds
         _ip_batch(root, what="root namespace links")
@@ -605,9 +724,16 @@ class Lab(object):
             _ip_batch(cmds + per_ns.pop(ns, []), netns=ns)
         for ns, cmds in per_ns.items():
             _ip_batch(cmds, netns=ns)
-        for loc, r in lab["routers"].items():
-            _in_netns(r["netns"], ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward; "
-                                   "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding"])
+        for r in lab["routers"].values():
+            _in_netns(
+                r["netns"],
+                [
+                    "sh",
+                    "-c",
+                    "echo 1 > /proc/sys/net/ipv4/ip_forward; "
+                    "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding",
+                ],
+            )
             _in_netns(r["netns"], ["nft", "-f", "-"], input=nat_ruleset(p, r.get("kind", "plain")))
         self._start_keepers(lab, timeout)
 
@@ -616,13 +742,29 @@ class Lab(object):
         os.makedirs(sshdir, exist_ok=True)
         key = os.path.join(sshdir, "id_ed25519")
         if not os.path.exists(key):
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kilo-lab-%s" % self.prefix,
-                  "-f", key], what="ssh-keygen (client key)")
+            _run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "kilo-lab-%s" % self.prefix,
+                    "-f",
+                    key,
+                ],
+                what="ssh-keygen (client key)",
+            )
         shutil.copyfile(key + ".pub", os.path.join(sshdir, "authorized_keys"))
         password_hash = None
         if lab.get("become_password"):
-            password_hash = _run(["openssl", "passwd", "-6", "-stdin"], input=lab["become_password"] + "\n",
-                                 what="openssl passwd (the lab's sudo password)").stdout.strip()
+            password_hash = _run(
+                ["openssl", "passwd", "-6", "-stdin"],
+                input=lab["become_password"] + "\n",
+                what="openssl passwd (the lab's sudo password)",
+            ).stdout.strip()
         for h in lab["hosts"].values():
             hdir = self.path("hosts", h["name"])
             for d in OVERLAY_DIRS:
@@ -632,30 +774,60 @@ class Lab(object):
             with open(os.path.join(hdir, "upper", "etc", "hostname"), "w") as f:
                 f.write(h["name"] + "\n")
             with open(os.path.join(hdir, "upper", "etc", "hosts"), "w") as f:
-                f.write("127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n"
-                        % h["name"])
+                f.write(
+                    "127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n"
+                    % h["name"]
+                )
             hk = os.path.join(hdir, "ssh_host_ed25519_key")
             if not os.path.exists(hk):
-                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "root@%s" % h["name"],
-                      "-f", hk], what="ssh-keygen (host key of %s)" % h["name"])
+                _run(
+                    [
+                        "ssh-keygen",
+                        "-q",
+                        "-t",
+                        "ed25519",
+                        "-N",
+                        "",
+                        "-C",
+                        "root@%s" % h["name"],
+                        "-f",
+                        hk,
+                    ],
+                    what="ssh-keygen (host key of %s)" % h["name"],
+                )
             user = lab.get("user")
             if user:
                 logins = USER_LOGIN.format(user=user)
-                login = LOGIN_SCRIPT.format(user=user, sudo=h["sudo"],
-                                            hash=shlex.quote(password_hash if h["sudo"] == "password" else "*"),
-                                            tag="NOPASSWD: " if h["sudo"] == "nopasswd" else "")
+                login = LOGIN_SCRIPT.format(
+                    user=user,
+                    sudo=h["sudo"],
+                    hash=shlex.quote(password_hash if h["sudo"] == "password" else "*"),
+                    tag="NOPASSWD: " if h["sudo"] == "nopasswd" else "",
+                )
             else:
                 logins = ROOT_LOGIN.format(authorized_keys=os.path.join(sshdir, "authorized_keys"))
                 login = ""
             with open(os.path.join(hdir, "sshd_config"), "w") as f:
-                f.write(SSHD_CONFIG.format(name=h["name"], mgmt_ip=h["mgmt_ip"], hdir=hdir, logins=logins))
+                f.write(
+                    SSHD_CONFIG.format(
+                        name=h["name"], mgmt_ip=h["mgmt_ip"], hdir=hdir, logins=logins
+                    )
+                )
             # 0700: with a login user it holds the hash of the lab's sudo password
-            fd = os.open(os.path.join(hdir, "init.sh"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+            fd = os.open(
+                os.path.join(hdir, "init.sh"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700
+            )
             with os.fdopen(fd, "w") as f:
-                f.write(INIT_SCRIPT.format(name=h["name"], hdir=shlex.quote(hdir),
-                                           sdir=shlex.quote(self.state_dir),
-                                           rdir=shlex.quote(REPO),
-                                           overlay_dirs=" ".join(OVERLAY_DIRS), login=login))
+                f.write(
+                    INIT_SCRIPT.format(
+                        name=h["name"],
+                        hdir=shlex.quote(hdir),
+                        sdir=shlex.quote(self.state_dir),
+                        rdir=shlex.quote(REPO),
+                        overlay_dirs=" ".join(OVERLAY_DIRS),
+                        login=login,
+                    )
+                )
             try:
                 os.unlink(os.path.join(hdir, "ready"))
             except OSError:
@@ -666,12 +838,33 @@ class Lab(object):
         for h in lab["hosts"].values():
             hdir = self.path("hosts", h["name"])
             log = open(os.path.join(hdir, "keeper.log"), "w")
-            argv = ["nsenter", "--net=/run/netns/%s" % h["netns"], "--",
-                    "unshare", "--uts", "--mount", "--pid", "--fork", "--kill-child=SIGKILL",
-                    "--mount-proc", "--propagation", "private", "--",
-                    "/bin/bash", os.path.join(hdir, "init.sh")]
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    cwd="/", env=env, start_new_session=True, close_fds=True)
+            argv = [
+                "nsenter",
+                "--net=/run/netns/%s" % h["netns"],
+                "--",
+                "unshare",
+                "--uts",
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child=SIGKILL",
+                "--mount-proc",
+                "--propagation",
+                "private",
+                "--",
+                "/bin/bash",
+                os.path.join(hdir, "init.sh"),
+            ]
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd="/",
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
             log.close()
             self._procs[h["name"]] = proc
             h["keeper_pid"] = proc.pid
@@ -686,7 +879,9 @@ class Lab(object):
                 if proc.poll() is not None:
                     with open(self.path("hosts", name, "keeper.log")) as f:
                         log = f.read().strip()
-                    raise LabError("host %s: keeper exited with %s: %s" % (name, proc.returncode, log))
+                    raise LabError(
+                        "host %s: keeper exited with %s: %s" % (name, proc.returncode, log)
+                    )
                 if h["pid"] is None:
                     try:
                         with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
@@ -697,13 +892,18 @@ class Lab(object):
                         h["pid"] = int(kids[0])
                         h["pid_start"] = process_starttime(h["pid"])
                         self._save(lab)
-                if h["pid"] is not None and os.path.exists(self.path("hosts", name, "ready")) \
-                        and self._port_open(h["mgmt_ip"], 22):
+                if (
+                    h["pid"] is not None
+                    and os.path.exists(self.path("hosts", name, "ready"))
+                    and self._port_open(h["mgmt_ip"], 22)
+                ):
                     del pending[name]
             if pending:
                 if time.monotonic() > deadline:
-                    raise LabError("hosts %s: sshd not reachable within %ss"
-                                   % (", ".join(sorted(pending)), timeout))
+                    raise LabError(
+                        "hosts %s: sshd not reachable within %ss"
+                        % (", ".join(sorted(pending)), timeout)
+                    )
                 time.sleep(0.02)
 
     @staticmethod
@@ -723,23 +923,29 @@ class Lab(object):
         keydir = self.path("ssh")
         cp = self.path("cp")
         os.makedirs(cp, exist_ok=True)
-        lines = ["# lab %s, written by lab/lab.py; use: ssh -F %s HOST" % (self.prefix, self.ssh_config)]
+        lines = [
+            "# lab %s, written by lab/lab.py; use: ssh -F %s HOST" % (self.prefix, self.ssh_config)
+        ]
         for h in hosts.values():
             lines += ["Host %s" % h["name"], "  HostName %s" % h["mgmt_ip"]]
-        lines += ["Host *", "  User %s" % (lab.get("user") or "root"),
-                  "  IdentityFile %s" % os.path.join(keydir, "id_ed25519"),
-                  "  IdentitiesOnly yes",
-                  "  UserKnownHostsFile %s" % self.known_hosts,
-                  "  GlobalKnownHostsFile /dev/null",
-                  "  StrictHostKeyChecking yes",
-                  "  PasswordAuthentication no",
-                  "  BatchMode yes",
-                  "  ConnectTimeout 10",
-                  # A host that vanishes under a live ControlMaster connection must fail
-                  # fast (unreachable), not hang on TCP retransmits.
-                  "  ServerAliveInterval 3",
-                  "  ServerAliveCountMax 3",
-                  "  LogLevel ERROR", ""]
+        lines += [
+            "Host *",
+            "  User %s" % (lab.get("user") or "root"),
+            "  IdentityFile %s" % os.path.join(keydir, "id_ed25519"),
+            "  IdentitiesOnly yes",
+            "  UserKnownHostsFile %s" % self.known_hosts,
+            "  GlobalKnownHostsFile /dev/null",
+            "  StrictHostKeyChecking yes",
+            "  PasswordAuthentication no",
+            "  BatchMode yes",
+            "  ConnectTimeout 10",
+            # A host that vanishes under a live ControlMaster connection must fail
+            # fast (unreachable), not hang on TCP retransmits.
+            "  ServerAliveInterval 3",
+            "  ServerAliveCountMax 3",
+            "  LogLevel ERROR",
+            "",
+        ]
         with open(self.ssh_config, "w") as f:
             f.write("\n".join(lines))
         known = []
@@ -752,15 +958,23 @@ class Lab(object):
         # A ControlPath of our own: masters of a previous lab with the same addresses can
         # never be reused by mistake, and `down` removes the sockets with the state dir.
         common = "-F %s -o ControlPath=%s/%%C" % (self.ssh_config, cp)
-        inv = ["# lab %s, written by lab/lab.py" % self.prefix, "all:", "  children:", "    kilo:",
-               "      vars:",
-               "        kilo_encapsulate: never",
-               "        kilo_discovery_ignore_interfaces: [mgmt0]",
-               "        kilo_lab_prefix: %s" % _yaml_scalar(self.prefix),
-               "      children:"]
+        inv = [
+            "# lab %s, written by lab/lab.py" % self.prefix,
+            "all:",
+            "  children:",
+            "    kilo:",
+            "      vars:",
+            "        kilo_encapsulate: never",
+            "        kilo_discovery_ignore_interfaces: [mgmt0]",
+            "        kilo_lab_prefix: %s" % _yaml_scalar(self.prefix),
+            "      children:",
+        ]
         for loc in lab["locations"]:
-            inv += ["        %s:" % loc, "          vars:",
-                    "            kilo_location: %s" % _yaml_scalar(loc)]
+            inv += [
+                "        %s:" % loc,
+                "          vars:",
+                "            kilo_location: %s" % _yaml_scalar(loc),
+            ]
             if loc in lab["routers"]:
                 # Behind NAT: keepalives let the other leaders learn the translated endpoint,
                 # and Kilo only uses such a discovered endpoint when keepalive is on.
@@ -769,9 +983,12 @@ class Lab(object):
             for h in hosts.values():
                 if h["location"] != loc:
                     continue
-                hv = [("ansible_host", h["mgmt_ip"]), ("ansible_ssh_common_args", common),
-                      ("ansible_user", lab.get("user") or "root"),
-                      ("ansible_python_interpreter", "/usr/bin/python3")]
+                hv = [
+                    ("ansible_host", h["mgmt_ip"]),
+                    ("ansible_ssh_common_args", common),
+                    ("ansible_user", lab.get("user") or "root"),
+                    ("ansible_python_interpreter", "/usr/bin/python3"),
+                ]
                 if h.get("sudo"):
                     hv.append(("ansible_become", True))
                 if h.get("sudo") == "password":
@@ -795,9 +1012,23 @@ class Lab(object):
             f.write("\n".join(inv) + "\n")
         summary = {}
         for h in hosts.values():
-            summary[h["name"]] = {k: h[k] for k in (
-                "netns", "pid", "mgmt_ip", "lan_ip", "public_ip", "location", "nat", "nat_ip",
-                "lan_ip6", "public_ip6", "public", "sudo")}
+            summary[h["name"]] = {
+                k: h[k]
+                for k in (
+                    "netns",
+                    "pid",
+                    "mgmt_ip",
+                    "lan_ip",
+                    "public_ip",
+                    "location",
+                    "nat",
+                    "nat_ip",
+                    "lan_ip6",
+                    "public_ip6",
+                    "public",
+                    "sudo",
+                )
+            }
         with open(self.path("hosts.json"), "w") as f:
             json.dump(summary, f, indent=1, sort_keys=True)
 
@@ -806,7 +1037,10 @@ class Lab(object):
         """Everything of this lab that exists on the machine (for `up` refusal and tests)."""
         found = ["netns %s" % n for n in list_netns() if n.startswith(self.prefix + "-")]
         found += ["link %s" % n for n in _root_links() if self._is_root_link(n)]
-        if _run(["nft", "list", "table", "inet", "%s_guard" % self.prefix], check=False).returncode == 0:
+        if (
+            _run(["nft", "list", "table", "inet", "%s_guard" % self.prefix], check=False).returncode
+            == 0
+        ):
             found.append("nft table inet %s_guard" % self.prefix)
         lab = self.load()
         for h in (lab or {}).get("hosts", {}).values():
@@ -816,15 +1050,19 @@ class Lab(object):
         return found
 
     def _is_root_link(self, name):
-        return name == self.prefix + "mgmt" or re.fullmatch(
-            re.escape(self.prefix) + r"m\d+h\d+", name) is not None
+        return (
+            name == self.prefix + "mgmt"
+            or re.fullmatch(re.escape(self.prefix) + r"m\d+h\d+", name) is not None
+        )
 
     def down(self):
         fd = self._lock()
         try:
             self._teardown(self.load())
             # A per-prefix state dir that holds nothing but its lock goes too (never .lab/).
-            if self.state_dir != default_state_dir(DEFAULT_PREFIX) and os.listdir(self.state_dir) == [".lock"]:
+            if self.state_dir != default_state_dir(DEFAULT_PREFIX) and os.listdir(
+                self.state_dir
+            ) == [".lock"]:
                 os.unlink(self.path(".lock"))
                 os.rmdir(self.state_dir)
         finally:
@@ -909,19 +1147,26 @@ class Lab(object):
             out["leftovers"] = self._leftovers()
             return out
         for name, h in lab["hosts"].items():
-            out["hosts"][name] = dict(h, alive=bool(h.get("pid")) and process_alive(h["pid"], h.get("pid_start")))
+            out["hosts"][name] = dict(
+                h, alive=bool(h.get("pid")) and process_alive(h["pid"], h.get("pid_start"))
+            )
         alive = [h["alive"] for h in out["hosts"].values()]
-        out["status"] = lab.get("status", "?") if all(alive) else (
-            "degraded" if any(alive) else "dead")
+        out["status"] = (
+            lab.get("status", "?") if all(alive) else ("degraded" if any(alive) else "dead")
+        )
         out["mgmt_net"] = lab["mgmt_net"]
-        out["routers"] = dict((loc, r.get("kind", "plain")) for loc, r in lab.get("routers", {}).items())
+        out["routers"] = dict(
+            (loc, r.get("kind", "plain")) for loc, r in lab.get("routers", {}).items()
+        )
         return out
 
     def nsenter_argv(self, host, argv):
         h = self.hosts.get(host)
         if not h:
-            raise LabError("host %r: not in lab %s (hosts: %s)" % (
-                host, self.prefix, ", ".join(sorted(self.hosts)) or "none; is the lab up?"))
+            raise LabError(
+                "host %r: not in lab %s (hosts: %s)"
+                % (host, self.prefix, ", ".join(sorted(self.hosts)) or "none; is the lab up?")
+            )
         if not h.get("pid") or not process_alive(h["pid"], h.get("pid_start")):
             raise LabError("host %s: keeper process is not running" % host)
         return ["nsenter", "-t", str(h["pid"]), "-m", "-u", "-n", "-p", "-w", "--"] + list(argv)
@@ -940,7 +1185,10 @@ class Lab(object):
         if isinstance(location, int):
             location = location_name(location)
         if location not in routers:
-            raise LabError("location %r: no NAT router (NAT'd: %s)" % (location, ", ".join(sorted(routers)) or "none"))
+            raise LabError(
+                "location %r: no NAT router (NAT'd: %s)"
+                % (location, ", ".join(sorted(routers)) or "none")
+            )
         return routers[location]
 
     def run_router(self, location, argv):
@@ -961,11 +1209,17 @@ class Lab(object):
                 raise LabError("location %r: no NAT router" % (location,))
             r = lab["routers"][location]
             old = r["public_ip"]
-            choices = r.get("addresses") or ["203.0.113.%d" % (10 * r["index"]), "203.0.113.%d" % (10 * r["index"] + 9)]
+            choices = r.get("addresses") or [
+                "203.0.113.%d" % (10 * r["index"]),
+                "203.0.113.%d" % (10 * r["index"] + 9),
+            ]
             new = choices[1] if old == choices[0] else choices[0]
             # delete first: deleting a primary address deletes the secondaries of its subnet
-            _ip_batch(["addr del %s/24 dev wan0" % old, "addr add %s/24 dev wan0" % new], netns=r["netns"],
-                      what="re-addressing NAT router %s" % r["netns"])
+            _ip_batch(
+                ["addr del %s/24 dev wan0" % old, "addr add %s/24 dev wan0" % new],
+                netns=r["netns"],
+                what="re-addressing NAT router %s" % r["netns"],
+            )
             # the kernel drops masqueraded entries of a removed address; flush the rest as well
             # (established entries of the old address' inbound side), when conntrack is there
             if shutil.which("conntrack"):
@@ -987,16 +1241,28 @@ class Lab(object):
         rules = ['iifname "mgmt0" accept', 'oifname "mgmt0" accept'] if keep_management else []
         chains = []
         for chain, hook in (("input", "input"), ("output", "output"), ("forward", "forward")):
-            body = [r for r in rules if (r.startswith("iif") and hook != "output") or (r.startswith("oif") and hook == "output")]
-            chains.append("  chain %s {\n    type filter hook %s priority -300; policy drop;\n%s  }\n"
-                          % (chain, hook, "".join("    %s\n" % r for r in body)))
+            body = [
+                r
+                for r in rules
+                if (r.startswith("iif") and hook != "output")
+                or (r.startswith("oif") and hook == "output")
+            ]
+            chains.append(
+                "  chain %s {\n    type filter hook %s priority -300; policy drop;\n%s  }\n"
+                % (chain, hook, "".join("    %s\n" % r for r in body))
+            )
         text = "table inet %s_dark {\n%s}\n" % (self.prefix, "".join(chains))
         _in_netns(self._netns_of(host), ["nft", "-f", "-"], input=text)
 
     def light(self, host):
         """Undo ``dark``: the host's traffic passes again (a no-op when it was not dark)."""
         ns = self._netns_of(host)
-        if _in_netns(ns, ["nft", "list", "table", "inet", "%s_dark" % self.prefix], check=False).returncode == 0:
+        if (
+            _in_netns(
+                ns, ["nft", "list", "table", "inet", "%s_dark" % self.prefix], check=False
+            ).returncode
+            == 0
+        ):
             _in_netns(ns, ["nft", "delete", "table", "inet", "%s_dark" % self.prefix])
 
     def _netns_of(self, host):
@@ -1019,7 +1285,9 @@ def _nat_kind_arg(values):
     for v in values:
         index, sep, kind = v.partition("=")
         if not sep or not index.isdigit():
-            raise LabError("--nat-kind %r: KIND alone, or LOCATION_INDEX=KIND for each of several" % v)
+            raise LabError(
+                "--nat-kind %r: KIND alone, or LOCATION_INDEX=KIND for each of several" % v
+            )
         out[int(index)] = kind
     return out
 
@@ -1033,20 +1301,45 @@ def main(argv=None):
     up.add_argument("locations", type=int)
     up.add_argument("hosts_per_location", type=int)
     up.add_argument("public_per_location", type=int, nargs="?", default=1)
-    up.add_argument("--nat", type=int, action="append", metavar="LOCATION_INDEX",
-                    help="put this location's public hosts behind a masquerading router (repeatable)")
-    up.add_argument("--nat-kind", action="append", metavar="KIND|LOCATION_INDEX=KIND", default=None,
-                    help="how the NAT routers map: plain (default: masquerade, no filter), eim (source port kept,"
-                         " no unsolicited inbound) or symmetric (a random port per destination); KIND for every"
-                         " router, INDEX=KIND for one (repeatable)")
+    up.add_argument(
+        "--nat",
+        type=int,
+        action="append",
+        metavar="LOCATION_INDEX",
+        help="put this location's public hosts behind a masquerading router (repeatable)",
+    )
+    up.add_argument(
+        "--nat-kind",
+        action="append",
+        metavar="KIND|LOCATION_INDEX=KIND",
+        default=None,
+        help="how the NAT routers map: plain (default: masquerade, no filter), eim (source port kept,"
+        " no unsolicited inbound) or symmetric (a random port per destination); KIND for every"
+        " router, INDEX=KIND for one (repeatable)",
+    )
     up.add_argument("--ipv6", action="store_true", help="IPv6 too on every LAN and internet link")
-    up.add_argument("--ipv6-only", type=int, action="append", metavar="LOCATION_INDEX",
-                    help="this location's LAN and internet links carry IPv6 only (repeatable; implies --ipv6)")
-    up.add_argument("--mgmt-net", default=None, help="management /20 (default: first free in 198.18.0.0/15)")
-    up.add_argument("--user", default=None, metavar="NAME",
-                    help="log in as this non-root user with sudo on every host (root cannot log in)")
-    up.add_argument("--sudo-password", choices=SUDO_PASSWORD, default="some",
-                    help="with --user: the hosts whose sudo asks for a password (default: some, half of them)")
+    up.add_argument(
+        "--ipv6-only",
+        type=int,
+        action="append",
+        metavar="LOCATION_INDEX",
+        help="this location's LAN and internet links carry IPv6 only (repeatable; implies --ipv6)",
+    )
+    up.add_argument(
+        "--mgmt-net", default=None, help="management /20 (default: first free in 198.18.0.0/15)"
+    )
+    up.add_argument(
+        "--user",
+        default=None,
+        metavar="NAME",
+        help="log in as this non-root user with sudo on every host (root cannot log in)",
+    )
+    up.add_argument(
+        "--sudo-password",
+        choices=SUDO_PASSWORD,
+        default="some",
+        help="with --user: the hosts whose sudo asks for a password (default: some, half of them)",
+    )
     sub.add_parser("down", help="remove everything `up` made (safe to repeat)")
     st = sub.add_parser("status", help="show the lab")
     st.add_argument("--json", action="store_true")
@@ -1061,13 +1354,29 @@ def main(argv=None):
         lab = Lab(args.prefix_sub or args.prefix, args.state_dir_sub or args.state_dir)
         if args.cmd == "up":
             t = time.monotonic()
-            desc = lab.up(args.locations, args.hosts_per_location, args.public_per_location,
-                          args.nat, args.ipv6, args.mgmt_net, ipv6_only=args.ipv6_only,
-                          user=args.user, sudo_password=args.sudo_password,
-                          nat_kind=_nat_kind_arg(args.nat_kind))
-            print("lab %s up: %d hosts in %d locations, mgmt %s, %.1fs; inventory %s"
-                  % (lab.prefix, len(desc["hosts"]), len(desc["locations"]), desc["mgmt_net"],
-                     time.monotonic() - t, lab.inventory))
+            desc = lab.up(
+                args.locations,
+                args.hosts_per_location,
+                args.public_per_location,
+                args.nat,
+                args.ipv6,
+                args.mgmt_net,
+                ipv6_only=args.ipv6_only,
+                user=args.user,
+                sudo_password=args.sudo_password,
+                nat_kind=_nat_kind_arg(args.nat_kind),
+            )
+            print(
+                "lab %s up: %d hosts in %d locations, mgmt %s, %.1fs; inventory %s"
+                % (
+                    lab.prefix,
+                    len(desc["hosts"]),
+                    len(desc["locations"]),
+                    desc["mgmt_net"],
+                    time.monotonic() - t,
+                    lab.inventory,
+                )
+            )
         elif args.cmd == "down":
             lab.down()
             print("lab %s down" % lab.prefix)
@@ -1076,17 +1385,36 @@ def main(argv=None):
             if args.json:
                 print(json.dumps(st, indent=1, sort_keys=True))
             elif st["status"] == "down":
-                print("lab %s: down%s" % (lab.prefix, (" (leftovers: %s)" % ", ".join(st["leftovers"]))
-                                          if st["leftovers"] else ""))
+                print(
+                    "lab %s: down%s"
+                    % (
+                        lab.prefix,
+                        (" (leftovers: %s)" % ", ".join(st["leftovers"]))
+                        if st["leftovers"]
+                        else "",
+                    )
+                )
             else:
-                print("lab %s: %s, mgmt %s, state %s" % (lab.prefix, st["status"], st["mgmt_net"],
-                                                         lab.state_dir))
+                print(
+                    "lab %s: %s, mgmt %s, state %s"
+                    % (lab.prefix, st["status"], st["mgmt_net"], lab.state_dir)
+                )
                 for name, h in st["hosts"].items():
-                    print("  %-10s %-5s pid=%-7s mgmt=%-13s lan=%-13s public=%s%s%s" % (
-                        name, "up" if h["alive"] else "DEAD", h.get("pid"), h["mgmt_ip"], h["lan_ip"] or h["lan_ip6"],
-                        h["public_ip"] or h["public_ip6"] or "-",
-                        " nat=%s (%s)" % (h["nat_ip"], st["routers"][h["location"]]) if h["nat"] else "",
-                        " sudo=%s" % h["sudo"] if h.get("sudo") else ""))
+                    print(
+                        "  %-10s %-5s pid=%-7s mgmt=%-13s lan=%-13s public=%s%s%s"
+                        % (
+                            name,
+                            "up" if h["alive"] else "DEAD",
+                            h.get("pid"),
+                            h["mgmt_ip"],
+                            h["lan_ip"] or h["lan_ip6"],
+                            h["public_ip"] or h["public_ip6"] or "-",
+                            " nat=%s (%s)" % (h["nat_ip"], st["routers"][h["location"]])
+                            if h["nat"]
+                            else "",
+                            " sudo=%s" % h["sudo"] if h.get("sudo") else "",
+                        )
+                    )
             return 0 if st["status"] in ("up", "down") else 1
         elif args.cmd == "exec":
             cmd = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -4,6 +4,7 @@
 Rows are sources, columns destinations. Exits non-zero when any pair fails, so the demo
 and tests can rely on it. Pings run from inside each host (nsenter), in parallel per host.
 """
+
 import argparse
 import os
 import sys
@@ -13,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab.lab import Lab  # noqa: E402  (the lab driver lives beside this script's parent)
 
-PING = ("for ip in %s; do ping -q -c 2 -W 2 -i 0.3 $ip >/dev/null 2>&1 "
-        "&& echo \"$ip ok\" || echo \"$ip fail\" & done; wait")
+PING = (
+    "for ip in %s; do ping -q -c 2 -W 2 -i 0.3 $ip >/dev/null 2>&1 "
+    '&& echo "$ip ok" || echo "$ip fail" & done; wait'
+)
 
 
 def matrix(lab, settle=30):
@@ -41,7 +44,9 @@ def matrix(lab, settle=30):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prefix", default=None)
-    ap.add_argument("--settle", type=float, default=30, help="seconds to wait for tunnels to come up")
+    ap.add_argument(
+        "--settle", type=float, default=30, help="seconds to wait for tunnels to come up"
+    )
     args = ap.parse_args()
     lab = Lab(args.prefix)
     names, hosts, results = matrix(lab, args.settle)

@@ -14,6 +14,7 @@ table (plugins/module_utils/nodes.py):
 `make specs` runs it; tests/unit/test_options.py fails when the files differ from the table.
 `--check` only compares.
 """
+
 import os
 import re
 import sys
@@ -36,7 +37,14 @@ class Dumper(yaml.SafeDumper):
 
 
 def dump(data):
-    return yaml.dump(data, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=110, allow_unicode=True)
+    return yaml.dump(
+        data,
+        Dumper=Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=110,
+        allow_unicode=True,
+    )
 
 
 FRAGMENT_HEAD = '''# -*- coding: utf-8 -*-
@@ -59,35 +67,56 @@ def fragments():
     out = {}
     for scope in options.SCOPES:
         out[scope.upper()] = {"options": options.doc(scope)}
-    out["PLAN"] = {"options": {"plan": {
-        "description": ["This host's plan, one value of the C(plans) returned by M(kilo.mesh.topology).",
-                        "Required when O(state=present). Checked once against this schema:"] + plan.doc(),
-        "type": "dict"}}}
+    out["PLAN"] = {
+        "options": {
+            "plan": {
+                "description": [
+                    "This host's plan, one value of the C(plans) returned by M(kilo.mesh.topology).",
+                    "Required when O(state=present). Checked once against this schema:",
+                ]
+                + plan.doc(),
+                "type": "dict",
+            }
+        }
+    }
     # no options of its own: a fragment must carry the key, and notes are what it adds
-    out["NODE_VARS"] = {"options": {}, "notes": ["Node variables (Kilo's node annotations), one per host:"]
-                        + nodes.doc_lines()}
+    out["NODE_VARS"] = {
+        "options": {},
+        "notes": ["Node variables (Kilo's node annotations), one per host:"] + nodes.doc_lines(),
+    }
     out["VARIABLES"] = {"options": {}, "notes": variables_notes()}
     return out
 
 
 def variables_notes():
     """What kilo.mesh.validate holds names to, besides the options and the node variables."""
-    notes = ["Every C(kilo_*) variable of a host of the mesh is one the collection reads, or M(kilo.mesh.validate)"
-             " refuses it, naming the host, the variable and the closest known name (a variable a task of the run set,"
-             " with C(register) or C(set_fact), is the play's own and passes) - the options' variables, the node"
-             " variables, and these:"]
+    notes = [
+        "Every C(kilo_*) variable of a host of the mesh is one the collection reads, or M(kilo.mesh.validate)"
+        " refuses it, naming the host, the variable and the closest known name (a variable a task of the run set,"
+        " with C(register) or C(set_fact), is the play's own and passes) - the options' variables, the node"
+        " variables, and these:"
+    ]
     for name, doc in sorted(options.OTHER_VARIABLES.items()):
         notes.append("C(%s) - %s." % (name, doc))
     for name, new in sorted(options.DEPRECATED_VARS.items()):
         notes.append("C(%s) - deprecated, read as C(%s)." % (name, new))
     for prefix, doc in sorted(options.OTHER_PREFIXES.items()):
         notes.append("C(%s*) - %s; never read, never refused." % (prefix, doc))
-    notes.append("A peer (an item of C(kilo_peers), a peer of the registry) has the fields C(name), %s; any other is"
-                 " refused, naming the peer and the closest field." % ", ".join("C(%s)" % f for f in PEER_FIELDS))
-    notes.append("A Node's annotations of Kilo's prefix C(%s) and of ours, C(%s) (the inventory plugin's"
-                 " C(kubernetes_annotations)), are among %s; any other is refused, naming the host, the annotation"
-                 " and the closest known one." % (nodes.ANNOTATION_PREFIX, nodes.OWN_PREFIX,
-                                                  ", ".join("C(%s)" % a for a in KNOWN_ANNOTATIONS)))
+    notes.append(
+        "A peer (an item of C(kilo_peers), a peer of the registry) has the fields C(name), %s; any other is"
+        " refused, naming the peer and the closest field."
+        % ", ".join("C(%s)" % f for f in PEER_FIELDS)
+    )
+    notes.append(
+        "A Node's annotations of Kilo's prefix C(%s) and of ours, C(%s) (the inventory plugin's"
+        " C(kubernetes_annotations)), are among %s; any other is refused, naming the host, the annotation"
+        " and the closest known one."
+        % (
+            nodes.ANNOTATION_PREFIX,
+            nodes.OWN_PREFIX,
+            ", ".join("C(%s)" % a for a in KNOWN_ANNOTATIONS),
+        )
+    )
     return notes
 
 
@@ -105,7 +134,9 @@ def role_file(role):
 
 
 NODE_VARS_PAGE = os.path.join("docs", "docsite", "rst", "guide_push.rst")
-NODE_VARS_BEGIN = ".. node variables: written by scripts/specs.py from plugins/module_utils/nodes.py\n"
+NODE_VARS_BEGIN = (
+    ".. node variables: written by scripts/specs.py from plugins/module_utils/nodes.py\n"
+)
 NODE_VARS_END = ".. end of node variables\n"
 
 

@@ -37,7 +37,7 @@ stages=(
   "kube|molecule|env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH molecule test --all"
   "pure|unit|.venv/bin/python -m pytest -q -p no:cacheprovider tests/unit"
   "pure|sanity|bash scripts/sanity.sh"
-  "pure|lint|.venv/bin/ansible-lint --profile production -q"
+  "pure|lint|bash scripts/lint.sh"
   # the lab itself (NAT kinds, addressing): short, so it leaves the long labs lane
   "pure|lab|.venv/bin/python -m pytest -q -p no:cacheprovider tests/lab"
   "vm|kernel-vm|bash tests/vm/run.sh tests/vm/kernel_backend_check.py"

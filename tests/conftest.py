@@ -1,4 +1,5 @@
 """Make the checkout importable as ansible_collections.kilo.mesh for plain pytest runs."""
+
 import os
 import sys
 

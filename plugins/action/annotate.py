@@ -37,8 +37,13 @@ HANDBACK_REFRESH = 10
 
 def _extra_spec():
     # the client options keep kubernetes.core's alias names (verify_ssl, ssl_ca_cert)
-    spec = dict(node=dict(type="str"), topology_var=dict(type="str"), state=argument_spec("host")["state"],
-                takeover=dict(type="bool", default=False), handback_timeout=dict(type="int", default=0))
+    spec = dict(
+        node=dict(type="str"),
+        topology_var=dict(type="str"),
+        state=argument_spec("host")["state"],
+        takeover=dict(type="bool", default=False),
+        handback_timeout=dict(type="int", default=0),
+    )
     spec.update(kube_client.argument_spec())
     return spec
 
@@ -70,27 +75,41 @@ class ActionModule(KiloAction):
             obj = kube_client.json_call(api.read_node, "GET", path, name)
         except kube_client.KubeError as e:
             if e.status == 404 and args["state"] == "absent":
-                return dict(changed=False, node=name, annotations={}, last_seen=None)  # gone with its Node
+                return dict(
+                    changed=False, node=name, annotations={}, last_seen=None
+                )  # gone with its Node
             if e.status == 404:
-                raise KiloError("no such Node in the cluster (option node, default the inventory hostname)",
-                                node_subject(name))
+                raise KiloError(
+                    "no such Node in the cluster (option node, default the inventory hostname)",
+                    node_subject(name),
+                )
             raise
         current = (obj.get("metadata") or {}).get("annotations") or {}
         if args["state"] == "present":
             wanted = kube_node.node_annotations(node, plan, args["granularity"], now, current)
             # Kilo's agent annotations and ours; cni-compatibility-ip, which the agent writes back
             # too, is left as the Node has it
-            wanted = dict((k, v) for k, v in wanted.items()
-                          if k in kube_node.AGENT_ANNOTATIONS + kube_node.DUAL_ANNOTATIONS + kube_node.OWN_AGENT_ANNOTATIONS)
+            wanted = dict(
+                (k, v)
+                for k, v in wanted.items()
+                if k
+                in kube_node.AGENT_ANNOTATIONS
+                + kube_node.DUAL_ANNOTATIONS
+                + kube_node.OWN_AGENT_ANNOTATIONS
+            )
         else:
             wanted = kube_node.removed_when_leaving(current)  # the dual-stack ones among them
         if args["takeover"] and args["state"] == "present":
             self.refuse_moves(name, current, wanted)
         if args["handback_timeout"] and args["state"] == "present":
-            wanted.update(kube_node.handed_back_removals(current))  # Kilo's agent marks nothing of ours
+            wanted.update(
+                kube_node.handed_back_removals(current)
+            )  # Kilo's agent marks nothing of ours
         ours = [k for k in kube_node.AGENT_ANNOTATIONS if k not in kube_node.OBSERVED_ANNOTATIONS]
         # a dual-stack node's, or one to remove; our agent's own, removed when leaving
-        ours += [k for k in kube_node.DUAL_ANNOTATIONS + kube_node.OWN_AGENT_ANNOTATIONS if k in wanted]
+        ours += [
+            k for k in kube_node.DUAL_ANNOTATIONS + kube_node.OWN_AGENT_ANNOTATIONS if k in wanted
+        ]
         differ, _refreshed = kube_node.annotation_changes(wanted, current)
         patch = dict(differ)
         if args["state"] == "present":
@@ -99,14 +118,23 @@ class ActionModule(KiloAction):
         if patch and not self._task.check_mode:
             kube_client.merge_patch_node(client, name, {"metadata": {"annotations": patch}})
         if args["handback_timeout"] and args["state"] == "present" and not self._task.check_mode:
-            result["handed_back"] = self.hand_back(client, name, wanted[kube_node.LAST_SEEN], args["handback_timeout"])
+            result["handed_back"] = self.hand_back(
+                client, name, wanted[kube_node.LAST_SEEN], args["handback_timeout"]
+            )
         after = dict((k, wanted[k] if k in wanted else current.get(k)) for k in ours)
-        result.update(changed=bool(differ), node=name,
-                      annotations=dict((k, v) for k, v in after.items() if v is not None),
-                      last_seen=int(wanted[kube_node.LAST_SEEN]) if args["state"] == "present" else None)
+        result.update(
+            changed=bool(differ),
+            node=name,
+            annotations=dict((k, v) for k, v in after.items() if v is not None),
+            last_seen=int(wanted[kube_node.LAST_SEEN]) if args["state"] == "present" else None,
+        )
         if self._task.diff:
-            result["diff"] = dict(before=self.shown(current, ours), after=self.shown(after, ours),
-                                  before_header="Node %s" % name, after_header="Node %s" % name)
+            result["diff"] = dict(
+                before=self.shown(current, ours),
+                after=self.shown(after, ours),
+                before_header="Node %s" % name,
+                after_header="Node %s" % name,
+            )
         return result
 
     @staticmethod
@@ -116,13 +144,19 @@ class ActionModule(KiloAction):
         wrote a key on yet has nothing to keep."""
         if not current.get(kube_node.KEY):
             return
-        moved = ["%s %s -> %s" % (k, json.dumps(current.get(k) or ""), json.dumps(wanted[k]))
-                 for k in kube_node.SEEN_BY_OTHERS if (current.get(k) or "") != wanted[k]]
+        moved = [
+            "%s %s -> %s" % (k, json.dumps(current.get(k) or ""), json.dumps(wanted[k]))
+            for k in kube_node.SEEN_BY_OTHERS
+            if (current.get(k) or "") != wanted[k]
+        ]
         if moved:
-            raise KiloError("taking the node over would change what the other nodes see: %s; nothing was written"
-                            " (set the kilo_* options to Kilo's flags, and forced values as the Node's annotations,"
-                            " so that this run computes what its agent did)" % "; ".join(moved),
-                            node_subject(name), "takeover")
+            raise KiloError(
+                "taking the node over would change what the other nodes see: %s; nothing was written"
+                " (set the kilo_* options to Kilo's flags, and forced values as the Node's annotations,"
+                " so that this run computes what its agent did)" % "; ".join(moved),
+                node_subject(name),
+                "takeover",
+            )
 
     @staticmethod
     def hand_back(client, name, written, timeout, clock=time.monotonic, sleep=time.sleep):
@@ -141,13 +175,21 @@ class ActionModule(KiloAction):
             if seen and seen.isdigit() and seen != ours:
                 return {"last_seen": int(seen), "waited": round(clock() - start, 1)}
             if clock() - start > timeout:
-                raise KiloError("no other agent wrote last-seen within %d s (is Kilo's agent running on the node?);"
-                                " the node leaves the other agents' mesh a minute after the last write" % timeout,
-                                node_subject(name), "handback_timeout")
+                raise KiloError(
+                    "no other agent wrote last-seen within %d s (is Kilo's agent running on the node?);"
+                    " the node leaves the other agents' mesh a minute after the last write"
+                    % timeout,
+                    node_subject(name),
+                    "handback_timeout",
+                )
             if clock() - wrote >= HANDBACK_REFRESH:
                 ours, wrote = str(int(time.time())), clock()
-                kube_client.merge_patch_node(client, name, {"metadata": {"annotations": {kube_node.LAST_SEEN: ours}}})
+                kube_client.merge_patch_node(
+                    client, name, {"metadata": {"annotations": {kube_node.LAST_SEEN: ours}}}
+                )
 
     @staticmethod
     def shown(annotations, keys):
-        return "".join("%s: %s\n" % (k, annotations[k]) for k in keys if annotations.get(k) is not None)
+        return "".join(
+            "%s: %s\n" % (k, annotations[k]) for k in keys if annotations.get(k) is not None
+        )

@@ -16,28 +16,46 @@ import json
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import connect_plan
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families, read_families
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes, split_preshared_keys
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
+    flat_routes,
+    split_preshared_keys,
+)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import connect_peer, missing_warning
 
 
 class ActionModule(KiloAction):
     SCOPES = ("host", "connect")
-    EXTRA_SPEC = dict(group=dict(type="str"), step=dict(type="str", choices=["peer", "converge"], default="converge"),
-                      kubernetes=dict(type="bool", default=False), public_key=dict(type="str", no_log=False),
-                      mesh_facts_var=dict(type="str"))
+    EXTRA_SPEC = dict(
+        group=dict(type="str"),
+        step=dict(type="str", choices=["peer", "converge"], default="converge"),
+        kubernetes=dict(type="bool", default=False),
+        public_key=dict(type="str", no_log=False),
+        mesh_facts_var=dict(type="str"),
+    )
 
     def run_kilo(self, args, task_vars):
         host = task_vars["inventory_hostname"]
         group = self.mesh_group(task_vars, args)
         if host in task_vars.get("groups", {}).get(group, []):
-            raise KiloError("is a node of the mesh (group %r); kilo.mesh.connect is for machines outside it" % group,
-                            host_subject(host), "group")
+            raise KiloError(
+                "is a node of the mesh (group %r); kilo.mesh.connect is for machines outside it"
+                % group,
+                host_subject(host),
+                "group",
+            )
         if args["step"] == "peer":
             # a mesh with Kubernetes client options (kilo_kube: the inventory plugin sets it) keeps its peers
             # as Peer resources, which it reads back
-            kube = args["kubernetes"] or self.variable(task_vars, self.mesh_source(task_vars, args), "kilo_kube")[1] is not None
-            return dict(changed=False, peer=self.peer(dict(args, kubernetes=kube), host, self.families(task_vars, group)))
+            kube = (
+                args["kubernetes"]
+                or self.variable(task_vars, self.mesh_source(task_vars, args), "kilo_kube")[1]
+                is not None
+            )
+            return dict(
+                changed=False,
+                peer=self.peer(dict(args, kubernetes=kube), host, self.families(task_vars, group)),
+            )
         settings = self.module_args(args, ("host",))
         settings["state"] = args["connect_state"]
         result = {}
@@ -47,7 +65,11 @@ class ActionModule(KiloAction):
         module_args = dict(settings, plan=plan, preshared_keys=split_preshared_keys(plan))
         result.update(self.converge(module_args, task_vars))
         if plan is not None and not result.get("failed"):
-            result.update(address=plan["address"], peers=len(plan["peers"]), routes=len(flat_routes(plan["routes"])))
+            result.update(
+                address=plan["address"],
+                peers=len(plan["peers"]),
+                routes=len(flat_routes(plan["routes"])),
+            )
         return result
 
     def families(self, task_vars, group):
@@ -57,7 +79,9 @@ class ActionModule(KiloAction):
         members = task_vars.get("groups", {}).get(group) or []
         if not members:
             return ()
-        return read_families(self.options_of(task_vars, source=members[0], scopes=("mesh",))["subnet"])
+        return read_families(
+            self.options_of(task_vars, source=members[0], scopes=("mesh",))["subnet"]
+        )
 
     @staticmethod
     def peer(args, host, families=()):
@@ -68,7 +92,11 @@ class ActionModule(KiloAction):
     def plan(self, args, task_vars, host, group, result):
         members = task_vars.get("groups", {}).get(group) or []
         if not members:
-            raise KiloError("no host in group %r: there is no mesh to connect to" % group, host_subject(host), "kilo_group")
+            raise KiloError(
+                "no host in group %r: there is no mesh to connect to" % group,
+                host_subject(host),
+                "kilo_group",
+            )
         options = self.options_of(task_vars, source=members[0], scopes=("mesh", "inputs"))
         options["group"] = group
         if self._task.check_mode and args["mesh_facts_var"]:
@@ -84,14 +112,29 @@ class ActionModule(KiloAction):
         peer = self.peer(args, host, mesh_families(options["subnet"]))
         if args["public_key"] and not any(p.get("name") == peer["name"] for p in peers):
             # this run's key, before the store shows it (check mode; a cluster the inventory read earlier)
-            peers.append(dict(name=peer["name"], public_key=args["public_key"], allowed_ips=peer["allowed_ips"],
-                              persistent_keepalive=peer["persistent_keepalive"]))
+            peers.append(
+                dict(
+                    name=peer["name"],
+                    public_key=args["public_key"],
+                    allowed_ips=peer["allowed_ips"],
+                    persistent_keepalive=peer["persistent_keepalive"],
+                )
+            )
         # the machine listens where its kilo.mesh.key step checked the port (the key scope's
         # options from its own variables, as that step read them)
         port = self.listen_port(self.options_of(task_vars, source=host, scopes=("key",)), task_vars)
-        return connect_plan(nodes, peers, dict(mesh.options, interface=args["interface"]), host, peer["name"],
-                            args["connect_allowed_ip"], extra=args["connect_allowed_ips"], via=args["connect_via"],
-                            port=port, main_routes=lambda: self.main_routes(host))
+        return connect_plan(
+            nodes,
+            peers,
+            dict(mesh.options, interface=args["interface"]),
+            host,
+            peer["name"],
+            args["connect_allowed_ip"],
+            extra=args["connect_allowed_ips"],
+            via=args["connect_via"],
+            port=port,
+            main_routes=lambda: self.main_routes(host),
+        )
 
     def main_routes(self, host):
         """The machine's main table (`ip -j route show`), read only when a route through the
@@ -100,8 +143,11 @@ class ActionModule(KiloAction):
         for family in (4, 6):
             out = self._low_level_execute_command("ip -j -%d route show table main" % family)
             if out.get("rc") != 0:
-                raise KiloError("cannot read the main routing table: %s" % (out.get("stderr") or "").strip(),
-                                host_subject(host), "kilo_connect_allowed_ips")
+                raise KiloError(
+                    "cannot read the main routing table: %s" % (out.get("stderr") or "").strip(),
+                    host_subject(host),
+                    "kilo_connect_allowed_ips",
+                )
             # a default route's "dst" does not say its family
             routes.extend(dict(r, family=family) for r in json.loads(out.get("stdout") or "[]"))
         return routes

@@ -18,5 +18,7 @@ class ActionModule(KiloAction):
         peers = (args.get("plan") or {}).get("peers") or []
         if any(isinstance(p, dict) and p.get("preshared_key") for p in peers):
             # checked here, before the module's arguments are logged on the host
-            raise KiloError("peers carry preshared keys; pass them in preshared_keys (no_log) instead", "plan")
+            raise KiloError(
+                "peers carry preshared keys; pass them in preshared_keys (no_log) instead", "plan"
+            )
         return self.converge(args, task_vars)

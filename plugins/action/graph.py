@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import (
-    FORMATS, LAYOUTS, MESH_EDGES, GraphError, format_of, layout_for, render, to_dot, uses_hub)
+    FORMATS,
+    LAYOUTS,
+    MESH_EDGES,
+    GraphError,
+    format_of,
+    layout_for,
+    render,
+    to_dot,
+    uses_hub,
+)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.output import output_path, write_output
@@ -22,10 +31,13 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.output import output_pat
 class ActionModule(KiloAction):
     _requires_connection = False
     SCOPES = ("mesh", "inputs", "output")
-    EXTRA_SPEC = dict(dest=dict(type="path"), format=dict(type="str", choices=list(FORMATS)),
-                      layout=dict(type="str", default="auto", choices=list(LAYOUTS)),
-                      mesh_edges=dict(type="str", default="auto", choices=list(MESH_EDGES)),
-                      stand_ins=dict(type="bool", default=False))
+    EXTRA_SPEC = dict(
+        dest=dict(type="path"),
+        format=dict(type="str", choices=list(FORMATS)),
+        layout=dict(type="str", default="auto", choices=list(LAYOUTS)),
+        mesh_edges=dict(type="str", default="auto", choices=list(MESH_EDGES)),
+        stand_ins=dict(type="bool", default=False),
+    )
 
     def run_kilo(self, args, task_vars):
         dest = args["dest"]
@@ -38,16 +50,25 @@ class ActionModule(KiloAction):
         mesh = self.mesh(task_vars, args, stand_ins=args["stand_ins"])
         computed = mesh.computed()
         text = to_dot(computed, args["mesh_edges"])
-        result = dict(changed=False, graph=text, segments=len(computed["segments"]), nodes=len(mesh.nodes),
-                      peers=len(computed["peers"]), hub=uses_hub(computed, args["mesh_edges"]))
+        result = dict(
+            changed=False,
+            graph=text,
+            segments=len(computed["segments"]),
+            nodes=len(mesh.nodes),
+            peers=len(computed["peers"]),
+            hub=uses_hub(computed, args["mesh_edges"]),
+        )
         result.update(format=fmt, layout=layout_for(text, args["layout"]) if fmt != "dot" else None)
         if dest:
             try:
                 data, argv = render(text, fmt, args["layout"])
             except GraphError as e:
                 raise KiloError(str(e), "task", "dest")
-            result.update(dest=dest, command=argv and " ".join(argv[1:]),
-                          changed=write_output(dest, data, check_mode=self._task.check_mode))
+            result.update(
+                dest=dest,
+                command=argv and " ".join(argv[1:]),
+                changed=write_output(dest, data, check_mode=self._task.check_mode),
+            )
         result.update(missing_result(mesh.missing))
         if args["stand_ins"]:
             result["stand_ins"] = list(mesh.stand_ins)
@@ -57,14 +78,20 @@ class ActionModule(KiloAction):
 
 def summary_lines(result, check_mode=False):
     """What the task did, as lines for people (playbooks/graph.yml prints them)."""
-    lines = ["%d segments, %d nodes, %d peers" % (result["segments"], result["nodes"], result["peers"])]
+    lines = [
+        "%d segments, %d nodes, %d peers" % (result["segments"], result["nodes"], result["peers"])
+    ]
     if result.get("dest"):
         how = result["format"] + (", %s layout" % result["layout"] if result.get("layout") else "")
-        done = ("would be written" if check_mode else "written") if result["changed"] else "unchanged"
+        done = (
+            ("would be written" if check_mode else "written") if result["changed"] else "unchanged"
+        )
         lines.append("%s: %s (%s)" % (done, result["dest"], how))
     if result.get("stand_ins"):
-        lines.append("no key yet, drawn dashed with stand-in keys (still need their first run): %s"
-                     % ", ".join(result["stand_ins"]))
+        lines.append(
+            "no key yet, drawn dashed with stand-in keys (still need their first run): %s"
+            % ", ".join(result["stand_ins"])
+        )
     if result.get("missing"):
         lines.append("left out, no key or endpoint known: %s" % ", ".join(result["missing"]))
     return lines

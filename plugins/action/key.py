@@ -35,13 +35,20 @@ class ActionModule(KiloAction):
         if args["state"] == "absent":
             # the key file alone: no discovery, no preparation, no look at the mesh
             if self._task.args.get("prepare"):
-                raise KiloError("removes the key; it prepares nothing (leave prepare out)", "task", "prepare")
-            return self._execute_module(module_name="kilo.mesh.key", task_vars=task_vars,
-                                        module_args={"state": "absent", "key_path": args["key_path"]})
+                raise KiloError(
+                    "removes the key; it prepares nothing (leave prepare out)", "task", "prepare"
+                )
+            return self._execute_module(
+                module_name="kilo.mesh.key",
+                task_vars=task_vars,
+                module_args={"state": "absent", "key_path": args["key_path"]},
+            )
         self.refuse_rotation_under_limit(args, task_vars)
         args["port"] = self.listen_port(args, task_vars)
         held = self.hold_rotation_under_limit(args, task_vars)
-        result = self._execute_module(module_name="kilo.mesh.key", module_args=args, task_vars=task_vars)
+        result = self._execute_module(
+            module_name="kilo.mesh.key", module_args=args, task_vars=task_vars
+        )
         prepared = result.get("prepared")
         if prepared is not None and not result.get("failed"):
             prepared["installed"] = []
@@ -56,9 +63,12 @@ class ActionModule(KiloAction):
         # this host's node as the mesh will make it from what the key step just reported
         node = self.mesh(task_vars, args).node(host, facts=facts_from_result(result))
         if node is None or not node.get("endpoint"):
-            raise KiloError("no usable address found by discovery (every address is loopback, link-local or on an"
-                            " ignored interface); set it or change kilo_discovery_ignore_interfaces",
-                            host_subject(host), "kilo_force_endpoint")
+            raise KiloError(
+                "no usable address found by discovery (every address is loopback, link-local or on an"
+                " ignored interface); set it or change kilo_discovery_ignore_interfaces",
+                host_subject(host),
+                "kilo_force_endpoint",
+            )
         return result
 
     def left_out(self, task_vars):
@@ -86,13 +96,19 @@ class ActionModule(KiloAction):
         keep its old key and cut it off). A mesh host's is refused earlier, by kilo.mesh.validate;
         a connecting machine's key step runs before validate does, in a play of its own."""
         host = task_vars.get("inventory_hostname")
-        if not args.get("key_rotate") or host in task_vars["groups"].get(self.mesh_group(task_vars), []):
+        if not args.get("key_rotate") or host in task_vars["groups"].get(
+            self.mesh_group(task_vars), []
+        ):
             return
         outside = self.left_out(task_vars)
         if outside:
-            raise KiloError("this machine's key would rotate, but %s, left out of this run (--limit), would keep its"
-                            " old key and cut it off; rotate it in a run that leaves no host of the mesh out"
-                            % some_of(outside), host_subject(host), OPTIONS["key_rotate"]["var"])
+            raise KiloError(
+                "this machine's key would rotate, but %s, left out of this run (--limit), would keep its"
+                " old key and cut it off; rotate it in a run that leaves no host of the mesh out"
+                % some_of(outside),
+                host_subject(host),
+                OPTIONS["key_rotate"]["var"],
+            )
 
     def hold_rotation_under_limit(self, args, task_vars):
         """No rotation by age in a run that leaves hosts of the mesh out (--limit): they would keep
@@ -105,8 +121,10 @@ class ActionModule(KiloAction):
         if not outside:
             return None
         args["key_max_age"] = 0
-        return ("kilo_key_max_age is not applied in this run: %s, left out of this run (--limit), would keep this"
-                " host's old key" % some_of(outside))
+        return (
+            "kilo_key_max_age is not applied in this run: %s, left out of this run (--limit), would keep this"
+            " host's old key" % some_of(outside)
+        )
 
     def refuse_unfinished_rotation(self, result, task_vars):
         """A rotation cut short earlier (the key file holds the new key, the interface the old one)
@@ -114,26 +132,43 @@ class ActionModule(KiloAction):
         left out would cut it off. Its converge is refused; the interface keeps the old key."""
         outside = self.left_out(task_vars) if result.get("rotating") else []
         if outside:
-            raise KiloError("the key rotation of this host is unfinished (an earlier run was cut short) and %s, left"
-                            " out of this run (--limit), would keep its old key; finish it with a run of every host"
-                            " of the mesh" % some_of(outside), host_subject(task_vars.get("inventory_hostname")),
-                            "kilo_key_rotate")
+            raise KiloError(
+                "the key rotation of this host is unfinished (an earlier run was cut short) and %s, left"
+                " out of this run (--limit), would keep its old key; finish it with a run of every host"
+                " of the mesh" % some_of(outside),
+                host_subject(task_vars.get("inventory_hostname")),
+                "kilo_key_rotate",
+            )
 
     def install_then_key(self, args, prepared, task_vars):
         """Install ``prepared["missing"]``, then the key step alone; one result for the task."""
         packages = list(prepared["missing"])
-        installed = self.package(packages, prepared.get("pkg_mgr"), prepared.get("package_args"), task_vars)
+        installed = self.package(
+            packages, prepared.get("pkg_mgr"), prepared.get("package_args"), task_vars
+        )
         if installed.get("failed"):
-            raise KiloError("installing %s failed: %s" % (", ".join(packages), installed.get("msg", "no message")),
-                            host_subject(task_vars.get("inventory_hostname")), "install_packages")
-        result = self._execute_module(module_name="kilo.mesh.key", module_args=dict(args, prepare=False),
-                                      task_vars=task_vars)
+            raise KiloError(
+                "installing %s failed: %s"
+                % (", ".join(packages), installed.get("msg", "no message")),
+                host_subject(task_vars.get("inventory_hostname")),
+                "install_packages",
+            )
+        result = self._execute_module(
+            module_name="kilo.mesh.key", module_args=dict(args, prepare=False), task_vars=task_vars
+        )
         if result.get("failed") and self._task.check_mode:
-            result["msg"] = "check mode: %s not installed yet; %s" % (", ".join(packages), result.get("msg"))
-        prepared.update(installed=packages if installed.get("changed") else [],
-                        changes=prepared.get("changes", []) + ["install %s" % ", ".join(packages)])
+            result["msg"] = "check mode: %s not installed yet; %s" % (
+                ", ".join(packages),
+                result.get("msg"),
+            )
+        prepared.update(
+            installed=packages if installed.get("changed") else [],
+            changes=prepared.get("changes", []) + ["install %s" % ", ".join(packages)],
+        )
         result["prepared"] = prepared
-        result["changed"] = bool(result.get("changed") or installed.get("changed") or prepared.get("changes"))
+        result["changed"] = bool(
+            result.get("changed") or installed.get("changed") or prepared.get("changes")
+        )
         return result
 
     def package(self, names, pkg_mgr, package_args, task_vars):
@@ -141,6 +176,12 @@ class ActionModule(KiloAction):
         task = self._task.copy()
         task.args = dict(package_args or {}, name=names, state="present", use=pkg_mgr or "auto")
         action = self._shared_loader_obj.action_loader.get(
-            "ansible.legacy.package", task=task, connection=self._connection, play_context=self._play_context,
-            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+            "ansible.legacy.package",
+            task=task,
+            connection=self._connection,
+            play_context=self._play_context,
+            loader=self._loader,
+            templar=self._templar,
+            shared_loader_obj=self._shared_loader_obj,
+        )
         return action.run(task_vars=task_vars)

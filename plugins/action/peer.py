@@ -16,11 +16,20 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
-    PEER_STORES, check_peer_name, desired_peer, peer_argument_spec)
+    PEER_STORES,
+    check_peer_name,
+    desired_peer,
+    peer_argument_spec,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
-from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import registry_path, set_registry_peer
-from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import shown as registry_shown
+from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
+    registry_path,
+    set_registry_peer,
+)
+from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import (
+    shown as registry_shown,
+)
 
 
 def canonical_client_args(args):
@@ -50,11 +59,19 @@ class ActionModule(KiloAction):
         result = ActionBase.run(self, tmp, task_vars)
         module_args = canonical_client_args(self._task.args)
         try:
-            module_args.update((k, v) for k, v in self.client_options(module_args, task_vars).items() if v is not None)
+            module_args.update(
+                (k, v)
+                for k, v in self.client_options(module_args, task_vars).items()
+                if v is not None
+            )
         except KiloError as e:
             result.update(failed=True, msg=str(e))
             return result
-        result.update(self._execute_module(module_name="kilo.mesh.peer", module_args=module_args, task_vars=task_vars))
+        result.update(
+            self._execute_module(
+                module_name="kilo.mesh.peer", module_args=module_args, task_vars=task_vars
+            )
+        )
         return self.with_deprecations(result)
 
     def vars_source(self, task_vars, given=None):
@@ -72,18 +89,28 @@ class ActionModule(KiloAction):
                 if args[option] is None:
                     raise KiloError("required with state=present", subject, option)
             if args["preshared_key"]:
-                raise KiloError("the registry is a plain JSON file that holds public data only: give a peer with"
-                                " a preshared key in kilo_peers (with Ansible Vault) or as a Peer resource",
-                                subject, "preshared_key")
+                raise KiloError(
+                    "the registry is a plain JSON file that holds public data only: give a peer with"
+                    " a preshared key in kilo_peers (with Ansible Vault) or as a Peer resource",
+                    subject,
+                    "preshared_key",
+                )
             peer = desired_peer(args)
             entry = dict((field, peer[field]) for field in ENTRY_FIELDS)
         before = set_registry_peer(path, name, entry, check_mode=bool(self._task.check_mode))
         shown = entry if args["state"] == "present" else before
-        result = dict(changed=before != entry, registry=registry_shown(path),
-                      peer=dict(shown, name=name, preshared_key=None) if shown else None)
+        result = dict(
+            changed=before != entry,
+            registry=registry_shown(path),
+            peer=dict(shown, name=name, preshared_key=None) if shown else None,
+        )
         if self._task.diff:
-            result["diff"] = dict(before=before or {}, after=entry or {},
-                                  before_header="%s: peers.%s" % (registry_shown(path), name), after_header="%s: peers.%s" % (registry_shown(path), name))
+            result["diff"] = dict(
+                before=before or {},
+                after=entry or {},
+                before_header="%s: peers.%s" % (registry_shown(path), name),
+                after_header="%s: peers.%s" % (registry_shown(path), name),
+            )
         warning = self._inventory_wins(task_vars, args, name)
         if warning:
             result["warnings"] = [warning]
@@ -96,6 +123,8 @@ class ActionModule(KiloAction):
             return None
         found, peers = self.variable(task_vars, members[0], "kilo_peers")
         if found and any(isinstance(p, dict) and p.get("name") == name for p in peers or []):
-            return ("kilo_peers of the inventory has a peer named %r: the mesh uses that one, not the registry's"
-                    % name)
+            return (
+                "kilo_peers of the inventory has a peer named %r: the mesh uses that one, not the registry's"
+                % name
+            )
         return None

@@ -23,7 +23,12 @@ class ActionModule(KiloAction):
             # a task argument only: the table's kilo_state (a node leaving the mesh) never reaches it
             args["state"] = "present"
         if args["state"] == "absent":  # nothing to probe: no port, no package, no sysctl wanted
-            return self._execute_module(module_name="kilo.mesh.prepare", module_args={"state": "absent"},
-                                        task_vars=task_vars)
+            return self._execute_module(
+                module_name="kilo.mesh.prepare",
+                module_args={"state": "absent"},
+                task_vars=task_vars,
+            )
         args["port"] = self.listen_port(args, task_vars)
-        return self._execute_module(module_name="kilo.mesh.prepare", module_args=args, task_vars=task_vars)
+        return self._execute_module(
+            module_name="kilo.mesh.prepare", module_args=args, task_vars=task_vars
+        )

@@ -19,14 +19,15 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.status_summary import su
 
 
 class ActionModule(KiloAction):
-
     def spec(self):
         return status_spec()
 
     def run_kilo(self, args, task_vars):
         host = task_vars.get("inventory_hostname")
         # the mesh's options as this host's variables give them (the task's own are the module's)
-        mesh = self.mesh(task_vars, self.options_of(task_vars, source=host, scopes=("mesh", "inputs")))
+        mesh = self.mesh(
+            task_vars, self.options_of(task_vars, source=host, scopes=("mesh", "inputs"))
+        )
         peers = mesh.peers
         if args["summary"]:
             return self.summary(args, task_vars, peers, mesh.registry, mesh)
@@ -35,7 +36,9 @@ class ActionModule(KiloAction):
             args["mesh_nodes"] = len(locations)
         if args["mesh_peers"] is None:
             args["mesh_peers"] = len(peers)
-        result = self._execute_module(module_name="kilo.mesh.status", module_args=args, task_vars=task_vars)
+        result = self._execute_module(
+            module_name="kilo.mesh.status", module_args=args, task_vars=task_vars
+        )
         if result.get("failed") or result.get("skipped"):
             return result
         # as the host's node has it: kilo_location when set (even empty), else its location group
@@ -53,16 +56,29 @@ class ActionModule(KiloAction):
             results[host] = value if found and isinstance(value, dict) else None
         # names of public keys: outside peers, the registry (a host whose interface is gone
         # reports no key of its own), then the hosts' own results (in summary())
-        names = dict((p.get("public_key"), p.get("name")) for p in peers if isinstance(p, dict) and p.get("public_key"))
+        names = dict(
+            (p.get("public_key"), p.get("name"))
+            for p in peers
+            if isinstance(p, dict) and p.get("public_key")
+        )
         for host, facts in registry["hosts"].items():
             if isinstance(facts, dict) and facts.get("public_key"):
                 names[facts["public_key"]] = host
         out = summary(results, names, engine_paths(mesh))
-        done = dict(changed=False, lines=out["lines"], leaders=out["leaders"], stale=out["stale"],
-                    unreported=out["unreported"], hosts=out["hosts"], tunnels=out["tunnels"])
+        done = dict(
+            changed=False,
+            lines=out["lines"],
+            leaders=out["leaders"],
+            stale=out["stale"],
+            unreported=out["unreported"],
+            hosts=out["hosts"],
+            tunnels=out["tunnels"],
+        )
         if out["paths"]:
-            done["paths"] = [dict(a=a, b=b, path=path, via=None if via == "-" else via, handshake=age)
-                             for a, b, path, via, age in out["paths"]]
+            done["paths"] = [
+                dict(a=a, b=b, path=path, via=None if via == "-" else via, handshake=age)
+                for a, b, path, via, age in out["paths"]
+            ]
         return done
 
 

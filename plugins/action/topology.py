@@ -13,16 +13,34 @@ from __future__ import annotations
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import SWITCH_STEP, mark_roaming, split_preshared_keys
-from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import public_entries, wireguard_conf
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans, peer_config
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
+    SWITCH_STEP,
+    mark_roaming,
+    split_preshared_keys,
+)
+from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import (
+    public_entries,
+    wireguard_conf,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
+    build_plans,
+    peer_config,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
-    missing_result, stale_leaders, stale_relays, update_registry)
+    missing_result,
+    stale_leaders,
+    stale_relays,
+    update_registry,
+)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import shown
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import MIN_HANDSHAKE_BOUND, as_host_error, check_parties
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import (
+    MIN_HANDSHAKE_BOUND,
+    as_host_error,
+    check_parties,
+)
 
 
 # A key rotation's schedule (``rotation`` in the result; kilo.mesh.join hands each host its moment):
@@ -43,25 +61,46 @@ REGISTRY_POLL = 1.0
 class ActionModule(KiloAction):
     _requires_connection = False
     SCOPES = ("mesh", "plans", "slicing", "inputs")
-    EXTRA_SPEC = dict(peer=dict(type="str"), save_plans=dict(type="bool", default=False),
-                      stand_ins=dict(type="bool", default=False))
+    EXTRA_SPEC = dict(
+        peer=dict(type="str"),
+        save_plans=dict(type="bool", default=False),
+        stand_ins=dict(type="bool", default=False),
+    )
 
     def run_kilo(self, args, task_vars):
         if args["stand_ins"] and (args["save_plans"] or args["peer"]):
             # stand-in keys are for people to read, never for a host or a peer's configuration
-            raise KiloError("a preview for people: not with %s" % ("save_plans" if args["save_plans"] else "peer"),
-                            "task", "stand_ins")
-        mesh = self.mesh(task_vars, args, earlier=self.earlier_reading(task_vars, args["group"]),
-                         stand_ins=args["stand_ins"])
+            raise KiloError(
+                "a preview for people: not with %s"
+                % ("save_plans" if args["save_plans"] else "peer"),
+                "task",
+                "stand_ins",
+            )
+        mesh = self.mesh(
+            task_vars,
+            args,
+            earlier=self.earlier_reading(task_vars, args["group"]),
+            stand_ins=args["stand_ins"],
+        )
         if args["leader_health"]:
             self.mark_down(args, task_vars, mesh.nodes)
         relays_down = self.mark_relays_down(args, task_vars, mesh.nodes)
         if args["save_plans"]:
             return self.save_plans(task_vars, mesh, relays_down)
         computed = mesh.computed()
-        sections = peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options) if args["peer"] else None
-        result = dict(changed=False, plans=computed["plans"], segments=computed["segments"], graph=to_dot(computed),
-                      registry=shown(mesh.registry_file), subnet=args["subnet"])
+        sections = (
+            peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options)
+            if args["peer"]
+            else None
+        )
+        result = dict(
+            changed=False,
+            plans=computed["plans"],
+            segments=computed["segments"],
+            graph=to_dot(computed),
+            registry=shown(mesh.registry_file),
+            subnet=args["subnet"],
+        )
         if "paths" in computed:  # a relayed mesh (engine/relays.py): which pairs go through whom
             result["paths"] = computed["paths"]
         if sections is not None:
@@ -79,7 +118,9 @@ class ActionModule(KiloAction):
     def mark_down(self, args, task_vars, nodes):
         """kilo_leader_health: hosts of the play that failed or went unreachable before this
         step, and (with a handshake bound) those whose tunnels to every other node are stale."""
-        down = set(task_vars.get("ansible_play_hosts_all") or []) - set(task_vars.get("ansible_play_hosts") or [])
+        down = set(task_vars.get("ansible_play_hosts_all") or []) - set(
+            task_vars.get("ansible_play_hosts") or []
+        )
         if args["leader_handshake_timeout"] > 0:
             reported = {}
             for host in task_vars.get("ansible_play_hosts") or []:
@@ -98,13 +139,17 @@ class ActionModule(KiloAction):
         handshakes the leaders behind NAT report stale (``leader_handshake_timeout``, else
         validate's 180 s), is marked ``relay_down``: its pairs leave it for another relay (the
         engine's hash; a mesh without locations behind NAT reads no such mark). Returns their names."""
-        down = set(task_vars.get("ansible_play_hosts_all") or []) - set(task_vars.get("ansible_play_hosts") or [])
+        down = set(task_vars.get("ansible_play_hosts_all") or []) - set(
+            task_vars.get("ansible_play_hosts") or []
+        )
         reported = {}
         for host in task_vars.get("ansible_play_hosts") or []:
             found, result = self.variable(task_vars, host, args["facts_var"])
             if found and isinstance(result, dict):
                 reported[host] = result.get("handshakes")
-        down |= stale_relays(reported, nodes, args["leader_handshake_timeout"] or MIN_HANDSHAKE_BOUND)
+        down |= stale_relays(
+            reported, nodes, args["leader_handshake_timeout"] or MIN_HANDSHAKE_BOUND
+        )
         marked = []
         for node in nodes:
             if node["name"] in down and not node.get("behind_nat") and node.get("endpoint"):
@@ -118,9 +163,13 @@ class ActionModule(KiloAction):
         includes them. Compares with the mesh computed without the marks (paths only, no plans)."""
         if "paths" not in computed:
             return []
-        unmarked = [dict((k, v) for k, v in node.items() if k != "relay_down") for node in mesh.nodes]
-        before = dict(((p["a"], p["b"]), p["via"]) for p in
-                      build_plans(unmarked, mesh.peers, mesh.options, only=[]).get("paths", ()))
+        unmarked = [
+            dict((k, v) for k, v in node.items() if k != "relay_down") for node in mesh.nodes
+        ]
+        before = dict(
+            ((p["a"], p["b"]), p["via"])
+            for p in build_plans(unmarked, mesh.peers, mesh.options, only=[]).get("paths", ())
+        )
         leaders = dict((seg["key"], seg["leader"]) for seg in computed["segments"])
         in_run = set(task_vars.get("ansible_play_hosts_all") or [])
         out = []
@@ -130,30 +179,55 @@ class ActionModule(KiloAction):
                 continue
             for end in (path["a"], path["b"]):
                 if leaders.get(end) not in in_run:
-                    out.append("relay %s is down (%s): the pair %s - %s moves to relay %s, but %s (leader of %s)"
-                               " is not in this run (--limit): it sends through %s until a run includes it"
-                               % (old, ", ".join(relays_down), path["a"], path["b"], path["via"], leaders.get(end),
-                                  end, old))
+                    out.append(
+                        "relay %s is down (%s): the pair %s - %s moves to relay %s, but %s (leader of %s)"
+                        " is not in this run (--limit): it sends through %s until a run includes it"
+                        % (
+                            old,
+                            ", ".join(relays_down),
+                            path["a"],
+                            path["b"],
+                            path["via"],
+                            leaders.get(end),
+                            end,
+                            old,
+                        )
+                    )
         return out
 
     def save_plans(self, task_vars, mesh, relays_down=()):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
-        batch = task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [task_vars["inventory_hostname"]]
+        batch = (
+            task_vars.get("ansible_play_batch")
+            or task_vars.get("ansible_play_hosts")
+            or [task_vars["inventory_hostname"]]
+        )
         play = [h for h in batch if h in names]
-        waited = self.wait_for_hosts(mesh) if mesh.args.get("registry_wait") and not self._task.check_mode else None
+        waited = (
+            self.wait_for_hosts(mesh)
+            if mesh.args.get("registry_wait") and not self._task.check_mode
+            else None
+        )
         if waited is not None:
             names = set(n["name"] for n in mesh.nodes)
             play = [h for h in batch if h in names]
-        computed = mesh.computed(only=play, check=lambda topology: self.check_parties(task_vars, mesh, topology))
+        computed = mesh.computed(
+            only=play, check=lambda topology: self.check_parties(task_vars, mesh, topology)
+        )
         mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:
             update_registry(mesh.registry_file, mesh.fresh)
-        result = dict(changed=False, plan_store=plan_store.save(computed["plans"]), nodes=len(mesh.nodes),
-                      segments=len(computed["segments"]), plans=len(play),
-                      leaders=sorted(s["leader"] for s in computed["segments"]),
-                      rotation=self.rotation(play, mesh.rotating, computed["plans"]))
+        result = dict(
+            changed=False,
+            plan_store=plan_store.save(computed["plans"]),
+            nodes=len(mesh.nodes),
+            segments=len(computed["segments"]),
+            plans=len(play),
+            leaders=sorted(s["leader"] for s in computed["segments"]),
+            rotation=self.rotation(play, mesh.rotating, computed["plans"]),
+        )
         if waited is not None:
             result["registry_waited"] = waited
         result.update(missing_result(mesh.missing))
@@ -201,7 +275,12 @@ class ActionModule(KiloAction):
         nothing: no schedule."""
         rotating = [host for host in play if host in reported]
         forks = ansible_internals.forks()
-        scheduled = bool(rotating) and not self._task.check_mode and forks is not None and len(play) <= forks
+        scheduled = (
+            bool(rotating)
+            and not self._task.check_mode
+            and forks is not None
+            and len(play) <= forks
+        )
         out = dict(hosts=sorted(rotating), scheduled=scheduled)
         if scheduled:
             at = round(time.time() + ROTATION_LEAD, 3)
@@ -210,6 +289,10 @@ class ActionModule(KiloAction):
             leading = [h for h in sorted(rotating) if (plans.get(h) or {}).get("leader")]
             moments = dict((h, at) for h in rotating)
             moments.update((h, round(at + i * ROTATING_GAP, 3)) for i, h in enumerate(leading))
-            out.update(at=at, step=SWITCH_STEP, moments=moments,
-                       peers_at=round(max(moments.values()) + SWITCH_STEP, 3))
+            out.update(
+                at=at,
+                step=SWITCH_STEP,
+                moments=moments,
+                peers_at=round(max(moments.values()) + SWITCH_STEP, 3),
+            )
         return out

@@ -18,19 +18,26 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import connect_peer, missing_result
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import stand_in_key
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_names, check_rotation, converged_together, mesh_hosts
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import (
+    check_names,
+    check_rotation,
+    converged_together,
+    mesh_hosts,
+)
 
 
 # Stand-in keys of connecting machines without one yet: numbered apart from the hosts' (1, 2, ...).
-CONNECTING_KEYS = 10 ** 12
+CONNECTING_KEYS = 10**12
 
 
 class ActionModule(KiloAction):
     _requires_connection = False
     # the options of every role and module: each host's are checked in every scope
     SCOPES = SCOPES
-    EXTRA_SPEC = dict(connecting=dict(type="list", elements="str", default=[]),
-                      group_only=dict(type="bool", default=False))
+    EXTRA_SPEC = dict(
+        connecting=dict(type="list", elements="str", default=[]),
+        group_only=dict(type="bool", default=False),
+    )
 
     def run_kilo(self, args, task_vars):
         if args["group_only"]:
@@ -49,10 +56,16 @@ class ActionModule(KiloAction):
         if args["connecting"]:
             admitted = ansible_internals.limit_admits(self.inventory(task_vars), args["group"])
             play |= set(hosts) if admitted is None else admitted
-        joining = [host for host in missing if host in play and per_host[host]["state"] == "present"]
-        result = dict(changed=False, hosts=len(hosts), nodes=len(nodes),
-                      msg="%d hosts, %d known nodes (%d join in this run), %d peers: valid"
-                      % (len(hosts), len(nodes), len(joining), len(peers)))
+        joining = [
+            host for host in missing if host in play and per_host[host]["state"] == "present"
+        ]
+        result = dict(
+            changed=False,
+            hosts=len(hosts),
+            nodes=len(nodes),
+            msg="%d hosts, %d known nodes (%d join in this run), %d peers: valid"
+            % (len(hosts), len(nodes), len(joining), len(peers)),
+        )
         result.update(missing_result(missing, joining))
         if checked.warnings:  # a relayed mesh's (validate.relay_warnings)
             result["warnings"] = checked.warnings + result.get("warnings", [])
@@ -69,7 +82,12 @@ class ActionModule(KiloAction):
         else:
             group = extra.get("kilo_group") or OPTIONS["group"]["default"]
         hosts = mesh_hosts(task_vars, group)
-        return dict(changed=False, group=group, hosts=len(hosts), msg="group %s: %d hosts" % (group, len(hosts)))
+        return dict(
+            changed=False,
+            group=group,
+            hosts=len(hosts),
+            msg="group %s: %d hosts" % (group, len(hosts)),
+        )
 
     def connecting(self, task_vars, args, mesh):
         """(name, peer) of each machine of ``connecting`` as connect.yml is about to keep it (None:
@@ -77,11 +95,17 @@ class ActionModule(KiloAction):
         out = []
         group_hosts = set(task_vars.get("groups", {}).get(args["group"]) or ())
         families = read_families(args.get("subnet"))
-        known = dict((p.get("name"), p.get("public_key")) for p in mesh.peers if isinstance(p, dict))
+        known = dict(
+            (p.get("name"), p.get("public_key")) for p in mesh.peers if isinstance(p, dict)
+        )
         for host in args["connecting"]:
             if host in group_hosts:
-                raise KiloError("is a node of the mesh (group %r); connect.yml's machines are outside it"
-                                % args["group"], host_subject(host), "connect_hosts")
+                raise KiloError(
+                    "is a node of the mesh (group %r); connect.yml's machines are outside it"
+                    % args["group"],
+                    host_subject(host),
+                    "connect_hosts",
+                )
         check_names(args["connecting"], task_vars["hostvars"])
         for index, host in enumerate(args["connecting"]):
             options = self.options_of(task_vars, source=host, scopes=("connect",))
@@ -89,7 +113,15 @@ class ActionModule(KiloAction):
             if peer["state"] != "present":
                 out.append((peer["name"], None))
                 continue
-            out.append((peer["name"], dict(name=peer["name"], allowed_ips=peer["allowed_ips"],
-                                           persistent_keepalive=peer["persistent_keepalive"],
-                                           public_key=known.get(peer["name"]) or stand_in_key(CONNECTING_KEYS + index))))
+            out.append(
+                (
+                    peer["name"],
+                    dict(
+                        name=peer["name"],
+                        allowed_ips=peer["allowed_ips"],
+                        persistent_keepalive=peer["persistent_keepalive"],
+                        public_key=known.get(peer["name"]) or stand_in_key(CONNECTING_KEYS + index),
+                    ),
+                )
+            )
         return out

@@ -72,24 +72,42 @@ def plan_table(result):
     for name in sorted(result["plans"]):
         plan = result["plans"][name]
         peers = ", ".join(p["name"] for p in plan.get("peers", [])) or "-"
-        rows.append((name + (" " + MARK if name in marked else ""), location_of.get(name, ""), plan["segment"],
-                     "yes" if plan["leader"] else "",
-                     # a dual-stack plan's address is a list of two: both shown, primary first
-                     ", ".join(as_list(plan.get("address"))) or "-", peers, str(len(flat_routes(plan.get("routes")))), str(len(plan.get("rules", [])))))
+        rows.append(
+            (
+                name + (" " + MARK if name in marked else ""),
+                location_of.get(name, ""),
+                plan["segment"],
+                "yes" if plan["leader"] else "",
+                # a dual-stack plan's address is a list of two: both shown, primary first
+                ", ".join(as_list(plan.get("address"))) or "-",
+                peers,
+                str(len(flat_routes(plan.get("routes")))),
+                str(len(plan.get("rules", []))),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     locations = sorted(set(location_of.values()))
-    leaders = ", ".join("%s (%s)" % (s["leader"], s.get("location") or s["key"]) for s in segments) or "none"
+    leaders = (
+        ", ".join("%s (%s)" % (s["leader"], s.get("location") or s["key"]) for s in segments)
+        or "none"
+    )
     summary = "%s in %s, %s; leaders: %s" % (
-        _count(len(result["plans"]), "node"), _count(len(locations), "location"), _count(len(segments), "segment"),
-        leaders)
+        _count(len(result["plans"]), "node"),
+        _count(len(locations), "location"),
+        _count(len(segments), "segment"),
+        leaders,
+    )
     lines.insert(0, summary)
     if stand_ins:
-        lines += ["%s no key yet: %s still need their first run (kilo.mesh.site)." % (MARK, _names(stand_ins)),
-                  "  Their keys and endpoints are stand-ins, for this table only. Who leads assumes each gets a public",
-                  "  endpoint (Kilo's order: kilo_leader with a public endpoint, kilo_leader, a public endpoint, the first",
-                  "  by name)."]
+        lines += [
+            "%s no key yet: %s still need their first run (kilo.mesh.site)."
+            % (MARK, _names(stand_ins)),
+            "  Their keys and endpoints are stand-ins, for this table only. Who leads assumes each gets a public",
+            "  endpoint (Kilo's order: kilo_leader with a public endpoint, kilo_leader, a public endpoint, the first",
+            "  by name).",
+        ]
     if result.get("missing"):
         lines.append("left out, no key or endpoint known: %s" % _names(result["missing"]))
     return lines

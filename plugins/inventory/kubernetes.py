@@ -127,18 +127,25 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
     NAME = "kilo.mesh.kubernetes"
 
     def verify_file(self, path):
-        return super(InventoryModule, self).verify_file(path) and path.endswith(("kubernetes.yml", "kubernetes.yaml"))
+        return super(InventoryModule, self).verify_file(path) and path.endswith(
+            ("kubernetes.yml", "kubernetes.yaml")
+        )
 
     def parse(self, inventory, loader, path, cache=True):
         super(InventoryModule, self).parse(inventory, loader, path, cache)
         self._read_config_data(path)
         if not kube_client.HAS_KUBERNETES:
-            raise AnsibleError("%s needs the Python library 'kubernetes' on the controller (pip install kubernetes): %s"
-                               % (self.NAME, kube_client.KUBERNETES_IMPORT_ERROR.strip().splitlines()[-1]))
+            raise AnsibleError(
+                "%s needs the Python library 'kubernetes' on the controller (pip install kubernetes): %s"
+                % (self.NAME, kube_client.KUBERNETES_IMPORT_ERROR.strip().splitlines()[-1])
+            )
         # the client options of this file: every host gets them as kilo_kube, so the tasks that talk to
         # the API later (the write-back, the agent, kilo.mesh.peer, playbooks/kubernetes.yml) reach this cluster
-        self._client = dict((name, self.get_option(name)) for name in kube_client.ENV
-                            if self.get_option(name) not in (None, ""))
+        self._client = dict(
+            (name, self.get_option(name))
+            for name in kube_client.ENV
+            if self.get_option(name) not in (None, "")
+        )
         try:
             client = kube_client.api_client(self._client)
             nodes = kube_client.list_nodes(client)
@@ -159,8 +166,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
     def _peers(self, client):
         """The valid Peers, or None when the Peer resource type is not installed."""
         try:
-            items = kube_client.list_cluster_objects(client, kube_node.PEER_GROUP, kube_node.PEER_VERSION,
-                                                     kube_node.PEER_PLURAL)
+            items = kube_client.list_cluster_objects(
+                client, kube_node.PEER_GROUP, kube_node.PEER_VERSION, kube_node.PEER_PLURAL
+            )
         except kube_client.KubeError as e:
             if e.status == 404:
                 return None
@@ -191,11 +199,16 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
     def _location_group(self, host, location, group, locations):
         name = to_safe_group_name(location, force=True, silent=True)
         if name == group or name in RESERVED_GROUPS:
-            raise KiloError("location %r cannot be an inventory group: %r is taken" % (location, name),
-                            node_subject(host), "kilo_location")
+            raise KiloError(
+                "location %r cannot be an inventory group: %r is taken" % (location, name),
+                node_subject(host),
+                "kilo_location",
+            )
         if locations.setdefault(name, location) != location:
-            self.display.warning("%s: locations %r and %r share the inventory group %r; kilo_location keeps"
-                                 " them apart" % (self.NAME, locations[name], location, name))
+            self.display.warning(
+                "%s: locations %r and %r share the inventory group %r; kilo_location keeps"
+                " them apart" % (self.NAME, locations[name], location, name)
+            )
         self.inventory.add_group(name)
         self.inventory.add_child(group, name)
         return name
@@ -205,12 +218,16 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         meta = node["metadata"]
         name = self.inventory.add_host(meta["name"], group=group)
         if hvars["kilo_location"]:
-            self.inventory.add_host(name, group=self._location_group(name, hvars["kilo_location"], group, locations))
+            self.inventory.add_host(
+                name, group=self._location_group(name, hvars["kilo_location"], group, locations)
+            )
         for key, value in hvars.items():
             self.inventory.set_variable(name, key, value)
         self.inventory.set_variable(name, CLIENT_VAR, dict(self._client))
         self.inventory.set_variable(name, "kubernetes_labels", dict(meta.get("labels") or {}))
-        self.inventory.set_variable(name, kube_node.ANNOTATIONS_VAR, dict(meta.get("annotations") or {}))
+        self.inventory.set_variable(
+            name, kube_node.ANNOTATIONS_VAR, dict(meta.get("annotations") or {})
+        )
         address = kube_node.node_address(node, self.get_option("address"))
         if address:
             self.inventory.set_variable(name, "ansible_host", address)
@@ -218,4 +235,6 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         variables = self.inventory.get_host(name).get_vars()
         self._set_composite_vars(self.get_option("compose"), variables, name, strict=strict)
         self._add_host_to_composed_groups(self.get_option("groups"), variables, name, strict=strict)
-        self._add_host_to_keyed_groups(self.get_option("keyed_groups"), variables, name, strict=strict)
+        self._add_host_to_keyed_groups(
+            self.get_option("keyed_groups"), variables, name, strict=strict
+        )

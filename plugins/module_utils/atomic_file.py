@@ -33,7 +33,9 @@ def write_atomic(path, data, mode, make_dirs=None):
     directory = os.path.dirname(os.path.abspath(path))
     if make_dirs is not None and not os.path.isdir(directory):
         os.makedirs(directory, make_dirs)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX % os.path.basename(path), suffix=_TMP_SUFFIX)
+    fd, tmp = tempfile.mkstemp(
+        dir=directory, prefix=_TMP_PREFIX % os.path.basename(path), suffix=_TMP_SUFFIX
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode)
@@ -75,8 +77,13 @@ def leftovers(path):
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted(os.path.join(directory, name) for name in names
-                  if name.startswith(prefix) and name.endswith(_TMP_SUFFIX) and len(name) > len(prefix + _TMP_SUFFIX))
+    return sorted(
+        os.path.join(directory, name)
+        for name in names
+        if name.startswith(prefix)
+        and name.endswith(_TMP_SUFFIX)
+        and len(name) > len(prefix + _TMP_SUFFIX)
+    )
 
 
 def read_bytes(path):

@@ -75,11 +75,13 @@ def did_you_mean(name, known, prefixes=()):
     """'; did you mean X?' naming the one of ``known`` closest to the unknown ``name`` (difflib's
     ratio, at least 0.6), or '' when none is close. A prefix of ``prefixes`` that both names share
     (``kilo_``, an annotation's domain) is left out of the comparison: it would make any two close."""
+
     def tail(text):
         for prefix in prefixes:
             if text.startswith(prefix):
-                return text[len(prefix):]
+                return text[len(prefix) :]
         return text
+
     tails = {}
     for candidate in sorted(known):
         tails.setdefault(tail(candidate), candidate)
@@ -155,8 +157,13 @@ def text_list(value, subject=None, field=None, what="a list"):
 
 def check_interface_name(name, subject=None, field="interface"):
     """Linux's rules for a link name; names also end up in paths (/run/kilo/NAME.pid)."""
-    if not isinstance(name, str) or not name or len(name) > 15 or name in (".", "..") \
-            or any(c in name for c in "/:% \t\n\r"):
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > 15
+        or name in (".", "..")
+        or any(c in name for c in "/:% \t\n\r")
+    ):
         raise KiloError("%r is not a valid Linux interface name" % (name,), subject, field)
     return name
 
@@ -190,7 +197,9 @@ def split_endpoint(value, subject=None, field="endpoint"):
     else:
         host, sep, port = text.rpartition(":")
         if not sep or not host or ":" in host:
-            raise KiloError("%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field)
+            raise KiloError(
+                "%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field
+            )
     if not port.isdigit():
         raise KiloError("%r: port %r is not a number" % (value, port), subject, field)
     if not PORT_RANGE[0] <= int(port) <= PORT_RANGE[1]:
@@ -226,8 +235,11 @@ def is_public(ip):
         ip = ipaddress.ip_address(str(ip).partition("/")[0])
     packed = ip.packed
     if ip.version == 4:
-        return not (packed[0] == 10 or (packed[0] == 172 and packed[1] & 0xF0 == 0x10)
-                    or (packed[0] == 192 and packed[1] == 168))
+        return not (
+            packed[0] == 10
+            or (packed[0] == 172 and packed[1] & 0xF0 == 0x10)
+            or (packed[0] == 192 and packed[1] == 168)
+        )
     return not (packed[0] == 0xFD and packed[1] == 0x00)
 
 
@@ -244,8 +256,15 @@ def run_command(argv, stdin=None, timeout=None, text=True):
     after ``timeout`` seconds is killed and gives 124 (as timeout(1)); stderr says why."""
     given = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=text,
-                              timeout=timeout, check=False, **given)
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            universal_newlines=text,
+            timeout=timeout,
+            check=False,
+            **given,
+        )
     except subprocess.TimeoutExpired:
         why, rc = "still running after %s s" % timeout, 124
     except (OSError, ValueError) as e:
@@ -262,5 +281,7 @@ def run_checked(argv, error=KiloError, field=None, stdin=None, ok_codes=(0,), ru
     if rc == 127 and not out:
         raise error("cannot run %s: %s (is it installed?)" % (argv[0], err.strip()), None, field)
     if rc not in ok_codes:
-        raise error("%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), None, field)
+        raise error(
+            "%s failed (rc %d): %s" % (" ".join(argv), rc, (err or out).strip()), None, field
+        )
     return rc, out, err

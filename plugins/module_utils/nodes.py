@@ -32,7 +32,16 @@ import socket
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE, KiloError, format_endpoint, host_subject, parse_key, split_endpoint, text_list, to_bool, to_int)
+    KEEPALIVE_RANGE,
+    KiloError,
+    format_endpoint,
+    host_subject,
+    parse_key,
+    split_endpoint,
+    text_list,
+    to_bool,
+    to_int,
+)
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
 # Annotations of our own on a Node (beyond Kilo): a node's pod ranges forced, and the source of its pod ranges.
@@ -61,6 +70,7 @@ class TopologyError(KiloError):
 
 # --- value parsers -----------------------------------------------------------------------------
 
+
 def _v4(text):
     """(address as an int, prefix length or None) of IPv4 text in the spelling ``str()`` gives
     (``a.b.c.d`` or ``a.b.c.d/n``), else None. A fast path only: text it does not take goes through
@@ -68,12 +78,18 @@ def _v4(text):
     two to each other)."""
     address, slash, prefix = text.partition("/")
     try:
-        packed = socket.inet_pton(socket.AF_INET, address)  # the C parser: dotted decimal, no leading zeros
+        packed = socket.inet_pton(
+            socket.AF_INET, address
+        )  # the C parser: dotted decimal, no leading zeros
     except (OSError, ValueError, UnicodeError):
         return None
     if not slash:
         return int.from_bytes(packed, "big"), None
-    if not (prefix.isdigit() and prefix.isascii()) or (prefix[0] == "0" and prefix != "0") or int(prefix) > 32:
+    if (
+        not (prefix.isdigit() and prefix.isascii())
+        or (prefix[0] == "0" and prefix != "0")
+        or int(prefix) > 32
+    ):
         return None
     return int.from_bytes(packed, "big"), int(prefix)
 
@@ -91,10 +107,16 @@ def _typed_text(value, subject, field, kind, what):
         make = ipaddress.IPv4Network if kind == "network" else ipaddress.IPv4Interface
         if prefix is None:
             return make((address, 32)), text + "/32"
-        if kind != "network" or not address & ((1 << (32 - prefix)) - 1):  # no host bits: the text is the network's
+        if kind != "network" or not address & (
+            (1 << (32 - prefix)) - 1
+        ):  # no host bits: the text is the network's
             return make((address, prefix)), text
     try:
-        parsed = ipaddress.ip_network(text, strict=False) if kind == "network" else ipaddress.ip_interface(text)
+        parsed = (
+            ipaddress.ip_network(text, strict=False)
+            if kind == "network"
+            else ipaddress.ip_interface(text)
+        )
     except ValueError:
         raise TopologyError("%r is not %s" % (value, what), subject, field)
     return parsed, str(parsed)
@@ -131,7 +153,7 @@ def parse_network_list(values, subject, field):
 
 
 def parse_endpoint(value, subject, field, allow_dns=True):
-    """"host:port" -> (normalised string, ip object or None for DNS names, port)."""
+    """ "host:port" -> (normalised string, ip object or None for DNS names, port)."""
     host, port = split_endpoint(value, subject, field)
     if value.strip().startswith("["):
         try:
@@ -151,9 +173,13 @@ def parse_endpoint(value, subject, field, allow_dns=True):
             raise TopologyError("%r: %r is not an IP address" % (value, host), subject, field)
         labels = host.rstrip(".").split(".")
         if len(host) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
-            raise TopologyError("%r: %r is neither an IP address nor a DNS name" % (value, host), subject, field)
+            raise TopologyError(
+                "%r: %r is neither an IP address nor a DNS name" % (value, host), subject, field
+            )
         if all(label.isdigit() for label in labels):
-            raise TopologyError("%r: %r is not a valid IPv4 address" % (value, host), subject, field)
+            raise TopologyError(
+                "%r: %r is not a valid IPv4 address" % (value, host), subject, field
+            )
         return "%s:%d" % (host.lower(), port), None, port
     return format_endpoint(ip, port), ip, port
 
@@ -163,7 +189,9 @@ def parse_cidr(value, subject, field, host=False):
     length, as text; the host part is kept when ``host``."""
     if not isinstance(value, str) or "/" not in value:
         raise KiloError("%r is not an IP address in CIDR form" % (value,), subject, field)
-    return str(parse_interface(value, subject, field) if host else parse_network(value, subject, field))
+    return str(
+        parse_interface(value, subject, field) if host else parse_network(value, subject, field)
+    )
 
 
 def _absent(value):
@@ -192,6 +220,7 @@ def discovered_json(discovered, subject, field="discovered_endpoints"):
 
 
 # --- per field: inventory check, engine parse, annotation read, agent write-back ---------------------
+
 
 def _location(value, subject=None, field=None):
     return "" if value is None else str(value)
@@ -239,18 +268,22 @@ def _list_var(value, subject, field):
 def _checked_by(parse):
     """An inventory check that refuses what ``parse`` refuses and passes the value on as given
     (the engine normalises it); an empty value is no value."""
+
     def check(value, subject, field):
         if not value:
             return None
         parse(value, subject, field)
         return value
+
     return check
 
 
 def _optional(parse):
     """``parse`` for a field that may be absent (None or "")."""
+
     def optional(value, subject, field):
         return None if _absent(value) else parse(value, subject, field)
+
     return optional
 
 
@@ -305,7 +338,9 @@ def _internal(value, subject, field):
         text = value.strip()
         fast = _v4(text)
         if fast is not None:
-            return Internal(ipaddress.IPv4Address(fast[0]), text if fast[1] is not None else text + "/32")
+            return Internal(
+                ipaddress.IPv4Address(fast[0]), text if fast[1] is not None else text + "/32"
+            )
     interface, text = interface_text(value, subject, field)
     return Internal(interface.ip, text, interface)
 
@@ -319,7 +354,9 @@ def parse_internal_ips(value, subject, field):
         return [_internal(value, subject, field)]
     ips = [_internal(item, subject, field) for item in value]
     if len(ips) > 2:
-        raise TopologyError("%d internal IPs; at most two, one of each IP family" % len(ips), subject, field)
+        raise TopologyError(
+            "%d internal IPs; at most two, one of each IP family" % len(ips), subject, field
+        )
     check_two_families(ips, subject, field, "two internal IPs are one of each IP family")
     return ips
 
@@ -330,7 +367,9 @@ def check_two_families(values, subject, field, why):
     addresses)."""
     if len(values) == 2 and values[0].version == values[1].version:
         first, second = values
-        raise TopologyError("%s and %s are both IPv%d: %s" % (first, second, first.version, why), subject, field)
+        raise TopologyError(
+            "%s and %s are both IPv%d: %s" % (first, second, first.version, why), subject, field
+        )
 
 
 def parse_subnets(value, subject, field="subnet"):
@@ -341,8 +380,11 @@ def parse_subnets(value, subject, field="subnet"):
         return [parse_network(value, subject, field)]
     nets = [parse_network(item, subject, field) for item in value]
     if not 1 <= len(nets) <= 2:
-        raise TopologyError("%d subnets; one, or two of different IP families (dual-stack)"
-                            % len(nets), subject, field)
+        raise TopologyError(
+            "%d subnets; one, or two of different IP families (dual-stack)" % len(nets),
+            subject,
+            field,
+        )
     check_two_families(nets, subject, field, "a dual-stack mesh has one subnet of each IP family")
     return nets
 
@@ -392,7 +434,11 @@ def _internal_ip_kube(value, subject, field):
         return value or ""  # kept as given: it still means "no internal IP"
     if "," in value:
         # beyond Kilo (a dual-stack mesh): two, one of each IP family, separated by a comma
-        items = [parse_cidr(item.strip(), subject, field, host=True) for item in value.split(",") if item.strip()]
+        items = [
+            parse_cidr(item.strip(), subject, field, host=True)
+            for item in value.split(",")
+            if item.strip()
+        ]
         parse_internal_ips(items, subject, field)
         return one_or_list(items)
     return parse_cidr(value.strip(), subject, field, host=True)
@@ -405,7 +451,11 @@ def _internal_ip_text(value, subject, field):
 
 
 def _list_kube(value, subject, field):
-    return [parse_cidr(item.strip(), subject, field) for item in (value or "").split(",") if item.strip()]
+    return [
+        parse_cidr(item.strip(), subject, field)
+        for item in (value or "").split(",")
+        if item.strip()
+    ]
 
 
 def _cni_ip_kube(value, subject, field):
@@ -462,7 +512,11 @@ def pod_cidr_value(cidrs):
 
 def _pod_cidr_kube(value, subject, field):
     """The annotation's text (CIDRs separated by commas) -> ``kilo_pod_cidr``."""
-    items = [item.strip() for item in (value or "").split(",") if item.strip()] if isinstance(value, str) else value
+    items = (
+        [item.strip() for item in (value or "").split(",") if item.strip()]
+        if isinstance(value, str)
+        else value
+    )
     if not items:
         return UNSET
     return pod_cidr_value([parse_cidr(item, subject, field) for item in items])
@@ -488,28 +542,58 @@ def _path_state(value, subject, field):
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise TopologyError("expected a mapping of %s, got %r" % (", ".join(PATH_STATE_KEYS), value), subject, field)
+        raise TopologyError(
+            "expected a mapping of %s, got %r" % (", ".join(PATH_STATE_KEYS), value), subject, field
+        )
     out = {}
     for key in sorted(value):
         if key not in PATH_STATE_KEYS:
-            raise TopologyError("unknown; one of %s" % ", ".join(PATH_STATE_KEYS), subject, "%s.%s" % (field, key))
+            raise TopologyError(
+                "unknown; one of %s" % ", ".join(PATH_STATE_KEYS), subject, "%s.%s" % (field, key)
+            )
     for key in PATH_STATE_KEYS:
         times = value.get(key)
         times = {} if times is None else times
         if not isinstance(times, dict):
-            raise TopologyError("expected a mapping segment -> seconds", subject, "%s.%s" % (field, key))
-        out[key] = dict((str(name), _seconds(when, subject, "%s.%s[%s]" % (field, key, name)))
-                        for name, when in times.items())
+            raise TopologyError(
+                "expected a mapping segment -> seconds", subject, "%s.%s" % (field, key)
+            )
+        out[key] = dict(
+            (str(name), _seconds(when, subject, "%s.%s[%s]" % (field, key, name)))
+            for name, when in times.items()
+        )
     return out
 
 
 class NodeField(object):
     """One row of ``FIELDS``; see the module's doc for the columns."""
 
-    __slots__ = ("name", "var", "source", "written", "check", "parse", "kube", "write", "doc", "form")
+    __slots__ = (
+        "name",
+        "var",
+        "source",
+        "written",
+        "check",
+        "parse",
+        "kube",
+        "write",
+        "doc",
+        "form",
+    )
 
-    def __init__(self, name, var, doc, check=None, parse=None, source=None, kube=None, written=None, write=None,
-                 form=None):
+    def __init__(
+        self,
+        name,
+        var,
+        doc,
+        check=None,
+        parse=None,
+        source=None,
+        kube=None,
+        written=None,
+        write=None,
+        form=None,
+    ):
         self.name, self.var, self.doc, self.form = name, var, doc, form
         self.check, self.parse = check, parse
         self.source, self.kube = source, kube
@@ -518,78 +602,177 @@ class NodeField(object):
     @property
     def annotation(self):
         """The Node annotation an operator sets, Kilo's or ours (None: a Node field, or none)."""
-        return self.source if self.source and self.source.startswith((ANNOTATION_PREFIX, OWN_PREFIX)) else None
+        return (
+            self.source
+            if self.source and self.source.startswith((ANNOTATION_PREFIX, OWN_PREFIX))
+            else None
+        )
 
 
 _A = ANNOTATION_PREFIX
-FIELDS = OrderedDict((field.name, field) for field in (
-    NodeField("location", "kilo_location",
-              "The node's location (segment); overrides the location group holding the host.",
-              check=_location, parse=_location, source=_A + "location", kube=lambda v, s, f: v or ""),
-    NodeField("leader", "kilo_leader",
-              "Prefer this node as its location's leader - V(true), or set empty (V(\"\") or null), as Kilo's annotation"
-              " counts by its presence whatever its value; V(false) or unset is no preference.",
-              check=_leader_var, parse=to_bool, source=_A + "leader", kube=_leader_kube,
-              form="bool"),
-    NodeField("endpoint", "kilo_force_endpoint",
-              "The endpoint other nodes reach this one at, V(host:port) or V([IPv6]:port); its port is the listen port.",
-              check=_endpoint_var, parse=_optional(parse_endpoint), source=_A + "force-endpoint", kube=_endpoint_kube,
-              written=_A + "endpoint", write=lambda v, s, f: parse_endpoint(v, s, f)[0] if v else "",
-              form="V(host:port)"),
-    NodeField("internal_ip", "kilo_force_internal_ip",
-              "The node's internal IP in CIDR form, instead of the one M(kilo.mesh.key) finds; V(\"\") or V(-) means none."
-              " In a dual-stack mesh, a list of two, one of each IP family (the annotation: both, separated by a comma).",
-              check=_internal_ip_var, parse=parse_internal_ips, source=_A + "force-internal-ip", kube=_internal_ip_kube,
-              written=_A + "internal-ip", write=_internal_ip_text, form="CIDR, a list of two (dual-stack), or null"),
-    NodeField("persistent_keepalive", "kilo_persistent_keepalive",
-              "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
-              check=_keepalive, parse=_keepalive, source=_A + "persistent-keepalive", kube=_keepalive, form="seconds"),
-    NodeField("allowed_location_ips", "kilo_allowed_location_ips",
-              "Further CIDRs routed to this node's location (a list, or text separated by commas).",
-              check=_list_var, parse=parse_network_list, source=_A + "allowed-location-ips", kube=_list_kube,
-              form="CIDRs"),
-    NodeField("pod_cidr", "kilo_pod_cidr",
-              "The node's pod CIDR, or several (a list, or text separated by commas: each its own route and allowed IP;"
-              " of the mesh's IP family, or of both in a dual-stack mesh);"
-              " set, it wins over the source of C(kilo_pod_cidr_source).",
-              check=_pod_cidrs_var, parse=parse_pod_cidrs, source=POD_CIDRS_ANNOTATION,
-              kube=_pod_cidr_kube, form="CIDR, list of CIDRs, or null"),
-    NodeField("public_key", "kilo_public_key",
-              "The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.",
-              check=_key_var, parse=parse_key, written=_A + "key", write=parse_key),
-    NodeField("cni_compatibility_ip", "kilo_cni_compatibility_ip",
-              "Under compatibility V(cilium), the address traffic to this node goes to (its C(cilium_host) address).",
-              check=_checked_by(parse_interface), parse=_optional(lambda v, s, f: parse_interface(v, s, f).ip),
-              source=_A + "cni-compatibility-ip", kube=_cni_ip_kube,
-              written=_A + "cni-compatibility-ip", write=_interface_text, form="CIDR or null"),
-    NodeField("discovered_endpoints", None, "Endpoints of peers as WireGuard saw them (reported by M(kilo.mesh.key)).",
-              parse=_discovered, written=_A + "discovered-endpoints", write=discovered_json,
-              form="public key to V(ip:port)"),
-    NodeField("behind_nat", "kilo_behind_nat",
-              "Beyond Kilo: no other location can reach this node at its endpoint (it sits behind NAT or a"
-              " firewall without a port forward); a location of such nodes alone is reached through a relay"
-              " (option C(relays)), and keeps alive (C(kilo_persistent_keepalive), else 25 s).",
-              check=to_bool, parse=to_bool,
-              source=BEHIND_NAT_ANNOTATION, kube=lambda v, s, f: to_bool(v or True, s, f), form="bool"),
-    NodeField("path_state", None,
-              "Beyond Kilo: what the agent of a node behind NAT published of its paths (relays C(down) until,"
-              " C(direct) handshakes since, pairs C(held) on the relay until; seconds); none for a Kilo end or a push"
-              " run; counted only at a time (C(now)).",
-              parse=_path_state, form="mapping"),
-    NodeField("relay_since", None,
-              "Beyond Kilo: when this relay's agent started relaying (a relay counts 5 s later); 0 for push runs.",
-              parse=lambda v, s, f: _seconds(v or 0, s, f), form="seconds"),
-    NodeField("kg", None,
-              "Beyond Kilo, agent mode: Kilo's own agent (kg) runs this node (its Node carries none of our agents'"
-              " marks): it never relays, and a pair of locations behind NAT with it as an end keeps Kilo's entries.",
-              parse=lambda v, s, f: to_bool(v, s, f, default=False), form="bool"),
-    NodeField("healthy", None, "Beyond Kilo: false when the run saw the host down (kilo_leader_health).",
-              parse=lambda v, s, f: to_bool(v, s, f, default=True), form="bool"),
-    NodeField("relay_down", None,
-              "Beyond Kilo, push runs: true when the run saw this relay down, or the leaders behind NAT report"
-              " their handshakes with it stale; its pairs go through another relay (all count when every one is).",
-              parse=lambda v, s, f: to_bool(v, s, f, default=False), form="bool"),
-))
+FIELDS = OrderedDict(
+    (field.name, field)
+    for field in (
+        NodeField(
+            "location",
+            "kilo_location",
+            "The node's location (segment); overrides the location group holding the host.",
+            check=_location,
+            parse=_location,
+            source=_A + "location",
+            kube=lambda v, s, f: v or "",
+        ),
+        NodeField(
+            "leader",
+            "kilo_leader",
+            "Prefer this node as its location's leader - V(true), or set empty (V(\"\") or null), as Kilo's annotation"
+            " counts by its presence whatever its value; V(false) or unset is no preference.",
+            check=_leader_var,
+            parse=to_bool,
+            source=_A + "leader",
+            kube=_leader_kube,
+            form="bool",
+        ),
+        NodeField(
+            "endpoint",
+            "kilo_force_endpoint",
+            "The endpoint other nodes reach this one at, V(host:port) or V([IPv6]:port); its port is the listen port.",
+            check=_endpoint_var,
+            parse=_optional(parse_endpoint),
+            source=_A + "force-endpoint",
+            kube=_endpoint_kube,
+            written=_A + "endpoint",
+            write=lambda v, s, f: parse_endpoint(v, s, f)[0] if v else "",
+            form="V(host:port)",
+        ),
+        NodeField(
+            "internal_ip",
+            "kilo_force_internal_ip",
+            'The node\'s internal IP in CIDR form, instead of the one M(kilo.mesh.key) finds; V("") or V(-) means none.'
+            " In a dual-stack mesh, a list of two, one of each IP family (the annotation: both, separated by a comma).",
+            check=_internal_ip_var,
+            parse=parse_internal_ips,
+            source=_A + "force-internal-ip",
+            kube=_internal_ip_kube,
+            written=_A + "internal-ip",
+            write=_internal_ip_text,
+            form="CIDR, a list of two (dual-stack), or null",
+        ),
+        NodeField(
+            "persistent_keepalive",
+            "kilo_persistent_keepalive",
+            "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
+            check=_keepalive,
+            parse=_keepalive,
+            source=_A + "persistent-keepalive",
+            kube=_keepalive,
+            form="seconds",
+        ),
+        NodeField(
+            "allowed_location_ips",
+            "kilo_allowed_location_ips",
+            "Further CIDRs routed to this node's location (a list, or text separated by commas).",
+            check=_list_var,
+            parse=parse_network_list,
+            source=_A + "allowed-location-ips",
+            kube=_list_kube,
+            form="CIDRs",
+        ),
+        NodeField(
+            "pod_cidr",
+            "kilo_pod_cidr",
+            "The node's pod CIDR, or several (a list, or text separated by commas: each its own route and allowed IP;"
+            " of the mesh's IP family, or of both in a dual-stack mesh);"
+            " set, it wins over the source of C(kilo_pod_cidr_source).",
+            check=_pod_cidrs_var,
+            parse=parse_pod_cidrs,
+            source=POD_CIDRS_ANNOTATION,
+            kube=_pod_cidr_kube,
+            form="CIDR, list of CIDRs, or null",
+        ),
+        NodeField(
+            "public_key",
+            "kilo_public_key",
+            "The node's WireGuard public key, instead of the one M(kilo.mesh.key) reports.",
+            check=_key_var,
+            parse=parse_key,
+            written=_A + "key",
+            write=parse_key,
+        ),
+        NodeField(
+            "cni_compatibility_ip",
+            "kilo_cni_compatibility_ip",
+            "Under compatibility V(cilium), the address traffic to this node goes to (its C(cilium_host) address).",
+            check=_checked_by(parse_interface),
+            parse=_optional(lambda v, s, f: parse_interface(v, s, f).ip),
+            source=_A + "cni-compatibility-ip",
+            kube=_cni_ip_kube,
+            written=_A + "cni-compatibility-ip",
+            write=_interface_text,
+            form="CIDR or null",
+        ),
+        NodeField(
+            "discovered_endpoints",
+            None,
+            "Endpoints of peers as WireGuard saw them (reported by M(kilo.mesh.key)).",
+            parse=_discovered,
+            written=_A + "discovered-endpoints",
+            write=discovered_json,
+            form="public key to V(ip:port)",
+        ),
+        NodeField(
+            "behind_nat",
+            "kilo_behind_nat",
+            "Beyond Kilo: no other location can reach this node at its endpoint (it sits behind NAT or a"
+            " firewall without a port forward); a location of such nodes alone is reached through a relay"
+            " (option C(relays)), and keeps alive (C(kilo_persistent_keepalive), else 25 s).",
+            check=to_bool,
+            parse=to_bool,
+            source=BEHIND_NAT_ANNOTATION,
+            kube=lambda v, s, f: to_bool(v or True, s, f),
+            form="bool",
+        ),
+        NodeField(
+            "path_state",
+            None,
+            "Beyond Kilo: what the agent of a node behind NAT published of its paths (relays C(down) until,"
+            " C(direct) handshakes since, pairs C(held) on the relay until; seconds); none for a Kilo end or a push"
+            " run; counted only at a time (C(now)).",
+            parse=_path_state,
+            form="mapping",
+        ),
+        NodeField(
+            "relay_since",
+            None,
+            "Beyond Kilo: when this relay's agent started relaying (a relay counts 5 s later); 0 for push runs.",
+            parse=lambda v, s, f: _seconds(v or 0, s, f),
+            form="seconds",
+        ),
+        NodeField(
+            "kg",
+            None,
+            "Beyond Kilo, agent mode: Kilo's own agent (kg) runs this node (its Node carries none of our agents'"
+            " marks): it never relays, and a pair of locations behind NAT with it as an end keeps Kilo's entries.",
+            parse=lambda v, s, f: to_bool(v, s, f, default=False),
+            form="bool",
+        ),
+        NodeField(
+            "healthy",
+            None,
+            "Beyond Kilo: false when the run saw the host down (kilo_leader_health).",
+            parse=lambda v, s, f: to_bool(v, s, f, default=True),
+            form="bool",
+        ),
+        NodeField(
+            "relay_down",
+            None,
+            "Beyond Kilo, push runs: true when the run saw this relay down, or the leaders behind NAT report"
+            " their handshakes with it stale; its pairs go through another relay (all count when every one is).",
+            parse=lambda v, s, f: to_bool(v, s, f, default=False),
+            form="bool",
+        ),
+    )
+)
 
 # inventory variable -> field name
 VARS = OrderedDict((field.var, field.name) for field in FIELDS.values() if field.var)
@@ -597,7 +780,11 @@ VARS = OrderedDict((field.var, field.name) for field in FIELDS.values() if field
 
 def check_host_vars(hvars, subject):
     """Check every node variable ``hvars`` sets; {field name: engine input} of those it sets."""
-    return dict((name, FIELDS[name].check(hvars[var], subject, var)) for var, name in VARS.items() if var in hvars)
+    return dict(
+        (name, FIELDS[name].check(hvars[var], subject, var))
+        for var, name in VARS.items()
+        if var in hvars
+    )
 
 
 def field_of_var(var):
@@ -630,7 +817,9 @@ def doc_lines():
 
 def engine_doc():
     """The keys of an item of the ``nodes`` option, for its documentation."""
-    return ", ".join("C(%s)%s" % (f.name, " (%s)" % f.form if f.form else "") for f in FIELDS.values())
+    return ", ".join(
+        "C(%s)%s" % (f.name, " (%s)" % f.form if f.form else "") for f in FIELDS.values()
+    )
 
 
 # --- a node from one host's variables and the facts it reported --------------------------------
@@ -675,15 +864,23 @@ def source_pod_cidrs(hvars, default, subject, dual=False):
     written = hvars.get("kilo_kubernetes_node")
     if not isinstance(written, dict):
         if source != POD_SOURCES[0]:
-            raise InputError("%s needs the host's Kubernetes Node (the inventory plugin kilo.mesh.kubernetes);"
-                             " set kilo_pod_cidr instead" % source, subject, POD_SOURCE_VAR)
+            raise InputError(
+                "%s needs the host's Kubernetes Node (the inventory plugin kilo.mesh.kubernetes);"
+                " set kilo_pod_cidr instead" % source,
+                subject,
+                POD_SOURCE_VAR,
+            )
         return None
     ranges = written.get("pod_cidrs") or {}
     if source not in ranges:
         if source == POD_SOURCES[0]:
             return None
-        raise InputError("%s: its objects were not read (their resource type is not installed, or this reader"
-                         " may not list them)" % source, subject, POD_SOURCE_VAR)
+        raise InputError(
+            "%s: its objects were not read (their resource type is not installed, or this reader"
+            " may not list them)" % source,
+            subject,
+            POD_SOURCE_VAR,
+        )
     if source == POD_SOURCES[0] and not dual:
         return pod_cidr_value(ranges[source][:1])
     return pod_cidr_value(ranges[source])
@@ -715,8 +912,11 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=Fal
         try:
             parse_internal_ips(reported, subject, "internal_ip")
         except KiloError as e:
-            text = e.message if isinstance(reported, (list, tuple)) else "%r is not an IP address in CIDR form" % (
-                reported,)
+            text = (
+                e.message
+                if isinstance(reported, (list, tuple))
+                else "%r is not an IP address in CIDR form" % (reported,)
+            )
             raise InputError(text, subject, "internal_ip (reported by kilo.mesh.key)")
         if not dual:
             node["internal_ip"] = first_of(reported)
@@ -733,8 +933,11 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=Fal
             ip = first_of(node["internal_ip"]).split("/")[0]
         node["endpoint"] = format_endpoint(ipaddress.ip_address(ip), port) if ip else None
 
-    node["pod_cidr"] = given["pod_cidr"] if given.get("pod_cidr") is not None else source_pod_cidrs(
-        hvars, pod_source, subject, dual)
+    node["pod_cidr"] = (
+        given["pod_cidr"]
+        if given.get("pod_cidr") is not None
+        else source_pod_cidrs(hvars, pod_source, subject, dual)
+    )
     # Kilo's cni-compatibility-ip annotation: the next hop towards this node under compatibility cilium
     node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
     # the leader annotation counts by its presence: absent is the only "no"
@@ -750,7 +953,12 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=Fal
 
 def facts_from_result(result):
     """The public part of a kilo.mesh.key result, or None when the host did not report."""
-    if not isinstance(result, dict) or result.get("failed") or result.get("skipped") or "public_key" not in result:
+    if (
+        not isinstance(result, dict)
+        or result.get("failed")
+        or result.get("skipped")
+        or "public_key" not in result
+    ):
         return None
     return dict((k, result.get(k)) for k in REGISTRY_FIELDS)
 
@@ -763,7 +971,15 @@ def annotation_facts(hvars):
     Its last-seen time and the Node's Ready condition are not consulted (docs/docsite/rst/guide_kubernetes.rst, Liveness).
     """
     written = hvars.get("kilo_kubernetes_node")
-    if not isinstance(written, dict) or not written.get("public_key") or not written.get("endpoint"):
+    if (
+        not isinstance(written, dict)
+        or not written.get("public_key")
+        or not written.get("endpoint")
+    ):
         return None
-    return dict(public_key=written["public_key"], internal_ip=written.get("internal_ip"),
-                endpoint=written["endpoint"], discovered_endpoints=dict(written.get("discovered_endpoints") or {}))
+    return dict(
+        public_key=written["public_key"],
+        internal_ip=written.get("internal_ip"),
+        endpoint=written["endpoint"],
+        discovered_endpoints=dict(written.get("discovered_endpoints") or {}),
+    )

@@ -16,7 +16,15 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    PORT_RANGE, KiloError, check_interface_name, host_subject, parse_key, split_endpoint, to_bool, to_int)
+    PORT_RANGE,
+    KiloError,
+    check_interface_name,
+    host_subject,
+    parse_key,
+    split_endpoint,
+    to_bool,
+    to_int,
+)
 
 MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
@@ -30,8 +38,13 @@ CILIUM_TUNNEL = "cilium_tunl"
 PRIVATE = "private"  # a route's device: the interface holding the host's internal IP
 FLANNEL = "flannel.1"  # Flannel's VXLAN device: compatibility flannel encapsulates through it
 
-FIREWALL_LISTS = ("nat_sources", "nat_destinations", "nat_exempt_destinations", "forward_accept",
-                  "ipip_accept_sources")
+FIREWALL_LISTS = (
+    "nat_sources",
+    "nat_destinations",
+    "nat_exempt_destinations",
+    "forward_accept",
+    "ipip_accept_sources",
+)
 
 # field -> (kind, required, description). Kinds: str, bool, int, port, key, endpoint, ifname,
 # network (CIDR, host bits cleared), address (host address with prefix), ip, table, networks
@@ -44,18 +57,38 @@ PEER = {
     "endpoint": ("endpoint", False, "V(host:port) or V([IPv6]:port); null when the peer has none."),
     "allowed_ips": ("networks", True, "CIDRs routed to this peer."),
     "persistent_keepalive": ("int", False, "Seconds; 0 is off."),
-    "roaming": ("bool", False, "Keep an endpoint WireGuard learned while handshakes are fresh (NAT)."),
-    "relayed": ("names", False, "Beyond Kilo, a relay's entry on a leader no other leader can reach: the segments"
-                " whose traffic goes through this peer (their CIDRs are among its C(allowed_ips)); absent otherwise."),
-    "probe": ("bool", False, "Beyond Kilo: an entry that only tries a direct path (no C(allowed_ips): the CIDRs"
-              " stay on the relay's entry until the path is direct)."),
+    "roaming": (
+        "bool",
+        False,
+        "Keep an endpoint WireGuard learned while handshakes are fresh (NAT).",
+    ),
+    "relayed": (
+        "names",
+        False,
+        "Beyond Kilo, a relay's entry on a leader no other leader can reach: the segments"
+        " whose traffic goes through this peer (their CIDRs are among its C(allowed_ips)); absent otherwise.",
+    ),
+    "probe": (
+        "bool",
+        False,
+        "Beyond Kilo: an entry that only tries a direct path (no C(allowed_ips): the CIDRs"
+        " stay on the relay's entry until the path is direct).",
+    ),
 }
 ROUTE = {
-    "dst": ("destinations", True, "Destination CIDR, or a list of CIDRs that share every other field of the entry"
-            " (the engine writes consecutive routes of equal gateway, device and source as one entry)."),
+    "dst": (
+        "destinations",
+        True,
+        "Destination CIDR, or a list of CIDRs that share every other field of the entry"
+        " (the engine writes consecutive routes of equal gateway, device and source as one entry).",
+    ),
     "gateway": ("ip", False, "Next hop; null for a device route."),
-    "device": ("ifname", True, "The WireGuard interface, C(tunl0), C(flannel.1) (must exist), or V(private)"
-               " (the interface holding C(internal_ip), in a dual-stack plan the one of the route's IP family)."),
+    "device": (
+        "ifname",
+        True,
+        "The WireGuard interface, C(tunl0), C(flannel.1) (must exist), or V(private)"
+        " (the interface holding C(internal_ip), in a dual-stack plan the one of the route's IP family).",
+    ),
     "source": ("ip", False, "Preferred source address."),
     "table": ("table", False, "Routing table (254 is main)."),
     "onlink": ("bool", False, "Gateway is on-link (no route to it needed)."),
@@ -67,26 +100,58 @@ RULE = {
     "table": ("table", False, "Table the rule points at; only %d is managed." % KILO_TABLE),
 }
 FIREWALL = dict((name, ("networks", False, "CIDRs.")) for name in FIREWALL_LISTS)
-FIREWALL["ipip_filter"] = ("bool", False, "Install the IPIP chain (accept C(ipip_accept_sources), drop other IPIP).")
-FIREWALL["relay_accept"] = ("bool", False, "Beyond Kilo, a relay: accept (and count) forwarding from the WireGuard"
-                            " interface back into it, the traffic it relays between leaders that cannot reach each"
-                            " other.")
+FIREWALL["ipip_filter"] = (
+    "bool",
+    False,
+    "Install the IPIP chain (accept C(ipip_accept_sources), drop other IPIP).",
+)
+FIREWALL["relay_accept"] = (
+    "bool",
+    False,
+    "Beyond Kilo, a relay: accept (and count) forwarding from the WireGuard"
+    " interface back into it, the traffic it relays between leaders that cannot reach each"
+    " other.",
+)
 SCHEMA = {
     "name": ("str", True, "Inventory name of the host."),
-    "leader": ("bool", True, "Whether the host leads its segment (only leaders carry WireGuard peers)."),
+    "leader": (
+        "bool",
+        True,
+        "Whether the host leads its segment (only leaders carry WireGuard peers).",
+    ),
     "segment": ("str", True, "Segment key, C(location:NAME) or C(node:NAME)."),
     "interface": ("ifname", False, "WireGuard interface name."),
-    "address": ("address_or_addresses", False, "WireGuard address with prefix (leaders), or in a dual-stack mesh"
-                " the list of its two (one of each IP family, the primary first); null otherwise."),
-    "internal_ip": ("address_or_addresses", False, "The host's private address with prefix, or in a dual-stack mesh"
-                    " the list of its two (one of each IP family); null when it has none."),
+    "address": (
+        "address_or_addresses",
+        False,
+        "WireGuard address with prefix (leaders), or in a dual-stack mesh"
+        " the list of its two (one of each IP family, the primary first); null otherwise.",
+    ),
+    "internal_ip": (
+        "address_or_addresses",
+        False,
+        "The host's private address with prefix, or in a dual-stack mesh"
+        " the list of its two (one of each IP family); null when it has none.",
+    ),
     "listen_port": ("port", True, "WireGuard UDP port."),
     "tunnel_address": ("address", False, "Address of C(tunl0) when encapsulating; null otherwise."),
-    "pod_cidr": ("network_or_networks", False, "The node's pod CIDR, or the list of its pod ranges when it has"
-                 " several; null when it has none."),
-    "cni": ("bool", False, "Kilo's C(--cni): keep the node's CNI configuration on C(pod_cidr) (its first range)."),
-    "compatibility": ("str", False, "Kilo's C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host"
-                                    " that has C(cilium_tunl) routes the C(tunl0) routes through it."),
+    "pod_cidr": (
+        "network_or_networks",
+        False,
+        "The node's pod CIDR, or the list of its pod ranges when it has"
+        " several; null when it has none.",
+    ),
+    "cni": (
+        "bool",
+        False,
+        "Kilo's C(--cni): keep the node's CNI configuration on C(pod_cidr) (its first range).",
+    ),
+    "compatibility": (
+        "str",
+        False,
+        "Kilo's C(--compatibility) (V(none), V(flannel), V(cilium)); with V(cilium) a host"
+        " that has C(cilium_tunl) routes the C(tunl0) routes through it.",
+    ),
     "peers": ([PEER], False, "WireGuard peers."),
     "routes": ([ROUTE], False, "Routes, marked as ours on the host."),
     "rules": ([RULE], False, "ip rules into table %d." % KILO_TABLE),
@@ -110,7 +175,9 @@ def _value(kind, value, subject, field):
     if isinstance(kind, list):
         if not isinstance(value, (list, tuple)):
             raise KiloError("expected a list, got %r" % (value,), subject, field)
-        return [_fields(kind[0], item, subject, "%s[%d]" % (field, i)) for i, item in enumerate(value)]
+        return [
+            _fields(kind[0], item, subject, "%s[%d]" % (field, i)) for i, item in enumerate(value)
+        ]
     if isinstance(kind, dict):
         return _fields(kind, value, subject, field)
     if kind == "str":
@@ -124,7 +191,7 @@ def _value(kind, value, subject, field):
     if kind == "port":
         return to_int(value, subject, field, *PORT_RANGE)
     if kind == "table":
-        return to_int(value, subject, field, low=1, high=2 ** 32 - 1)
+        return to_int(value, subject, field, low=1, high=2**32 - 1)
     if kind == "key":
         return parse_key(value, subject, field)
     if kind == "endpoint":
@@ -143,7 +210,9 @@ def _value(kind, value, subject, field):
     if kind == "destinations":
         if isinstance(value, (list, tuple)) and not value:
             raise KiloError("an empty list of destinations", subject, field)
-        return _value("networks", value if isinstance(value, (list, tuple)) else [value], subject, field)
+        return _value(
+            "networks", value if isinstance(value, (list, tuple)) else [value], subject, field
+        )
     if kind == "names":
         if not isinstance(value, (list, tuple)):
             raise KiloError("expected a list of names, got %r" % (value,), subject, field)
@@ -158,7 +227,11 @@ def _value(kind, value, subject, field):
         out = [_value("address", v, subject, "%s[%d]" % (field, i)) for i, v in enumerate(value)]
         versions = [ipaddress.ip_interface(v).version for v in out]
         if not out or len(out) > 2 or len(set(versions)) != len(versions):
-            raise KiloError("expected one address, or two of different IP families, got %r" % (value,), subject, field)
+            raise KiloError(
+                "expected one address, or two of different IP families, got %r" % (value,),
+                subject,
+                field,
+            )
         return out
     if kind in ("address", "ip"):
         try:
@@ -174,7 +247,11 @@ def _fields(schema, data, subject, where):
         raise KiloError("expected a mapping, got %r" % (data,), subject, where)
     unknown = sorted(set(data) - set(schema))
     if unknown:
-        raise KiloError("unknown field (known: %s)" % ", ".join(sorted(schema)), subject, "%s.%s" % (where, unknown[0]))
+        raise KiloError(
+            "unknown field (known: %s)" % ", ".join(sorted(schema)),
+            subject,
+            "%s.%s" % (where, unknown[0]),
+        )
     out = {}
     for name, (kind, required, dummy) in schema.items():
         field = "%s.%s" % (where, name)
@@ -197,11 +274,17 @@ def check_plan(plan, interface):
     name = plan.get("name") if isinstance(plan, dict) else None
     subject = host_subject(name) if isinstance(name, str) and name else "plan"
     out = _fields(SCHEMA, plan, subject, "plan")
-    out["firewall"] = dict((k, out["firewall"].get(k) or (False if FIREWALL[k][0] == "bool" else []))
-                           for k in FIREWALL if k not in RELAY_FIELDS or out["firewall"].get(k) is not None)
+    out["firewall"] = dict(
+        (k, out["firewall"].get(k) or (False if FIREWALL[k][0] == "bool" else []))
+        for k in FIREWALL
+        if k not in RELAY_FIELDS or out["firewall"].get(k) is not None
+    )
     if out["interface"] is not None and out["interface"] != interface:
-        raise KiloError("%r, but this host's interface setting is %r" % (out["interface"], interface),
-                        subject, "plan.interface")
+        raise KiloError(
+            "%r, but this host's interface setting is %r" % (out["interface"], interface),
+            subject,
+            "plan.interface",
+        )
     out["interface"] = interface
     out["cni"] = bool(out["cni"])
     for i, entry in enumerate(out["routes"]):
@@ -210,24 +293,36 @@ def check_plan(plan, interface):
         version = ipaddress.ip_address(entry["gateway"]).version if entry["gateway"] else None
         for dst in entry["dst"]:
             if version and version != ipaddress.ip_network(dst).version:
-                raise KiloError("gateway %s and dst %s differ in IP version" % (entry["gateway"], dst),
-                                subject, "plan.routes[%d]" % i)
+                raise KiloError(
+                    "gateway %s and dst %s differ in IP version" % (entry["gateway"], dst),
+                    subject,
+                    "plan.routes[%d]" % i,
+                )
     # the backends see one route per destination
     out["routes"] = flat_routes(out["routes"])
     for i, rule in enumerate(out["rules"]):
         if not rule["src"] and not rule["dst"]:
             raise KiloError("a rule needs src or dst", subject, "plan.rules[%d]" % i)
-        if rule["src"] and rule["dst"] and \
-                ipaddress.ip_network(rule["src"]).version != ipaddress.ip_network(rule["dst"]).version:
+        if (
+            rule["src"]
+            and rule["dst"]
+            and ipaddress.ip_network(rule["src"]).version
+            != ipaddress.ip_network(rule["dst"]).version
+        ):
             raise KiloError("src and dst differ in IP version", subject, "plan.rules[%d]" % i)
         rule["table"] = rule["table"] or KILO_TABLE
         if rule["table"] != KILO_TABLE:
-            raise KiloError("only table %d is managed, got %s" % (KILO_TABLE, rule["table"]),
-                            subject, "plan.rules[%d].table" % i)
-    for i, peer in enumerate(out["peers"]):
+            raise KiloError(
+                "only table %d is managed, got %s" % (KILO_TABLE, rule["table"]),
+                subject,
+                "plan.rules[%d].table" % i,
+            )
+    for peer in out["peers"]:
         peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0
         peer["roaming"] = bool(peer["roaming"])
-        for key in RELAY_FIELDS:  # a relayed mesh's fields stay absent elsewhere, as the engine writes them
+        for key in (
+            RELAY_FIELDS
+        ):  # a relayed mesh's fields stay absent elsewhere, as the engine writes them
             if peer.get(key, 0) is None:
                 del peer[key]
     return out
@@ -265,10 +360,15 @@ def doc():
     """Lines describing the plan's fields, for the module documentation."""
     lines = []
     for name, (kind, required, text) in SCHEMA.items():
-        lines.append("C(%s) (%s%s): %s" % (name, _kind_doc(kind), ", required" if required else "", text))
+        lines.append(
+            "C(%s) (%s%s): %s" % (name, _kind_doc(kind), ", required" if required else "", text)
+        )
         nested = kind[0] if isinstance(kind, list) else kind if isinstance(kind, dict) else None
         for sub, (subkind, subreq, subtext) in (nested or {}).items():
-            lines.append("C(%s.%s) (%s%s): %s" % (name, sub, _kind_doc(subkind), ", required" if subreq else "", subtext))
+            lines.append(
+                "C(%s.%s) (%s%s): %s"
+                % (name, sub, _kind_doc(subkind), ", required" if subreq else "", subtext)
+            )
     return lines
 
 
@@ -292,6 +392,7 @@ SWITCH_STEP = 0.25
 
 # --- what a computed plan goes through before a host gets it (push run and agent alike) -------
 
+
 def split_preshared_keys(plan):
     """Take the preshared keys out of the plan: the module gets them in a no_log option."""
     keys = {}
@@ -308,8 +409,15 @@ def mark_roaming(plans, computed):
     instead of resetting it to the configured one; the plan itself stays Kilo's. Plans share
     peer lists' contents with each other (topology engine), so flagged entries are copies.
     """
-    keepalive = dict((s.get("public_key"), s.get("persistent_keepalive") or 0) for s in computed.get("segments", []))
-    keepalive.update((p.get("public_key"), p.get("persistent_keepalive") or 0) for p in computed.get("peers", []))
+    keepalive = dict(
+        (s.get("public_key"), s.get("persistent_keepalive") or 0)
+        for s in computed.get("segments", [])
+    )
+    keepalive.update(
+        (p.get("public_key"), p.get("persistent_keepalive") or 0) for p in computed.get("peers", [])
+    )
     for plan in plans:
-        plan["peers"] = [dict(peer, roaming=True) if keepalive.get(peer["public_key"], 0) > 0 else peer
-                         for peer in plan.get("peers", [])]
+        plan["peers"] = [
+            dict(peer, roaming=True) if keepalive.get(peer["public_key"], 0) > 0 else peer
+            for peer in plan.get("peers", [])
+        ]

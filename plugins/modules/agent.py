@@ -147,7 +147,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import service
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import argument_spec as client_spec
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import (
+    argument_spec as client_spec,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
 
 INTERNAL_SPEC = dict(
@@ -174,13 +176,22 @@ def run_module():
         else:
             for name in ("app_digest", "config", "kubeconfig"):
                 if not p[name]:
-                    module.fail_json(msg="%s: set by the action kilo.mesh.agent; run the module through it" % name)
+                    module.fail_json(
+                        msg="%s: set by the action kilo.mesh.agent; run the module through it"
+                        % name
+                    )
             result = service.present(p, check_mode=module.check_mode)
-            if p["python"] == sys.executable or os.path.realpath(p["python"]) == os.path.realpath(sys.executable):
-                missing = [lib for lib in ("kubernetes", "prometheus_client") if not _importable(lib)]
+            if p["python"] == sys.executable or os.path.realpath(p["python"]) == os.path.realpath(
+                sys.executable
+            ):
+                missing = [
+                    lib for lib in ("kubernetes", "prometheus_client") if not _importable(lib)
+                ]
                 if missing:
-                    module.warn("the agent needs %s under %s (set kilo_agent: true so that the host preparation"
-                                " installs them)" % (", ".join(missing), p["python"]))
+                    module.warn(
+                        "the agent needs %s under %s (set kilo_agent: true so that the host preparation"
+                        " installs them)" % (", ".join(missing), p["python"])
+                    )
     except (KiloError, OSError) as e:
         module.fail_json(msg=str(e))
     if not module._diff:
@@ -190,6 +201,7 @@ def run_module():
 
 def _importable(name):
     import importlib.util
+
     return importlib.util.find_spec(name) is not None
 
 

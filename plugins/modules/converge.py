@@ -146,14 +146,22 @@ def main():
     preshared_keys = module.params.pop("preshared_keys") or {}
     if any(isinstance(p, dict) and p.get("preshared_key") for p in (plan or {}).get("peers") or []):
         # The plan is logged on the host as it arrives: a key inside it would be in syslog.
-        module.fail_json(msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead")
+        module.fail_json(
+            msg="plan: peers carry preshared keys; pass them in preshared_keys (no_log) instead"
+        )
     app_digest, app_src = module.params.pop("app_digest"), module.params.pop("app_src")
     app = dict(digest=app_digest, src=app_src) if app_digest else None
     try:
-        result = converge(plan, module.params, check_mode=module.check_mode, preshared_keys=preshared_keys,
-                          switch_at=module.params.pop("switch_at"),
-                          pending_public_key=module.params.pop("pending_public_key"), app=app,
-                          takeover=module.params.pop("takeover"))
+        result = converge(
+            plan,
+            module.params,
+            check_mode=module.check_mode,
+            preshared_keys=preshared_keys,
+            switch_at=module.params.pop("switch_at"),
+            pending_public_key=module.params.pop("pending_public_key"),
+            app=app,
+            takeover=module.params.pop("takeover"),
+        )
     except KiloError as e:
         module.fail_json(msg=str(e))
     except Exception as e:  # pylint: disable=broad-exception-caught

@@ -178,12 +178,21 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    check_interface_name,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host import report
-from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import host_problems, require_root
+from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import (
+    host_problems,
+    require_root,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key, remove_key
 from ansible_collections.kilo.mesh.plugins.module_utils.options import STATE_SPEC, argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import diff_of, prepare_module_host
+from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import (
+    diff_of,
+    prepare_module_host,
+)
 
 
 def run_module():
@@ -202,18 +211,25 @@ def run_module():
     if prepared and prepared["missing"]:
         # discovery may need what is missing (pyroute2): the action
         # installs it and calls again
-        module.exit_json(changed=bool(prepared["changes"]), msg="packages missing: %s" % ", ".join(prepared["missing"]),
-                         prepared=prepared, **diff_of(prepared))
+        module.exit_json(
+            changed=bool(prepared["changes"]),
+            msg="packages missing: %s" % ", ".join(prepared["missing"]),
+            prepared=prepared,
+            **diff_of(prepared),
+        )
     try:
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.host.discovery import parse_cidrs
+
         parse_cidrs(p["internal_cidrs"])
     except (KiloError, ValueError) as e:
         module.fail_json(msg=str(e))
 
     try:
         ips, mtu, host = report.addresses(p)
-        errors, warnings = host_problems(host, p["interface"], p["subnet"], p["port"], p["force_internal_ip"])
+        errors, warnings = host_problems(
+            host, p["interface"], p["subnet"], p["port"], p["force_internal_ip"]
+        )
     except ImportError as e:
         module.fail_json(msg="IP discovery needs pyroute2 on the host: %s" % e)
     except KiloError as e:  # a subnet the controller let through (an older controller)
@@ -224,8 +240,12 @@ def run_module():
     try:
         # after the host checks: a host that fails them leaves the run with its key as it was,
         # rather than a rotation cut short
-        key = ensure_key(p["key_path"], check_mode=module.check_mode, rotate=p["key_rotate"] and not errors,
-                         max_age=0 if errors else p["key_max_age"])
+        key = ensure_key(
+            p["key_path"],
+            check_mode=module.check_mode,
+            rotate=p["key_rotate"] and not errors,
+            max_age=0 if errors else p["key_max_age"],
+        )
     except (KiloError, ValueError) as e:
         module.fail_json(msg=str(e))
 
@@ -251,17 +271,32 @@ def run_module():
         extra = dict(diff_of(prepared), prepared=prepared)
     if key.get("rotated") or rotating:
         # public keys only: which key goes, and that a new one comes (check mode: a stand-in)
-        before, after = extra.get("diff", {}).get("before", {}), extra.get("diff", {}).get("after", {})
+        before, after = (
+            extra.get("diff", {}).get("before", {}),
+            extra.get("diff", {}).get("after", {}),
+        )
         before = dict(before, public_key=previous)
-        after = dict(after, public_key="(new key, made in the run)" if module.check_mode else key["public_key"])
+        after = dict(
+            after,
+            public_key="(new key, made in the run)" if module.check_mode else key["public_key"],
+        )
         extra["diff"] = {"before": before, "after": after}
-    module.exit_json(changed=key["changed"] or bool(prepared and prepared["changes"]), msg=key["msg"],
-                     public_key=key["public_key"],
-                     pending=bool(key.get("pending")), rotated=key.get("rotated"),
-                     rotating=rotating or bool(key.get("rotated")), previous_public_key=previous,
-                     internal_ip=ips["internal_ip"], external_ip=ips["external_ip"],
-                     candidates=ips["candidates"], mtu=mtu, discovered_endpoints=discovered,
-                     handshakes=handshakes, **extra)
+    module.exit_json(
+        changed=key["changed"] or bool(prepared and prepared["changes"]),
+        msg=key["msg"],
+        public_key=key["public_key"],
+        pending=bool(key.get("pending")),
+        rotated=key.get("rotated"),
+        rotating=rotating or bool(key.get("rotated")),
+        previous_public_key=previous,
+        internal_ip=ips["internal_ip"],
+        external_ip=ips["external_ip"],
+        candidates=ips["candidates"],
+        mtu=mtu,
+        discovered_endpoints=discovered,
+        handshakes=handshakes,
+        **extra,
+    )
 
 
 def main():

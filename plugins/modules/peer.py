@@ -161,9 +161,19 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
-    PEER_API_VERSION, PEER_GROUP, PEER_PLURAL, PEER_VERSION, check_peer_name, desired_peer, peer_argument_spec,
-    peer_from_resource, spec_of)
-from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec as options_of_scopes
+    PEER_API_VERSION,
+    PEER_GROUP,
+    PEER_PLURAL,
+    PEER_VERSION,
+    check_peer_name,
+    desired_peer,
+    peer_argument_spec,
+    peer_from_resource,
+    spec_of,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (
+    argument_spec as options_of_scopes,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 
 PATH = "/apis/%s/%s/%s" % (PEER_GROUP, PEER_VERSION, PEER_PLURAL)
@@ -214,14 +224,18 @@ def run(module, api):
     peer = desired_peer(params) if params["state"] == "present" else None
 
     try:
-        existing = kube_client.json_call(api.get_cluster_custom_object, "GET", path,
-                                         PEER_GROUP, PEER_VERSION, PEER_PLURAL, name)
+        existing = kube_client.json_call(
+            api.get_cluster_custom_object, "GET", path, PEER_GROUP, PEER_VERSION, PEER_PLURAL, name
+        )
     except kube_client.KubeError as e:
         if e.status != 404:
             raise KiloError(e.message, subject)
         if getattr(e, "not_found_name", None) != name:
-            raise KiloError("the cluster does not serve %s (the Peer CRD is not installed): run"
-                            " playbooks/kubernetes.yml first" % PATH, subject)
+            raise KiloError(
+                "the cluster does not serve %s (the Peer CRD is not installed): run"
+                " playbooks/kubernetes.yml first" % PATH,
+                subject,
+            )
         existing = None
     before = current_spec(existing) if existing else {}
 
@@ -232,25 +246,61 @@ def run(module, api):
                 result["peer"] = shown_peer(peer_from_resource(existing))
             except KiloError:
                 pass
-            kube_client.json_call(api.delete_cluster_custom_object, "DELETE", path,
-                                  PEER_GROUP, PEER_VERSION, PEER_PLURAL, name, dry_run=dry_run)
+            kube_client.json_call(
+                api.delete_cluster_custom_object,
+                "DELETE",
+                path,
+                PEER_GROUP,
+                PEER_VERSION,
+                PEER_PLURAL,
+                name,
+                dry_run=dry_run,
+            )
         result["diff"] = dict(before=masked_spec(before), after={})
         return result
 
     after = spec_of(peer)
     if existing is None:
-        body = {"apiVersion": PEER_API_VERSION, "kind": "Peer", "metadata": {"name": name}, "spec": after}
-        stored = kube_client.json_call(api.create_cluster_custom_object, "POST", PATH,
-                                       PEER_GROUP, PEER_VERSION, PEER_PLURAL, body, dry_run=dry_run)
+        body = {
+            "apiVersion": PEER_API_VERSION,
+            "kind": "Peer",
+            "metadata": {"name": name},
+            "spec": after,
+        }
+        stored = kube_client.json_call(
+            api.create_cluster_custom_object,
+            "POST",
+            PATH,
+            PEER_GROUP,
+            PEER_VERSION,
+            PEER_PLURAL,
+            body,
+            dry_run=dry_run,
+        )
     elif before != after:
         body = copy.deepcopy(existing)
         body["spec"] = after  # with metadata.resourceVersion: a concurrent change fails with 409
-        stored = kube_client.json_call(api.replace_cluster_custom_object, "PUT", path,
-                                       PEER_GROUP, PEER_VERSION, PEER_PLURAL, name, body, dry_run=dry_run)
+        stored = kube_client.json_call(
+            api.replace_cluster_custom_object,
+            "PUT",
+            path,
+            PEER_GROUP,
+            PEER_VERSION,
+            PEER_PLURAL,
+            name,
+            body,
+            dry_run=dry_run,
+        )
     else:
         stored = None
-    return dict(changed=stored is not None, peer=shown_peer(peer), resource=shown(stored or existing),
-                diff=dict(before=masked_spec(before), after=masked_spec(after, before if existing else None)))
+    return dict(
+        changed=stored is not None,
+        peer=shown_peer(peer),
+        resource=shown(stored or existing),
+        diff=dict(
+            before=masked_spec(before), after=masked_spec(after, before if existing else None)
+        ),
+    )
 
 
 def main():
@@ -264,11 +314,16 @@ def main():
         supports_check_mode=True,
     )
     if module.params["store"] != "kubernetes":
-        module.fail_json(msg="store=%s is handled on the controller by the action plugin kilo.mesh.peer; it cannot"
-                             " run as a bare module" % module.params["store"])
+        module.fail_json(
+            msg="store=%s is handled on the controller by the action plugin kilo.mesh.peer; it cannot"
+            " run as a bare module" % module.params["store"]
+        )
     if not kube_client.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=kube_client.KUBERNETES_IMPORT_ERROR)
+        module.fail_json(
+            msg=missing_required_lib("kubernetes"), exception=kube_client.KUBERNETES_IMPORT_ERROR
+        )
     from kubernetes.client import CustomObjectsApi  # pylint: disable=import-outside-toplevel
+
     try:
         check_peer_name(module.params["name"])
         if module.params["state"] == "present":

@@ -146,7 +146,9 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import prep
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(argument_spec("prepare"), port=argument_spec("mesh")["port"], state=STATE_SPEC),
+        argument_spec=dict(
+            argument_spec("prepare"), port=argument_spec("mesh")["port"], state=STATE_SPEC
+        ),
         supports_check_mode=True,
     )
     require_root(module)  # first, before the host changes (the action names the host)

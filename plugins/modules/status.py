@@ -275,18 +275,27 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    check_interface_name,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import require_root
 from ansible_collections.kilo.mesh.plugins.module_utils.options import status_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
 from ansible_collections.kilo.mesh.plugins.module_utils.host.status import (
-    host_status, label_peers, metrics, relay_forwarded, stored_plan)
+    host_status,
+    label_peers,
+    metrics,
+    relay_forwarded,
+    stored_plan,
+)
 
 
 def plan_files():
     """Where a host keeps the plan it applied: the boot restore's (push) and the agent's plan file."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import PLAN_PATH
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import AGENT_PLAN_FILE
+
     return (PLAN_PATH, AGENT_PLAN_FILE)
 
 
@@ -296,15 +305,22 @@ def interface_addresses(interface):
     userspace tun device gets one) is no address of the mesh, so left out, as netstate leaves it.
     Read as every host reading is (netlink_links.open_reader: the standard library's netlink, else
     pyroute2)."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import link, open_reader
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import (
+        link,
+        open_reader,
+    )
     from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import RT_SCOPE_LINK
+
     reader, _strict = open_reader()
     try:
         found = link(interface, reader)
         if found is None:
             return []
-        return ["%s/%s" % (a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in reader.get_addr()
-                if a["index"] == found["index"] and a["scope"] != RT_SCOPE_LINK]
+        return [
+            "%s/%s" % (a.get_attr("IFA_ADDRESS"), a["prefixlen"])
+            for a in reader.get_addr()
+            if a["index"] == found["index"] and a["scope"] != RT_SCOPE_LINK
+        ]
     finally:
         reader.close()
 
@@ -313,7 +329,9 @@ def run_module():
     module = AnsibleModule(argument_spec=status_spec(), supports_check_mode=True)
     p = module.params
     if p["summary"]:
-        module.fail_json(msg="summary: runs on the controller through the kilo.mesh.status action only")
+        module.fail_json(
+            msg="summary: runs on the controller through the kilo.mesh.status action only"
+        )
     # the interface and its key are root's to read: not root, every host would look out of the mesh
     require_root(module)
     if p["stale_after"] < 0:
@@ -321,7 +339,10 @@ def run_module():
     try:
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+            WireGuardBackend,
+        )
+
         state = WireGuardBackend(host_settings({"interface": p["interface"]})).current()
         now = time.time()
         addresses = interface_addresses(p["interface"]) if state.get("present") else []

@@ -23,8 +23,18 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.options import DEPRECATED_VARS, OPTIONS, argument_spec, out_of_bounds
-from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_zip, ansible_internals, keepalive, plan_store
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (
+    DEPRECATED_VARS,
+    OPTIONS,
+    argument_spec,
+    out_of_bounds,
+)
+from ansible_collections.kilo.mesh.plugins.plugin_utils import (
+    agent_zip,
+    ansible_internals,
+    keepalive,
+    plan_store,
+)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import host_inputs
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import MeshReading
 
@@ -63,25 +73,38 @@ CLIENT_VAR = OPTIONS["kube"]["var"] + "_"
 def client_mapping(value, host):
     """The client options of a ``kilo_kube`` value (kubernetes.core's names; its aliases taken),
     checked: a mapping of known options of the right types, else a KiloError naming the host."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import argument_spec as client_spec
+    from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import (
+        argument_spec as client_spec,
+    )
+
     if value is None:
         return {}
     var = OPTIONS["kube"]["var"]
     spec = client_spec()
     if not isinstance(value, Mapping):
-        raise KiloError("a mapping of Kubernetes client options (%s), not %r" % (", ".join(spec), type(value).__name__),
-                        host_subject(host), var)
+        raise KiloError(
+            "a mapping of Kubernetes client options (%s), not %r"
+            % (", ".join(spec), type(value).__name__),
+            host_subject(host),
+            var,
+        )
     known = set(spec).union(*(spec[n].get("aliases") or () for n in spec))
     for key in sorted(value, key=str):
         if key not in known:
             close = difflib.get_close_matches(str(key), sorted(known), 1)
-            raise KiloError("unknown client option %r%s (known: %s)" % (
-                key, " - did you mean %r?" % close[0] if close else "", ", ".join(spec)), host_subject(host), var)
+            raise KiloError(
+                "unknown client option %r%s (known: %s)"
+                % (key, " - did you mean %r?" % close[0] if close else "", ", ".join(spec)),
+                host_subject(host),
+                var,
+            )
     validation = ArgumentSpecValidator(spec).validate(dict(value))
     error = _first_error(validation)
     if error:
         raise KiloError(error, host_subject(host), var)
-    return dict((n, v) for n, v in validation.validated_parameters.items() if n in spec and v is not None)
+    return dict(
+        (n, v) for n, v in validation.validated_parameters.items() if n in spec and v is not None
+    )
 
 
 def _first_error(validation):
@@ -163,7 +186,9 @@ class KiloAction(ActionBase):
             args = self.options_of(task_vars)
             result.update(self.run_kilo(args, task_vars))
         except KiloError as e:
-            result.update(failed=True, msg=str(e.about(host_subject(task_vars.get("inventory_hostname")))))
+            result.update(
+                failed=True, msg=str(e.about(host_subject(task_vars.get("inventory_hostname"))))
+            )
         return self.with_deprecations(result)
 
     def with_deprecations(self, result):
@@ -210,17 +235,25 @@ class KiloAction(ActionBase):
         known = set(spec).union(*(spec[name].get("aliases") or () for name in spec))
         unknown = sorted(set(given) - known)
         if unknown:
-            raise KiloError("unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0])
+            raise KiloError(
+                "unsupported option (supported: %s)" % ", ".join(sorted(spec)), "task", unknown[0]
+            )
         source = source or self.vars_source(task_vars, given)
         # option -> its inventory variable, for the options the task leaves to the inventory
-        var_of = dict((name, OPTIONS[name]["var"]) for name in spec
-                      if name not in given and name in OPTIONS and OPTIONS[name]["var"])
+        var_of = dict(
+            (name, OPTIONS[name]["var"])
+            for name in spec
+            if name not in given and name in OPTIONS and OPTIONS[name]["var"]
+        )
         found = self.variables(task_vars, source, list(var_of.values()))
         if ("given", kind) not in memo:
             validation = ArgumentSpecValidator(spec).validate(given)
             parameters = validation.validated_parameters
             # the table's bounds (ports, MTU, ...), which Ansible's argument spec cannot say
-            memo[("given", kind)] = (_first_error(validation) or _out_of_bounds(parameters, given), parameters)
+            memo[("given", kind)] = (
+                _first_error(validation) or _out_of_bounds(parameters, given),
+                parameters,
+            )
         error, options = memo[("given", kind)]
         if error:
             raise KiloError(error, "task")
@@ -248,7 +281,11 @@ class KiloAction(ActionBase):
         One look-up of the host's variables for all names: every ``hostvars[host]`` access
         computes that host's variables anew, which at a thousand hosts is the run's cost."""
         if host == task_vars.get("inventory_hostname"):
-            return dict((name, self._templar.template(task_vars[name])) for name in names if name in task_vars)
+            return dict(
+                (name, self._templar.template(task_vars[name]))
+                for name in names
+                if name in task_vars
+            )
         hostvars = task_vars["hostvars"]
         if host not in hostvars:
             return {}
@@ -270,11 +307,15 @@ class KiloAction(ActionBase):
         ``args["port"]``, kilo_port or the default as the option table filled it)."""
         if "port" in self._task.args:
             return args["port"]
-        return self.mesh(task_vars, args).listen_port(task_vars.get("inventory_hostname"), args["port"])
+        return self.mesh(task_vars, args).listen_port(
+            task_vars.get("inventory_hostname"), args["port"]
+        )
 
     @staticmethod
     def mesh_group(task_vars, given=None):
-        return (given or {}).get("group") or task_vars.get("kilo_group") or OPTIONS["group"]["default"]
+        return (
+            (given or {}).get("group") or task_vars.get("kilo_group") or OPTIONS["group"]["default"]
+        )
 
     def vars_source(self, task_vars, given=None):
         """Whose variables fill the options: this host; for a controller-only action in a
@@ -294,7 +335,11 @@ class KiloAction(ActionBase):
     def inventory(task_vars):
         """The InventoryManager behind ``hostvars`` (ansible_internals.inventory_of), or None."""
         hostvars = task_vars["hostvars"]
-        return hostvars.inventory if isinstance(hostvars, HostVarsOnce) else ansible_internals.inventory_of(hostvars)
+        return (
+            hostvars.inventory
+            if isinstance(hostvars, HostVarsOnce)
+            else ansible_internals.inventory_of(hostvars)
+        )
 
     @classmethod
     def location_groups(cls, task_vars, group):
@@ -336,8 +381,14 @@ class KiloAction(ActionBase):
         if key is None or not play:
             return
         hostvars = task_vars["hostvars"]
-        plan_store.save_reading(key, dict((host, host_inputs(hostvars[host]))
-                                          for host in task_vars["groups"].get(group, []) if host not in play))
+        plan_store.save_reading(
+            key,
+            dict(
+                (host, host_inputs(hostvars[host]))
+                for host in task_vars["groups"].get(group, [])
+                if host not in play
+            ),
+        )
 
     def earlier_reading(self, task_vars, group):
         """host -> inputs of the mesh hosts outside the play, as ``keep_reading`` read them
@@ -349,8 +400,11 @@ class KiloAction(ActionBase):
         if key is None or touched is None:
             return {}
         play = set(task_vars.get("ansible_play_hosts_all") or [])
-        return dict((host, inputs) for host, inputs in plan_store.load_reading(key).items()
-                    if host not in play and not touched(host))
+        return dict(
+            (host, inputs)
+            for host, inputs in plan_store.load_reading(key).items()
+            if host not in play and not touched(host)
+        )
 
     def client_options(self, args, task_vars):
         """The Kubernetes client options (kubernetes.core's names) of an action that talks to the API:
@@ -360,9 +414,14 @@ class KiloAction(ActionBase):
         variables are this host's, or the mesh group's first host's for a host outside the mesh
         (kilo.mesh.peer on a connecting machine)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import ENV
+
         source = self.mesh_source(task_vars)
         var = OPTIONS["kube"]["var"]
-        found = self.variables(task_vars, source, [var] + [CLIENT_VAR + n for n in ENV if CLIENT_VAR + n in DEPRECATED_VARS])
+        found = self.variables(
+            task_vars,
+            source,
+            [var] + [CLIENT_VAR + n for n in ENV if CLIENT_VAR + n in DEPRECATED_VARS],
+        )
         given = client_mapping(found.get(var), source)
         options = dict((n, args.get(n)) for n in ENV)
         for name in ENV:
@@ -372,9 +431,11 @@ class KiloAction(ActionBase):
                 options[name] = given[name]
             elif found.get(CLIENT_VAR + name) not in (None, ""):
                 options[name] = found[CLIENT_VAR + name]
-                self.deprecate("%s%s is deprecated: give the Kubernetes client options once, as kilo_kube: {%s: ...}"
-                               " (the inventory plugin kilo.mesh.kubernetes sets kilo_kube from its own file)"
-                               % (CLIENT_VAR, name, name))
+                self.deprecate(
+                    "%s%s is deprecated: give the Kubernetes client options once, as kilo_kube: {%s: ...}"
+                    " (the inventory plugin kilo.mesh.kubernetes sets kilo_kube from its own file)"
+                    % (CLIENT_VAR, name, name)
+                )
         return options
 
     def deprecate(self, msg, version="1.0.0"):
@@ -400,7 +461,9 @@ class KiloAction(ActionBase):
         data, digest = agent_zip.build()
         module_args = dict((k, v) for k, v in module_args.items() if v is not None)
         module_args["app_digest"] = digest
-        result = self._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars)
+        result = self._execute_module(
+            module_name=module_name, module_args=module_args, task_vars=task_vars
+        )
         need = result.get("need") or []
         if need and not result.get("failed"):
             tmp = self._make_tmp_path()
@@ -409,7 +472,9 @@ class KiloAction(ActionBase):
                     module_args["app_src"] = self._send_app(data, tmp)
                 if provide:
                     module_args.update(provide(need))
-                result = self._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars)
+                result = self._execute_module(
+                    module_name=module_name, module_args=module_args, task_vars=task_vars
+                )
             finally:
                 self._remove_tmp_path(tmp)
         result.pop("need", None)
@@ -419,7 +484,9 @@ class KiloAction(ActionBase):
         """kilo.mesh.converge on the host; the app goes along where the boot restore keeps it."""
         if module_args.get("state") != "absent" and module_args.get("boot_restore", True):
             return self.run_with_app("kilo.mesh.converge", module_args, task_vars)[0]
-        return self._execute_module(module_name="kilo.mesh.converge", module_args=module_args, task_vars=task_vars)
+        return self._execute_module(
+            module_name="kilo.mesh.converge", module_args=module_args, task_vars=task_vars
+        )
 
     def _send_app(self, data, tmp):
         """Copy the zip to the host's temporary directory; its path there."""

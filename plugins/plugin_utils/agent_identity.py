@@ -36,7 +36,7 @@ def account_name(node):
     """The ServiceAccount (and per-node ClusterRole) name of ``node``'s agent."""
     name = "%s-%s" % (NAME, node)
     if len(name) > MAX_NAME:
-        name = name[:MAX_NAME - 17] + "-" + hashlib.sha256(node.encode()).hexdigest()[:16]
+        name = name[: MAX_NAME - 17] + "-" + hashlib.sha256(node.encode()).hexdigest()[:16]
     return name
 
 
@@ -58,13 +58,19 @@ def shared_role(pod_source="node"):
     """The agents' shared reading rights: Nodes and Peers, and the objects of the mesh's IPAM
     source of pod ranges when it has one (``pod_cidr_source``: Calico's blockaffinities, Cilium's
     ciliumnodes), list and watch only."""
-    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-             {"apiGroups": ["kilo.squat.ai"], "resources": ["peers"], "verbs": ["get", "list", "watch"]}]
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["kilo.squat.ai"], "resources": ["peers"], "verbs": ["get", "list", "watch"]},
+    ]
     if pod_source in kube_node.IPAM_KINDS:
         group, dummy, plural = kube_node.IPAM_KINDS[pod_source]
         rules.append({"apiGroups": [group], "resources": [plural], "verbs": ["list", "watch"]})
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(NAME),
-            "rules": rules}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": _meta(NAME),
+        "rules": rules,
+    }
 
 
 def node_objects(node, namespace):
@@ -73,16 +79,47 @@ def node_objects(node, namespace):
     account = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
     rbac = "rbac.authorization.k8s.io/v1"
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, node, namespace),
-         "automountServiceAccountToken": False},
-        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(name, node),
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "resourceNames": [node], "verbs": ["get", "patch"]}]},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": _meta(name, node),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [account]},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": _meta(name + "-read", node),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-         "subjects": [account]},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(name, node, namespace),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": _meta(name, node),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes"],
+                    "resourceNames": [node],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(name, node),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [account],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(name + "-read", node),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": NAME,
+            },
+            "subjects": [account],
+        },
     ]
 
 
@@ -110,10 +147,15 @@ def token(client_options, node, namespace, lifetime):
     client = kube_client.api_client(client_options)
     api = kube_client.kubernetes.client.CoreV1Api(client)
     name = account_name(node)
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": int(lifetime)}}
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": int(lifetime)},
+    }
     path = "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, name)
-    answer = kube_client.json_call(api.create_namespaced_service_account_token, "POST", path, name, namespace, body)
+    answer = kube_client.json_call(
+        api.create_namespaced_service_account_token, "POST", path, name, namespace, body
+    )
     value = (answer.get("status") or {}).get("token")
     if not value:
         raise kube_client.KubeError("POST %s: no token in the answer" % path)
@@ -135,5 +177,10 @@ def has_client_config(client_options):
     """Whether the controller has any Kubernetes client configuration (options, environment,
     in-cluster files or the default config file)."""
     auth = kube_client.auth_options(client_options)
-    return bool(auth["kubeconfig"] or auth["context"] or auth["host"] or kube_client.in_cluster()
-                or kube_client.default_kubeconfig())
+    return bool(
+        auth["kubeconfig"]
+        or auth["context"]
+        or auth["host"]
+        or kube_client.in_cluster()
+        or kube_client.default_kubeconfig()
+    )

@@ -87,7 +87,10 @@ def set_in_run(hostvars):
     injected = C.INJECT_FACTS_AS_VARS
 
     def touched(host):
-        return bool(registered.get(host)) or bool(included.get(host)) or (injected and has_facts(host))
+        return (
+            bool(registered.get(host)) or bool(included.get(host)) or (injected and has_facts(host))
+        )
+
     return touched
 
 
@@ -102,6 +105,7 @@ def names_set_in_run(hostvars):
 
     def names(host):
         return set(registered.get(host) or ()) | set(included.get(host) or ())
+
     return names
 
 
@@ -140,6 +144,7 @@ def forks():
     """The run's ``--forks`` (hosts a task runs on at once), or None."""
     try:
         from ansible import context
+
         value = context.CLIARGS.get("forks")
     except (ImportError, AttributeError):
         return None

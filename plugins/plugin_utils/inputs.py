@@ -17,16 +17,29 @@ import time
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import peer_addresses
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
+
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401
-    FIELDS, NODE_POD_SOURCE_VAR, POD_SOURCE_VAR, REGISTRY_FIELDS, InputError, annotation_facts, facts_from_result, node_from_host)
+    FIELDS,
+    NODE_POD_SOURCE_VAR,
+    POD_SOURCE_VAR,
+    REGISTRY_FIELDS,
+    InputError,
+    annotation_facts,
+    facts_from_result,
+    node_from_host,
+)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.registry_store import FileStore, open_store
 
 # A node's fields -> the host variables that set them (Kilo's node annotations): the node table's.
 NODE_VARS = dict((field.name, field.var) for field in FIELDS.values() if field.var)
 
 # Every variable of a host the mesh reads (host_inputs), besides the registered kilo.mesh.key result.
-INPUT_VARS = tuple(NODE_VARS.values()) + ("kilo_kubernetes_node", POD_SOURCE_VAR, NODE_POD_SOURCE_VAR)
+INPUT_VARS = tuple(NODE_VARS.values()) + (
+    "kilo_kubernetes_node",
+    POD_SOURCE_VAR,
+    NODE_POD_SOURCE_VAR,
+)
 
 
 def host_facts(hvars, facts_var, known):
@@ -53,8 +66,12 @@ def placed(hosts, vars_of, locations, group):
     unplaced = [h for h in hosts if "kilo_location" not in vars_of(h)]
     if unplaced:
         # Never collapse every location into one segment silently.
-        raise InputError("not set, and the child groups of %r (the locations) cannot be read from this inventory"
-                         % group, host_subject(unplaced[0]), "kilo_location")
+        raise InputError(
+            "not set, and the child groups of %r (the locations) cannot be read from this inventory"
+            % group,
+            host_subject(unplaced[0]),
+            "kilo_location",
+        )
     return {}
 
 
@@ -70,8 +87,10 @@ def host_node(host, hvars, facts_var, known, location, port, dual=False):
     does not pin its key and its endpoint, or its key and ``behind_nat``: a host reached through a
     relay needs no endpoint). ``dual``: the mesh is dual-stack."""
     facts, fresh = host_facts(hvars, facts_var, known)
-    if facts is None and not (hvars.get("kilo_public_key") and (hvars.get("kilo_force_endpoint") or behind_nat(
-            host, hvars))):
+    if facts is None and not (
+        hvars.get("kilo_public_key")
+        and (hvars.get("kilo_force_endpoint") or behind_nat(host, hvars))
+    ):
         return None, facts, fresh
     return node_from_host(host, hvars, facts, location, port, dual=dual), facts, fresh
 
@@ -94,12 +113,15 @@ def gather_nodes(task_vars, group, port, facts_var, registry, locations, read=No
 
     def vars_of(host):
         return read[host] if host in read else hostvars[host]
+
     locations = placed(hosts, vars_of, locations, group)
     known = registry.get("hosts", {})
     nodes, missing, fresh, rotating = [], [], {}, set()
     for host in hosts:
         hvars = vars_of(host)
-        node, facts, now = host_node(host, hvars, facts_var, known.get(host), locations.get(host, ""), port, dual)
+        node, facts, now = host_node(
+            host, hvars, facts_var, known.get(host), locations.get(host, ""), port, dual
+        )
         if now:
             fresh[host] = facts
             reported = hvars.get(facts_var) or {}
@@ -142,7 +164,10 @@ def registry_path(task_vars, path=None, group=None):
     if hosts and (not inventory_dir or task_vars.get("inventory_hostname") not in hosts):
         inventory_dir = task_vars["hostvars"][hosts[0]].get("inventory_dir") or inventory_dir
     directory = inventory_dir or os.getcwd()
-    visible, hidden = os.path.join(directory, REGISTRY_FILE), os.path.join(directory, "." + REGISTRY_FILE)
+    visible, hidden = (
+        os.path.join(directory, REGISTRY_FILE),
+        os.path.join(directory, "." + REGISTRY_FILE),
+    )
     if not in_directory_source(directory, task_vars.get("ansible_inventory_sources")):
         return visible
     return visible if os.path.exists(visible) and not os.path.exists(hidden) else hidden
@@ -169,7 +194,11 @@ def mesh_peers(peers, registry):
     with store=registry), as items of ``kilo_peers``; a kilo_peers name wins over the registry's."""
     peers = [dict(p) for p in peers or []]
     names = set(p.get("name") for p in peers)
-    return peers + [dict(entry, name=name) for name, entry in sorted(registry["peers"].items()) if name not in names]
+    return peers + [
+        dict(entry, name=name)
+        for name, entry in sorted(registry["peers"].items())
+        if name not in names
+    ]
 
 
 def connect_peer(args, host, families=(), kubernetes=False):
@@ -179,12 +208,17 @@ def connect_peer(args, host, families=(), kubernetes=False):
     one of each family) and keepalive. ``kubernetes``: the playbook was given a cluster."""
     name = args["connect_name"] or host
     check_peer_name(name)
-    peer = dict(name=name, state=args["connect_state"], store=args["connect_store"]
-                or ("kubernetes" if kubernetes else "registry"))
+    peer = dict(
+        name=name,
+        state=args["connect_state"],
+        store=args["connect_store"] or ("kubernetes" if kubernetes else "registry"),
+    )
     if args["connect_state"] == "present":
         addresses = peer_addresses(args["connect_allowed_ip"], host_subject(host), families)
-        peer.update(allowed_ips=[str(a) for a in addresses],
-                    persistent_keepalive=args["connect_persistent_keepalive"])
+        peer.update(
+            allowed_ips=[str(a) for a in addresses],
+            persistent_keepalive=args["connect_persistent_keepalive"],
+        )
     return peer
 
 
@@ -209,6 +243,7 @@ def _merge(fresh):
                 data["hosts"][host] = dict(facts, last_seen=int(time.time()))
                 changed = True
         return changed
+
     return merge
 
 
@@ -240,6 +275,7 @@ def forget_registry_hosts(path, hosts, check_mode=False):
             store.remove()  # under the lock; writers after it find no registry, as on a first run
             return not isinstance(store, FileStore)  # Redis, Kubernetes: the removal is the write
         return bool(gone)
+
     _change_registry(path, change, store)
     return gone
 
@@ -250,8 +286,11 @@ def set_registry_peer(path, name, entry, check_mode=False):
     The registry holds public data only: ``entry`` must not carry a preshared key."""
     store = open_store(path)
     if (entry or {}).get("preshared_key"):
-        raise InputError("a preshared key never goes to the registry (public data only)", store.subject,
-                         "peers.%s" % name)
+        raise InputError(
+            "a preshared key never goes to the registry (public data only)",
+            store.subject,
+            "peers.%s" % name,
+        )
     if check_mode or (entry is None and not store.exists()):  # not even the lock file
         return store.read()["peers"].get(name)
     before = []
@@ -265,6 +304,7 @@ def set_registry_peer(path, name, entry, check_mode=False):
         else:
             data["peers"][name] = entry
         return True
+
     _change_registry(path, change, store)
     return before[0]
 
@@ -300,8 +340,7 @@ def stale_relays(handshakes_by_host, nodes, bound):
     out = set()
     for node in nodes:
         seen = ages.get(node.get("public_key"))
-        if (node["name"] not in natted and seen
-                and all(age is None or age > bound for age in seen)):
+        if node["name"] not in natted and seen and all(age is None or age > bound for age in seen):
             out.add(node["name"])
     return out
 
@@ -316,7 +355,11 @@ def missing_result(missing, joining=()):
     before its kilo.mesh.key step) are listed as such, without a warning; the rest are left out."""
     joining = set(joining)
     left_out = [host for host in missing if host not in joining]
-    result = dict(joining=[host for host in missing if host in joining]) if len(left_out) < len(missing) else {}
+    result = (
+        dict(joining=[host for host in missing if host in joining])
+        if len(left_out) < len(missing)
+        else {}
+    )
     if left_out:
         result.update(missing=left_out, warnings=[missing_warning(left_out)])
     return result

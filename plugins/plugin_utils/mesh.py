@@ -22,14 +22,30 @@ import ipaddress
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
-    TopologyError, build_plans, listen_port, node_segment)
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS, host_location, read_families
+    TopologyError,
+    build_plans,
+    listen_port,
+    node_segment,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
+    FIELDS,
+    host_location,
+    read_families,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import engine_defaults, engine_names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_mesh
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
-    INPUT_VARS, gather_nodes, host_node, mesh_peers, missing_warning, placed, read_registry, registry_path,
-    update_registry)
+    INPUT_VARS,
+    gather_nodes,
+    host_node,
+    mesh_peers,
+    missing_warning,
+    placed,
+    read_registry,
+    registry_path,
+    update_registry,
+)
 
 
 # Stand-ins (``MeshReading(stand_ins=True)``, kilo.mesh.topology and kilo.mesh.graph for people
@@ -75,25 +91,42 @@ def stand_in_facts(hosts, nodes, peers, options, dual=False):
     def free(network):
         """The addresses of ``network`` (not its first or last) outside every taken network, in order:
         a taken network is stepped over whole, so a big one costs one step."""
-        near = sorted((net for net in taken if net.version == network.version and net.overlaps(network)),
-                      key=lambda net: int(net.network_address))
+        near = sorted(
+            (net for net in taken if net.version == network.version and net.overlaps(network)),
+            key=lambda net: int(net.network_address),
+        )
         last = int(network.broadcast_address) - 1
         value = int(network.network_address) + 1
         while value <= last:
-            inside = [net for net in near if int(net.network_address) <= value <= int(net.broadcast_address)]
+            inside = [
+                net
+                for net in near
+                if int(net.network_address) <= value <= int(net.broadcast_address)
+            ]
             if inside:
                 value = max(int(net.broadcast_address) for net in inside) + 1
                 continue
-            yield ipaddress.ip_address(value) if network.version == 4 else ipaddress.IPv6Address(value)
+            yield (
+                ipaddress.ip_address(value)
+                if network.version == 4
+                else ipaddress.IPv6Address(value)
+            )
             value += 1
         raise KiloError("no address left for a stand-in in %s" % network, "task", "stand_ins")
-    internal, external, internal6 = free(STAND_IN_INTERNAL), free(STAND_IN_EXTERNAL), free(STAND_IN_INTERNAL6)
+
+    internal, external, internal6 = (
+        free(STAND_IN_INTERNAL),
+        free(STAND_IN_EXTERNAL),
+        free(STAND_IN_INTERNAL6),
+    )
     out = {}
     for index, host in enumerate(hosts, 1):
         ip = "%s/%d" % (next(internal), STAND_IN_INTERNAL.prefixlen)
         if dual:
             ip = [ip, "%s/%d" % (next(internal6), STAND_IN_INTERNAL6.prefixlen)]
-        out[host] = dict(public_key=stand_in_key(index), internal_ip=ip, external_ip=str(next(external)))
+        out[host] = dict(
+            public_key=stand_in_key(index), internal_ip=ip, external_ip=str(next(external))
+        )
     return out
 
 
@@ -124,8 +157,13 @@ def mark_stand_ins(computed, hosts):
         return computed
     segments = []
     for seg in computed["segments"]:
-        seg = dict(seg, members=[dict(m, stand_in=True, internal_ip=None, endpoint=None) if m["name"] in hosts else m
-                                 for m in seg.get("members") or []])
+        seg = dict(
+            seg,
+            members=[
+                dict(m, stand_in=True, internal_ip=None, endpoint=None) if m["name"] in hosts else m
+                for m in seg.get("members") or []
+            ],
+        )
         if seg["leader"] in hosts:
             seg.update(leader_stand_in=True, endpoint=None, public_key=None)
         segments.append(seg)
@@ -141,8 +179,10 @@ def engine_options(args):
 
 
 def not_a_node(group):
-    return KiloError("not a node of the mesh: it is not in group %r or reported no key (run kilo.mesh.key"
-                     " first, or set kilo_public_key and kilo_force_endpoint, or kilo_behind_nat)" % group)
+    return KiloError(
+        "not a node of the mesh: it is not in group %r or reported no key (run kilo.mesh.key"
+        " first, or set kilo_public_key and kilo_force_endpoint, or kilo_behind_nat)" % group
+    )
 
 
 class MeshReading(object):
@@ -158,8 +198,16 @@ class MeshReading(object):
     shown to people only (a preview before the first run); ``stand_ins`` then lists them.
     """
 
-    def __init__(self, action, task_vars, args, check_mode=False, earlier=None, location_groups=None,
-                 stand_ins=False):
+    def __init__(
+        self,
+        action,
+        task_vars,
+        args,
+        check_mode=False,
+        earlier=None,
+        location_groups=None,
+        stand_ins=False,
+    ):
         self._action = action
         self._stand_ins = stand_ins
         self.check_mode = check_mode
@@ -196,8 +244,10 @@ class MeshReading(object):
 
     @property
     def registry_file(self):
-        return self._once("registry_file",
-                          lambda: registry_path(self.task_vars, self.args.get("registry"), self.group))
+        return self._once(
+            "registry_file",
+            lambda: registry_path(self.task_vars, self.args.get("registry"), self.group),
+        )
 
     @property
     def registry(self):
@@ -205,31 +255,50 @@ class MeshReading(object):
 
     @property
     def location_groups(self):
-        return self._once("location_groups", lambda: self._action.location_groups(self.task_vars, self.group))
+        return self._once(
+            "location_groups", lambda: self._action.location_groups(self.task_vars, self.group)
+        )
 
     @property
     def locations(self):
-        return self._once("locations",
-                          lambda: self._action.locations(self.task_vars, self.group, self.location_groups))
+        return self._once(
+            "locations",
+            lambda: self._action.locations(self.task_vars, self.group, self.location_groups),
+        )
 
     def _gathered(self):
         def gather():
             if self.args.get("nodes") is not None:  # explicit nodes win over the inventory
                 return [dict(n) for n in self.args["nodes"]], [], {}, set(), []
             nodes, missing, fresh, rotating = gather_nodes(
-                self.task_vars, self.group, self.args["port"], self.args["facts_var"], self.registry,
-                self.locations, self._earlier, self.dual)
+                self.task_vars,
+                self.group,
+                self.args["port"],
+                self.args["facts_var"],
+                self.registry,
+                self.locations,
+                self._earlier,
+                self.dual,
+            )
             stand_ins = []
             if self._stand_ins and missing:
                 facts = stand_in_facts(missing, nodes, self.peers, self.args, self.dual)
                 locations = self.locations or {}
                 for host in missing:
-                    node = host_node(host, self.host_vars(host), None, facts[host], locations.get(host, ""),
-                                     self.args["port"], self.dual)[0]
+                    node = host_node(
+                        host,
+                        self.host_vars(host),
+                        None,
+                        facts[host],
+                        locations.get(host, ""),
+                        self.args["port"],
+                        self.dual,
+                    )[0]
                     nodes.append(node)
                     stand_ins.append(host)
                 missing = []
             return nodes, missing, fresh, rotating, stand_ins
+
         return self._once("gathered", gather)
 
     @property
@@ -269,6 +338,7 @@ class MeshReading(object):
         or shown with stand-ins) with the stand-in facts of ``stand_in_facts`` for what its key step
         reports; stand-ins maps such a host to the fields of its node that are stand-ins (they take
         part in no conflict, engine/conflicts.py)."""
+
         def plan():
             shown = set(self.stand_ins)
             nodes = [node for node in self.nodes if node["name"] not in shown]
@@ -280,11 +350,19 @@ class MeshReading(object):
             standins = {}
             for host in hosts:
                 hvars = self.host_vars(host)
-                node = host_node(host, hvars, None, facts[host], locations.get(host, ""), self.args["port"],
-                                 self.dual)[0]
+                node = host_node(
+                    host,
+                    hvars,
+                    None,
+                    facts[host],
+                    locations.get(host, ""),
+                    self.args["port"],
+                    self.dual,
+                )[0]
                 nodes.append(node)
                 standins[host] = stand_in_fields(hvars, node, facts[host])
             return nodes, standins
+
         return self._once("planned", plan)
 
     def checked(self, connecting=()):
@@ -294,7 +372,9 @@ class MeshReading(object):
         when it reads them)."""
         if self.args.get("nodes") is not None:
             return None
-        return self._once("checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting))
+        return self._once(
+            "checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting)
+        )
 
     def computed(self, only=None, check=None):
         """The engine's answer for the whole mesh (plans of ``only``, default every node). The whole
@@ -303,8 +383,12 @@ class MeshReading(object):
         if only is not None:
             return build_plans(self.nodes, self.peers, self.options, only=only, check=check)
         self.checked()
-        return self._once("computed", lambda: mark_stand_ins(
-            build_plans(self.nodes, self.peers, self.options), self.stand_ins))
+        return self._once(
+            "computed",
+            lambda: mark_stand_ins(
+                build_plans(self.nodes, self.peers, self.options), self.stand_ins
+            ),
+        )
 
     # --- one host ----------------------------------------------------------------------------
 
@@ -322,14 +406,22 @@ class MeshReading(object):
         its Node's annotations."""
         hvars = self.host_vars(host)
         # a reading without a mesh group (kilo.mesh.key's) asks nothing a location changes
-        location = placed([host], lambda h: hvars, self.locations, self.group).get(host, "") if self.group else ""
+        location = (
+            placed([host], lambda h: hvars, self.locations, self.group).get(host, "")
+            if self.group
+            else ""
+        )
         known = facts if facts is not None else self.registry["hosts"].get(host)
-        return host_node(host, hvars, self.args.get("facts_var"), known, location, self.args["port"], self.dual)[0]
+        return host_node(
+            host, hvars, self.args.get("facts_var"), known, location, self.args["port"], self.dual
+        )[0]
 
     def location(self, host):
         """``host``'s location as its node has it (``nodes.host_location``): its kilo_location,
         else its location group; None when neither says."""
-        return host_location(self.host_vars(host), (self.locations or {}).get(host), host_subject(host))
+        return host_location(
+            self.host_vars(host), (self.locations or {}).get(host), host_subject(host)
+        )
 
     def segment(self, host):
         """The engine's segment key of ``host`` (None when it is no node of the mesh)."""
@@ -340,7 +432,9 @@ class MeshReading(object):
         """The port ``host``'s WireGuard listens on, by the engine's rule: its forced endpoint's,
         else ``port`` (kilo_port or the default)."""
         found = self._action.variables(self.task_vars, host, ["kilo_force_endpoint"])
-        return listen_port(found.get("kilo_force_endpoint"), port, host_subject(host), "kilo_force_endpoint")
+        return listen_port(
+            found.get("kilo_force_endpoint"), port, host_subject(host), "kilo_force_endpoint"
+        )
 
     def plan(self, host, topology_var=None, result=None):
         """``host``'s plan: the run-once step's (``topology_var`` names its registered result),

@@ -26,9 +26,13 @@ def output_path(dest, output_dir=None, sources=None, field="dest"):
     base = os.path.abspath(os.path.expanduser(output_dir)) if output_dir else os.getcwd()
     path = os.path.normpath(os.path.join(base, os.path.expanduser(dest)))
     if in_directory_source(os.path.dirname(path), sources):
-        raise KiloError("%s is inside a directory given as inventory source: Ansible would try to read it as"
-                        " inventory on every later run; write it elsewhere (set kilo_output_dir, or give %s"
-                        " outside the inventory)" % (path, field), "task", field)
+        raise KiloError(
+            "%s is inside a directory given as inventory source: Ansible would try to read it as"
+            " inventory on every later run; write it elsewhere (set kilo_output_dir, or give %s"
+            " outside the inventory)" % (path, field),
+            "task",
+            field,
+        )
     return path
 
 

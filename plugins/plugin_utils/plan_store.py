@@ -28,7 +28,9 @@ from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write
 
 def _file(directory, name, prefix=""):
     # host names may hold any character; a digest makes a safe, fixed-length file name
-    return os.path.join(directory, prefix + hashlib.sha256(name.encode("utf-8")).hexdigest() + ".json")
+    return os.path.join(
+        directory, prefix + hashlib.sha256(name.encode("utf-8")).hexdigest() + ".json"
+    )
 
 
 def _run_tmp():
@@ -60,6 +62,7 @@ def load(directory, host):
 # validate and topology both need every host of the mesh. Within one play the variables of a
 # host outside it do not change (no task runs there), so validate's reading serves the topology
 # step; hosts of the play are always read again (they registered kilo.mesh.key's result since).
+
 
 def _reading_file(key):
     directory = _run_tmp()

@@ -49,12 +49,16 @@ def open_store(location):
     """The store ``location`` names (a path or a Redis URL)."""
     if not is_url(location):
         return FileStore(location)
-    return KubernetesStore(location) if location.startswith("kubernetes://") else RedisStore(location)
+    return (
+        KubernetesStore(location) if location.startswith("kubernetes://") else RedisStore(location)
+    )
 
 
 def shown(location):
     """``location`` as results and messages show it: a URL's password masked."""
-    return RedisStore.masked(location) if is_url(location) else location  # (kubernetes:// holds no secret)
+    return (
+        RedisStore.masked(location) if is_url(location) else location
+    )  # (kubernetes:// holds no secret)
 
 
 def empty():
@@ -122,6 +126,7 @@ class RedisStore(object):
     def split(url):
         """(the client's URL, the key prefix): our query argument ``key`` taken out."""
         from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit  # pylint: disable=import-outside-toplevel
+
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
         key = dict(query).get("key") or DEFAULT_KEY
@@ -131,6 +136,7 @@ class RedisStore(object):
     @staticmethod
     def masked(url):
         from urllib.parse import urlsplit, urlunsplit  # pylint: disable=import-outside-toplevel
+
         parts = urlsplit(url)
         if parts.password is None:
             return url
@@ -143,10 +149,15 @@ class RedisStore(object):
             try:
                 import redis  # pylint: disable=import-outside-toplevel
             except ImportError as e:
-                raise InputError("needs the Python package redis on the controller (pip install redis; the"
-                                 " execution environment of meta/execution-environment.yml has it)", self.subject) from e
+                raise InputError(
+                    "needs the Python package redis on the controller (pip install redis; the"
+                    " execution environment of meta/execution-environment.yml has it)",
+                    self.subject,
+                ) from e
             try:
-                self._client = redis.Redis.from_url(self.url, socket_timeout=30, socket_connect_timeout=10)
+                self._client = redis.Redis.from_url(
+                    self.url, socket_timeout=30, socket_connect_timeout=10
+                )
             except ValueError as e:
                 raise InputError("not a Redis URL the client takes: %s" % e, self.subject) from e
         return self._client
@@ -156,6 +167,7 @@ class RedisStore(object):
 
     def _call(self, what):
         import redis  # pylint: disable=import-outside-toplevel
+
         try:
             return what()
         except redis.exceptions.RedisError as e:
@@ -171,11 +183,16 @@ class RedisStore(object):
             try:
                 out[name] = json.loads(text)
             except ValueError as e:
-                raise InputError("not valid JSON: %s" % e, self.subject, "%s.%s" % (section, name)) from e
+                raise InputError(
+                    "not valid JSON: %s" % e, self.subject, "%s.%s" % (section, name)
+                ) from e
         return out
 
     def _read(self, client):
-        return check_data(dict((s, self._decode(s, client.hgetall(self.names(s)))) for s in SECTIONS), self.subject)
+        return check_data(
+            dict((s, self._decode(s, client.hgetall(self.names(s)))) for s in SECTIONS),
+            self.subject,
+        )
 
     def read(self):
         return self._call(lambda: self._read(self.client))
@@ -185,6 +202,7 @@ class RedisStore(object):
 
     def _change(self, change):
         import redis  # pylint: disable=import-outside-toplevel
+
         keys = [self.names(s) for s in SECTIONS]
         for attempt in range(REDIS_RETRIES):
             with self.client.pipeline() as pipe:
@@ -203,15 +221,20 @@ class RedisStore(object):
                     return changed
                 except redis.WatchError:
                     time.sleep(random.uniform(0, min(0.5, 0.005 * (attempt + 1))))
-        raise InputError("other writers changed it %d times in a row while this one tried to write" % REDIS_RETRIES,
-                         self.subject)
+        raise InputError(
+            "other writers changed it %d times in a row while this one tried to write"
+            % REDIS_RETRIES,
+            self.subject,
+        )
 
     def _write(self, pipe, section, before, after):
         name = self.names(section)
         gone = [k for k in before if k not in after]
         if gone:
             pipe.hdel(name, *gone)
-        fields = dict((k, json.dumps(v, sort_keys=True)) for k, v in after.items() if before.get(k) != v)
+        fields = dict(
+            (k, json.dumps(v, sort_keys=True)) for k, v in after.items() if before.get(k) != v
+        )
         if fields:
             pipe.hset(name, mapping=fields)
 
@@ -224,6 +247,7 @@ class KubernetesStore(object):
 
     def __init__(self, url):
         from urllib.parse import parse_qsl, urlsplit  # pylint: disable=import-outside-toplevel
+
         parts = urlsplit(url)
         self.namespace, self.name = parts.netloc, parts.path.strip("/")
         self.subject = "registry %s" % url
@@ -237,11 +261,15 @@ class KubernetesStore(object):
     def api(self):
         if self._api is None:
             from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client  # pylint: disable=import-outside-toplevel
+
             try:
                 import kubernetes.client  # pylint: disable=import-outside-toplevel
+
                 self._api = kubernetes.client.CoreV1Api(kube_client.api_client(self.options))
             except ImportError as e:
-                raise InputError("needs the Python package kubernetes on the controller", self.subject) from e
+                raise InputError(
+                    "needs the Python package kubernetes on the controller", self.subject
+                ) from e
             except kube_client.KubeError as e:
                 raise InputError(str(e), self.subject) from e
         return self._api
@@ -250,14 +278,20 @@ class KubernetesStore(object):
         """(status, JSON body) of a CoreV1Api call; 404 and 409 are answers, other errors raise."""
         from kubernetes.client.exceptions import ApiException  # pylint: disable=import-outside-toplevel
         from urllib3.exceptions import HTTPError  # pylint: disable=import-outside-toplevel
+
         try:
             response = getattr(self.api, method)(*args, _preload_content=False, **kwargs)
         except ApiException as e:
             if e.status in (404, 409):
                 return e.status, None
-            from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import call_error  # pylint: disable=import-outside-toplevel
-            raise InputError(str(call_error(e, method, "configmaps/%s/%s" % (self.namespace, self.name))),
-                             self.subject) from e
+            from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_client import (
+                call_error,
+            )  # pylint: disable=import-outside-toplevel
+
+            raise InputError(
+                str(call_error(e, method, "configmaps/%s/%s" % (self.namespace, self.name))),
+                self.subject,
+            ) from e
         except HTTPError as e:
             raise InputError("cannot reach the API server: %s" % e, self.subject) from e
         return response.status, json.loads(response.data or b"null")
@@ -289,24 +323,47 @@ class KubernetesStore(object):
             if not changed:
                 return changed
             if not any(data[s] for s in SECTIONS):
-                status = 200 if version is None else self._call(
-                    "delete_namespaced_config_map", self.name, self.namespace,
-                    body={"preconditions": {"resourceVersion": version}})[0]
+                status = (
+                    200
+                    if version is None
+                    else self._call(
+                        "delete_namespaced_config_map",
+                        self.name,
+                        self.namespace,
+                        body={"preconditions": {"resourceVersion": version}},
+                    )[0]
+                )
             else:
-                body = {"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": self.name, "namespace": self.namespace,
-                                     "labels": {"app.kubernetes.io/managed-by": "kilo-mesh"}},
-                        "data": dict((s + ".json", json.dumps(data[s], indent=1, sort_keys=True)) for s in SECTIONS)}
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": self.name,
+                        "namespace": self.namespace,
+                        "labels": {"app.kubernetes.io/managed-by": "kilo-mesh"},
+                    },
+                    "data": dict(
+                        (s + ".json", json.dumps(data[s], indent=1, sort_keys=True))
+                        for s in SECTIONS
+                    ),
+                }
                 if version is None:
                     status = self._call("create_namespaced_config_map", self.namespace, body)[0]
                 else:
                     body["metadata"]["resourceVersion"] = version
-                    status = self._call("replace_namespaced_config_map", self.name, self.namespace, body)[0]
+                    status = self._call(
+                        "replace_namespaced_config_map", self.name, self.namespace, body
+                    )[0]
             if status not in (404, 409):
                 return changed
-            time.sleep(random.uniform(0, min(0.5, 0.01 * (attempt + 1))))  # another writer was first: again
-        raise InputError("other writers changed it %d times in a row while this one tried to write" % REDIS_RETRIES,
-                         self.subject)
+            time.sleep(
+                random.uniform(0, min(0.5, 0.01 * (attempt + 1)))
+            )  # another writer was first: again
+        raise InputError(
+            "other writers changed it %d times in a row while this one tried to write"
+            % REDIS_RETRIES,
+            self.subject,
+        )
 
     def remove(self):
         """Nothing to do: change() deletes the ConfigMap once it holds nothing."""

@@ -38,10 +38,17 @@ import json
 import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, dedup
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import PEER_API_VERSION, spec_of
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
+    PEER_API_VERSION,
+    spec_of,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    TopologyError, node_subject, parse_network_list, peer_subject)
+    TopologyError,
+    node_subject,
+    parse_network_list,
+    peer_subject,
+)
 
 FORMATS = ("wireguard", "json", "yaml")
 MASKED_PRESHARED_KEY = "# PresharedKey = (this peer's preshared key from kilo_peers)"
@@ -88,8 +95,12 @@ def wireguard_conf(entries, listen_port=None):
 def peer_resource(entry):
     """Kilo's Peer resource (``kilo.squat.ai/v1alpha1``) for one [Peer] entry, for kubectl apply;
     never with a preshared key (an entry only flags one)."""
-    return {"apiVersion": PEER_API_VERSION, "kind": "Peer", "metadata": {"name": entry["name"]},
-            "spec": spec_of(dict(entry, preshared_key=None))}
+    return {
+        "apiVersion": PEER_API_VERSION,
+        "kind": "Peer",
+        "metadata": {"name": entry["name"]},
+        "spec": spec_of(dict(entry, preshared_key=None)),
+    }
 
 
 def _node_view(topology, name, as_peer, extra):
@@ -98,11 +109,21 @@ def _node_view(topology, name, as_peer, extra):
         raise TopologyError("no such node", node_subject(name), "node")
     seg = node.segment
     if seg.leader is not node:
-        raise TopologyError("is not a leader node; segment %s is led by %r"
-                            % (seg.key, seg.leader.name), node_subject(name), "node")
+        raise TopologyError(
+            "is not a leader node; segment %s is led by %r" % (seg.key, seg.leader.name),
+            node_subject(name),
+            "node",
+        )
     if as_peer:
-        return [{"name": name, "public_key": seg.leader.key, "endpoint": seg.leader.endpoint,
-                 "allowed_ips": dedup(list(seg.allowed) + extra), "persistent_keepalive": 0}], None
+        return [
+            {
+                "name": name,
+                "public_key": seg.leader.key,
+                "endpoint": seg.leader.endpoint,
+                "allowed_ips": dedup(list(seg.allowed) + extra),
+                "persistent_keepalive": 0,
+            }
+        ], None
     plan = topology.plan(name)
     return public_entries(plan["peers"]), plan["listen_port"]
 
@@ -112,8 +133,13 @@ def _peer_view(topology, name, as_peer, extra):
         return public_entries(topology.peer_config(name)), None
     for peer in topology.peers:
         if peer.name == name:
-            entry = {"name": name, "public_key": peer.key, "endpoint": peer.endpoint[0] if peer.endpoint else None,
-                     "allowed_ips": dedup(list(peer.allowed_strs) + extra), "persistent_keepalive": peer.keepalive}
+            entry = {
+                "name": name,
+                "public_key": peer.key,
+                "endpoint": peer.endpoint[0] if peer.endpoint else None,
+                "allowed_ips": dedup(list(peer.allowed_strs) + extra),
+                "persistent_keepalive": peer.keepalive,
+            }
             if peer.psk:
                 entry["preshared_key"] = True
             return [entry], None
@@ -127,7 +153,16 @@ def render(data, output):
     return yaml.dump(data, Dumper=_Dumper, default_flow_style=False, sort_keys=False)
 
 
-def showconf(nodes, peers, options=None, node=None, peer=None, as_peer=False, allowed_ips=None, output="wireguard"):
+def showconf(
+    nodes,
+    peers,
+    options=None,
+    node=None,
+    peer=None,
+    as_peer=False,
+    allowed_ips=None,
+    output="wireguard",
+):
     """Like ``kgctl showconf node|peer NAME [--as-peer] [--allowed-ips ...] [-o FORMAT]``.
 
     Returns {"config": text in ``output`` format, "data": the same as data}: for ``as_peer`` the

@@ -35,7 +35,10 @@ def _table(header, rows):
 def reported_paths(result):
     """[(a, b, path, via, handshake age)] of one host's result: its ``own_paths`` (the pairs its
     applied plan carries through a relay, as the host labelled them)."""
-    return [(p["a"], p["b"], p["path"], p.get("via"), p.get("handshake_age")) for p in result.get("own_paths") or ()]
+    return [
+        (p["a"], p["b"], p["path"], p.get("via"), p.get("handshake_age"))
+        for p in result.get("own_paths") or ()
+    ]
 
 
 def mesh_paths(results, engine_paths=None):
@@ -54,7 +57,7 @@ def mesh_paths(results, engine_paths=None):
     pairs = [(p["a"], p["b"], p.get("path"), p.get("via")) for p in engine_paths or ()]
     if engine_paths is None:
         seen = set()
-        for own, r in sorted(leaders.items()):
+        for _own, r in sorted(leaders.items()):
             for a, b, path, via, dummy in reported_paths(r):
                 if (b, a) not in seen:
                     seen.add((a, b))
@@ -103,22 +106,57 @@ def summary(results, peer_names=None, engine_paths=None):
         if r["leader"]:
             leaders.append(host)
         bad = [p for p in r["peers"] if p["stale"]]
-        hosts.append([host, r.get("location") or "-", r.get("segment") or "-", role, len(r["peers"]), len(bad)])
+        hosts.append(
+            [
+                host,
+                r.get("location") or "-",
+                r.get("segment") or "-",
+                role,
+                len(r["peers"]),
+                len(bad),
+            ]
+        )
         for p in r["peers"]:
             name = names.get(p["public_key"], p["public_key"][:10] + "...")
             state = "stale" if p["stale"] else "ok"
-            tunnels.append([host, name, p.get("endpoint") or "-", _age(p["handshake_age"]),
-                            _bytes(p["rx_bytes"]), _bytes(p["tx_bytes"]), state])
+            tunnels.append(
+                [
+                    host,
+                    name,
+                    p.get("endpoint") or "-",
+                    _age(p["handshake_age"]),
+                    _bytes(p["rx_bytes"]),
+                    _bytes(p["tx_bytes"]),
+                    state,
+                ]
+            )
             if p["stale"]:
                 stale.append("%s -> %s" % (host, name))
     lines = _table(["HOST", "LOCATION", "SEGMENT", "ROLE", "PEERS", "STALE"], hosts)
     if tunnels:
-        lines += [""] + _table(["HOST", "PEER", "ENDPOINT", "HANDSHAKE", "RX", "TX", "STATE"], tunnels)
+        lines += [""] + _table(
+            ["HOST", "PEER", "ENDPOINT", "HANDSHAKE", "RX", "TX", "STATE"], tunnels
+        )
     paths = mesh_paths(results, engine_paths)
     if paths:
         lines += [""] + _table(["A", "B", "PATH", "VIA", "HANDSHAKE"], paths)
-    lines += ["", "%d hosts, %d leaders, %d tunnels, %d stale%s" % (
-        len(results), len(leaders), len(tunnels), len(stale),
-        (", no result from: " + ", ".join(unreported)) if unreported else "")]
-    return {"lines": lines, "hosts": hosts, "tunnels": tunnels, "stale": stale, "leaders": leaders,
-            "unreported": unreported, "paths": paths}
+    lines += [
+        "",
+        "%d hosts, %d leaders, %d tunnels, %d stale%s"
+        % (
+            len(results),
+            len(leaders),
+            len(tunnels),
+            len(stale),
+            (", no result from: " + ", ".join(unreported)) if unreported else "",
+        ),
+    ]
+    return {
+        "lines": lines,
+        "hosts": hosts,
+        "tunnels": tunnels,
+        "stale": stale,
+        "leaders": leaders,
+        "unreported": unreported,
+        "paths": paths,
+    }

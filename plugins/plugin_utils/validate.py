@@ -30,19 +30,43 @@ knows (``check_rotation``: a key rotation under --limit).
 
 from __future__ import annotations
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, did_you_mean, host_subject, node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    did_you_mean,
+    host_subject,
+    node_subject,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import OPTIONS_SUBJECT, TopologyError
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import ANNOTATIONS_VAR, KNOWN_ANNOTATIONS
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+    OPTIONS_SUBJECT,
+    TopologyError,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
+    ANNOTATIONS_VAR,
+    KNOWN_ANNOTATIONS,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX, OWN_PREFIX, REPORTED_FIELDS, check_host_vars, pod_source_of, var_of_field)
+    ANNOTATION_PREFIX,
+    OWN_PREFIX,
+    REPORTED_FIELDS,
+    check_host_vars,
+    pod_source_of,
+    var_of_field,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
-    OPTIONS, OTHER_PREFIXES, SCOPES, VAR_PREFIX, known_variables, names)
+    OPTIONS,
+    OTHER_PREFIXES,
+    SCOPES,
+    VAR_PREFIX,
+    known_variables,
+    names,
+)
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
 
 
 # --- 1. the mesh group ------------------------------------------------------------------------
+
 
 def mesh_hosts(task_vars, group):
     """The hosts of the mesh group ``group``; refuse a group that does not exist or is empty,
@@ -56,12 +80,19 @@ def mesh_hosts(task_vars, group):
     for host in groups.get("all") or ():
         named = hostvars[host].get("kilo_group") if "kilo_group" in hostvars[host] else None
         if named and named != group and groups.get(named):
-            raise KiloError("%r in the inventory, but this run reads group %r: the playbooks' plays see extra variables"
-                            " only; run with -e kilo_group=%s" % (named, group, named), host_subject(host), "kilo_group")
+            raise KiloError(
+                "%r in the inventory, but this run reads group %r: the playbooks' plays see extra variables"
+                " only; run with -e kilo_group=%s" % (named, group, named),
+                host_subject(host),
+                "kilo_group",
+            )
     meant = inventory_groups(task_vars)
     hint = (" (the inventory's groups with child groups: %s)" % ", ".join(meant)) if meant else ""
-    raise KiloError("no host in group %r, the mesh group%s: name it with -e kilo_group=NAME"
-                    % (group, hint), "inventory", "kilo_group")
+    raise KiloError(
+        "no host in group %r, the mesh group%s: name it with -e kilo_group=NAME" % (group, hint),
+        "inventory",
+        "kilo_group",
+    )
 
 
 def inventory_groups(task_vars):
@@ -69,10 +100,15 @@ def inventory_groups(task_vars):
     hostvars = task_vars.get("hostvars")
     inventory = getattr(hostvars, "inventory", None) or ansible_internals.inventory_of(hostvars)
     groups = getattr(inventory, "groups", None) or {}
-    return sorted(name for name, group in groups.items() if name != "all" and getattr(group, "child_groups", None))
+    return sorted(
+        name
+        for name, group in groups.items()
+        if name != "all" and getattr(group, "child_groups", None)
+    )
 
 
 # --- 2. names ---------------------------------------------------------------------------------
+
 
 def check_names(hosts, hostvars):
     """Every kilo_* variable of every host is one the collection reads, and every Node annotation of
@@ -87,13 +123,19 @@ def check_names(hosts, hostvars):
         for name in sorted(str(n) for n in hvars if str(n).startswith(VAR_PREFIX)):
             if name in known or name in own or name.startswith(tuple(OTHER_PREFIXES)):
                 continue
-            raise KiloError("unknown variable%s (every kilo_* variable: ansible-doc kilo.mesh.validate)"
-                            % did_you_mean(name, known, (VAR_PREFIX,)), host_subject(host), name)
+            raise KiloError(
+                "unknown variable%s (every kilo_* variable: ansible-doc kilo.mesh.validate)"
+                % did_you_mean(name, known, (VAR_PREFIX,)),
+                host_subject(host),
+                name,
+            )
         annotations = hvars.get(ANNOTATIONS_VAR) if ANNOTATIONS_VAR in hvars else None
         for name in sorted(annotations or ()) if isinstance(annotations, dict) else ():
             if name.startswith((ANNOTATION_PREFIX, OWN_PREFIX)) and name not in KNOWN_ANNOTATIONS:
                 closest = did_you_mean(name, KNOWN_ANNOTATIONS, (ANNOTATION_PREFIX, OWN_PREFIX))
-                raise KiloError("unknown annotation on the host's Node%s" % closest, host_subject(host), name)
+                raise KiloError(
+                    "unknown annotation on the host's Node%s" % closest, host_subject(host), name
+                )
 
 
 # --- 3. and 4. options --------------------------------------------------------------------------
@@ -114,9 +156,12 @@ def host_options(action, task_vars, hosts, args):
         options.update((name, value) for name, value in given.items() if name in options)
         bound = per_host[host]["leader_handshake_timeout"]
         if 0 < bound < MIN_HANDSHAKE_BOUND:
-            raise KiloError("%d s is below WireGuard's rekey interval (a live tunnel handshakes every 120 s);"
-                            " use 0 (off) or at least %d" % (bound, MIN_HANDSHAKE_BOUND),
-                            host_subject(host), OPTIONS["leader_handshake_timeout"]["var"])
+            raise KiloError(
+                "%d s is below WireGuard's rekey interval (a live tunnel handshakes every 120 s);"
+                " use 0 (off) or at least %d" % (bound, MIN_HANDSHAKE_BOUND),
+                host_subject(host),
+                OPTIONS["leader_handshake_timeout"]["var"],
+            )
     return per_host
 
 
@@ -136,15 +181,22 @@ def agree(per_host, group=None):
                     shown = "differs from the value"
                 else:
                     shown = "%r here, %r" % (per_host[host].get(name), per_host[first].get(name))
-                raise KiloError("%s on host %r: every host of one mesh needs the same value" % (shown, first),
-                                host_subject(host), OPTIONS[name]["var"] or name)
+                raise KiloError(
+                    "%s on host %r: every host of one mesh needs the same value" % (shown, first),
+                    host_subject(host),
+                    OPTIONS[name]["var"] or name,
+                )
     if group is not None and per_host[first].get("group") not in (None, group):
-        raise KiloError("%r, but the mesh read here is group %r (a play's hosts see extra variables only: name the"
-                        " group with -e kilo_group=NAME)" % (per_host[first]["group"], group),
-                        host_subject(first), OPTIONS["group"]["var"])
+        raise KiloError(
+            "%r, but the mesh read here is group %r (a play's hosts see extra variables only: name the"
+            " group with -e kilo_group=NAME)" % (per_host[first]["group"], group),
+            host_subject(first),
+            OPTIONS["group"]["var"],
+        )
 
 
 # --- 5. locations -------------------------------------------------------------------------------
+
 
 def check_locations(hosts, location_groups, hostvars, group):
     """A host is in one location group (a host in two would sit in whichever sorts first), and none
@@ -153,20 +205,28 @@ def check_locations(hosts, location_groups, hostvars, group):
     location_groups = location_groups or {}
     for host, groups in sorted(location_groups.items()):
         if len(groups) > 1 and "kilo_location" not in hostvars[host]:
-            raise KiloError("in location groups %s; a host has one location (or set kilo_location)"
-                            % ", ".join(groups), host_subject(host), "location")
+            raise KiloError(
+                "in location groups %s; a host has one location (or set kilo_location)"
+                % ", ".join(groups),
+                host_subject(host),
+                "location",
+            )
     if not location_groups:
         return  # no location groups: one location, "" (Kilo's nodes without a location), or kilo_location
     locations = sorted(set(name for names_ in location_groups.values() for name in names_))
     for host in hosts:
         if host not in location_groups and "kilo_location" not in hostvars[host]:
-            raise KiloError("directly in group %r, in none of its location groups (%s): it would lead a location"
-                            " of its own named \"\"; put it in a location group or set kilo_location"
-                            % (group, ", ".join(locations[:5]) + (" ..." if len(locations) > 5 else "")),
-                            host_subject(host), "location")
+            raise KiloError(
+                "directly in group %r, in none of its location groups (%s): it would lead a location"
+                ' of its own named ""; put it in a location group or set kilo_location'
+                % (group, ", ".join(locations[:5]) + (" ..." if len(locations) > 5 else "")),
+                host_subject(host),
+                "location",
+            )
 
 
 # --- 6. node variables ---------------------------------------------------------------------------
+
 
 def check_node_vars(hosts, hostvars):
     """Every node variable of every host of the mesh, by its row of the node table: hosts that
@@ -177,6 +237,7 @@ def check_node_vars(hosts, hostvars):
 
 
 # --- 7. the topology ------------------------------------------------------------------------------
+
 
 def check_topology(nodes, peers, options, hostvars, first, standins=None):
     """Compute the mesh once (every check of the engine, no plan rendered), then
@@ -211,11 +272,17 @@ def as_host_error(e, hostvars, first):
         var = var_of_field(e.field.split("[")[0])
         if var and var in hostvars[host]:
             return KiloError(e.message, host_subject(host), var)
-        if e.field == "pod_cidr":  # not a variable: the ranges of the host's source (its Kubernetes Node)
+        if (
+            e.field == "pod_cidr"
+        ):  # not a variable: the ranges of the host's source (its Kubernetes Node)
             source = pod_source_of(hostvars[host], None, host_subject(host))
-            return KiloError(e.message, host_subject(host), "pod_cidr (kilo_pod_cidr_source %s)" % source)
+            return KiloError(
+                e.message, host_subject(host), "pod_cidr (kilo_pod_cidr_source %s)" % source
+            )
         if e.field.split("[")[0] in REPORTED_FIELDS:
-            return KiloError(e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field)
+            return KiloError(
+                e.message, host_subject(host), "%s (reported by kilo.mesh.key)" % e.field
+            )
         return KiloError(e.message, host_subject(host), e.field)
     return e
 
@@ -241,7 +308,10 @@ def check_one_family(opts, parsed, standins=None):
     odd, matching = [], False
     for node in parsed:
         internals = [] if "internal_ip" in standins.get(node.name, ()) else node.internals
-        for field, nets in (("internal_ip", internals), ("pod_cidr", [pod.net for pod in node.pods])):
+        for field, nets in (
+            ("internal_ip", internals),
+            ("pod_cidr", [pod.net for pod in node.pods]),
+        ):
             for net in nets:
                 if net.version != subnet.version:
                     odd.append((node, field, net))
@@ -250,13 +320,21 @@ def check_one_family(opts, parsed, standins=None):
     if not odd:
         return
     if not matching:
-        raise TopologyError("%s is IPv%d but every node's internal IPs and pod ranges are"
-                            " IPv%d: the mesh's routes would mix both families" % (subnet, subnet.version, odd[0][2].version),
-                            OPTIONS_SUBJECT, "subnet")
+        raise TopologyError(
+            "%s is IPv%d but every node's internal IPs and pod ranges are"
+            " IPv%d: the mesh's routes would mix both families"
+            % (subnet, subnet.version, odd[0][2].version),
+            OPTIONS_SUBJECT,
+            "subnet",
+        )
     node, field, net = odd[0]
-    raise TopologyError("%s is IPv%d but the mesh's subnet %s is IPv%d: a single-stack"
-                        " mesh routes one family (for both, set a subnet of each)" % (net, net.version, subnet, subnet.version),
-                        node_subject(node.name), field)
+    raise TopologyError(
+        "%s is IPv%d but the mesh's subnet %s is IPv%d: a single-stack"
+        " mesh routes one family (for both, set a subnet of each)"
+        % (net, net.version, subnet, subnet.version),
+        node_subject(node.name),
+        field,
+    )
 
 
 def relay_warnings(topology, nodes, hostvars, hosts):
@@ -268,20 +346,29 @@ def relay_warnings(topology, nodes, hostvars, hosts):
     mesh = set(hosts)
     for node in nodes:
         name = node.get("name")
-        if (node.get("behind_nat") and not node.get("persistent_keepalive") and name in mesh
-                and isinstance(hostvars[name].get("kilo_kubernetes_node"), dict)):
-            out.append("host %r: %s: without %s, Kilo's nodes (kg) of this cluster reset this node's endpoint every"
-                       " resync instead of following its NAT mapping; set it (25)" % (
-                           name, var_of_field("behind_nat"), var_of_field("persistent_keepalive")))
+        if (
+            node.get("behind_nat")
+            and not node.get("persistent_keepalive")
+            and name in mesh
+            and isinstance(hostvars[name].get("kilo_kubernetes_node"), dict)
+        ):
+            out.append(
+                "host %r: %s: without %s, Kilo's nodes (kg) of this cluster reset this node's endpoint every"
+                " resync instead of following its NAT mapping; set it (25)"
+                % (name, var_of_field("behind_nat"), var_of_field("persistent_keepalive"))
+            )
     locations = set(node.location for node in topology.nodes)
     for entry in topology.opts["relays"]:
         if entry not in locations:
-            out.append("host %r: %s: %r names no location of the mesh (%s)" % (
-                hosts[0], OPTIONS["relays"]["var"], entry, ", ".join(sorted(locations)[:10])))
+            out.append(
+                "host %r: %s: %r names no location of the mesh (%s)"
+                % (hosts[0], OPTIONS["relays"]["var"], entry, ", ".join(sorted(locations)[:10]))
+            )
     return out
 
 
 # --- the one path ---------------------------------------------------------------------------------
+
 
 class Checked(object):
     """What ``check_mesh`` read: the mesh's hosts, each host's options, the engine's Topology of
@@ -298,16 +385,18 @@ def check_mesh(action, task_vars, args, reading, connecting=()):
     ``connecting_peers`` makes them, checked with the mesh's. Raises KiloError; returns Checked."""
     group = reading.group
     hostvars = task_vars["hostvars"]
-    hosts = mesh_hosts(task_vars, group)                        # 1
-    check_names(hosts, hostvars)                                # 2
-    per_host = host_options(action, task_vars, hosts, args)     # 3
-    agree(per_host, group)                                      # 4
+    hosts = mesh_hosts(task_vars, group)  # 1
+    check_names(hosts, hostvars)  # 2
+    per_host = host_options(action, task_vars, hosts, args)  # 3
+    agree(per_host, group)  # 4
     check_locations(hosts, reading.location_groups, hostvars, group)  # 5
-    check_node_vars(hosts, hostvars)                            # 6
-    nodes, standins = reading.planned                           # 7
+    check_node_vars(hosts, hostvars)  # 6
+    nodes, standins = reading.planned  # 7
     peers = with_connecting(reading.peers, args.get("peers"), connecting)
     topology = check_topology(nodes, peers, reading.options, hostvars, hosts[0], standins)
-    return Checked(hosts, per_host, topology, peers, relay_warnings(topology, nodes, hostvars, hosts))
+    return Checked(
+        hosts, per_host, topology, peers, relay_warnings(topology, nodes, hostvars, hosts)
+    )
 
 
 def with_connecting(peers, inventory_peers, connecting):
@@ -325,6 +414,7 @@ def with_connecting(peers, inventory_peers, connecting):
 
 # --- what only a run knows --------------------------------------------------------------------------
 
+
 def converged_together(task_vars):
     """The hosts this task's run converges with this host: the play's, or its batch in a serial
     play (a batch is converged alone: the other batches' hosts count as left out)."""
@@ -334,7 +424,9 @@ def converged_together(task_vars):
 def outside_play(hosts, per_host, play):
     """Hosts of the mesh staying in it that this play leaves out (--limit): they are not
     converged in this run, so they would keep a rotating host's old key."""
-    return sorted(host for host in hosts if host not in play and per_host[host]["state"] == "present")
+    return sorted(
+        host for host in hosts if host not in play and per_host[host]["state"] == "present"
+    )
 
 
 def check_rotation(hosts, per_host, play):
@@ -345,9 +437,13 @@ def check_rotation(hosts, per_host, play):
         return
     for host in hosts:
         if host in play and per_host[host]["key_rotate"]:
-            raise KiloError("this host's key would rotate, but %s outside the play or its batch (--limit, serial) would"
-                            " keep its old key and cut it off; rotate in a run of every host of the mesh at once"
-                            % some_of(outside), host_subject(host), OPTIONS["key_rotate"]["var"])
+            raise KiloError(
+                "this host's key would rotate, but %s outside the play or its batch (--limit, serial) would"
+                " keep its old key and cut it off; rotate in a run of every host of the mesh at once"
+                % some_of(outside),
+                host_subject(host),
+                OPTIONS["key_rotate"]["var"],
+            )
 
 
 def some_of(hosts):

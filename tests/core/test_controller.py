@@ -9,6 +9,7 @@ and share the lab; each covers what Ansible's own machinery decides (check mode,
 facts as variables, refresh_inventory, roles, delegation, run_once), not the mesh's details, which
 the hosts and kubernetes stages test on .venv's ansible-core.
 """
+
 import json
 import os
 import shutil
@@ -40,13 +41,20 @@ class Mesh(object):
 
     def __init__(self, lab, kube, directory):
         self.lab, self.kube, self.dir = lab, kube, directory
-        self.inventory = labcluster.write_inventory(lab, kube.kubeconfig, os.path.join(directory, "inventory"),
-                                                    os.path.join(directory, "kilo-registry.json"))
+        self.inventory = labcluster.write_inventory(
+            lab,
+            kube.kubeconfig,
+            os.path.join(directory, "inventory"),
+            os.path.join(directory, "kilo-registry.json"),
+        )
         with open(lab.inventory) as f:
             kilo = yaml.safe_load(f)["all"]["children"]["kilo"]
         laptop = dict(kilo["vars"], **kilo["children"]["azure"]["vars"])
-        laptop.update(kilo["children"]["azure"]["hosts"][LAPTOP], kilo_connect_name=LAPTOP_PEER,
-                      kilo_connect_allowed_ip=LAPTOP_IP + "/32")
+        laptop.update(
+            kilo["children"]["azure"]["hosts"][LAPTOP],
+            kilo_connect_name=LAPTOP_PEER,
+            kilo_connect_allowed_ip=LAPTOP_IP + "/32",
+        )
         self.connect = os.path.join(os.path.dirname(self.inventory), "connect.yml")
         with open(self.connect, "w") as f:
             yaml.safe_dump({"all": {"children": {"connect": {"hosts": {LAPTOP: laptop}}}}}, f)
@@ -95,11 +103,19 @@ def annotations(admin, name):  # pylint: disable=redefined-outer-name
 
 
 def test_the_inventory_plugin_makes_the_mesh_of_the_nodes(mesh):
-    done = subprocess.run([os.path.join(sitetools.ANSIBLE_BIN, "ansible-inventory"), "-i", mesh.inventory, "--list"],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(sitetools.REPO, "ansible.cfg"),
-                                   ANSIBLE_COLLECTIONS_PATH=os.path.join(sitetools.REPO, ".collections"),
-                                   ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true"))
+    done = subprocess.run(
+        [os.path.join(sitetools.ANSIBLE_BIN, "ansible-inventory"), "-i", mesh.inventory, "--list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(
+            os.environ,
+            ANSIBLE_CONFIG=os.path.join(sitetools.REPO, "ansible.cfg"),
+            ANSIBLE_COLLECTIONS_PATH=os.path.join(sitetools.REPO, ".collections"),
+            ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true",
+        ),
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout, object_hook=_trusted)
     assert sorted(data["kilo"]["children"]) == ["aws", "gcp"]
@@ -111,7 +127,9 @@ def test_the_inventory_plugin_makes_the_mesh_of_the_nodes(mesh):
 
 def test_check_mode_reports_and_changes_nothing(mesh, admin):  # pylint: disable=redefined-outer-name
     dummy, counts = mesh.run("site.yml", "--check")
-    assert set(counts) == set(MESH) and all(c["changed"] > 0 and c["failed"] == 0 for c in counts.values()), counts
+    assert set(counts) == set(MESH) and all(
+        c["changed"] > 0 and c["failed"] == 0 for c in counts.values()
+    ), counts
     for host in MESH:
         assert mesh.sh(host, "test -e /var/lib/kilo/key").returncode != 0, host
         assert mesh.sh(host, "ip link show kilo0").returncode != 0, host
@@ -120,7 +138,9 @@ def test_check_mode_reports_and_changes_nothing(mesh, admin):  # pylint: disable
 
 def test_site_converges_writes_the_nodes_and_a_rerun_changes_nothing(mesh, admin):  # pylint: disable=redefined-outer-name
     dummy, counts = mesh.run("site.yml")
-    assert set(counts) == set(MESH) and all(c["changed"] > 0 and c["failed"] == 0 for c in counts.values()), counts
+    assert set(counts) == set(MESH) and all(
+        c["changed"] > 0 and c["failed"] == 0 for c in counts.values()
+    ), counts
     keys = dict((host, mesh.public_key(host)) for host in MESH)
     for host, other in (MESH, MESH[::-1]):
         assert annotations(admin, host)[kn.KEY] == keys[host]
@@ -148,22 +168,65 @@ def test_every_other_action_as_tasks_of_a_users_play(mesh):
     conf, picture = os.path.join(mesh.dir, "gcp-1.conf"), os.path.join(mesh.dir, "mesh.dot")
     play = os.path.join(mesh.dir, "play.yml")
     with open(play, "w") as f:
-        yaml.safe_dump([
-            {"name": "A user's play", "hosts": "kilo", "gather_facts": False, "tasks": [
-                {"name": "Prepare", "ansible.builtin.import_role": {"name": "kilo.mesh.wireguard"}},
-                {"name": "Plans", "kilo.mesh.topology": {}, "run_once": True, "register": "mesh"},
-                {"name": "Converge", "kilo.mesh.converge": {"plan": "{{ mesh.plans[inventory_hostname] }}"}},
-                {"name": "Status", "kilo.mesh.status": {}, "register": "status"},
-                {"name": "Table", "kilo.mesh.status": {"summary": True, "status_var": "status"}, "run_once": True},
-                {"name": "No agent", "kilo.mesh.agent": {"state": "absent"}}]},
-            {"name": "Reading the mesh", "hosts": "localhost", "gather_facts": False, "tasks": [
-                {"name": "Showconf", "kilo.mesh.showconf": {"node": "gcp-1"}, "register": "conf"},
-                {"name": "Write it", "ansible.builtin.copy": {"content": "{{ conf.config }}", "dest": conf,
-                                                              "mode": "0644"}},
-                {"name": "Graph", "kilo.mesh.graph": {"dest": picture, "format": "dot"}}]},
-        ], f, sort_keys=False)
+        yaml.safe_dump(
+            [
+                {
+                    "name": "A user's play",
+                    "hosts": "kilo",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Prepare",
+                            "ansible.builtin.import_role": {"name": "kilo.mesh.wireguard"},
+                        },
+                        {
+                            "name": "Plans",
+                            "kilo.mesh.topology": {},
+                            "run_once": True,
+                            "register": "mesh",
+                        },
+                        {
+                            "name": "Converge",
+                            "kilo.mesh.converge": {"plan": "{{ mesh.plans[inventory_hostname] }}"},
+                        },
+                        {"name": "Status", "kilo.mesh.status": {}, "register": "status"},
+                        {
+                            "name": "Table",
+                            "kilo.mesh.status": {"summary": True, "status_var": "status"},
+                            "run_once": True,
+                        },
+                        {"name": "No agent", "kilo.mesh.agent": {"state": "absent"}},
+                    ],
+                },
+                {
+                    "name": "Reading the mesh",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Showconf",
+                            "kilo.mesh.showconf": {"node": "gcp-1"},
+                            "register": "conf",
+                        },
+                        {
+                            "name": "Write it",
+                            "ansible.builtin.copy": {
+                                "content": "{{ conf.config }}",
+                                "dest": conf,
+                                "mode": "0644",
+                            },
+                        },
+                        {"name": "Graph", "kilo.mesh.graph": {"dest": picture, "format": "dot"}},
+                    ],
+                },
+            ],
+            f,
+            sort_keys=False,
+        )
     out, counts = mesh.run(play)
-    assert all(counts[host]["changed"] == 0 and counts[host]["ok"] >= 4 for host in MESH), out[-6000:]
+    assert all(counts[host]["changed"] == 0 and counts[host]["ok"] >= 4 for host in MESH), out[
+        -6000:
+    ]
     assert all(c["failed"] == 0 for c in counts.values()), out[-6000:]
     with open(conf) as f:
         text = f.read()
@@ -176,9 +239,17 @@ def test_every_other_action_as_tasks_of_a_users_play(mesh):
 def test_a_machine_connects_as_a_peer_resource(mesh, admin):  # pylint: disable=redefined-outer-name
     """playbooks/connect.yml: the Peer made on the controller (delegation), the inventory read
     again (meta refresh_inventory through the plugin), the mesh takes it, the machine converges."""
-    out, counts = mesh.run("connect.yml", "-e", "kubeconfig=" + mesh.kube.kubeconfig, "-e", "connect_hosts=connect",
-                           inventory=os.path.dirname(mesh.inventory))
-    assert counts[LAPTOP]["changed"] > 0 and all(c["failed"] == 0 for c in counts.values()), out[-6000:]
+    out, counts = mesh.run(
+        "connect.yml",
+        "-e",
+        "kubeconfig=" + mesh.kube.kubeconfig,
+        "-e",
+        "connect_hosts=connect",
+        inventory=os.path.dirname(mesh.inventory),
+    )
+    assert counts[LAPTOP]["changed"] > 0 and all(c["failed"] == 0 for c in counts.values()), out[
+        -6000:
+    ]
     key = mesh.sh(LAPTOP, "wg show kilo0 public-key").stdout.strip()
     peer = client.CustomObjectsApi(admin).get_cluster_custom_object(*PEERS, LAPTOP_PEER)
     assert peer["spec"]["publicKey"] == key and peer["spec"]["allowedIPs"] == [LAPTOP_IP + "/32"]

@@ -4,6 +4,7 @@
 It lives in a namespace of its own named after the lab's prefix (so the lab's tear-down would
 remove it too), with a port on the lab's internet bridge and on each location's LAN.
 """
+
 import os
 import subprocess
 import time
@@ -25,12 +26,25 @@ def attacker_net(lab, prefix):
     inside = ["link set lo up", "addr add %s/24 dev atk0" % INET, "link set atk0 up"]
     fabric_cmds = ["link set atki master inet", "link set atki up"]
     for index in sorted(set(h["location_index"] for h in lab.hosts.values())):
-        batch.append("link add atl%d netns %s type veth peer name atl%dx netns %s" % (index, netns, index, fabric))
-        inside += ["addr add 172.16.%d.250/24 dev atl%d" % (index, index), "link set atl%d up" % index]
-        fabric_cmds += ["link set atl%dx master lan%d" % (index, index), "link set atl%dx up" % index]
+        batch.append(
+            "link add atl%d netns %s type veth peer name atl%dx netns %s"
+            % (index, netns, index, fabric)
+        )
+        inside += [
+            "addr add 172.16.%d.250/24 dev atl%d" % (index, index),
+            "link set atl%d up" % index,
+        ]
+        fabric_cmds += [
+            "link set atl%dx master lan%d" % (index, index),
+            "link set atl%dx up" % index,
+        ]
     for where, cmds in ((None, batch), (netns, inside), (fabric, fabric_cmds)):
-        subprocess.run(["ip"] + (["-n", where] if where else []) + ["-batch", "-"], input="\n".join(cmds) + "\n",
-                       text=True, check=True)
+        subprocess.run(
+            ["ip"] + (["-n", where] if where else []) + ["-batch", "-"],
+            input="\n".join(cmds) + "\n",
+            text=True,
+            check=True,
+        )
 
 
 def remove_net(prefix):
@@ -44,8 +58,11 @@ class Attacker(object):
 
     def __init__(self, prefix, tmp_path, private, peers):
         self.netns = netns_of(prefix)
-        self.proc = subprocess.Popen(self.inside(["wireguard-go", "-f", IFACE]), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.inside(["wireguard-go", "-f", IFACE]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             self.configure(tmp_path, private, peers)
         except BaseException:
@@ -62,17 +79,27 @@ class Attacker(object):
         conf = tmp_path / "attacker.conf"
         lines = ["[Interface]", "PrivateKey = %s" % private]
         for key, endpoint, allowed in peers:
-            lines += ["[Peer]", "PublicKey = %s" % key, "Endpoint = %s" % endpoint, "AllowedIPs = %s" % allowed,
-                      "PersistentKeepalive = 1"]
+            lines += [
+                "[Peer]",
+                "PublicKey = %s" % key,
+                "Endpoint = %s" % endpoint,
+                "AllowedIPs = %s" % allowed,
+                "PersistentKeepalive = 1",
+            ]
         with os.fdopen(os.open(str(conf), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write("\n".join(lines) + "\n")
         deadline = time.monotonic() + 10
         while self.run(["ip", "link", "show", IFACE]).returncode != 0:
-            assert self.proc.poll() is None and time.monotonic() < deadline, "wireguard-go did not start"
+            assert self.proc.poll() is None and time.monotonic() < deadline, (
+                "wireguard-go did not start"
+            )
             time.sleep(0.05)
         try:
-            for argv in (["ip", "addr", "add", TUNNEL, "dev", IFACE], ["ip", "link", "set", IFACE, "up"],
-                         ["wg", "setconf", IFACE, str(conf)]):
+            for argv in (
+                ["ip", "addr", "add", TUNNEL, "dev", IFACE],
+                ["ip", "link", "set", IFACE, "up"],
+                ["wg", "setconf", IFACE, str(conf)],
+            ):
                 proc = self.run(argv)
                 assert proc.returncode == 0, (argv, proc.stderr)
         finally:
@@ -102,8 +129,14 @@ class Attacker(object):
         return dict((key, int(tx)) for key, rx, tx in (line.split() for line in out.splitlines()))
 
     def ping(self, addresses, seconds):
-        procs = [subprocess.Popen(self.inside(["ping", "-c", str(seconds * 2), "-i", "0.5", "-W", "1", address]),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for address in addresses]
+        procs = [
+            subprocess.Popen(
+                self.inside(["ping", "-c", str(seconds * 2), "-i", "0.5", "-W", "1", address]),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for address in addresses
+        ]
         return [proc.wait(timeout=seconds + 20) for proc in procs]
 
     def stop(self):

@@ -4,6 +4,7 @@ The subprocess is `ip netns exec NS PYTHON -c DRIVER`: pyroute2, nft and iptable
 that namespace, and PYTHON can be Debian's /usr/bin/python3 (pyroute2 0.7.2, what hosts run)
 or the venv's. A traceback in the driver fails the test: backend errors must be clear.
 """
+
 import json
 import os
 import subprocess
@@ -55,8 +56,14 @@ print(json.dumps(out))
 
 
 def sh(*args, **kw):
-    return subprocess.run(args, check=kw.pop("check", True), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, **kw)
+    return subprocess.run(
+        args,
+        check=kw.pop("check", True),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        **kw,
+    )
 
 
 def run_backend(ns, module, backend, plan, ops, settings, python, args=(), patch=None):
@@ -65,9 +72,25 @@ def run_backend(ns, module, backend, plan, ops, settings, python, args=(), patch
     ``args`` follow the settings in the constructor (WireGuard's preshared keys); ``patch``
     sets module constants. A KiloError ends the ops and is returned as ``error``.
     """
-    req = {"module": module, "backend": backend, "plan": plan, "ops": ops, "settings": settings,
-           "args": list(args), "patch": patch or {}}
-    proc = sh("ip", "netns", "exec", ns, python, "-c", DRIVER % {"collections": COLLECTIONS},
-              input=json.dumps(req), check=False)
+    req = {
+        "module": module,
+        "backend": backend,
+        "plan": plan,
+        "ops": ops,
+        "settings": settings,
+        "args": list(args),
+        "patch": patch or {},
+    }
+    proc = sh(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        python,
+        "-c",
+        DRIVER % {"collections": COLLECTIONS},
+        input=json.dumps(req),
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

@@ -9,6 +9,7 @@ CNI_* in its environment and its config on stdin: the list's name and cniVersion
 previous plugin's result as prevResult (for DEL: the result ADD ended with, kept under /run).
 Loopback for "lo" is the runtime's own network, not part of Kilo's list.
 """
+
 import json
 import os
 import subprocess
@@ -20,13 +21,27 @@ LOOPBACK = {"cniVersion": "0.3.1", "name": "cni-loopback", "type": "loopback"}
 
 
 def invoke(command, netns, ifname, config):
-    env = dict(os.environ, CNI_COMMAND=command, CNI_CONTAINERID=netns, CNI_NETNS="/var/run/netns/" + netns,
-               CNI_IFNAME=ifname, CNI_PATH=CNI_BIN)
-    done = subprocess.run([os.path.join(CNI_BIN, config["type"])], input=json.dumps(config), env=env,
-                          capture_output=True, text=True, check=False)
+    env = dict(
+        os.environ,
+        CNI_COMMAND=command,
+        CNI_CONTAINERID=netns,
+        CNI_NETNS="/var/run/netns/" + netns,
+        CNI_IFNAME=ifname,
+        CNI_PATH=CNI_BIN,
+    )
+    done = subprocess.run(
+        [os.path.join(CNI_BIN, config["type"])],
+        input=json.dumps(config),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        sys.exit("%s %s for %s: exit %d: %s%s" % (config["type"], command, netns, done.returncode, done.stdout,
-                                                 done.stderr))
+        sys.exit(
+            "%s %s for %s: exit %d: %s%s"
+            % (config["type"], command, netns, done.returncode, done.stdout, done.stderr)
+        )
     return json.loads(done.stdout) if done.stdout.strip() else None
 
 

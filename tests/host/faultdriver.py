@@ -12,6 +12,7 @@ POINT is one of
                      write or netlink batch), before the rest and before the link goes up
 Prints ``KILLPOINT <point>`` just before the kill; exits 3 when the point was never reached.
 """
+
 import json
 import os
 import signal
@@ -44,6 +45,7 @@ def main():
                 def apply(current, desired, _orig=orig):
                     _orig(current, desired)
                     die(point)
+
                 b.apply = apply
     elif point == "wireguard.create":
         wg = backends[order.index("wireguard")]
@@ -52,13 +54,14 @@ def main():
         def create(impl):
             orig_create(impl)
             die(point)
+
         wg._create = create
     elif point == "wireguard.peers":
         orig_build = wgmod.build_set
 
         def build_set(priv, listen_port, fwmark, peers):
             peers = list(peers)
-            return orig_build(priv, listen_port, fwmark, peers[:max(1, len(peers) // 2)])
+            return orig_build(priv, listen_port, fwmark, peers[: max(1, len(peers) // 2)])
 
         class UAPI(wgmod.UAPIClient):
             def set(self, text):
@@ -68,9 +71,10 @@ def main():
         class Kernel(wgmod.KernelWG):
             def set(self, **kw):
                 peers = list(kw.get("peers") or [])
-                kw["peers"] = peers[:max(1, len(peers) // 2)]
+                kw["peers"] = peers[: max(1, len(peers) // 2)]
                 super(Kernel, self).set(**kw)
                 die(point)
+
         wgmod.build_set = build_set
         wgmod.UAPIClient = UAPI
         wgmod.KernelWG = Kernel

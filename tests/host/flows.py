@@ -1,6 +1,7 @@
 """Traffic across a lab while a playbook runs: 50 pings a second on each flow, each flow's loss
 counted by icmp_seq and printed (the host tests of key rotation: test_rotation.py, test_connect.py);
 and UDP echoes at a fixed rate counted by their own sequence numbers (RateFlows: the migration test)."""
+
 import json
 import os
 import re
@@ -19,10 +20,20 @@ def address(lab, dst):
 
 def warm_up(lab, pairs):
     """First packets wait for handshakes: each flow answers 3 pings before the measure."""
-    procs = [(pair, subprocess.Popen(lab.nsenter_argv(pair[0], ["ping", "-c", "3", "-i", "0.2", "-w", "20",
-                                                                  address(lab, pair[1])]),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-             for pair in pairs]
+    procs = [
+        (
+            pair,
+            subprocess.Popen(
+                lab.nsenter_argv(
+                    pair[0], ["ping", "-c", "3", "-i", "0.2", "-w", "20", address(lab, pair[1])]
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            ),
+        )
+        for pair in pairs
+    ]
     for pair, proc in procs:
         out, _ = proc.communicate(timeout=40)
         assert proc.returncode == 0, (pair, out)
@@ -36,8 +47,15 @@ class Flows(object):
         self.procs = []
         for src, dst in pairs:
             argv = lab.nsenter_argv(src, ["ping", "-i", INTERVAL, "-W", "5", address(lab, dst)])
-            self.procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
 
     def stop(self):
         """{(src, dst): (sent, lost icmp_seq list)}."""
@@ -82,9 +100,18 @@ def under_traffic(lab, what, run, pairs, check_bound=True):
         time.sleep(2)
     finally:
         result = flows.stop()
-    print("\n%s: %s; the playbook took %.1f s" % (what, ", ".join(
-        "lost %d of %d (%s->%s%s)" % (len(lost), sent, src, dst, " seq %s" % spans(lost) if lost else "")
-        for (src, dst), (sent, lost) in result.items()), took))
+    print(
+        "\n%s: %s; the playbook took %.1f s"
+        % (
+            what,
+            ", ".join(
+                "lost %d of %d (%s->%s%s)"
+                % (len(lost), sent, src, dst, " seq %s" % spans(lost) if lost else "")
+                for (src, dst), (sent, lost) in result.items()
+            ),
+            took,
+        )
+    )
     for pair, (sent, lost) in result.items():
         # the flow ran through the whole run (3 s of it outside the run at 50/s)
         assert sent > 100, (pair, sent)
@@ -94,8 +121,11 @@ def under_traffic(lab, what, run, pairs, check_bound=True):
 
 
 def over_bound(result):
-    return ["%s->%s lost %d of %d: seq %s" % (pair + (len(lost), sent, spans(lost)))
-            for pair, (sent, lost) in sorted(result.items()) if len(lost) >= BOUND]
+    return [
+        "%s->%s lost %d of %d: seq %s" % (pair + (len(lost), sent, spans(lost)))
+        for pair, (sent, lost) in sorted(result.items())
+        if len(lost) >= BOUND
+    ]
 
 
 # -- flows at a fixed rate, counted by sequence number ----------------------------------------
@@ -174,15 +204,24 @@ class RateFlows(object):
         self.lab, self.pairs, self.rate = lab, list(pairs), rate
         self.servers, self.senders = [], {}
         for host in sorted(set(dst for _src, dst in self.pairs)):
-            self.servers.append(subprocess.Popen(
-                lab.nsenter_argv(host, ["python3", "-c", ECHO, str(UDP_PORT)]), stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True))
+            self.servers.append(
+                subprocess.Popen(
+                    lab.nsenter_argv(host, ["python3", "-c", ECHO, str(UDP_PORT)]),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         time.sleep(0.5)  # the servers bind before the first echo
         for src in sorted(set(src for src, _dst in self.pairs)):
             dsts = [address(lab, dst) for s, dst in self.pairs if s == src]
             self.senders[src] = subprocess.Popen(
                 lab.nsenter_argv(src, ["python3", "-c", SENDER, str(UDP_PORT), str(rate)] + dsts),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
 
     def stop(self):
         out = {}
@@ -194,7 +233,10 @@ class RateFlows(object):
             for s, dst in self.pairs:
                 if s == src:
                     lost = report["lost"][address(self.lab, dst)]
-                    out[(src, dst)] = (report["sent"], [report["start"] + seq / report["rate"] for seq in lost])
+                    out[(src, dst)] = (
+                        report["sent"],
+                        [report["start"] + seq / report["rate"] for seq in lost],
+                    )
         for proc in self.servers:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
@@ -203,4 +245,6 @@ class RateFlows(object):
 
 def lost_between(result, start, end):
     """{(src, dst): echoes lost of those sent in [start, end)} of RateFlows.stop()'s result."""
-    return dict((pair, sum(1 for t in times if start <= t < end)) for pair, (_sent, times) in result.items())
+    return dict(
+        (pair, sum(1 for t in times if start <= t < end)) for pair, (_sent, times) in result.items()
+    )

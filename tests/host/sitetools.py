@@ -1,4 +1,5 @@
 """Running playbooks/site.yml against a lab from host tests, and reading Ansible's recap."""
+
 import contextlib
 import os
 import re
@@ -15,12 +16,27 @@ def playbook(inventory, name, *extra, **kw):
     """Run playbooks/NAME over real SSH; asserts the exit code (expect_rc, default 0); returns
     the output. ``timeout`` (seconds, default none) bounds the run."""
     expect_rc = kw.pop("expect_rc", 0)
-    argv = [os.path.join(ANSIBLE_BIN, "ansible-playbook"), "-i", inventory,
-            os.path.join(REPO, "playbooks", name)] + list(extra)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False, timeout=kw.pop("timeout", None))
+    argv = [
+        os.path.join(ANSIBLE_BIN, "ansible-playbook"),
+        "-i",
+        inventory,
+        os.path.join(REPO, "playbooks", name),
+    ] + list(extra)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+        timeout=kw.pop("timeout", None),
+    )
     assert proc.returncode == expect_rc, proc.stdout[-6000:]
     return proc.stdout
 
@@ -53,6 +69,7 @@ def fresh_lab(prefix, *shape, **options):
     in the mesh from another test). ``shape`` and ``options`` are Lab.up's, but for
     ``lab_keepalive=False``: the lab's SSH without keepalives of its own (without_keepalive)."""
     from lab.lab import Lab  # pylint: disable=import-outside-toplevel
+
     lab = Lab(prefix)
 
     def clean():
@@ -60,6 +77,7 @@ def fresh_lab(prefix, *shape, **options):
             if os.path.exists(lab.path(name)):
                 os.remove(lab.path(name))
         lab.down()
+
     lab_keepalive = options.pop("lab_keepalive", True)
     clean()
     try:
@@ -86,17 +104,24 @@ def close_masters(directory):
     """Close the SSH master connections whose sockets are in ``directory`` (a lab's ControlPath
     directory): the next command to a host opens a new one, with that run's options."""
     for name in os.listdir(directory) if os.path.isdir(directory) else []:
-        subprocess.run(["ssh", "-o", "ControlPath=%s" % os.path.join(directory, name), "-O", "exit", "x"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=30)
+        subprocess.run(
+            ["ssh", "-o", "ControlPath=%s" % os.path.join(directory, name), "-O", "exit", "x"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=30,
+        )
 
 
 # What a reboot takes away on a lab host (the files stay): the WireGuard interface and its daemon,
 # our routes and rules, our nftables table, /run's content.
-WIPE = ("pid=$(head -n1 /run/kilo/{iface}.pid 2>/dev/null) && kill $pid; sleep 0.3;"
-        " ip link del {iface} 2>/dev/null; ip route flush table all proto 107;"
-        " ip -6 route flush table all proto 107;"
-        " while ip rule del table 1107 2>/dev/null; do :; done;"
-        " nft delete table inet kilo_mesh 2>/dev/null; rm -rf /run/kilo /run/wireguard/*; true")
+WIPE = (
+    "pid=$(head -n1 /run/kilo/{iface}.pid 2>/dev/null) && kill $pid; sleep 0.3;"
+    " ip link del {iface} 2>/dev/null; ip route flush table all proto 107;"
+    " ip -6 route flush table all proto 107;"
+    " while ip rule del table 1107 2>/dev/null; do :; done;"
+    " nft delete table inet kilo_mesh 2>/dev/null; rm -rf /run/kilo /run/wireguard/*; true"
+)
 
 
 def wipe(lab, host, iface="kilo0"):

@@ -9,6 +9,7 @@ corrupt, of another format or not a plan makes the command fail naming the file,
 nothing on the host. Figures printed: wipe to every pair reaching every other, each host's
 restore time. (A real reboot under systemd: tests/vm/; the backend on its own: tests/unit/test_boot.py.)
 """
+
 import json
 import os
 import shlex
@@ -41,25 +42,33 @@ def exec_start(lab, host):
     text = sh(lab, host, "cat %s" % UNIT).stdout
     lines = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     assert len(lines) == 1, text
-    return shlex.split(lines[0][len("ExecStart="):])
+    return shlex.split(lines[0][len("ExecStart=") :])
 
 
 def state(lab, host):
     """What a reboot wipes and the restore brings back, as text."""
-    return "\n".join(sh(lab, host, cmd).stdout for cmd in (
-        "wg show kilo0 dump 2>/dev/null | cut -f1,3,4 | sort",  # keys, endpoints, allowed IPs
-        "ip -br addr show dev kilo0 2>/dev/null | sed 's/ fe80:[^ ]*//'",  # the kernel's link-local address is new
-        "ip route show table all proto 107 | sort",
-        "ip -6 route show table all proto 107 | sort",
-        "ip rule show | grep 1107",
-        "nft list table inet kilo_mesh 2>/dev/null | grep -v handle",
-    ))
+    return "\n".join(
+        sh(lab, host, cmd).stdout
+        for cmd in (
+            "wg show kilo0 dump 2>/dev/null | cut -f1,3,4 | sort",  # keys, endpoints, allowed IPs
+            "ip -br addr show dev kilo0 2>/dev/null | sed 's/ fe80:[^ ]*//'",  # the kernel's link-local address is new
+            "ip route show table all proto 107 | sort",
+            "ip -6 route show table all proto 107 | sort",
+            "ip rule show | grep 1107",
+            "nft list table inet kilo_mesh 2>/dev/null | grep -v handle",
+        )
+    )
 
 
 def wipe(lab, host):
     sitetools.wipe(lab, host)
     wiped = state(lab, host)
-    assert "kilo0" not in wiped and "proto 107" not in wiped and "1107" not in wiped and "table" not in wiped, wiped
+    assert (
+        "kilo0" not in wiped
+        and "proto 107" not in wiped
+        and "1107" not in wiped
+        and "table" not in wiped
+    ), wiped
 
 
 def unreached(lab):
@@ -68,10 +77,14 @@ def unreached(lab):
 
     def probe(src):
         for dst in sorted(lab.hosts):
-            if dst != src and sh(lab, src, "ping -c 1 -W 2 -q %s" % lab.hosts[dst]["lan_ip"]).returncode != 0 \
-                    and sh(lab, src, "ping -c 2 -W 2 -q %s" % lab.hosts[dst]["lan_ip"]).returncode != 0:
+            if (
+                dst != src
+                and sh(lab, src, "ping -c 1 -W 2 -q %s" % lab.hosts[dst]["lan_ip"]).returncode != 0
+                and sh(lab, src, "ping -c 2 -W 2 -q %s" % lab.hosts[dst]["lan_ip"]).returncode != 0
+            ):
                 with lock:
                     missing.append((src, dst))
+
     threads = [threading.Thread(target=probe, args=(h,)) for h in sorted(lab.hosts)]
     for t in threads:
         t.start()
@@ -84,7 +97,9 @@ def test_check_mode_shows_the_unit_and_the_stored_plan_and_writes_nothing(lab):
     out = site(lab.inventory, "--check", "--diff")
     assert all(c["changed"] > 0 and c["failed"] == 0 for c in recap(out).values()), recap(out)
     assert "ExecStart=/usr/bin/python3 %s --restore %s" % (APP, STORED) in out
-    assert "stored_plan" in out and "--restore %s" % STORED in out, "the diff does not show the stored plan"
+    assert "stored_plan" in out and "--restore %s" % STORED in out, (
+        "the diff does not show the stored plan"
+    )
     for host in lab.hosts:
         assert sh(lab, host, "ls %s %s %s" % (UNIT, STORED, APP)).returncode != 0, host
 
@@ -99,19 +114,29 @@ def test_site_stores_the_plan_and_the_unit_and_a_rerun_changes_nothing(lab):
         stored = json.loads(sh(lab, host, "cat %s" % STORED).stdout)
         assert stored["plan"]["name"] == host and "state" not in stored["settings"]
         key = sh(lab, host, "cat /var/lib/kilo/key").stdout.strip()
-        assert key and key not in sh(lab, host, "cat %s" % STORED).stdout, "the private key in the stored plan"
+        assert key and key not in sh(lab, host, "cat %s" % STORED).stdout, (
+            "the private key in the stored plan"
+        )
         assert exec_start(lab, host) == ["/usr/bin/python3", APP, "--restore", STORED]
         # no systemd in the lab: written, not enabled
-        assert sh(lab, host, "ls /etc/systemd/system/multi-user.target.wants/kilo-mesh.service").returncode != 0
+        assert (
+            sh(
+                lab, host, "ls /etc/systemd/system/multi-user.target.wants/kilo-mesh.service"
+            ).returncode
+            != 0
+        )
 
 
 def test_wiped_hosts_come_back_by_the_units_command_alone(lab):
     before = dict((h, state(lab, h)) for h in lab.hosts)
-    start = time.monotonic()
     for host in lab.hosts:
         wipe(lab, host)
-    across = sorted((a, b) for a in lab.hosts for b in lab.hosts
-                    if lab.hosts[a]["location"] != lab.hosts[b]["location"])
+    across = sorted(
+        (a, b)
+        for a in lab.hosts
+        for b in lab.hosts
+        if lab.hosts[a]["location"] != lab.hosts[b]["location"]
+    )
     assert unreached(lab) == across, "a pair of two locations still reached after the wipe"
     wiped = time.monotonic()
     took, results, lock = {}, {}, threading.Lock()
@@ -121,6 +146,7 @@ def test_wiped_hosts_come_back_by_the_units_command_alone(lab):
         proc = lab.run(host, exec_start(lab, host), timeout=120)
         with lock:
             took[host], results[host] = time.monotonic() - t, proc
+
     threads = [threading.Thread(target=restore, args=(h,)) for h in sorted(lab.hosts)]
     for t in threads:
         t.start()
@@ -128,14 +154,21 @@ def test_wiped_hosts_come_back_by_the_units_command_alone(lab):
         t.join()
     for host, proc in results.items():
         assert proc.returncode == 0, (host, proc.stdout, proc.stderr)
-        assert "kilo-mesh restore: %s:" % STORED in proc.stderr and "changes in" in proc.stderr, proc.stderr
+        assert "kilo-mesh restore: %s:" % STORED in proc.stderr and "changes in" in proc.stderr, (
+            proc.stderr
+        )
     deadline = time.monotonic() + 60
     missing = unreached(lab)
     while missing and time.monotonic() < deadline:
         missing = unreached(lab)
-    print("\nboot restore (lab, %d hosts at once): wipe to every pair %.1f s; restore per host %s" % (
-        len(lab.hosts), time.monotonic() - wiped,
-        ", ".join("%s %.1f s" % (h, took[h]) for h in sorted(took))))
+    print(
+        "\nboot restore (lab, %d hosts at once): wipe to every pair %.1f s; restore per host %s"
+        % (
+            len(lab.hosts),
+            time.monotonic() - wiped,
+            ", ".join("%s %.1f s" % (h, took[h]) for h in sorted(took)),
+        )
+    )
     assert not missing, missing
     for host in lab.hosts:
         assert state(lab, host) == before[host], host
@@ -146,11 +179,17 @@ def test_wiped_hosts_come_back_by_the_units_command_alone(lab):
     assert proc.returncode == 0 and "already in place" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("content,why", [
-    ('{"format": 1, "plan": {"name": ', "invalid JSON"),
-    ('{"format": 7, "plan": {}, "settings": {}}', "format 7"),
-    ('{"format": 1, "plan": {"name": "x", "listen_port": "many"}, "settings": {}}', "plan.leader: missing"),
-])
+@pytest.mark.parametrize(
+    "content,why",
+    [
+        ('{"format": 1, "plan": {"name": ', "invalid JSON"),
+        ('{"format": 7, "plan": {}, "settings": {}}', "format 7"),
+        (
+            '{"format": 1, "plan": {"name": "x", "listen_port": "many"}, "settings": {}}',
+            "plan.leader: missing",
+        ),
+    ],
+)
 def test_a_bad_stored_plan_fails_naming_the_file_and_changes_nothing(lab, content, why):
     host = sorted(lab.hosts)[-1]
     good = sh(lab, host, "cat %s" % STORED).stdout
@@ -161,7 +200,9 @@ def test_a_bad_stored_plan_fails_naming_the_file_and_changes_nothing(lab, conten
         links = sh(lab, host, "ip -br link").stdout
         proc = lab.run(host, exec_start(lab, host), timeout=120)
         assert proc.returncode == 1, (proc.stdout, proc.stderr)
-        assert STORED in proc.stderr and why in proc.stderr and "nothing changed" in proc.stderr, proc.stderr
+        assert STORED in proc.stderr and why in proc.stderr and "nothing changed" in proc.stderr, (
+            proc.stderr
+        )
         assert state(lab, host) == before and sh(lab, host, "ip -br link").stdout == links
     finally:
         sh(lab, host, "cat > %s <<'EOF'\n%sEOF" % (STORED, good))
@@ -176,5 +217,11 @@ def test_boot_restore_off_and_state_absent_remove_the_unit_and_the_plan(lab):
     site(lab.inventory, "--limit", host)
     assert sh(lab, host, "ls %s %s %s" % (UNIT, STORED, APP)).returncode == 0
     site(lab.inventory, "--limit", host, "-e", "kilo_state=absent")
-    assert sh(lab, host, "ls %s %s %s /var/lib/kilo/mesh-preshared-keys.json 2>/dev/null" % (
-        UNIT, STORED, APP)).stdout.strip() == ""
+    assert (
+        sh(
+            lab,
+            host,
+            "ls %s %s %s /var/lib/kilo/mesh-preshared-keys.json 2>/dev/null" % (UNIT, STORED, APP),
+        ).stdout.strip()
+        == ""
+    )

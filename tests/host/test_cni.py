@@ -5,6 +5,7 @@ one host of each location; the pods ping each other across the mesh, then DEL un
 
 Real parts only: network-namespace hosts with sshd, wireguard-go, nftables, /usr/lib/cni/*.
 """
+
 import ipaddress
 import json
 import os
@@ -19,8 +20,10 @@ CNI_BIN = "/usr/lib/cni"
 CONFLIST = "/etc/cni/net.d/10-kilo.conflist"
 POD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cni_pod.py")
 
-pytestmark = pytest.mark.skipif(not os.access(os.path.join(CNI_BIN, "bridge"), os.X_OK),
-                                reason="containernetworking-plugins not installed")
+pytestmark = pytest.mark.skipif(
+    not os.access(os.path.join(CNI_BIN, "bridge"), os.X_OK),
+    reason="containernetworking-plugins not installed",
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +71,10 @@ def test_site_writes_conflist_and_pods_talk_across_locations(lab):
         assert sh(lab, host, "stat -c %%a %s" % CONFLIST).stdout.strip() == "644"
         conflists[host] = json.loads(text)
         ipam = conflists[host]["plugins"][0]["ipam"]
-        assert conflists[host]["name"] == "kilo" and ipam["ranges"] == [[{"subnet": pod_cidr}]], (host, text)
+        assert conflists[host]["name"] == "kilo" and ipam["ranges"] == [[{"subnet": pod_cidr}]], (
+            host,
+            text,
+        )
 
     # one pod on a non-leader of the first location, one on the leader (public host) of the second
     hosts = lab.hosts
@@ -89,7 +95,9 @@ def test_site_writes_conflist_and_pods_talk_across_locations(lab):
         assert sh(lab, a, "ip route show %s proto 107" % lab.pods[b]).stdout.strip()
         assert sh(lab, b, "ip route show %s proto 107 dev kilo0" % lab.pods[a]).stdout.strip()
         for host, netns, dst in ((a, "pod-a", ip_b), (b, "pod-b", ip_a)):
-            ping = sh(lab, host, "ip netns exec %s ping -c 3 -i 0.3 -W 2 %s" % (netns, dst), check=False)
+            ping = sh(
+                lab, host, "ip netns exec %s ping -c 3 -i 0.3 -W 2 %s" % (netns, dst), check=False
+            )
             assert ping.returncode == 0, (host, dst, ping.stdout, ping.stderr)
     finally:
         for host, (netns, _result) in pods.items():
@@ -97,7 +105,10 @@ def test_site_writes_conflist_and_pods_talk_across_locations(lab):
     for host in (a, b):
         assert "pod-" not in sh(lab, host, "ip netns list").stdout
         # host-local released the address
-        assert sh(lab, host, "ls /var/lib/cni/networks/kilo | grep -c '^10\\.' || true").stdout.strip() == "0"
+        assert (
+            sh(lab, host, "ls /var/lib/cni/networks/kilo | grep -c '^10\\.' || true").stdout.strip()
+            == "0"
+        )
 
 
 def test_rerun_leaves_conflist_and_absent_removes_it(lab):
@@ -105,6 +116,8 @@ def test_rerun_leaves_conflist_and_absent_removes_it(lab):
     before = sh(lab, host, "stat -c %%i:%%Y %s" % CONFLIST).stdout
     site(lab.cni_inventory, "--limit", host, "--check", "--diff")
     site(lab.cni_inventory, "--limit", host)
-    assert sh(lab, host, "stat -c %%i:%%Y %s" % CONFLIST).stdout == before, "an unchanged conflist was written"
+    assert sh(lab, host, "stat -c %%i:%%Y %s" % CONFLIST).stdout == before, (
+        "an unchanged conflist was written"
+    )
     site(lab.cni_inventory, "--limit", host, "-e", "kilo_state=absent")
     assert sh(lab, host, "test -e %s" % CONFLIST, check=False).returncode != 0

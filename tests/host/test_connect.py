@@ -15,6 +15,7 @@ Every host is reached as the non-root user sitetools.LOGIN_USER with become (the
 ansible_become; sudo without a password on some hosts, with ansible_become_password on the
 others): site.yml, connect.yml, rotate.yml and status.yml run as a fleet without root SSH runs them.
 """
+
 import json
 import os
 import re
@@ -26,13 +27,18 @@ import pytest
 import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import best_path, connect_plan
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import (
+    best_path,
+    connect_plan,
+)
 from attacker import Attacker, attacker_net, remove_net
 from flows import under_traffic
 from lab.lab import Lab
 from sitetools import LOGIN_USER, playbook, recap
 
-PREFIX = os.environ.get("KILO_TEST_PREFIX_CONNECT", "kvp")  # overridable: two checkouts testing at once
+PREFIX = os.environ.get(
+    "KILO_TEST_PREFIX_CONNECT", "kvp"
+)  # overridable: two checkouts testing at once
 LAPTOP, INTERNET, EXIT = "azure-1", "home-1", "gcp-1"
 LAPTOP_IP = "10.5.0.1"
 FAR = "198.51.100.77"  # outside every range of the mesh; only the exit routes to it
@@ -79,13 +85,21 @@ def lab():
         lab.connect_inventory = write_inventory(lab)
         # "the internet" behind the exit: home-1 holds FAR; gcp-1 alone routes to it
         sh(lab, INTERNET, "ip addr add %s/32 dev lo" % FAR)
-        sh(lab, EXIT, "ip route add %s/32 via %s dev eth1" % (FAR, lab.hosts[INTERNET]["public_ip"]))
+        sh(
+            lab,
+            EXIT,
+            "ip route add %s/32 via %s dev eth1" % (FAR, lab.hosts[INTERNET]["public_ip"]),
+        )
         ansible_playbook(lab.connect_inventory, "site.yml")
         yield lab
     finally:
         lab.down()
-        for path in (lab.registry, lab.registry + ".lock", lab.path("connect-inventory.yml"),
-                     lab.path("connect-rotate-inventory.yml")):
+        for path in (
+            lab.registry,
+            lab.registry + ".lock",
+            lab.path("connect-inventory.yml"),
+            lab.path("connect-rotate-inventory.yml"),
+        ):
             forget(path)
 
 
@@ -117,8 +131,15 @@ def mesh_hosts(lab):
 
 def ping(lab, host, ip, count=3):
     """Whether ``host`` gets an answer from ``ip`` (a few tries: WireGuard handshakes first)."""
-    return sh(lab, host, "for i in 1 2 3; do ping -c %d -i 0.3 -W 2 -q %s && exit 0; done; exit 1"
-              % (count, ip), timeout=90).returncode == 0
+    return (
+        sh(
+            lab,
+            host,
+            "for i in 1 2 3; do ping -c %d -i 0.3 -W 2 -q %s && exit 0; done; exit 1" % (count, ip),
+            timeout=90,
+        ).returncode
+        == 0
+    )
 
 
 def connect(lab, *extra, **kw):
@@ -190,10 +211,15 @@ def test_the_laptop_rotating_under_a_limit_that_leaves_the_leaders_out_changes_n
     and cut it off. kilo_key_rotate is refused by the laptop's key step, naming the host and the
     variable, before anything changes; a due kilo_key_max_age is held back with a warning."""
     before = key_state(lab)
-    out = connect(lab, "--limit", LAPTOP, inventory=lab.path("connect-rotate-inventory.yml"), expect_rc=2)
+    out = connect(
+        lab, "--limit", LAPTOP, inventory=lab.path("connect-rotate-inventory.yml"), expect_rc=2
+    )
     said = " ".join(out.split()).replace("''", "'")  # as one line, YAML's doubled quotes undone
-    assert re.search(r"host '%s': kilo_key_rotate: this machine's key would rotate, but aws-1, aws-2, gcp-1, gcp-2,"
-                     r" left out of this run \(--limit\)" % LAPTOP, said), out[-3000:]
+    assert re.search(
+        r"host '%s': kilo_key_rotate: this machine's key would rotate, but aws-1, aws-2, gcp-1, gcp-2,"
+        r" left out of this run \(--limit\)" % LAPTOP,
+        said,
+    ), out[-3000:]
     assert key_state(lab) == before
     out = connect(lab, "--limit", LAPTOP, "-e", "kilo_key_max_age=1")  # the key file is minutes old
     assert "kilo_key_max_age is not applied in this run" in " ".join(out.split()), out[-3000:]
@@ -214,9 +240,13 @@ def test_the_laptop_rotating_its_own_key_switches_first_and_keeps_its_traffic(la
     # The loss is printed, not bounded: with no common moment the step is the time between two
     # Ansible tasks, which is the controller's wall time (0 to 8 echoes a flow on a quiet machine,
     # 50 to 130 at load 13 on 2 cores); the order, the keys and the traffic after are checked.
-    result, out = under_traffic(lab, "the laptop's own key rotation (connect.yml)",
-                                lambda: connect(lab, inventory=lab.path("connect-rotate-inventory.yml")), pairs,
-                                check_bound=False)
+    result, out = under_traffic(
+        lab,
+        "the laptop's own key rotation (connect.yml)",
+        lambda: connect(lab, inventory=lab.path("connect-rotate-inventory.yml")),
+        pairs,
+        check_bound=False,
+    )
     counts = recap(out)
     assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
     # the laptop switched in the mesh's play (before the leaders' converge), not in the last play
@@ -227,9 +257,14 @@ def test_the_laptop_rotating_its_own_key_switches_first_and_keeps_its_traffic(la
     assert new != old and registry_peers(lab)["laptop"]["public_key"] == new
     assert sh(lab, LAPTOP, "stat -c %a /var/lib/kilo/key").stdout.strip() == "600"
     for leader in leaders:
-        assert wg_keys(lab, leader).get(new) == LAPTOP_IP + "/32" and old not in wg_keys(lab, leader), leader
+        assert wg_keys(lab, leader).get(new) == LAPTOP_IP + "/32" and old not in wg_keys(
+            lab, leader
+        ), leader
     # the mesh's own keys stay, and so do its other peers
-    assert own_keys(lab) == own and dict((h, set(wg_keys(lab, h)) - {new}) for h in mesh_hosts(lab)) == peers
+    assert (
+        own_keys(lab) == own
+        and dict((h, set(wg_keys(lab, h)) - {new}) for h in mesh_hosts(lab)) == peers
+    )
     # every flow carries traffic again under the new key
     for src, dst in pairs:
         assert ping(lab, src, lab.hosts[dst]["lan_ip"] if dst in lab.hosts else dst), (src, dst)
@@ -238,7 +273,9 @@ def test_the_laptop_rotating_its_own_key_switches_first_and_keeps_its_traffic(la
 
 
 def own_keys(lab):
-    return dict((h, sh(lab, h, "wg pubkey < /var/lib/kilo/key").stdout.strip()) for h in mesh_hosts(lab))
+    return dict(
+        (h, sh(lab, h, "wg pubkey < /var/lib/kilo/key").stdout.strip()) for h in mesh_hosts(lab)
+    )
 
 
 def rotate(lab, host):
@@ -258,11 +295,15 @@ def test_check_mode_of_a_leader_s_rotation_shows_the_laptop_s_change_and_makes_n
     leader = EXIT
     keys = own_keys(lab)
     held = dict((h, wg_keys(lab, h)) for h in list(lab.hosts))
-    out = ansible_playbook(lab.connect_inventory, "rotate.yml", "-e", "hosts=%s" % leader, "--check", "--diff", "-v")
+    out = ansible_playbook(
+        lab.connect_inventory, "rotate.yml", "-e", "hosts=%s" % leader, "--check", "--diff", "-v"
+    )
     counts = recap(out)
     assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
     last = out.split("PLAY [The connecting machines take the new keys]")[1]
-    assert "changed: [%s]" % LAPTOP in last and "remove peer %s" % keys[leader] in last, last[-3000:]
+    assert "changed: [%s]" % LAPTOP in last and "remove peer %s" % keys[leader] in last, last[
+        -3000:
+    ]
     assert own_keys(lab) == keys and dict((h, wg_keys(lab, h)) for h in list(lab.hosts)) == held
 
 
@@ -277,8 +318,13 @@ def test_a_leader_rotating_its_key_reaches_the_laptop_in_the_same_run(lab):
     old = own_keys(lab)[leader]
     assert old in wg_keys(lab, LAPTOP)
     pairs = [(LAPTOP, "gcp-2"), (LAPTOP, leader), ("gcp-2", LAPTOP_IP), (LAPTOP, "aws-2")]
-    result, out = under_traffic(lab, "a leader the laptop uses (%s) rotating (rotate.yml)" % leader,
-                                lambda: rotate(lab, leader), pairs, check_bound=False)
+    result, out = under_traffic(
+        lab,
+        "a leader the laptop uses (%s) rotating (rotate.yml)" % leader,
+        lambda: rotate(lab, leader),
+        pairs,
+        check_bound=False,
+    )
     counts = recap(out)
     assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
     assert "PLAY [The connecting machines take the new keys]" in out
@@ -301,8 +347,11 @@ def test_the_laptop_accepts_a_rotated_leader_s_old_key_no_more(lab, tmp_path):
     stolen = sh(lab, leader, "cat /var/lib/kilo/key").stdout.strip()
     old = own_keys(lab)[leader]
     port = sh(lab, LAPTOP, "wg show kilo0 listen-port").stdout.strip()
-    laptop = (laptop_key(lab), "%s:%s" % (lab.hosts[LAPTOP]["public_ip"] or lab.hosts[LAPTOP]["lan_ip"], port),
-              LAPTOP_IP + "/32")
+    laptop = (
+        laptop_key(lab),
+        "%s:%s" % (lab.hosts[LAPTOP]["public_ip"] or lab.hosts[LAPTOP]["lan_ip"], port),
+        LAPTOP_IP + "/32",
+    )
     attacker_net(lab, PREFIX)
     try:
         attacker = Attacker(PREFIX, tmp_path, stolen, [laptop])
@@ -321,10 +370,17 @@ def test_the_laptop_accepts_a_rotated_leader_s_old_key_no_more(lab, tmp_path):
             after, sent = attacker.handshakes(), attacker.sent()
         finally:
             attacker.stop()
-        print("\nrevocation at the laptop: the old key of %s completed a handshake with it before rotate.yml: %s;"
-              " after it, in %.0f s: %s (handshake bytes sent to it: %d)"
-              % (leader, "yes" if before[laptop[0]] else "no", time.monotonic() - started,
-                 "yes" if after.get(laptop[0]) else "no", sent.get(laptop[0], 0)))
+        print(
+            "\nrevocation at the laptop: the old key of %s completed a handshake with it before rotate.yml: %s;"
+            " after it, in %.0f s: %s (handshake bytes sent to it: %d)"
+            % (
+                leader,
+                "yes" if before[laptop[0]] else "no",
+                time.monotonic() - started,
+                "yes" if after.get(laptop[0]) else "no",
+                sent.get(laptop[0], 0),
+            )
+        )
         assert not after[laptop[0]] and sent[laptop[0]] > 0, (after, sent)
     finally:
         remove_net(PREFIX)
@@ -340,7 +396,9 @@ def test_the_mesh_as_vpn_exit(lab):
     assert sh(lab, INTERNET, "ip route get %s" % LAPTOP_IP).returncode != 0
     counts = recap(connect(lab, "-e", EXIT_VARS))
     assert counts[LAPTOP]["changed"] > 0 and counts[LAPTOP]["failed"] == 0, counts
-    assert all(counts[h]["changed"] == 0 for h in mesh_hosts(lab)), counts  # the mesh side is Kilo's as is
+    assert all(counts[h]["changed"] == 0 for h in mesh_hosts(lab)), (
+        counts
+    )  # the mesh side is Kilo's as is
     routes = sh(lab, LAPTOP, "ip route show proto 107").stdout
     assert "0.0.0.0/1 dev kilo0" in routes and "128.0.0.0/1 dev kilo0" in routes, routes
     for leader in ("aws-1", "gcp-1"):  # endpoints pinned to the laptop's own path
@@ -378,17 +436,44 @@ KEYS = ["%s=" % (c * 43) for c in "ABCDE"]  # 32-byte keys in base64, distinct
 
 def small_mesh():
     """Two locations of one public leader each, and the laptop as a registered peer."""
-    nodes = [{"name": name, "location": loc, "endpoint": "%s:51820" % ip, "internal_ip": lan, "pod_cidr": None,
-              "public_key": key, "leader": False, "persistent_keepalive": 0, "allowed_location_ips": [],
-              "discovered_endpoints": {}}
-             for name, loc, ip, lan, key in (("a-1", "a", "198.51.100.1", "172.16.1.1/24", KEYS[0]),
-                                             ("b-1", "b", "198.51.100.2", "172.16.2.1/24", KEYS[1]))]
-    peers = [{"name": "laptop", "public_key": KEYS[2], "allowed_ips": ["10.5.0.1/32"], "persistent_keepalive": 10}]
+    nodes = [
+        {
+            "name": name,
+            "location": loc,
+            "endpoint": "%s:51820" % ip,
+            "internal_ip": lan,
+            "pod_cidr": None,
+            "public_key": key,
+            "leader": False,
+            "persistent_keepalive": 0,
+            "allowed_location_ips": [],
+            "discovered_endpoints": {},
+        }
+        for name, loc, ip, lan, key in (
+            ("a-1", "a", "198.51.100.1", "172.16.1.1/24", KEYS[0]),
+            ("b-1", "b", "198.51.100.2", "172.16.2.1/24", KEYS[1]),
+        )
+    ]
+    peers = [
+        {
+            "name": "laptop",
+            "public_key": KEYS[2],
+            "allowed_ips": ["10.5.0.1/32"],
+            "persistent_keepalive": 10,
+        }
+    ]
     return nodes, peers
 
 
 HOME = [  # `ip -j route show table main` of a laptop at home, with our own routes of an earlier run
-    {"dst": "default", "gateway": "192.168.1.1", "dev": "wlan0", "protocol": "dhcp", "metric": 600, "flags": []},
+    {
+        "dst": "default",
+        "gateway": "192.168.1.1",
+        "dev": "wlan0",
+        "protocol": "dhcp",
+        "metric": 600,
+        "flags": [],
+    },
     {"dst": "default", "gateway": "192.168.1.254", "dev": "eth0", "metric": 100, "flags": []},
     {"dst": "192.168.1.0/24", "dev": "wlan0", "protocol": "kernel", "scope": "link", "flags": []},
     {"dst": "0.0.0.0/1", "dev": "kilo0", "protocol": "107", "scope": "link", "flags": []},
@@ -397,14 +482,27 @@ HOME = [  # `ip -j route show table main` of a laptop at home, with our own rout
 
 
 def plan_routes(plan):
-    return [(d, r["gateway"], r["device"]) for r in plan["routes"]
-            for d in (r["dst"] if isinstance(r["dst"], list) else [r["dst"]])]
+    return [
+        (d, r["gateway"], r["device"])
+        for r in plan["routes"]
+        for d in (r["dst"] if isinstance(r["dst"], list) else [r["dst"]])
+    ]
 
 
 def test_exit_pins_each_leader_endpoint_to_the_machines_own_default_route():
     nodes, peers = small_mesh()
-    plan = connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32",
-                        extra=["0.0.0.0/0"], via="b-1", port=51820, main_routes=lambda: HOME)
+    plan = connect_plan(
+        nodes,
+        peers,
+        {"interface": "kilo0"},
+        "lap",
+        "laptop",
+        "10.5.0.1/32",
+        extra=["0.0.0.0/0"],
+        via="b-1",
+        port=51820,
+        main_routes=lambda: HOME,
+    )
     routes = plan_routes(plan)
     # the lowest metric of the two default routes; ours (proto 107) and the blackhole never count
     assert ("198.51.100.1/32", "192.168.1.254", "eth0") in routes
@@ -420,20 +518,38 @@ def test_without_a_default_route_of_its_own_the_exit_refuses():
     nodes, peers = small_mesh()
     ours_only = [r for r in HOME if r.get("protocol") == "107"]
     with pytest.raises(KiloError) as e:
-        connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32",
-                     extra=["0.0.0.0/0"], main_routes=lambda: ours_only)
+        connect_plan(
+            nodes,
+            peers,
+            {"interface": "kilo0"},
+            "lap",
+            "laptop",
+            "10.5.0.1/32",
+            extra=["0.0.0.0/0"],
+            main_routes=lambda: ours_only,
+        )
     assert "host 'lap'" in str(e.value) and "kilo_connect_allowed_ips" in str(e.value)
 
 
 def test_errors_name_the_host_and_the_variable():
     nodes, peers = small_mesh()
-    cases = [(dict(allowed_ip="10.5.0.0/24"), "kilo_connect_allowed_ip"),
-             (dict(allowed_ip="10.5.0.1/32", extra=["10.96.0.0/12"], via="nope"), "kilo_connect_via"),
-             (dict(allowed_ip="10.5.0.1/32", name="stranger"), "kilo_connect_name")]
+    cases = [
+        (dict(allowed_ip="10.5.0.0/24"), "kilo_connect_allowed_ip"),
+        (dict(allowed_ip="10.5.0.1/32", extra=["10.96.0.0/12"], via="nope"), "kilo_connect_via"),
+        (dict(allowed_ip="10.5.0.1/32", name="stranger"), "kilo_connect_name"),
+    ]
     for kw, field in cases:
         kw = dict(dict(name="laptop"), **kw)
         with pytest.raises(KiloError) as e:
-            connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", kw.pop("name"), kw.pop("allowed_ip"), **kw)
+            connect_plan(
+                nodes,
+                peers,
+                {"interface": "kilo0"},
+                "lap",
+                kw.pop("name"),
+                kw.pop("allowed_ip"),
+                **kw,
+            )
         assert str(e.value).startswith("host 'lap': %s:" % field), str(e.value)
 
 
@@ -443,13 +559,32 @@ def test_an_endpoint_inside_the_allowed_ips_is_reached_directly():
     nodes[0]["endpoint"] = "172.16.1.1:51820"
     lan = [{"dst": "172.16.1.0/24", "dev": "eth0", "protocol": "kernel", "family": 4, "flags": []}]
     reads = []
-    plan = connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32",
-                        main_routes=lambda: reads.append(1) or lan)
+    plan = connect_plan(
+        nodes,
+        peers,
+        {"interface": "kilo0"},
+        "lap",
+        "laptop",
+        "10.5.0.1/32",
+        main_routes=lambda: reads.append(1) or lan,
+    )
     routes = plan_routes(plan)
-    assert ("172.16.1.1/32", None, "eth0") in routes and ("172.16.1.1/32", None, "kilo0") not in routes
+    assert ("172.16.1.1/32", None, "eth0") in routes and (
+        "172.16.1.1/32",
+        None,
+        "kilo0",
+    ) not in routes
     assert ("172.16.2.1/32", None, "kilo0") in routes and reads == [1]
     nodes[0]["endpoint"] = "198.51.100.1:51820"  # covered by no allowed IP: the table is not read
-    connect_plan(nodes, peers, {"interface": "kilo0"}, "lap", "laptop", "10.5.0.1/32", main_routes=lambda: 1 / 0)
+    connect_plan(
+        nodes,
+        peers,
+        {"interface": "kilo0"},
+        "lap",
+        "laptop",
+        "10.5.0.1/32",
+        main_routes=lambda: 1 / 0,
+    )
 
 
 def test_best_path_prefers_the_longest_prefix_of_the_same_family():

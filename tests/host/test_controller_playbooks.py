@@ -1,5 +1,6 @@
 """Controller-only playbooks on the example inventory (no host is touched): the plans table,
 the topology picture, an outside peer's configuration, and a validation error."""
+
 import json
 import os
 import re
@@ -17,11 +18,22 @@ EXAMPLE = os.path.join(REPO, "inventory", "example.yml")
 
 
 def playbook(name, *extra):
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", EXAMPLE,
-            os.path.join(REPO, "playbooks", name)] + list(extra)
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        EXAMPLE,
+        os.path.join(REPO, "playbooks", name),
+    ] + list(extra)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-    return subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False)
+    return subprocess.run(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
 
 
 def test_plans_table_and_picture(tmp_path):
@@ -29,10 +41,18 @@ def test_plans_table_and_picture(tmp_path):
     proc = playbook("plan.yml", "-e", "plan_dot=%s" % dot)
     assert proc.returncode == 0, proc.stdout
     # one table row per line (a list: "- aws-1  aws ..." with the checkout's YAML output)
-    leaders = re.findall(r"^\s+(?:- )?(\S+)\s+\S+\s+location:\S+\s+yes\s+(10\.4\.0\.\d+/16)", proc.stdout, re.M)
+    leaders = re.findall(
+        r"^\s+(?:- )?(\S+)\s+\S+\s+location:\S+\s+yes\s+(10\.4\.0\.\d+/16)", proc.stdout, re.M
+    )
     # Three locations, three leaders, WireGuard IPs in segment order.
-    assert leaders == [("aws-1", "10.4.0.1/16"), ("gcp-1", "10.4.0.2/16"), ("home-1", "10.4.0.3/16")], proc.stdout
-    svg = subprocess.run(["dot", "-Tsvg", str(dot)], stdout=subprocess.PIPE, text=True, check=True).stdout
+    assert leaders == [
+        ("aws-1", "10.4.0.1/16"),
+        ("gcp-1", "10.4.0.2/16"),
+        ("home-1", "10.4.0.3/16"),
+    ], proc.stdout
+    svg = subprocess.run(
+        ["dot", "-Tsvg", str(dot)], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout
     assert "aws&#45;1" in svg and "laptop" in svg  # graphviz escapes "-"
 
 
@@ -52,6 +72,7 @@ def test_unknown_peer_names_the_peer():
 def copied_inventory(tmp_path, **extra_vars):
     """The example inventory in a fresh directory (as on a clone: no demo/ beside it)."""
     import yaml
+
     with open(EXAMPLE) as f:
         data = yaml.safe_load(f)
     data["kilo"]["vars"].update(extra_vars)
@@ -61,11 +82,22 @@ def copied_inventory(tmp_path, **extra_vars):
 
 
 def run(inventory, name, *extra):
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
-            os.path.join(REPO, "playbooks", name)] + list(extra)
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        str(inventory),
+        os.path.join(REPO, "playbooks", name),
+    ] + list(extra)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-    return subprocess.run(argv, cwd=str(inventory.parent), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, check=False)
+    return subprocess.run(
+        argv,
+        cwd=str(inventory.parent),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
 
 
 def test_plan_playbook_writes_the_picture_in_the_current_directory(tmp_path):
@@ -77,11 +109,24 @@ def test_plan_playbook_writes_the_picture_in_the_current_directory(tmp_path):
     assert "digraph" in (tmp_path / "kilo-topology.dot").read_text()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
-            os.path.join(REPO, "playbooks", "plan.yml"), "-e", "plan_dot=rel.dot"]
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        str(inventory),
+        os.path.join(REPO, "playbooks", "plan.yml"),
+        "-e",
+        "plan_dot=rel.dot",
+    ]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), PWD="/nonexistent")
-    proc = subprocess.run(argv, cwd=str(elsewhere), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False)
+    proc = subprocess.run(
+        argv,
+        cwd=str(elsewhere),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0 and os.listdir(str(elsewhere)) == ["rel.dot"], proc.stdout
 
 
@@ -90,11 +135,24 @@ def test_plan_and_peer_playbooks_read_the_registry_variable(tmp_path):
     # (no pinned key or endpoint in the inventory) must appear.
     import json
     import yaml
+
     registry = tmp_path / "elsewhere" / "reg.json"
     registry.parent.mkdir()
-    registry.write_text(json.dumps({"hosts": {"aws-3": {
-        "public_key": "B3dm3+3Afj5Ze4IIcyzxlaxlxLrALlC0Y/zZUgFRSCU=", "internal_ip": "10.1.0.13/16",
-        "external_ip": None, "discovered_endpoints": {}, "mtu": 1500}}}))
+    registry.write_text(
+        json.dumps(
+            {
+                "hosts": {
+                    "aws-3": {
+                        "public_key": "B3dm3+3Afj5Ze4IIcyzxlaxlxLrALlC0Y/zZUgFRSCU=",
+                        "internal_ip": "10.1.0.13/16",
+                        "external_ip": None,
+                        "discovered_endpoints": {},
+                        "mtu": 1500,
+                    }
+                }
+            }
+        )
+    )
     inventory = copied_inventory(tmp_path, kilo_registry=str(registry))
     data = yaml.safe_load(inventory.read_text())
     for var in ("kilo_public_key", "kilo_force_endpoint"):
@@ -121,9 +179,18 @@ def test_a_nameless_node_is_named_not_a_traceback(tmp_path):
     - kilo.mesh.join:
         nodes: [{location: x, public_key: "B3dm3+3Afj5Ze4IIcyzxlaxlxLrALlC0Y/zZUgFRSCU=", endpoint: "203.0.113.1:51820"}]
 """)
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book)]
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(book),
+    ]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    proc = subprocess.run(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+    )
     assert proc.returncode != 0
     assert "node #1: name: missing" in proc.stdout, proc.stdout
     assert "Traceback" not in proc.stdout and "KeyError" not in proc.stdout
@@ -139,6 +206,7 @@ def test_a_bad_variable_names_the_host_and_the_variable(tmp_path):
 
 def host_var(inventory, host, **values):
     import yaml
+
     data = yaml.safe_load(inventory.read_text())
     for location in data["kilo"]["children"].values():
         if host in location.get("hosts", {}):
@@ -152,22 +220,28 @@ def test_site_stops_before_any_host_on_bad_input(tmp_path):
     host_var(inventory, "gcp-2", kilo_force_endpoint="203.0.113.7:99999")
     proc = run(inventory, "site.yml", "--check")
     assert proc.returncode != 0
-    assert "host 'gcp-2': kilo_force_endpoint: port 99999 out of range 1-65535" in proc.stdout.replace("''", "'"), \
-        proc.stdout
+    assert (
+        "host 'gcp-2': kilo_force_endpoint: port 99999 out of range 1-65535"
+        in proc.stdout.replace("''", "'")
+    ), proc.stdout
     assert "UNREACHABLE" not in proc.stdout and "unreachable=1" not in proc.stdout
 
 
 def test_validate_names_disagreeing_mesh_settings_and_passes_a_good_mesh(tmp_path):
     inventory = copied_inventory(tmp_path)
     book = tmp_path / "validate.yml"
-    book.write_text("- hosts: kilo\n  gather_facts: false\n  tasks:\n    - kilo.mesh.validate:\n      run_once: true\n")
+    book.write_text(
+        "- hosts: kilo\n  gather_facts: false\n  tasks:\n    - kilo.mesh.validate:\n      run_once: true\n"
+    )
     proc = run(inventory, str(book))
     assert proc.returncode == 0 and "valid" in proc.stdout, proc.stdout
     host_var(inventory, "home-1", kilo_subnet="10.9.0.0/16")
     proc = run(inventory, str(book))
     assert proc.returncode != 0
-    assert "host 'home-1': kilo_subnet: '10.9.0.0/16' here, '10.4.0.0/16' on host 'aws-1'" in \
-        proc.stdout.replace("''", "'"), proc.stdout
+    assert (
+        "host 'home-1': kilo_subnet: '10.9.0.0/16' here, '10.4.0.0/16' on host 'aws-1'"
+        in proc.stdout.replace("''", "'")
+    ), proc.stdout
 
 
 def test_the_old_module_name_still_works_and_warns(tmp_path):
@@ -179,9 +253,18 @@ def test_the_old_module_name_still_works_and_warns(tmp_path):
     - kilo.mesh.mesh:
         nodes: [{location: x}]
 """)
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", "localhost,", "-c", "local", str(book)]
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(book),
+    ]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    proc = subprocess.run(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+    )
     assert "node #1: name: missing" in proc.stdout, proc.stdout  # it ran kilo.mesh.join
     assert "kilo.mesh.mesh is now kilo.mesh.join" in proc.stdout.replace("\n", " "), proc.stdout
 
@@ -227,11 +310,26 @@ def test_mesh_computed_once_for_the_play_and_each_plan_kept_apart(tmp_path, seri
     (or of the serial batch) get none."""
     play = tmp_path / "store.yml"
     play.write_text(STORE_PLAY)
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", EXAMPLE, str(play), "--limit", "aws",
-            "-e", "store_serial=%d" % serial]
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        EXAMPLE,
+        str(play),
+        "--limit",
+        "aws",
+        "-e",
+        "store_serial=%d" % serial,
+    ]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          check=False)
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout
     assert re.search(r"aws-1\s+: ok=\d+ .*failed=0", proc.stdout), proc.stdout
     assert "gcp-1" not in proc.stdout
@@ -292,19 +390,36 @@ def test_topology_after_validate_reuses_its_reading_of_the_hosts_outside_the_pla
     for with_validate in (True, False):
         out = tmp_path / ("with" if with_validate else "without")
         out.mkdir()
-        argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(example), str(play),
-                "-e", "with_validate=%s out=%s" % (with_validate, out)]
+        argv = [
+            os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+            "-i",
+            str(example),
+            str(play),
+            "-e",
+            "with_validate=%s out=%s" % (with_validate, out),
+        ]
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-        proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              check=False)
+        proc = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout
-        plans[with_validate] = dict((p.name, json.loads(p.read_text())) for p in sorted(out.iterdir()))
+        plans[with_validate] = dict(
+            (p.name, json.loads(p.read_text())) for p in sorted(out.iterdir())
+        )
     assert sorted(plans[True]) == ["aws-1.json", "aws-2.json", "aws-3.json"]
     assert plans[True] == plans[False]
     # the hosts outside the play are in the plan (from validate's reading), and aws-2 leads
     aws1 = plans[True]["aws-1.json"]
     text = json.dumps(aws1)
-    assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" not in text  # gcp-1 is no peer of a non-leader
+    assert (
+        "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" not in text
+    )  # gcp-1 is no peer of a non-leader
     aws2 = json.dumps(plans[True]["aws-2.json"])
     assert "3qy2nPuX4zk8aA7bH1ZVqzZLRk2Zp0W6c7o5cO1yV0Y=" in aws2, aws2  # gcp-2, gcp's leader
     assert "JGgekz5BTYW+R50UbOcovQBS5ekhEwMb/nSmLV5BiX8=" not in aws2, aws2  # gcp-1 behind it
@@ -335,15 +450,30 @@ def test_a_registry_in_an_inventory_directory_is_not_read_as_inventory(tmp_path)
     play.write_text(REGISTRY_PEER_PLAY)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
     venv = os.path.join(REPO, ".venv", "bin")
-    proc = subprocess.run([os.path.join(venv, "ansible-playbook"), "-i", str(source), str(play)], cwd=REPO, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    proc = subprocess.run(
+        [os.path.join(venv, "ansible-playbook"), "-i", str(source), str(play)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout
     assert "laptop2" in (source / ".kilo-registry.json").read_text()
     assert not (source / "kilo-registry.json").exists()
-    graph = subprocess.run([os.path.join(venv, "ansible-inventory"), "-i", str(source), "--graph"], cwd=REPO, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    assert graph.returncode == 0 and "WARNING" not in graph.stdout and "peers" not in graph.stdout, graph.stdout
-
+    graph = subprocess.run(
+        [os.path.join(venv, "ansible-inventory"), "-i", str(source), "--graph"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    assert (
+        graph.returncode == 0 and "WARNING" not in graph.stdout and "peers" not in graph.stdout
+    ), graph.stdout
 
 
 NOBODY = 65534
@@ -375,12 +505,31 @@ def as_invoking_user(argv, paths):
         script += ['mount --bind %s "$hold"' % d, "mount -t tmpfs -o mode=0755 tmpfs %s" % d]
         for name in sorted(names):
             below = shlex.quote(os.path.join(directory, name))
-            script += ['if [ -d "$hold"/%s ]; then mkdir %s; else touch %s; fi' % (shlex.quote(name), below, below),
-                       'mount --bind "$hold"/%s %s' % (shlex.quote(name), below)]
+            script += [
+                'if [ -d "$hold"/%s ]; then mkdir %s; else touch %s; fi'
+                % (shlex.quote(name), below, below),
+                'mount --bind "$hold"/%s %s' % (shlex.quote(name), below),
+            ]
         script.append('umount "$hold"')
-    script += ['rmdir "$hold"', 'exec setpriv --reuid=%d --regid=%d --clear-groups -- "$@"' % (NOBODY, NOBODY)]
-    return (["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script), "sh"] + argv,
-            (NOBODY, NOBODY))
+    script += [
+        'rmdir "$hold"',
+        'exec setpriv --reuid=%d --regid=%d --clear-groups -- "$@"' % (NOBODY, NOBODY),
+    ]
+    return (
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            "\n".join(script),
+            "sh",
+        ]
+        + argv,
+        (NOBODY, NOBODY),
+    )
 
 
 def test_with_become_the_controller_plays_write_as_the_invoking_user(tmp_path):
@@ -399,15 +548,32 @@ def test_with_become_the_controller_plays_write_as_the_invoking_user(tmp_path):
     for path in (work, inventory, home):
         os.chown(path, uid, gid)
     # (nobody's home in the passwd file does not exist: Ansible's temporary files go to this one)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), HOME=str(home),
-               ANSIBLE_LOCAL_TEMP=str(home / "tmp"), ANSIBLE_REMOTE_TMP=str(home / "tmp"))
-    runs = [("plan.yml",), ("graph.yml", "-e", "dest=mesh.svg"),
-            ("showconf.yml", "-e", "peer=laptop", "-e", "dest=laptop.conf")]
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        HOME=str(home),
+        ANSIBLE_LOCAL_TEMP=str(home / "tmp"),
+        ANSIBLE_REMOTE_TMP=str(home / "tmp"),
+    )
+    runs = [
+        ("plan.yml",),
+        ("graph.yml", "-e", "dest=mesh.svg"),
+        ("showconf.yml", "-e", "peer=laptop", "-e", "dest=laptop.conf"),
+    ]
     for name, *extra in runs:
-        argv, _ = as_invoking_user([ansible, "-b", "-i", str(inventory), os.path.join(REPO, "playbooks", name)] + extra,
-                                   paths)
-        proc = subprocess.run(argv, cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, check=False)
+        argv, _ = as_invoking_user(
+            [ansible, "-b", "-i", str(inventory), os.path.join(REPO, "playbooks", name)] + extra,
+            paths,
+        )
+        proc = subprocess.run(
+            argv,
+            cwd=str(work),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 0, "%s:\n%s" % (name, proc.stdout[-3000:])
     written = dict((p.name, (p.stat().st_uid, p.stat().st_gid)) for p in work.iterdir())
     assert {"kilo-topology.dot", "mesh.svg", "laptop.conf"} <= set(written), written

@@ -7,6 +7,7 @@ the run gives a key, one for a host outside --limit.
 
 Own lab (prefix kdk, KILO_TEST_PREFIX_DARK_HOST): 2 locations x 2 hosts. Tests run in file order.
 """
+
 import json
 import os
 import re
@@ -32,13 +33,26 @@ def lab():
 
 
 def ssh_argv(lab, host):
-    return ["ssh", "-F", lab.ssh_config, "-o", "ControlPath=%s/%%C" % lab.path("cp"), lab.hosts[host]["mgmt_ip"]]
+    return [
+        "ssh",
+        "-F",
+        lab.ssh_config,
+        "-o",
+        "ControlPath=%s/%%C" % lab.path("cp"),
+        lab.hosts[host]["mgmt_ip"],
+    ]
 
 
 def master_open(lab, host):
     """Is an SSH master connection (ControlPersist) to ``host`` open?"""
-    proc = subprocess.run(ssh_argv(lab, host)[:-1] + ["-O", "check", lab.hosts[host]["mgmt_ip"]],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30, check=False)
+    proc = subprocess.run(
+        ssh_argv(lab, host)[:-1] + ["-O", "check", lab.hosts[host]["mgmt_ip"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return "Master running" in proc.stdout
 
 
@@ -49,8 +63,9 @@ def warnings_of(out):
 def test_the_labs_ssh_has_no_keepalive_of_its_own(lab):
     # what ssh itself would use for these hosts: no probe within the collection's bound
     host = sorted(lab.hosts)[0]
-    settings = subprocess.run(["ssh", "-G"] + ssh_argv(lab, host)[1:], stdout=subprocess.PIPE, text=True,
-                              check=True).stdout
+    settings = subprocess.run(
+        ["ssh", "-G"] + ssh_argv(lab, host)[1:], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout
     after = keepalive.gives_up_after(settings)
     assert after is None or after > keepalive.BOUND, settings
 
@@ -79,8 +94,16 @@ def test_a_host_gone_dark_mid_run_ends_its_part_and_the_run_completes(lab):
     site(lab.inventory)  # masters fresh (opened or used within ControlPersist's 60 s)
     dark = sorted(lab.hosts)[-1]
     assert master_open(lab, dark)
-    lab.run(dark, ["sh", "-c", "nft add table inet kdkdark && nft add chain inet kdkdark in '{ type filter hook input"
-                               " priority -10; }' && nft add rule inet kdkdark in tcp dport 22 drop"], check=True)
+    lab.run(
+        dark,
+        [
+            "sh",
+            "-c",
+            "nft add table inet kdkdark && nft add chain inet kdkdark in '{ type filter hook input"
+            " priority -10; }' && nft add rule inet kdkdark in tcp dport 22 drop",
+        ],
+        check=True,
+    )
     try:
         started = time.monotonic()
         # timeout: the run must end before the old bound would have let it (a hang detector)
@@ -89,9 +112,11 @@ def test_a_host_gone_dark_mid_run_ends_its_part_and_the_run_completes(lab):
         still_dark = lab.run(dark, ["nft", "list", "table", "inet", "kdkdark"]).returncode == 0
     finally:
         lab.run(dark, ["nft", "delete", "table", "inet", "kdkdark"])
-    print("dark host %s: the run ended after %.1f s (before: the task timeout, %d s, and the whole run"
-          " with it); keepalive %s, gives up after %d s of silence"
-          % (dark, elapsed, OLD_BOUND, keepalive.ARGS, keepalive.BOUND))
+    print(
+        "dark host %s: the run ended after %.1f s (before: the task timeout, %d s, and the whole run"
+        " with it); keepalive %s, gives up after %d s of silence"
+        % (dark, elapsed, OLD_BOUND, keepalive.ARGS, keepalive.BOUND)
+    )
     assert still_dark
     counts = recap(out)
     assert counts[dark]["unreachable"] == 1 and counts[dark]["failed"] == 0, counts
@@ -108,7 +133,8 @@ def test_a_step_silent_for_longer_than_the_keepalive_bound_is_not_cut(lab, tmp_p
     so the connection stays. A collection step opens the masters, then a command silent for
     longer than the bound runs over them."""
     book = tmp_path / "slow.yml"
-    book.write_text("""
+    book.write_text(
+        """
 - hosts: kilo
   gather_facts: false
   tasks:
@@ -117,13 +143,20 @@ def test_a_step_silent_for_longer_than_the_keepalive_bound_is_not_cut(lab, tmp_p
     - name: Silent for longer than the keepalive bound
       ansible.builtin.command: sleep %d
       changed_when: false
-""" % (keepalive.BOUND + 15))
+"""
+        % (keepalive.BOUND + 15)
+    )
     close_masters(lab.path("cp"))
     out = playbook(lab.inventory, str(book), "-vvv", timeout=OLD_BOUND)
     counts = recap(out)
-    assert all(c["failed"] == 0 and c["unreachable"] == 0 and c["ok"] == 2 for c in counts.values()), counts
+    assert all(
+        c["failed"] == 0 and c["unreachable"] == 0 and c["ok"] == 2 for c in counts.values()
+    ), counts
     # every host's first SSH command (the one that opened its master) carried the keepalive
     for host in sorted(lab.hosts):
-        first = [line for line in out.splitlines()
-                 if "SSH: EXEC" in line and lab.hosts[host]["mgmt_ip"] + " " in line][0]
+        first = [
+            line
+            for line in out.splitlines()
+            if "SSH: EXEC" in line and lab.hosts[host]["mgmt_ip"] + " " in line
+        ][0]
         assert keepalive.ARGS in first, first

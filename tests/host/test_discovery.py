@@ -4,6 +4,7 @@ Host namespace: mgmt0 198.18.0.5/15 holding the default route (what a lab manage
 like: Kilo's rules count 198.18/15 as public), eth1 10.1.0.5/24 (private), eth2 203.0.113.5/24
 (public). The other ends of the veths sit in a sink namespace; no traffic is sent.
 """
+
 import json
 import os
 import shutil
@@ -22,7 +23,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public 
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
-PROBE = r'''
+PROBE = (
+    r"""
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery as d
@@ -32,13 +34,16 @@ out = d.choose_ips(host, hostname=args.get("hostname"), ignore_interfaces=args.g
 out["mtu"] = d.default_route_mtu(host)
 out["wg_mtu"] = d.wireguard_mtu(0, host)
 print(json.dumps(out))
-''' % COLLECTIONS
+"""
+    % COLLECTIONS
+)
 
 
 def sh(*args, **kw):
     kw.setdefault("check", True)
-    return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, **kw)
+    return subprocess.run(
+        list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +53,26 @@ def ns():
     try:
         sh("ip", "netns", "add", host)
         sh("ip", "netns", "add", sink)
-        for name, cidr in (("mgmt0", "198.18.0.5/15"), ("eth1", "10.1.0.5/24"), ("eth2", "203.0.113.5/24")):
-            sh("ip", "link", "add", name, "netns", host, "type", "veth", "peer", "name", "s" + name, "netns", sink)
+        for name, cidr in (
+            ("mgmt0", "198.18.0.5/15"),
+            ("eth1", "10.1.0.5/24"),
+            ("eth2", "203.0.113.5/24"),
+        ):
+            sh(
+                "ip",
+                "link",
+                "add",
+                name,
+                "netns",
+                host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "s" + name,
+                "netns",
+                sink,
+            )
             sh("ip", "-n", host, "addr", "add", cidr, "dev", name)
             sh("ip", "-n", host, "link", "set", name, "up")
             sh("ip", "-n", sink, "link", "set", "s" + name, "up")
@@ -67,7 +90,9 @@ def probe(ns, python="/usr/bin/python3", **args):
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("python", ["/usr/bin/python3", os.path.join(ROOT, ".venv", "bin", "python")])
+@pytest.mark.parametrize(
+    "python", ["/usr/bin/python3", os.path.join(ROOT, ".venv", "bin", "python")]
+)
 def test_management_nic_wins_unless_ignored(ns, python):
     if not os.path.exists(python):
         pytest.skip("no " + python)
@@ -100,18 +125,31 @@ def test_no_public_address_falls_back_to_private(ns):
 
 
 def test_pure_rules():
-    host = {"links": {1: {"name": "lo", "mtu": 65536}, 2: {"name": "eth0", "mtu": 9000},
-                      3: {"name": "kilo0", "mtu": 1420}},
-            "addrs": [{"index": 1, "ifname": "lo", "cidr": "127.0.0.1/8"},
-                      {"index": 2, "ifname": "eth0", "cidr": "fe80::1/64"},
-                      {"index": 2, "ifname": "eth0", "cidr": "172.20.0.4/16"},
-                      {"index": 2, "ifname": "eth0", "cidr": "2001:db8::4/64"},
-                      {"index": 2, "ifname": "eth0", "cidr": "100.64.0.4/10"},
-                      {"index": 3, "ifname": "kilo0", "cidr": "10.4.0.1/16"}],
-            "default_index": 2}
+    host = {
+        "links": {
+            1: {"name": "lo", "mtu": 65536},
+            2: {"name": "eth0", "mtu": 9000},
+            3: {"name": "kilo0", "mtu": 1420},
+        },
+        "addrs": [
+            {"index": 1, "ifname": "lo", "cidr": "127.0.0.1/8"},
+            {"index": 2, "ifname": "eth0", "cidr": "fe80::1/64"},
+            {"index": 2, "ifname": "eth0", "cidr": "172.20.0.4/16"},
+            {"index": 2, "ifname": "eth0", "cidr": "2001:db8::4/64"},
+            {"index": 2, "ifname": "eth0", "cidr": "100.64.0.4/10"},
+            {"index": 3, "ifname": "kilo0", "cidr": "10.4.0.1/16"},
+        ],
+        "default_index": 2,
+    }
     out = discovery.choose_ips(host, ignore_interfaces=["kilo0"])
-    assert out == {"internal_ip": "172.20.0.4/16", "external_ip": "100.64.0.4",
-                   "candidates": {"internal": ["172.20.0.4/16"], "external": ["100.64.0.4/10", "2001:db8::4/64"]}}
+    assert out == {
+        "internal_ip": "172.20.0.4/16",
+        "external_ip": "100.64.0.4",
+        "candidates": {
+            "internal": ["172.20.0.4/16"],
+            "external": ["100.64.0.4/10", "2001:db8::4/64"],
+        },
+    }
     assert discovery.wireguard_mtu(0, host) == 8920
     assert discovery.wireguard_mtu(1300, host) == 1300
     assert discovery.wireguard_mtu(0, dict(host, default_index=None)) == 1420
@@ -121,16 +159,43 @@ def test_pure_rules():
 
 def _ansible(ns, args, check=False):
     """Ad-hoc run of the module under the host python; cwd elsewhere so no ansible.cfg applies."""
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_LOCALHOST_WARNING="0",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_NOCOLOR="1")
-    cmd = ["ip", "netns", "exec", ns, os.path.join(ROOT, ".venv", "bin", "ansible"), "localhost",
-           "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=/usr/bin/python3",
-           "-m", "kilo.mesh.key", "-a", args]
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_STDOUT_CALLBACK="default",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        ANSIBLE_NOCOLOR="1",
+    )
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        os.path.join(ROOT, ".venv", "bin", "ansible"),
+        "localhost",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        "ansible_python_interpreter=/usr/bin/python3",
+        "-m",
+        "kilo.mesh.key",
+        "-a",
+        args,
+    ]
     if check:
         cmd.append("--check")
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                       env=env, cwd="/")
+    r = subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        env=env,
+        cwd="/",
+    )
     head, sep, body = r.stdout.partition("=> ")
     assert sep, r.stdout + r.stderr
     out = json.loads(body)
@@ -159,12 +224,17 @@ def test_key_module_end_to_end(ns):
         with open(path, "w") as f:
             f.write("garbage\n")
         bad = _ansible(ns, "key_path=%s" % path)
-        assert bad["_status"].startswith("FAILED") and path in bad["msg"] and "garbage" not in bad["msg"]
+        assert (
+            bad["_status"].startswith("FAILED")
+            and path in bad["msg"]
+            and "garbage" not in bad["msg"]
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-COMPARE = r'''
+COMPARE = (
+    r"""
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery as d, netlink_links as n
@@ -174,10 +244,14 @@ with IPRoute() as ipr:
     theirs = dict((name, n.link(name, ipr)) for name in names)
 print(json.dumps({"mine": d.read_host(), "theirs": d.read_host_pyroute2(),
                   "links": dict((name, n.link(name)) for name in names), "their_links": theirs}))
-''' % COLLECTIONS
+"""
+    % COLLECTIONS
+)
 
 
-@pytest.mark.parametrize("python", ["/usr/bin/python3", os.path.join(ROOT, ".venv", "bin", "python")])
+@pytest.mark.parametrize(
+    "python", ["/usr/bin/python3", os.path.join(ROOT, ".venv", "bin", "python")]
+)
 def test_the_standard_library_read_matches_pyroute2(ns, python):
     """read_host reads links, addresses and the default route with the standard library
     (netlink_links, netlink_routes); pyroute2 (0.7.2 and the venv's 0.9) reads the same, with
@@ -197,12 +271,40 @@ def test_the_standard_library_read_matches_pyroute2(ns, python):
         assert out["links"]["dum0"]["mtu"] == 1380
         assert out["links"]["eth1"]["kind"] == "veth" and out["links"]["eth1"]["up"] is True
         assert out["mine"]["default_index"] == out["links"]["mgmt0"]["index"]
-        sh("ip", "-n", ns, "route", "replace", "default", "nexthop", "via", "10.1.0.1", "dev", "eth1",
-           "nexthop", "via", "203.0.113.1", "dev", "eth2")
+        sh(
+            "ip",
+            "-n",
+            ns,
+            "route",
+            "replace",
+            "default",
+            "nexthop",
+            "via",
+            "10.1.0.1",
+            "dev",
+            "eth1",
+            "nexthop",
+            "via",
+            "203.0.113.1",
+            "dev",
+            "eth2",
+        )
         out = json.loads(sh("ip", "netns", "exec", ns, python, "-c", COMPARE).stdout)
         assert out["mine"] == out["theirs"]
         assert out["mine"]["default_index"] == out["links"]["eth1"]["index"]
     finally:
-        sh("ip", "-n", ns, "route", "replace", "default", "via", "198.18.0.1", "dev", "mgmt0", check=False)
+        sh(
+            "ip",
+            "-n",
+            ns,
+            "route",
+            "replace",
+            "default",
+            "via",
+            "198.18.0.1",
+            "dev",
+            "mgmt0",
+            check=False,
+        )
         sh("ip", "-n", ns, "addr", "del", "fd00:5::5/64", "dev", "eth2", check=False)
         sh("ip", "-n", ns, "link", "del", "dum0", check=False)

@@ -13,6 +13,7 @@ families, a re-run with nothing to change, the pod ranges masqueraded to outside
 both families, then location 4 joins with every endpoint IPv6 (check mode first, which must
 announce exactly what the real run then does).
 """
+
 import json
 import os
 import shutil
@@ -35,8 +36,9 @@ PORT = 51820
 OPTIONS = {"subnet": ["10.4.0.0/16", "fd04::/64"], "encapsulate": "never"}  # the lab has no IPIP
 V6_ONLY = 4
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("wireguard-go"),
-                                reason="needs root and wireguard-go")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("wireguard-go"), reason="needs root and wireguard-go"
+)
 
 # One converge in a lab host: JSON request on stdin, the converge result on stdout.
 DRIVER = r"""
@@ -70,10 +72,19 @@ def node(lab, host, ipv6_endpoint):
     internal = ([h["lan_ip"] + "/24"] if h["lan_ip"] else []) + [h["lan_ip6"] + "/64"]
     endpoint = None
     if h["public"]:
-        endpoint = ("[%s]:%d" % (h["public_ip6"], PORT)) if ipv6_endpoint or not h["public_ip"] \
+        endpoint = (
+            ("[%s]:%d" % (h["public_ip6"], PORT))
+            if ipv6_endpoint or not h["public_ip"]
             else "%s:%d" % (h["public_ip"], PORT)
-    return {"name": host, "location": h["location"], "internal_ip": internal if len(internal) > 1 else internal[0],
-            "pod_cidr": [r for r, a in pods(lab, host)], "endpoint": endpoint, "public_key": lab.public_keys[host]}
+        )
+    return {
+        "name": host,
+        "location": h["location"],
+        "internal_ip": internal if len(internal) > 1 else internal[0],
+        "pod_cidr": [r for r, a in pods(lab, host)],
+        "endpoint": endpoint,
+        "public_key": lab.public_keys[host],
+    }
 
 
 def plans(lab, hosts, ipv6_endpoint=False):
@@ -85,10 +96,22 @@ def converge(lab, plans_by_host, check=False):
     """host -> converge result (each host at once, as Ansible's forks would)."""
     procs = {}
     for host, plan in plans_by_host.items():
-        settings = {"firewall": "iptables" if lab.hosts[host]["location_index"] == 2 else "nftables"}
-        req = {"plan": plan, "settings": settings, "check": check, "psk": split_preshared_keys(plan)}
-        procs[host] = subprocess.Popen(lab.nsenter_argv(host, ["/usr/bin/python3", "-c", DRIVER]),
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        settings = {
+            "firewall": "iptables" if lab.hosts[host]["location_index"] == 2 else "nftables"
+        }
+        req = {
+            "plan": plan,
+            "settings": settings,
+            "check": check,
+            "psk": split_preshared_keys(plan),
+        }
+        procs[host] = subprocess.Popen(
+            lab.nsenter_argv(host, ["/usr/bin/python3", "-c", DRIVER]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs[host].stdin.write(json.dumps(req))
         procs[host].stdin.close()
     out = {}
@@ -102,11 +125,19 @@ def converge(lab, plans_by_host, check=False):
 
 def state(lab, host):
     """What a converge may change: the interface, routes, rules, addresses, firewall."""
-    return "\n".join(sh(lab, host, cmd).stdout for cmd in (
-        "wg show kilo0 dump 2>/dev/null | cut -f1,3,4 | sort", "ip -4 addr show dev kilo0 2>/dev/null",
-        "ip -6 addr show dev kilo0 scope global 2>/dev/null", "ip route show table all proto 107",
-        "ip -6 route show table all proto 107", "ip rule; ip -6 rule", "nft list table inet kilo_mesh 2>/dev/null",
-        "iptables-save 2>/dev/null | grep -i kilo; ip6tables-save 2>/dev/null | grep -i kilo"))
+    return "\n".join(
+        sh(lab, host, cmd).stdout
+        for cmd in (
+            "wg show kilo0 dump 2>/dev/null | cut -f1,3,4 | sort",
+            "ip -4 addr show dev kilo0 2>/dev/null",
+            "ip -6 addr show dev kilo0 scope global 2>/dev/null",
+            "ip route show table all proto 107",
+            "ip -6 route show table all proto 107",
+            "ip rule; ip -6 rule",
+            "nft list table inet kilo_mesh 2>/dev/null",
+            "iptables-save 2>/dev/null | grep -i kilo; ip6tables-save 2>/dev/null | grep -i kilo",
+        )
+    )
 
 
 def unreached(lab, hosts, families=(4, 6), pods_of=pods):
@@ -116,10 +147,22 @@ def unreached(lab, hosts, families=(4, 6), pods_of=pods):
     failed = []
     for src in sorted(hosts):
         mine = dict((":" in a and 6 or 4, a) for r, a in pods_of(lab, src))
-        targets = [(a, mine[v]) for dst in sorted(hosts) if dst != src for r, a in pods_of(lab, dst)
-                   for v in [6 if ":" in a else 4] if v in families and v in mine]
-        script = " ".join("(ping -%d -c 3 -i 0.3 -W 2 -q -I %s %s >/dev/null || echo %s) &"
-                          % (6 if ":" in a else 4, s, a, a) for a, s in targets) + " wait"
+        targets = [
+            (a, mine[v])
+            for dst in sorted(hosts)
+            if dst != src
+            for r, a in pods_of(lab, dst)
+            for v in [6 if ":" in a else 4]
+            if v in families and v in mine
+        ]
+        script = (
+            " ".join(
+                "(ping -%d -c 3 -i 0.3 -W 2 -q -I %s %s >/dev/null || echo %s) &"
+                % (6 if ":" in a else 4, s, a, a)
+                for a, s in targets
+            )
+            + " wait"
+        )
         out = sh(lab, src, script, timeout=90).stdout.split()
         failed += [(src, a) for a in out]
     return failed
@@ -153,7 +196,12 @@ def lab():
             # what kilo.mesh.prepare sets by default: a leader forwards both families
             sh(lab, host, "sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1")
             private = keys.generate_private_key()
-            sh(lab, host, "mkdir -p /var/lib/kilo && umask 077 && printf '%%s\\n' %s > /var/lib/kilo/key" % private)
+            sh(
+                lab,
+                host,
+                "mkdir -p /var/lib/kilo && umask 077 && printf '%%s\\n' %s > /var/lib/kilo/key"
+                % private,
+            )
             lab.public_keys[host] = keys.public_key(private)
             for r, address in pods(lab, host):
                 sh(lab, host, "ip addr add %s/%d dev lo" % (address, 128 if ":" in address else 32))
@@ -202,8 +250,11 @@ def test_pod_ranges_are_masqueraded_to_the_outside_in_both_families(lab, family)
     key = "public_ip6" if family == 6 else "public_ip"
     for client, server in ((one, two), (two, one)):
         address = lab.hosts[server][key]
-        proc = subprocess.Popen(lab.nsenter_argv(server, ["/usr/bin/python3", "-c", SERVER, address]),
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            lab.nsenter_argv(server, ["/usr/bin/python3", "-c", SERVER, address]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert proc.stdout.readline().strip() == "ready"
             pod = [a for r, a in pods(lab, client) if (":" in a) == (family == 6)][0]
@@ -225,7 +276,9 @@ def test_ipv6_only_location_joins_check_mode_first(lab):
         assert state(lab, h) == before[h], h
     assert all(check[h]["changed"] for h in hosts)
     real = converge(lab, want)
-    assert dict((h, r["changes"]) for h, r in real.items()) == dict((h, r["changes"]) for h, r in check.items())
+    assert dict((h, r["changes"]) for h, r in real.items()) == dict(
+        (h, r["changes"]) for h, r in check.items()
+    )
     again = converge(lab, want)
     assert dict((h, r["changes"]) for h, r in again.items() if r["changed"]) == {}
 

@@ -8,6 +8,7 @@ two, pod ranges of both families with a pod address of each on lo, IPv6 endpoint
 location 2); the third location's first host is the laptop (group connect, 10.5.0.1 and fd05::1),
 its second host is left out. Tests run in file order and share one lab.
 """
+
 import json
 import os
 import re
@@ -22,8 +23,9 @@ from test_dual_stack import pods, sh, site_inventory
 PREFIX = os.environ.get("KILO_TEST_PREFIX_DUAL_STACK_CONNECT", "kdc")
 LAPTOP_IPS = ["10.5.0.1", "fd05::1"]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("wireguard-go"),
-                                reason="needs root and wireguard-go")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("wireguard-go"), reason="needs root and wireguard-go"
+)
 
 
 def write_inventory(lab):
@@ -33,8 +35,10 @@ def write_inventory(lab):
     kilo = inventory["all"]["children"]["kilo"]
     laptop_location = kilo["children"].pop(lab.locations[2])
     laptop = laptop_location["hosts"][lab.laptop]
-    laptop.update(kilo_connect_name="laptop",
-                  kilo_connect_allowed_ip=["%s/%d" % (ip, 128 if ":" in ip else 32) for ip in LAPTOP_IPS])
+    laptop.update(
+        kilo_connect_name="laptop",
+        kilo_connect_allowed_ip=["%s/%d" % (ip, 128 if ":" in ip else 32) for ip in LAPTOP_IPS],
+    )
     inventory["all"]["children"]["connect"] = {"hosts": {lab.laptop: laptop}}
     path = lab.path("dual-stack-connect.yml")
     with open(path, "w") as f:
@@ -67,8 +71,16 @@ def lab():
 
 def ping(lab, host, ip):
     """Whether ``host`` gets an answer from ``ip`` (a few tries: WireGuard handshakes first)."""
-    return sh(lab, host, "for i in 1 2 3; do ping -c 3 -i 0.3 -W 2 -q %s >/dev/null && exit 0; done; exit 1"
-              % ip, timeout=90).returncode == 0
+    return (
+        sh(
+            lab,
+            host,
+            "for i in 1 2 3; do ping -c 3 -i 0.3 -W 2 -q %s >/dev/null && exit 0; done; exit 1"
+            % ip,
+            timeout=90,
+        ).returncode
+        == 0
+    )
 
 
 def test_connect_gives_the_laptop_both_families(lab):
@@ -94,8 +106,16 @@ def test_the_laptop_reaches_a_remote_pod_and_is_reached_back(lab, family):
     laptop_ip = LAPTOP_IPS[family == 6]
     assert ping(lab, lab.laptop, pod), (lab.laptop, pod)
     # back from the pod's own address: the answer finds the laptop through the far location's leader
-    assert sh(lab, lab.far, "for i in 1 2 3; do ping -c 3 -i 0.3 -W 2 -q -I %s %s >/dev/null && exit 0; done;"
-              " exit 1" % (pod, laptop_ip), timeout=90).returncode == 0, (lab.far, laptop_ip)
+    assert (
+        sh(
+            lab,
+            lab.far,
+            "for i in 1 2 3; do ping -c 3 -i 0.3 -W 2 -q -I %s %s >/dev/null && exit 0; done;"
+            " exit 1" % (pod, laptop_ip),
+            timeout=90,
+        ).returncode
+        == 0
+    ), (lab.far, laptop_ip)
 
 
 def test_rerun_changes_nothing(lab):
@@ -110,13 +130,19 @@ def test_status_shows_both_addresses(lab, monkeypatch):
     monkeypatch.setenv("ANSIBLE_CALLBACK_RESULT_FORMAT", "json")
     monkeypatch.setenv("ANSIBLE_CALLBACK_FORMAT_PRETTY", "false")
     out = playbook(lab.connect_inventory, "status.yml", "-v", timeout=600)
-    results = dict((h, json.loads(r)) for h, r in re.findall(r"^ok: \[(\S+)\] => (\{.*\})$", out, re.M)
-                   if '"in_mesh"' in r)
+    results = dict(
+        (h, json.loads(r))
+        for h, r in re.findall(r"^ok: \[(\S+)\] => (\{.*\})$", out, re.M)
+        if '"in_mesh"' in r
+    )
     assert sorted(results) == lab.mesh, out[-3000:]
     for host, result in results.items():
         if lab.hosts[host]["public"]:
             families = sorted(a.split(":")[0] if ":" in a else "v4" for a in result["addresses"])
-            assert families == ["fd04", "v4"] and result["addresses"][0].startswith("10.4.0."), (host, result)
+            assert families == ["fd04", "v4"] and result["addresses"][0].startswith("10.4.0."), (
+                host,
+                result,
+            )
             assert len(result["peers"]) == 2, (host, result["peers"])
         else:
             assert result["addresses"] == [] and result["peers"] == [], (host, result)

@@ -8,6 +8,7 @@ key, no forwarding: site.yml's prepare and key steps do that). The inventory is 
 site_inventory (kilo_subnet of two, pod ranges of both families, internal IPs of both families
 discovered, IPv6 endpoints, iptables on location 2). Tests run in file order and share the lab.
 """
+
 import ipaddress
 import json
 import os
@@ -22,8 +23,9 @@ from test_dual_stack import pods, sh, site_inventory, state, unreached
 
 PREFIX = os.environ.get("KILO_TEST_PREFIX_DUAL_STACK_SITE", "kdf")
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("wireguard-go"),
-                                reason="needs root and wireguard-go")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("wireguard-go"), reason="needs root and wireguard-go"
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,15 @@ def lab():
 
 def snapshot(lab, host):
     """test_dual_stack's state of a host, and what only site.yml's prepare and key steps touch."""
-    return state(lab, host) + sh(lab, host, "sysctl net.ipv4.ip_forward net.ipv6.conf.all.forwarding;"
-                                            " ls -la /var/lib/kilo /etc/sysctl.d 2>&1").stdout
+    return (
+        state(lab, host)
+        + sh(
+            lab,
+            host,
+            "sysctl net.ipv4.ip_forward net.ipv6.conf.all.forwarding;"
+            " ls -la /var/lib/kilo /etc/sysctl.d 2>&1",
+        ).stdout
+    )
 
 
 def test_check_mode_on_fresh_hosts_reports_changes_and_changes_nothing(lab):
@@ -53,7 +62,9 @@ def test_check_mode_on_fresh_hosts_reports_changes_and_changes_nothing(lab):
     out = site(lab.site_inventory, "--check", "--diff")
     counts = recap(out)
     assert set(counts) == set(lab.hosts), out[-4000:]
-    assert all(c["failed"] == 0 and c["unreachable"] == 0 and c["changed"] > 0 for c in counts.values()), counts
+    assert all(
+        c["failed"] == 0 and c["unreachable"] == 0 and c["changed"] > 0 for c in counts.values()
+    ), counts
     # the diff names both families of the WireGuard subnets (a leader's address of each)
     assert "10.4.0." in out and "fd04::" in out, out[-4000:]
     for h in lab.hosts:
@@ -85,26 +96,44 @@ def test_cni_pods_get_an_address_of_each_family_and_reach_each_other(lab):
     gets an address of each, and a pod on a non-leader of one location reaches a pod on the other
     location's leader in both families, both ways."""
     first, second = sorted(set(h["location"] for h in lab.hosts.values()))
-    a = [n for n in sorted(lab.hosts) if lab.hosts[n]["location"] == first and not lab.hosts[n]["public"]][0]
-    b = [n for n in sorted(lab.hosts) if lab.hosts[n]["location"] == second and lab.hosts[n]["public"]][0]
+    a = [
+        n
+        for n in sorted(lab.hosts)
+        if lab.hosts[n]["location"] == first and not lab.hosts[n]["public"]
+    ][0]
+    b = [
+        n
+        for n in sorted(lab.hosts)
+        if lab.hosts[n]["location"] == second and lab.hosts[n]["public"]
+    ][0]
     made = {}
     try:
         for host, netns in ((a, "pod-a"), (b, "pod-b")):
             ranges = [r for r, _address in pods(lab, host)]
             conflist = json.loads(sh(lab, host, "cat %s" % CONFLIST).stdout)
-            assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": r}] for r in ranges], (host, conflist)
+            assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": r}] for r in ranges], (
+                host,
+                conflist,
+            )
             result = pod(lab, host, "add", netns)
             made[host] = netns
             addresses = [ipaddress.ip_interface(ip["address"]) for ip in result["ips"]]
             assert [x.network.version for x in addresses] == [4, 6], result
-            assert all(x.ip in ipaddress.ip_network(r) for x, r in zip(addresses, ranges)), (result, ranges)
+            assert all(x.ip in ipaddress.ip_network(r) for x, r in zip(addresses, ranges)), (
+                result,
+                ranges,
+            )
             made[host] = (netns, [str(x.ip) for x in addresses])
         for src, dst in ((a, b), (b, a)):
             netns = made[src][0]
             for address in made[dst][1]:
                 # a few tries: a new IPv6 address is usable once its duplicate detection ends
-                done = sh(lab, src, "for i in 1 2 3 4 5; do ip netns exec %s ping -c 2 -i 0.3 -W 2 -q %s && exit 0;"
-                                    " sleep 1; done; exit 1" % (netns, address))
+                done = sh(
+                    lab,
+                    src,
+                    "for i in 1 2 3 4 5; do ip netns exec %s ping -c 2 -i 0.3 -W 2 -q %s && exit 0;"
+                    " sleep 1; done; exit 1" % (netns, address),
+                )
                 assert done.returncode == 0, (src, dst, address, done.stdout, done.stderr)
     finally:
         for host, entry in made.items():

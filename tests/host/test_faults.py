@@ -5,6 +5,7 @@ Real parts only: network-namespace hosts with sshd, wireguard-go, nftables, ipro
 kill test runs the collection's own converge code on a lab host through faultdriver.py,
 which only wraps it to SIGKILL itself at a chosen point. Tests share one lab, in file order.
 """
+
 import base64
 import binascii
 import json
@@ -29,24 +30,42 @@ def sh(lab, host, cmd, timeout=60):
 
 
 def wg_keypair():
-    priv = subprocess.run(["wg", "genkey"], stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
-    pub = subprocess.run(["wg", "pubkey"], input=priv, stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    priv = subprocess.run(
+        ["wg", "genkey"], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout.strip()
+    pub = subprocess.run(
+        ["wg", "pubkey"], input=priv, stdout=subprocess.PIPE, text=True, check=True
+    ).stdout.strip()
     return priv, pub
 
 
 def ansible_env(**extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
     env.update(extra)
     return env
 
 
 def playbook(lab, *extra, **kw):
     """site.yml (or kw['playbook']) over SSH; asserts rc 0; returns the whole output."""
-    argv = [os.path.join(ANSIBLE_BIN, "ansible-playbook"), "-i", lab.inventory,
-            kw.get("playbook") or os.path.join(REPO, "playbooks", "site.yml")] + list(extra)
-    proc = subprocess.run(argv, cwd=REPO, env=ansible_env(**kw.get("env", {})), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, check=False)
+    argv = [
+        os.path.join(ANSIBLE_BIN, "ansible-playbook"),
+        "-i",
+        lab.inventory,
+        kw.get("playbook") or os.path.join(REPO, "playbooks", "site.yml"),
+    ] + list(extra)
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=ansible_env(**kw.get("env", {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-5000:]
     return proc.stdout
 
@@ -71,8 +90,15 @@ def wg_addresses(lab):
 
 
 def wg_dump(lab):
-    return dict((h, sh(lab, h, "wg show kilo0 dump; ip -br link show kilo0; ip route show proto 107").stdout)
-                for h in sorted(lab.hosts))
+    return dict(
+        (
+            h,
+            sh(
+                lab, h, "wg show kilo0 dump; ip -br link show kilo0; ip route show proto 107"
+            ).stdout,
+        )
+        for h in sorted(lab.hosts)
+    )
 
 
 def connectivity(lab):
@@ -86,8 +112,10 @@ def connectivity(lab):
     for src in sorted(lab.hosts):
         want = [ip for h, ip in sorted(targets.items()) if h != src] + wg
         for attempt in range(8):
-            script = ("for ip in %s; do (ping -c 3 -i 0.5 -W 2 -q $ip >/dev/null 2>&1 || echo $ip) & done; wait"
-                      % " ".join(want))
+            script = (
+                "for ip in %s; do (ping -c 3 -i 0.5 -W 2 -q $ip >/dev/null 2>&1 || echo $ip) & done; wait"
+                % " ".join(want)
+            )
             want = sh(lab, src, script, timeout=60).stdout.split()
             if not want:
                 break
@@ -106,23 +134,35 @@ def _with_peers_and_foreign_state(lab):
     # Two outside peers, one of them with a preshared key.
     laptop_priv, laptop_pub = wg_keypair()
     dummy, phone_pub = wg_keypair()
-    psk = subprocess.run(["wg", "genpsk"], stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    psk = subprocess.run(
+        ["wg", "genpsk"], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout.strip()
     with open(lab.inventory) as f:
         inv = yaml.safe_load(f)
     inv["all"]["children"]["kilo"]["vars"]["kilo_peers"] = [
-        {"name": "laptop", "public_key": laptop_pub, "allowed_ips": ["10.5.0.1/32"], "preshared_key": psk},
+        {
+            "name": "laptop",
+            "public_key": laptop_pub,
+            "allowed_ips": ["10.5.0.1/32"],
+            "preshared_key": psk,
+        },
         {"name": "phone", "public_key": phone_pub, "allowed_ips": ["10.5.0.2/32"]},
     ]
     with open(lab.inventory, "w") as f:
         yaml.safe_dump(inv, f)
     lab.secrets = {"psk": {laptop_pub: psk}, "peer_private": laptop_priv}
     for host in lab.hosts:
-        sh(lab, host, "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
-                      " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500")
+        sh(
+            lab,
+            host,
+            "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
+            " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500",
+        )
     yield lab
 
 
 # ---- 1. secrets never leak ---------------------------------------------------------------
+
 
 def forms(key):
     """A base64 key as it could show up: base64 and hex (the UAPI's form)."""
@@ -160,18 +200,34 @@ def test_secrets_never_leak(lab, tmp_path):
     # the cache plugin really writes, then site.yml runs unchanged.
     wrapper = str(work / "site-with-facts.yml")
     with open(wrapper, "w") as f:
-        yaml.safe_dump([{"name": "Facts into the cache", "hosts": "kilo", "gather_facts": True,
-                         "gather_subset": ["min"]},
-                        {"import_playbook": os.path.join(REPO, "playbooks", "site.yml")}], f)
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Facts into the cache",
+                    "hosts": "kilo",
+                    "gather_facts": True,
+                    "gather_subset": ["min"],
+                },
+                {"import_playbook": os.path.join(REPO, "playbooks", "site.yml")},
+            ],
+            f,
+        )
 
     def env(cache, log):
-        return {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": cache,
-                "ANSIBLE_GATHERING": "smart", "ANSIBLE_LOCAL_TEMP": local_tmp,
-                "ANSIBLE_LOG_PATH": str(work / log), "ANSIBLE_KEEP_REMOTE_FILES": "0"}
+        return {
+            "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION": cache,
+            "ANSIBLE_GATHERING": "smart",
+            "ANSIBLE_LOCAL_TEMP": local_tmp,
+            "ANSIBLE_LOG_PATH": str(work / log),
+            "ANSIBLE_KEEP_REMOTE_FILES": "0",
+        }
 
     real = playbook(lab, "-vvv", "--diff", playbook=wrapper, env=env(cache_real, "real.log"))
     counts = recap(real)
-    assert all(c["changed"] > 0 and c["failed"] == 0 for h, c in counts.items() if h in lab.hosts), counts
+    assert all(
+        c["changed"] > 0 and c["failed"] == 0 for h, c in counts.items() if h in lab.hosts
+    ), counts
     check = playbook(lab, "-vvv", "--check", "--diff", env=env(cache_check, "check.log"))
     assert all(c["failed"] == 0 for c in recap(check).values())
 
@@ -182,12 +238,18 @@ def test_secrets_never_leak(lab, tmp_path):
         priv = sh(lab, host, "cat %s" % KEY_PATH).stdout.strip()
         assert len(base64.b64decode(priv)) == 32, (host, priv)
         secrets["private key of %s" % host] = priv
-        publics[host] = subprocess.run(["wg", "pubkey"], input=priv, stdout=subprocess.PIPE, text=True,
-                                       check=True).stdout.strip()
+        publics[host] = subprocess.run(
+            ["wg", "pubkey"], input=priv, stdout=subprocess.PIPE, text=True, check=True
+        ).stdout.strip()
         # 0700 directory, 0600 file, both root's
-        assert sh(lab, host, "stat -c '%%a %%U %%G' %s" % os.path.dirname(KEY_PATH)).stdout.split() == \
-            ["700", "root", "root"], host
-        assert sh(lab, host, "stat -c '%%a %%U %%G' %s" % KEY_PATH).stdout.split() == ["600", "root", "root"], host
+        assert sh(
+            lab, host, "stat -c '%%a %%U %%G' %s" % os.path.dirname(KEY_PATH)
+        ).stdout.split() == ["700", "root", "root"], host
+        assert sh(lab, host, "stat -c '%%a %%U %%G' %s" % KEY_PATH).stdout.split() == [
+            "600",
+            "root",
+            "root",
+        ], host
     for pub, psk in lab.secrets["psk"].items():
         secrets["preshared key of %s" % pub] = psk
     secrets["outside peer's private key"] = lab.secrets["peer_private"]
@@ -198,7 +260,9 @@ def test_secrets_never_leak(lab, tmp_path):
 
     # The grep can find what it looks for, in every form ...
     some = secrets["private key of %s" % sorted(lab.hosts)[0]]
-    assert leaks(secrets, "x%sy" % some) and leaks(secrets, binascii.hexlify(base64.b64decode(some)).decode())
+    assert leaks(secrets, "x%sy" % some) and leaks(
+        secrets, binascii.hexlify(base64.b64decode(some)).decode()
+    )
     # ... and looks at the right output: long, verbose, naming every public key and the diff.
     for out in (real, check):
         assert len(out) > 20000 and "<%s>" % lab.hosts[sorted(lab.hosts)[0]]["mgmt_ip"] in out
@@ -225,30 +289,62 @@ def test_secrets_never_leak(lab, tmp_path):
         assert not os.path.exists(store), "plan store %s left behind" % store
     places.update(read_tree(local_tmp))
     for host in lab.hosts:  # what the modules logged on the hosts
-        places["%s:/var/log" % host] = lab.run(host, ["sh", "-c", "find /var/log -type f -mmin -30 -exec cat {} +;"
-                                                      " journalctl -q --since -30min 2>/dev/null; true"], errors="replace").stdout
+        places["%s:/var/log" % host] = lab.run(
+            host,
+            [
+                "sh",
+                "-c",
+                "find /var/log -type f -mmin -30 -exec cat {} +;"
+                " journalctl -q --since -30min 2>/dev/null; true",
+            ],
+            errors="replace",
+        ).stdout
     found = dict((where, leaks(secrets, text)) for where, text in places.items())
     assert not any(found.values()), dict((k, v) for k, v in found.items() if v)
 
 
 # ---- 2. a kill at any point heals with one re-run ----------------------------------------
 
-POINTS = ["wireguard.create", "wireguard.peers", "after:wireguard", "after:netstate", "after:firewall"]
+POINTS = [
+    "wireguard.create",
+    "wireguard.peers",
+    "after:wireguard",
+    "after:netstate",
+    "after:firewall",
+]
 
 
 def plans(lab):
     """Every host's plan from the real kilo.mesh.topology (inventory + registry)."""
-    proc = subprocess.run([os.path.join(ANSIBLE_BIN, "ansible"), "-i", lab.inventory, "localhost",
-                           "-m", "kilo.mesh.topology", "-o"], cwd=REPO, env=ansible_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    proc = subprocess.run(
+        [
+            os.path.join(ANSIBLE_BIN, "ansible"),
+            "-i",
+            lab.inventory,
+            "localhost",
+            "-m",
+            "kilo.mesh.topology",
+            "-o",
+        ],
+        cwd=REPO,
+        env=ansible_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0 and "=>" in proc.stdout, proc.stdout[-3000:]
     return json.loads(proc.stdout.split("=>", 1)[1])["plans"]
 
 
 def break_host(lab, host):
     """Take away what we own, so each backend's apply has work to do."""
-    sh(lab, host, "ip link del kilo0; nft delete table inet kilo_mesh; ip -4 route flush table all proto 107;"
-                  " for i in $(seq 50); do wg show kilo0 >/dev/null 2>&1 || break; sleep 0.1; done; true")
+    sh(
+        lab,
+        host,
+        "ip link del kilo0; nft delete table inet kilo_mesh; ip -4 route flush table all proto 107;"
+        " for i in $(seq 50); do wg show kilo0 >/dev/null 2>&1 || break; sleep 0.1; done; true",
+    )
     assert sh(lab, host, "ip link show kilo0").returncode != 0
     assert sh(lab, host, "ip -4 route show table all proto 107").stdout.strip() == ""
     assert sh(lab, host, "nft list table inet kilo_mesh").returncode != 0
@@ -260,8 +356,10 @@ def driver_in_lab(lab):
     the collection's module_utils are copied there."""
     root = os.path.join(lab.state_dir, "faultdriver")
     if not os.path.isdir(root):
-        shutil.copytree(os.path.join(REPO, "plugins", "module_utils"),
-                        os.path.join(root, "ansible_collections", "kilo", "mesh", "plugins", "module_utils"))
+        shutil.copytree(
+            os.path.join(REPO, "plugins", "module_utils"),
+            os.path.join(root, "ansible_collections", "kilo", "mesh", "plugins", "module_utils"),
+        )
         shutil.copy(DRIVER, root)
     return os.path.join(root, os.path.basename(DRIVER)), root
 

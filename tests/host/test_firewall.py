@@ -3,6 +3,7 @@
 Includes a traffic test: client -> router -> server, where the router runs our NAT; the server
 reports the source address it sees.
 """
+
 import json
 import os
 import subprocess
@@ -20,7 +21,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for networ
 
 
 def run_backend(ns, kind, plan, ops, python=HOST_PY):
-    return backendtools.run_backend(ns, "firewall", "FirewallBackend", plan, ops, {"firewall": kind}, python)
+    return backendtools.run_backend(
+        ns, "firewall", "FirewallBackend", plan, ops, {"firewall": kind}, python
+    )
 
 
 @pytest.fixture
@@ -40,12 +43,20 @@ def namespaces():
 
 
 def plan_fw(**fw):
-    base = {"nat_sources": ["10.96.1.0/24", "fd96:1::/64"],
-            "nat_exempt_destinations": ["10.96.3.0/24", "10.4.0.0/16"],
-            "forward_accept": ["10.96.1.0/24"],
-            "ipip_accept_sources": ["10.96.2.2/32"]}
+    base = {
+        "nat_sources": ["10.96.1.0/24", "fd96:1::/64"],
+        "nat_exempt_destinations": ["10.96.3.0/24", "10.4.0.0/16"],
+        "forward_accept": ["10.96.1.0/24"],
+        "ipip_accept_sources": ["10.96.2.2/32"],
+    }
     base.update(fw)
-    return {"name": "router", "leader": True, "segment": "location:lab", "listen_port": 51820, "firewall": base}
+    return {
+        "name": "router",
+        "leader": True,
+        "segment": "location:lab",
+        "listen_port": 51820,
+        "firewall": base,
+    }
 
 
 def nft_json(ns, *what):
@@ -68,8 +79,12 @@ def test_nftables_converge_idempotent_drift_remove(namespaces):
     out = run_backend(ns, "nftables", plan_fw(), ["check"])
     assert out["before"] == [] and out["check"]
     assert "set nat_src_v4 ipv4_addr { 10.96.1.0/24 }" in out["after"]
-    assert sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh",
-              check=False).returncode != 0  # check mode made nothing
+    assert (
+        sh(
+            "ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh", check=False
+        ).returncode
+        != 0
+    )  # check mode made nothing
 
     out = run_backend(ns, "nftables", plan_fw(), ["apply", "check", "render"])
     assert out["planned"] and out["check"] == []
@@ -79,30 +94,66 @@ def test_nftables_converge_idempotent_drift_remove(namespaces):
     assert "ip saddr @nat_src_v4 jump nat" in text and "ip6 saddr @nat_src_v6 jump nat" in text
     assert "masquerade" in text and "ip daddr @nat_exempt_v4 return" in text
     assert "elements = { 10.4.0.0/16, 10.96.3.0/24 }" in text
-    handle = [i["table"]["handle"] for i in nft_json(ns, "table", "inet", "kilo_mesh") if "table" in i]
+    handle = [
+        i["table"]["handle"] for i in nft_json(ns, "table", "inet", "kilo_mesh") if "table" in i
+    ]
 
     # unchanged run: the table is not even replaced (same handle)
     out = run_backend(ns, "nftables", plan_fw(), ["apply"])
     assert out["planned"] == []
-    assert handle == [i["table"]["handle"] for i in nft_json(ns, "table", "inet", "kilo_mesh")
-                      if "table" in i]
+    assert handle == [
+        i["table"]["handle"] for i in nft_json(ns, "table", "inet", "kilo_mesh") if "table" in i
+    ]
 
     # drift inside our table is seen and repaired; foreign edits are not ours to keep
-    sh("ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "kilo_mesh", "forward",
-       "ip", "saddr", "10.99.0.0/16", "drop")
-    sh("ip", "netns", "exec", ns, "nft", "add", "element", "inet", "kilo_mesh", "nat_src_v4",
-       "{", "10.97.0.0/16", "}")
+    sh(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "add",
+        "rule",
+        "inet",
+        "kilo_mesh",
+        "forward",
+        "ip",
+        "saddr",
+        "10.99.0.0/16",
+        "drop",
+    )
+    sh(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "add",
+        "element",
+        "inet",
+        "kilo_mesh",
+        "nat_src_v4",
+        "{",
+        "10.97.0.0/16",
+        "}",
+    )
     out = run_backend(ns, "nftables", plan_fw(), ["check"])
     assert any("10.99.0.0/16" in c for c in out["check"])
     assert any("10.97.0.0/16" in c for c in out["check"])
     out = run_backend(ns, "nftables", plan_fw(), ["apply", "check"])
     assert out["check"] == []
-    assert "10.99.0.0" not in sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet",
-                                 "kilo_mesh").stdout
+    assert (
+        "10.99.0.0"
+        not in sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh").stdout
+    )
 
     # a changed plan: lists shrink, IPIP filtering goes away
-    out = run_backend(ns, "nftables", plan_fw(ipip_accept_sources=[], nat_sources=["10.96.1.0/24"]),
-                      ["apply", "check"])
+    out = run_backend(
+        ns,
+        "nftables",
+        plan_fw(ipip_accept_sources=[], nat_sources=["10.96.1.0/24"]),
+        ["apply", "check"],
+    )
     assert out["check"] == []
     text = sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh").stdout
     assert "chain input" not in text and "nat_src_v6" not in text
@@ -112,8 +163,10 @@ def test_nftables_converge_idempotent_drift_remove(namespaces):
     assert out["removed"] is True
     tables = [i["table"]["name"] for i in nft_json(ns, "tables") if "table" in i]
     assert tables == ["kn_foreign"]
-    assert "10.200.0.0/16" in sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet",
-                                 "kn_foreign").stdout
+    assert (
+        "10.200.0.0/16"
+        in sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kn_foreign").stdout
+    )
     assert run_backend(ns, "nftables", plan_fw(), ["remove"])["removed"] is False
 
 
@@ -124,8 +177,12 @@ def test_nftables_empty_plan_means_no_table(namespaces):
     run_backend(ns, "nftables", plan_fw(), ["apply"])
     out = run_backend(ns, "nftables", empty, ["apply", "check"])
     assert out["planned"] and out["check"] == []
-    assert sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh",
-              check=False).returncode != 0
+    assert (
+        sh(
+            "ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh", check=False
+        ).returncode
+        != 0
+    )
 
 
 def test_bad_input_names_field(namespaces):
@@ -140,8 +197,11 @@ def ipt_save(ns, cmd="iptables"):
 
 
 def nat_rules(ns):
-    return [l for l in sh("ip", "netns", "exec", ns, "iptables-save", "-t", "nat").stdout.splitlines()
-            if l.startswith("-A")]
+    return [
+        l
+        for l in sh("ip", "netns", "exec", ns, "iptables-save", "-t", "nat").stdout.splitlines()
+        if l.startswith("-A")
+    ]
 
 
 def test_iptables_converge_idempotent_remove(namespaces):
@@ -173,8 +233,9 @@ def test_iptables_converge_idempotent_remove(namespaces):
     assert run_backend(ns, "iptables", plan_fw(), ["apply"])["planned"] == []
     nat_before = nat_rules(ns)
     # changed plan: one table changes, the other commit is skipped
-    out = run_backend(ns, "iptables", plan_fw(forward_accept=["10.96.1.0/24", "10.96.5.0/24"]),
-                      ["apply", "check"])
+    out = run_backend(
+        ns, "iptables", plan_fw(forward_accept=["10.96.1.0/24", "10.96.5.0/24"]), ["apply", "check"]
+    )
     assert out["check"] == [] and out["planned"]
     assert all("KILO-FORWARD" in c or "FORWARD" in c for c in out["planned"])
     assert "-A KILO-FORWARD -d 10.96.5.0/24" in ipt_save(ns)
@@ -211,10 +272,25 @@ def nat_lab(namespaces):
     """client (10.96.1.2) -- router (10.96.1.1 | 10.96.2.1) -- server (10.96.2.2, 10.96.3.2)."""
     client, router, server = namespaces(), namespaces(), namespaces()
     tag = client[2:8]
-    for a, b, ns_a, ns_b in (("kc" + tag, "kr" + tag, client, router),
-                             ("ks" + tag, "kt" + tag, server, router)):
-        sh("ip", "link", "add", "kn" + a, "netns", ns_a, "type", "veth", "peer", "name", "kn" + b,
-           "netns", ns_b)
+    for a, b, ns_a, ns_b in (
+        ("kc" + tag, "kr" + tag, client, router),
+        ("ks" + tag, "kt" + tag, server, router),
+    ):
+        sh(
+            "ip",
+            "link",
+            "add",
+            "kn" + a,
+            "netns",
+            ns_a,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "kn" + b,
+            "netns",
+            ns_b,
+        )
         sh("ip", "-n", ns_a, "link", "set", "kn" + a, "up")
         sh("ip", "-n", ns_b, "link", "set", "kn" + b, "up")
     sh("ip", "-n", client, "addr", "add", "10.96.1.2/24", "dev", "knkc" + tag)
@@ -226,8 +302,11 @@ def nat_lab(namespaces):
     sh("ip", "-n", server, "addr", "add", "10.96.2.2/24", "dev", "knks" + tag)
     sh("ip", "-n", server, "addr", "add", "10.96.3.2/24", "dev", "knks" + tag)
     sh("ip", "-n", server, "route", "add", "default", "via", "10.96.2.1")
-    proc = subprocess.Popen(["ip", "netns", "exec", server, sys.executable, "-c", SERVER],
-                            stdout=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", server, sys.executable, "-c", SERVER],
+        stdout=subprocess.PIPE,
+        universal_newlines=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         yield client, router, server
@@ -247,8 +326,8 @@ def test_nat_masquerades_except_exempt(nat_lab, kind):
     assert seen_source(client, "10.96.2.2") == "10.96.1.2"
     out = run_backend(router, kind, plan_fw(), ["apply"])
     assert out["planned"] and "error" not in out
-    assert seen_source(client, "10.96.2.2") == "10.96.2.1"   # masqueraded to the router
-    assert seen_source(client, "10.96.3.2") == "10.96.1.2"   # exempt destination: not NATed
+    assert seen_source(client, "10.96.2.2") == "10.96.2.1"  # masqueraded to the router
+    assert seen_source(client, "10.96.3.2") == "10.96.1.2"  # exempt destination: not NATed
     run_backend(router, kind, plan_fw(), ["remove"])
     assert seen_source(client, "10.96.2.2") == "10.96.1.2"
 
@@ -258,7 +337,12 @@ def test_switching_backend_removes_what_the_other_one_made(namespaces):
     sh("ip", "netns", "exec", ns, "nft", "-f", "-", input=FOREIGN_NFT)
 
     def ours():
-        nft = sh("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh", check=False).returncode == 0
+        nft = (
+            sh(
+                "ip", "netns", "exec", ns, "nft", "list", "table", "inet", "kilo_mesh", check=False
+            ).returncode
+            == 0
+        )
         ipt = "KILO-NAT" in sh("ip", "netns", "exec", ns, "iptables-save", "-t", "nat").stdout
         return nft, ipt
 
@@ -286,18 +370,30 @@ def test_relay_accept_rule_is_first_idempotent_and_removed_alone(namespaces, kin
     out = run_backend(ns, kind, relay, ["apply", "check"])
     assert out["planned"] and out["check"] == []
     if kind == "nftables":
-        text = sh("ip", "netns", "exec", ns, "nft", "list", "chain", "inet", "kilo_mesh", "forward").stdout
+        text = sh(
+            "ip", "netns", "exec", ns, "nft", "list", "chain", "inet", "kilo_mesh", "forward"
+        ).stdout
         rules = [l.strip() for l in text.splitlines() if "accept" in l and "policy" not in l]
-        assert rules[0].startswith('iifname "kilo0" oifname "kilo0" counter packets 0 bytes 0 accept'), rules
+        assert rules[0].startswith(
+            'iifname "kilo0" oifname "kilo0" counter packets 0 bytes 0 accept'
+        ), rules
     else:
         fwd = [l for l in ipt_save(ns).splitlines() if l.startswith("-A KILO-FORWARD")]
-        assert fwd[0] == '-A KILO-FORWARD -i kilo0 -o kilo0 -m comment --comment "kilo.mesh" -j ACCEPT', fwd
+        assert (
+            fwd[0] == '-A KILO-FORWARD -i kilo0 -o kilo0 -m comment --comment "kilo.mesh" -j ACCEPT'
+        ), fwd
         # the plan has IPv6 (nat_sources): the rule in ip6tables too
         assert fwd[0] in ipt_save(ns, "ip6tables")
     assert run_backend(ns, kind, relay, ["check"])["check"] == []
     out = run_backend(ns, kind, plan_fw(), ["apply", "check"])
     # only removals: the rule (with iptables, IPv6's chain and jump that held nothing else too)
     assert out["check"] == [] and any("kilo0" in line for line in out["planned"])
-    assert all(line.startswith("firewall (%s): remove " % kind) for line in out["planned"]), out["planned"]
-    listing = ipt_save(ns) if kind == "iptables" else sh("ip", "netns", "exec", ns, "nft", "list", "ruleset").stdout
+    assert all(line.startswith("firewall (%s): remove " % kind) for line in out["planned"]), out[
+        "planned"
+    ]
+    listing = (
+        ipt_save(ns)
+        if kind == "iptables"
+        else sh("ip", "netns", "exec", ns, "nft", "list", "ruleset").stdout
+    )
     assert "kilo0" not in listing and "10.96.1.0/24" in listing

@@ -10,6 +10,7 @@ plans); concurrent slices again change nothing.
 
 Real parts only: network-namespace hosts with sshd, wireguard-go, nftables, iproute2.
 """
+
 import json
 import os
 import subprocess
@@ -50,14 +51,31 @@ def slices(lab):
 
 def run_slices(lab, registry):
     """site.yml once per slice, all at once; returns (host -> recap counts, wall seconds per slice)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
     procs = []
     started = time.monotonic()
     for part in slices(lab):
-        argv = [os.path.join(ANSIBLE_BIN, "ansible-playbook"), "-i", lab.inventory, os.path.join(REPO, "playbooks", "site.yml"),
-                "--limit", ",".join(part), "-e", "kilo_registry=%s" % registry, "-e", "kilo_registry_wait=%d" % WAIT]
-        procs.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        argv = [
+            os.path.join(ANSIBLE_BIN, "ansible-playbook"),
+            "-i",
+            lab.inventory,
+            os.path.join(REPO, "playbooks", "site.yml"),
+            "--limit",
+            ",".join(part),
+            "-e",
+            "kilo_registry=%s" % registry,
+            "-e",
+            "kilo_registry_wait=%d" % WAIT,
+        ]
+        procs.append(
+            subprocess.Popen(
+                argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     counts, walls = {}, []
     for part, proc in zip(slices(lab), procs):
         out, _ = proc.communicate(timeout=900)
@@ -70,14 +88,26 @@ def run_slices(lab, registry):
 
 
 def stored_plans(lab):
-    return dict((host, json.loads(lab.run(host, ["cat", "/var/lib/kilo/mesh-plan.json"], check=True).stdout)["plan"])
-                for host in lab.hosts)
+    return dict(
+        (
+            host,
+            json.loads(lab.run(host, ["cat", "/var/lib/kilo/mesh-plan.json"], check=True).stdout)[
+                "plan"
+            ],
+        )
+        for host in lab.hosts
+    )
 
 
 def test_first_run_as_concurrent_slices_builds_the_whole_mesh(lab, registry):
     counts, walls = run_slices(lab, registry)
-    print("first sliced run: %d slices of %s hosts, done after %s s" % (SLICES, [len(s) for s in slices(lab)], walls))
-    assert all(c["failed"] == 0 and c["unreachable"] == 0 and c["changed"] > 0 for c in counts.values()), counts
+    print(
+        "first sliced run: %d slices of %s hosts, done after %s s"
+        % (SLICES, [len(s) for s in slices(lab)], walls)
+    )
+    assert all(
+        c["failed"] == 0 and c["unreachable"] == 0 and c["changed"] > 0 for c in counts.values()
+    ), counts
     plans = stored_plans(lab)
     every = set(lab.hosts)
     for host, plan in plans.items():

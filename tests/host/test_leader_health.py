@@ -6,6 +6,7 @@ Own lab (prefix klf, KILO_TEST_PREFIX_LEADER_HEALTH): 2 locations x 2 hosts, bot
 location public, so either can lead. The lab's SSH has no keepalive of its own (lab_keepalive=False):
 how soon the dark leader is given up is the collection's default bound (plugin_utils/keepalive.py).
 """
+
 import os
 import time
 
@@ -60,15 +61,19 @@ def test_a_dark_leader_loses_the_lead_to_a_healthy_node_of_its_location(lab):
         # without the option the registry keeps the dark leader leading: still cut off
         started = time.monotonic()
         counts = recap(site(lab.inventory, expect_rc=4))
-        print("leader health: the first run after the leader went dark (SSH master open) took %.1f s"
-              % (time.monotonic() - started))
+        print(
+            "leader health: the first run after the leader went dark (SSH master open) took %.1f s"
+            % (time.monotonic() - started)
+        )
         assert counts[leader]["unreachable"] == 1
         assert not leads(lab, mate) and not reaches(lab, mate, remote_ip, within=5)
 
         started = time.monotonic()
         counts = recap(site(lab.inventory, "-e", "kilo_leader_health=true", expect_rc=4))
-        print("leader health: the run that replaced the dark leader took %.1f s (a new SSH connection)"
-              % (time.monotonic() - started))
+        print(
+            "leader health: the run that replaced the dark leader took %.1f s (a new SSH connection)"
+            % (time.monotonic() - started)
+        )
         assert counts[leader]["unreachable"] == 1
         assert counts[mate]["changed"] > 0 and counts[mate]["failed"] == 0, counts
         assert leads(lab, mate)

@@ -4,6 +4,7 @@ unreachable host, state absent, and foreign state that must survive.
 Real parts only: network-namespace hosts with sshd, wireguard-go, nftables, iproute2.
 Tests run in file order and share one lab (each builds on the state the previous left).
 """
+
 import json
 import os
 import subprocess
@@ -42,8 +43,12 @@ def lab():
     with fresh_lab(PREFIX, 3, 2, 1, nat=[3]) as lab:
         # Foreign state on every host: a table, a route and a rule that are not ours.
         for host in lab.hosts:
-            sh(lab, host, "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
-                          " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500")
+            sh(
+                lab,
+                host,
+                "nft add table inet foreign && nft add chain inet foreign c '{ type filter hook input priority 5; }'"
+                " && ip route add blackhole 10.99.0.0/24 proto static && ip rule add to 10.98.0.0/24 table 99 priority 500",
+            )
         yield lab
 
 
@@ -59,8 +64,12 @@ def test_check_mode_on_fresh_hosts_reports_and_changes_nothing(lab):
     assert set(counts) == set(lab.hosts)
     assert all(c["changed"] > 0 and c["failed"] == 0 for c in counts.values()), counts
     for host in lab.hosts:
-        assert sh(lab, host, "test -e /var/lib/kilo/key").returncode != 0, "check mode made a key on %s" % host
-        assert sh(lab, host, "ip link show kilo0").returncode != 0, "check mode made kilo0 on %s" % host
+        assert sh(lab, host, "test -e /var/lib/kilo/key").returncode != 0, (
+            "check mode made a key on %s" % host
+        )
+        assert sh(lab, host, "ip link show kilo0").returncode != 0, (
+            "check mode made kilo0 on %s" % host
+        )
         assert sh(lab, host, "nft list table inet kilo_mesh").returncode != 0
         assert sh(lab, host, "ip route show proto 107").stdout.strip() == ""
 
@@ -72,8 +81,11 @@ def settle(lab):
     hosts = lab.hosts
     for src in sorted(hosts):
         targets = " ".join(hosts[d]["lan_ip"] for d in sorted(hosts) if d != src)
-        lab.run(src, ["sh", "-c", "for ip in %s; do ping -c 3 -i 0.3 -W 2 -q $ip & done; wait" % targets],
-                timeout=60)
+        lab.run(
+            src,
+            ["sh", "-c", "for ip in %s; do ping -c 3 -i 0.3 -W 2 -q $ip & done; wait" % targets],
+            timeout=60,
+        )
 
 
 def test_converge_then_idempotent(lab):
@@ -147,8 +159,12 @@ def test_state_absent_removes_exactly_ours(lab):
 def test_install_role_opens_the_port_in_an_active_nftables_firewall(lab):
     host = sorted(lab.hosts)[-1]
     # A host firewall of the user's own (policy accept here: the lab's SSH runs through it).
-    sh(lab, host, "nft add table inet filter && nft add chain inet filter input"
-                  " '{ type filter hook input priority 0; policy accept; }' && nft add rule inet filter input tcp dport 22 accept")
+    sh(
+        lab,
+        host,
+        "nft add table inet filter && nft add chain inet filter input"
+        " '{ type filter hook input priority 0; policy accept; }' && nft add rule inet filter input tcp dport 22 accept",
+    )
     for run in range(2):
         out = playbook(lab, "--limit", host)
         rules = sh(lab, host, "nft list chain inet filter input").stdout
@@ -159,11 +175,32 @@ def test_install_role_opens_the_port_in_an_active_nftables_firewall(lab):
     # A new port replaces our old rule (and only ours); site.yml puts 51820 back.
     role_only = os.path.join(lab.state_dir, "wireguard-role.yml")
     with open(role_only, "w") as f:
-        yaml.safe_dump([{"name": "Install role only", "hosts": host, "gather_facts": False,
-                         "roles": ["kilo.mesh.wireguard"]}], f)
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Install role only",
+                    "hosts": host,
+                    "gather_facts": False,
+                    "roles": ["kilo.mesh.wireguard"],
+                }
+            ],
+            f,
+        )
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-    proc = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory, role_only,
-                           "-e", "kilo_port=51999"], env=env, stdout=subprocess.PIPE, text=True, check=False)
+    proc = subprocess.run(
+        [
+            os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+            "-i",
+            lab.inventory,
+            role_only,
+            "-e",
+            "kilo_port=51999",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     rules = sh(lab, host, "nft list chain inet filter input").stdout
     assert "udp dport 51999 accept" in rules and "udp dport 51820" not in rules, rules
@@ -175,12 +212,21 @@ def test_install_role_opens_the_port_in_an_active_nftables_firewall(lab):
 
 def test_management_address_is_kept_out_by_ignoring_it_or_by_pinning_endpoints(lab):
     host = sorted(h for h, v in lab.hosts.items() if v["public"] and not v["nat"])[0]
-    ansible = [os.path.join(REPO, ".venv", "bin", "ansible"), "-i", lab.inventory, host,
-               "-m", "kilo.mesh.key", "-a"]
+    ansible = [
+        os.path.join(REPO, ".venv", "bin", "ansible"),
+        "-i",
+        lab.inventory,
+        host,
+        "-m",
+        "kilo.mesh.key",
+        "-a",
+    ]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
 
     def key_facts(args):
-        out = subprocess.run(ansible + [args, "-o"], env=env, stdout=subprocess.PIPE, text=True, check=False).stdout
+        out = subprocess.run(
+            ansible + [args, "-o"], env=env, stdout=subprocess.PIPE, text=True, check=False
+        ).stdout
         return json.loads(out.split("=>", 1)[1])
 
     # The hazard: Kilo's discovery counts the management range 198.18.0.0/15 as public.
@@ -192,7 +238,9 @@ def test_management_address_is_kept_out_by_ignoring_it_or_by_pinning_endpoints(l
     links = lab.run(host, ["ip", "-o", "link", "show"]).stdout.splitlines()
     names = sorted(set(line.split(":")[1].strip().split("@")[0] for line in links) - {"lo"})
     failed = key_facts("ignore_interfaces=%s" % ",".join(names))  # (-o drops the "failed" key)
-    assert failed["msg"].startswith("host '%s': kilo_force_endpoint: no usable address found by discovery" % host), failed
+    assert failed["msg"].startswith(
+        "host '%s': kilo_force_endpoint: no usable address found by discovery" % host
+    ), failed
     assert "public_key" not in failed, failed
 
     # Answer two: pin every endpoint in the inventory and ignore nothing.
@@ -221,20 +269,38 @@ def test_host_checks_fail_the_host_before_its_converge_changes_anything(lab):
     host = sorted(lab.hosts)[0]
     playbook(lab, "--limit", host, "-e", "kilo_state=absent")
     # the holder's PID is the one inside the host's PID namespace (kill runs there too)
-    holder = sh(lab, host, "python3 -c 'import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
-                           " s.bind((\"0.0.0.0\", 51820)); time.sleep(300)' >/dev/null 2>&1 & echo $!").stdout.strip()
-    assert sh(lab, host, "for i in $(seq 100); do ss -Hlun 'sport = :51820' | grep -q . && exit 0; sleep 0.1; done;"
-                         " exit 1").returncode == 0, "the port holder did not bind"
+    holder = sh(
+        lab,
+        host,
+        "python3 -c 'import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
+        ' s.bind(("0.0.0.0", 51820)); time.sleep(300)\' >/dev/null 2>&1 & echo $!',
+    ).stdout.strip()
+    assert (
+        sh(
+            lab,
+            host,
+            "for i in $(seq 100); do ss -Hlun 'sport = :51820' | grep -q . && exit 0; sleep 0.1; done;"
+            " exit 1",
+        ).returncode
+        == 0
+    ), "the port holder did not bind"
     sh(lab, host, "ip addr add 10.4.200.1/24 dev lo")
     try:
         out = playbook(lab, "--limit", host, expect_rc=2)
-        assert "kilo_subnet: 10.4.0.0/16 overlaps a network this host is on (10.4.200.1/24 on lo)" in out, out[-3000:]
+        assert (
+            "kilo_subnet: 10.4.0.0/16 overlaps a network this host is on (10.4.200.1/24 on lo)"
+            in out
+        ), out[-3000:]
         assert "kilo_port: UDP port 51820 is already in use by python3 (pid" in out, out[-3000:]
         assert recap(out)[host]["failed"] == 1
         assert sh(lab, host, "ip link show kilo0").returncode != 0
         assert sh(lab, host, "ip route show proto 107 table all").stdout.strip() == ""
     finally:
-        sh(lab, host, "kill %s; while kill -0 %s 2>/dev/null; do sleep 0.1; done" % (holder, holder))
+        sh(
+            lab,
+            host,
+            "kill %s; while kill -0 %s 2>/dev/null; do sleep 0.1; done" % (holder, holder),
+        )
         sh(lab, host, "ip addr del 10.4.200.1/24 dev lo")
     assert recap(playbook(lab, "--limit", host))[host]["changed"] > 0
     foreign_intact(lab, host)
@@ -251,23 +317,46 @@ def test_a_host_gone_dark_mid_run_is_bounded_and_keeps_its_peers(lab):
     # the task timeout can end the hang.
     control = lab.path("cp")
     close_masters(control)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
     no_alive = ["-e", "ansible_ssh_extra_args='-o ServerAliveInterval=0'"]
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory,
-            os.path.join(REPO, "playbooks", "site.yml")] + no_alive
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        lab.inventory,
+        os.path.join(REPO, "playbooks", "site.yml"),
+    ] + no_alive
     # opens the control connections this test's run will hang on
-    assert subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, check=False).returncode == 0
-    sh(lab, dark, "nft add table inet kldark && nft add chain inet kldark c '{ type filter hook input priority -10; }'"
-                  " && nft add rule inet kldark c tcp dport 22 drop")
+    assert (
+        subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, check=False).returncode == 0
+    )
+    sh(
+        lab,
+        dark,
+        "nft add table inet kldark && nft add chain inet kldark c '{ type filter hook input priority -10; }'"
+        " && nft add rule inet kldark c tcp dport 22 drop",
+    )
     try:
         started = time.monotonic()
-        proc = subprocess.run(argv + ["-e", "kilo_task_timeout=20"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, check=False,
-                              timeout=280)  # a hang detector, not a speed goal
+        proc = subprocess.run(
+            argv + ["-e", "kilo_task_timeout=20"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+            timeout=280,
+        )  # a hang detector, not a speed goal
         elapsed = time.monotonic() - started
         out = proc.stdout
-        print("dark host: run ended after %.1f s (kilo_task_timeout=20), rc %d" % (elapsed, proc.returncode))
+        print(
+            "dark host: run ended after %.1f s (kilo_task_timeout=20), rc %d"
+            % (elapsed, proc.returncode)
+        )
         assert proc.returncode == 2, out[-3000:]  # failed by the timeout, not unreachable
     finally:
         sh(lab, dark, "nft delete table inet kldark")

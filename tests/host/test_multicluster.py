@@ -7,6 +7,7 @@ mesh B = azure, home (10.6.0.0/16, services 10.97.0.0/16). The service address s
 every host of its mesh, as kube-proxy answers a ClusterIP on every node; `lo` is left out of IP
 discovery so it never becomes a node's internal IP. Tests run in file order on one lab.
 """
+
 import copy
 import json
 import os
@@ -24,8 +25,18 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the lab)"
 
 PREFIX = "kxm"
 MESHES = {
-    "a": {"locations": ["aws", "gcp"], "subnet": "10.4.0.0/16", "services": "10.96.0.0/16", "service": "10.96.0.10"},
-    "b": {"locations": ["azure", "home"], "subnet": "10.6.0.0/16", "services": "10.97.0.0/16", "service": "10.97.0.10"},
+    "a": {
+        "locations": ["aws", "gcp"],
+        "subnet": "10.4.0.0/16",
+        "services": "10.96.0.0/16",
+        "service": "10.96.0.10",
+    },
+    "b": {
+        "locations": ["azure", "home"],
+        "subnet": "10.6.0.0/16",
+        "services": "10.97.0.0/16",
+        "service": "10.97.0.10",
+    },
 }
 OTHER = {"a": "b", "b": "a"}
 
@@ -35,11 +46,17 @@ class Meshes:
         self.lab = lab
         self.dirs = dict((m, os.path.join(lab.state_dir, "mesh-%s" % m)) for m in MESHES)
         self.inventory = dict((m, os.path.join(d, "inventory.yml")) for m, d in self.dirs.items())
-        self.registry = dict((m, os.path.join(d, "kilo-registry.json")) for m, d in self.dirs.items())
-        self.hosts = dict((m, sorted(h for h, v in lab.hosts.items() if v["location"] in MESHES[m]["locations"]))
-                          for m in MESHES)
+        self.registry = dict(
+            (m, os.path.join(d, "kilo-registry.json")) for m, d in self.dirs.items()
+        )
+        self.hosts = dict(
+            (m, sorted(h for h, v in lab.hosts.items() if v["location"] in MESHES[m]["locations"]))
+            for m in MESHES
+        )
         # the lab's first host of each location is its public one, so it leads the location
-        self.leaders = dict((m, sorted(h for h in self.hosts[m] if lab.hosts[h]["public"])) for m in MESHES)
+        self.leaders = dict(
+            (m, sorted(h for h in self.hosts[m] if lab.hosts[h]["public"])) for m in MESHES
+        )
 
     def write_inventories(self):
         with open(self.lab.inventory) as f:
@@ -48,8 +65,11 @@ class Meshes:
             inv = copy.deepcopy(whole)
             kilo = inv["all"]["children"]["kilo"]
             kilo["children"] = dict((loc, kilo["children"][loc]) for loc in spec["locations"])
-            kilo["vars"].update(kilo_subnet=spec["subnet"], kilo_service_cidrs=[spec["services"]],
-                                kilo_discovery_ignore_interfaces=["mgmt0", "lo"])
+            kilo["vars"].update(
+                kilo_subnet=spec["subnet"],
+                kilo_service_cidrs=[spec["services"]],
+                kilo_discovery_ignore_interfaces=["mgmt0", "lo"],
+            )
             os.makedirs(self.dirs[m], exist_ok=True)
             with open(self.inventory[m], "w") as f:
                 yaml.safe_dump(inv, f)
@@ -65,8 +85,15 @@ class Meshes:
 
 
 def multicluster(meshes, *extra, **kw):
-    return playbook(meshes.inventory["a"], "multicluster.yml", "-e", "other_inventory=%s" % meshes.inventory["b"],
-                    *extra, timeout=1200, **kw)
+    return playbook(
+        meshes.inventory["a"],
+        "multicluster.yml",
+        "-e",
+        "other_inventory=%s" % meshes.inventory["b"],
+        *extra,
+        timeout=1200,
+        **kw,
+    )
 
 
 def other_recap(output):
@@ -85,13 +112,23 @@ def wg_keys(lab, host):
 def reaches(lab, host, address, tries=6):
     """A ping from ``host`` to ``address`` is answered (WireGuard handshakes on the first packet)."""
     for dummy in range(tries):
-        if lab.run(host, ["ping", "-c", "2", "-i", "0.3", "-W", "2", "-q", address], timeout=30).returncode == 0:
+        if (
+            lab.run(
+                host, ["ping", "-c", "2", "-i", "0.3", "-W", "2", "-q", address], timeout=30
+            ).returncode
+            == 0
+        ):
             return True
     return False
 
 
 def unreachable(lab, host, address):
-    return lab.run(host, ["ping", "-c", "2", "-i", "0.3", "-W", "1", "-q", address], timeout=30).returncode != 0
+    return (
+        lab.run(
+            host, ["ping", "-c", "2", "-i", "0.3", "-W", "1", "-q", address], timeout=30
+        ).returncode
+        != 0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +141,13 @@ def meshes():
         meshes.write_inventories()
         for m, spec in MESHES.items():
             for host in meshes.hosts[m]:
-                lab.run(host, ["ip", "addr", "add", spec["service"] + "/32", "dev", "lo"], check=True)
+                lab.run(
+                    host, ["ip", "addr", "add", spec["service"] + "/32", "dev", "lo"], check=True
+                )
             out = recap(site(meshes.inventory[m]))
-            assert set(out) == set(meshes.hosts[m]) and all(c["failed"] == 0 for c in out.values()), out
+            assert set(out) == set(meshes.hosts[m]) and all(
+                c["failed"] == 0 for c in out.values()
+            ), out
         yield meshes
     finally:
         for m in MESHES:  # the inventories and registries, so down() removes the state dir
@@ -119,9 +160,13 @@ def test_each_mesh_alone_and_the_other_services_unreachable(meshes):
     for m in MESHES:
         # two locations, one tunnel each way between their leaders
         for leader in meshes.leaders[m]:
-            assert set(wg_keys(lab, leader)) == set(meshes.key(h) for h in meshes.leaders[m] if h != leader)
+            assert set(wg_keys(lab, leader)) == set(
+                meshes.key(h) for h in meshes.leaders[m] if h != leader
+            )
         for host in meshes.hosts[m]:
-            assert reaches(lab, host, lab.hosts[meshes.hosts[m][-1]]["lan_ip"]), host  # its own mesh works
+            assert reaches(lab, host, lab.hosts[meshes.hosts[m][-1]]["lan_ip"]), (
+                host
+            )  # its own mesh works
             assert unreachable(lab, host, MESHES[OTHER[m]]["service"]), host
 
 
@@ -143,8 +188,10 @@ def test_overlapping_networks_are_refused_before_either_registry_changes(meshes)
     out = multicluster(meshes, "-e", "other_service_cidrs=10.4.128.0/24", expect_rc=2)
     said = " ".join(out.split())  # the message as one line, however the callbacks wrapped it
     # the service CIDRs ride on the first leader's peer alone (WireGuard: one peer per allowed IP)
-    assert ("leader azure-1 of mesh %s: 10.4.128.0/24 overlaps 10.4.0.0/16 of mesh %s"
-            % (meshes.inventory["b"], meshes.inventory["a"])) in said, out[-4000:]
+    assert (
+        "leader azure-1 of mesh %s: 10.4.128.0/24 overlaps 10.4.0.0/16 of mesh %s"
+        % (meshes.inventory["b"], meshes.inventory["a"])
+    ) in said, out[-4000:]
     for m in MESHES:
         assert open(meshes.registry[m]).read() == before[m]
 
@@ -159,7 +206,8 @@ def test_meshes_become_peers_and_services_flow_both_ways(meshes):
         # every leader of the other mesh, named as kgctl names it (the node)
         assert sorted(peers) == meshes.leaders[other], peers
         assert dict((n, p["public_key"]) for n, p in peers.items()) == dict(
-            (h, meshes.key(h)) for h in meshes.leaders[other])
+            (h, meshes.key(h)) for h in meshes.leaders[other]
+        )
         for name, peer in peers.items():
             assert peer["endpoint"] == "%s:51820" % lab.hosts[name]["public_ip"]
         # the other mesh's service CIDR on one peer alone (WireGuard keeps an allowed IP on one peer)
@@ -167,7 +215,9 @@ def test_meshes_become_peers_and_services_flow_both_ways(meshes):
         assert len(carriers) == 1, peers
         # on every leader: its own mesh's other leader and both leaders of the other mesh
         for leader in meshes.leaders[m]:
-            keys = set(meshes.key(h) for h in meshes.leaders[m] + meshes.leaders[other] if h != leader)
+            keys = set(
+                meshes.key(h) for h in meshes.leaders[m] + meshes.leaders[other] if h != leader
+            )
             live = wg_keys(lab, leader)
             assert set(live) == keys, live
             assert MESHES[other]["services"] in live[meshes.key(carriers[0])]
@@ -188,11 +238,27 @@ def test_second_run_changes_nothing(meshes):
 
 def registry_peer(meshes, m, *args):
     """kilo.mesh.peer store=registry on mesh ``m``'s registry (key=value arguments)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
-    proc = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible"), "localhost", "-m", "kilo.mesh.peer", "-a",
-                           " ".join(("store=registry", "registry=%s" % meshes.registry[m]) + args)],
-                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
+    proc = subprocess.run(
+        [
+            os.path.join(REPO, ".venv", "bin", "ansible"),
+            "localhost",
+            "-m",
+            "kilo.mesh.peer",
+            "-a",
+            " ".join(("store=registry", "registry=%s" % meshes.registry[m]) + args),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout
 
 
@@ -201,9 +267,12 @@ def test_an_old_leaders_peer_goes_and_a_peer_of_its_own_stays(meshes):
     has) and a peer added by hand; the run removes the first only."""
     with open(meshes.registry["a"]) as f:
         member_key = json.load(f)["hosts"]["aws-2"]["public_key"]
-    laptop = subprocess.run(["sh", "-c", "wg genkey | wg pubkey"], stdout=subprocess.PIPE, text=True,
-                            check=True).stdout.strip()
-    registry_peer(meshes, "b", "name=old-aws", "public_key=%s" % member_key, "allowed_ips=10.4.9.9/32")
+    laptop = subprocess.run(
+        ["sh", "-c", "wg genkey | wg pubkey"], stdout=subprocess.PIPE, text=True, check=True
+    ).stdout.strip()
+    registry_peer(
+        meshes, "b", "name=old-aws", "public_key=%s" % member_key, "allowed_ips=10.4.9.9/32"
+    )
     registry_peer(meshes, "b", "name=laptop", "public_key=%s" % laptop, "allowed_ips=10.5.0.1/32")
     out = multicluster(meshes, "-e", "converge=false")
     assert "changed: [localhost] => (item=old-aws)" in out
@@ -218,7 +287,9 @@ def test_state_absent_takes_the_peers_out_of_both_meshes(meshes):
     for m in MESHES:
         assert meshes.registry_peers(m) == {}
         for leader in meshes.leaders[m]:
-            assert set(wg_keys(lab, leader)) == set(meshes.key(h) for h in meshes.leaders[m] if h != leader)
+            assert set(wg_keys(lab, leader)) == set(
+                meshes.key(h) for h in meshes.leaders[m] if h != leader
+            )
         for host in meshes.hosts[m]:
             assert unreachable(lab, host, MESHES[OTHER[m]]["service"]), host
     # and once more: nothing left to do

@@ -3,6 +3,7 @@
 The backend runs in a subprocess under `ip netns exec`, with Debian's /usr/bin/python3
 (pyroute2 0.7.2, what hosts run) and with the venv's python (pyroute2 0.9.x).
 """
+
 import json
 import os
 import select
@@ -21,8 +22,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for networ
 
 
 def run_backend(ns, plan, ops, python=PYTHONS[0], settings=None):
-    return backendtools.run_backend(ns, "netstate", "NetStateBackend", plan, ops,
-                                    settings or {"interface": "kilo0"}, python)
+    return backendtools.run_backend(
+        ns, "netstate", "NetStateBackend", plan, ops, settings or {"interface": "kilo0"}, python
+    )
 
 
 def ipj(ns, *args):
@@ -31,8 +33,10 @@ def ipj(ns, *args):
 
 
 def routes(ns, family="-4", table="all"):
-    return sorted("%s %s %s %s" % (r["dst"], r.get("gateway", "-"), r["dev"], r.get("table", "main"))
-                  for r in ipj(ns, family, "route", "show", "table", table, "proto", "107"))
+    return sorted(
+        "%s %s %s %s" % (r["dst"], r.get("gateway", "-"), r["dev"], r.get("table", "main"))
+        for r in ipj(ns, family, "route", "show", "table", table, "proto", "107")
+    )
 
 
 def rules(ns, family="-4"):
@@ -72,21 +76,62 @@ def netns(request):
 
 def leader_plan(**over):
     plan = {
-        "name": "a", "leader": True, "segment": "location:one", "listen_port": 51820, "interface": "kilo0",
-        "address": "10.4.0.1/16", "internal_ip": "10.1.0.1/16",
+        "name": "a",
+        "leader": True,
+        "segment": "location:one",
+        "listen_port": 51820,
+        "interface": "kilo0",
+        "address": "10.4.0.1/16",
+        "internal_ip": "10.1.0.1/16",
         "routes": [
-            {"dst": "10.2.1.0/24", "gateway": "10.4.0.2", "device": "kilo0",
-             "source": "10.1.0.1", "table": 254, "onlink": True},
-            {"dst": "10.2.0.1/32", "gateway": "10.4.0.2", "device": "kilo0",
-             "source": "10.1.0.1", "table": 254, "onlink": True},
-            {"dst": "10.9.0.0/24", "gateway": None, "device": "kilo0",
-             "source": "10.1.0.1", "table": 254, "onlink": False},
-            {"dst": "10.1.2.0/24", "gateway": "10.1.0.2", "device": "private",
-             "source": None, "table": 254, "onlink": True},
-            {"dst": "10.1.0.2/32", "gateway": "10.1.0.2", "device": "private",
-             "source": "10.1.0.1", "table": 1107, "onlink": True},
-            {"dst": "fd02::/64", "gateway": "fd04::2", "device": "kilo0",
-             "source": None, "table": 254, "onlink": True},
+            {
+                "dst": "10.2.1.0/24",
+                "gateway": "10.4.0.2",
+                "device": "kilo0",
+                "source": "10.1.0.1",
+                "table": 254,
+                "onlink": True,
+            },
+            {
+                "dst": "10.2.0.1/32",
+                "gateway": "10.4.0.2",
+                "device": "kilo0",
+                "source": "10.1.0.1",
+                "table": 254,
+                "onlink": True,
+            },
+            {
+                "dst": "10.9.0.0/24",
+                "gateway": None,
+                "device": "kilo0",
+                "source": "10.1.0.1",
+                "table": 254,
+                "onlink": False,
+            },
+            {
+                "dst": "10.1.2.0/24",
+                "gateway": "10.1.0.2",
+                "device": "private",
+                "source": None,
+                "table": 254,
+                "onlink": True,
+            },
+            {
+                "dst": "10.1.0.2/32",
+                "gateway": "10.1.0.2",
+                "device": "private",
+                "source": "10.1.0.1",
+                "table": 1107,
+                "onlink": True,
+            },
+            {
+                "dst": "fd02::/64",
+                "gateway": "fd04::2",
+                "device": "kilo0",
+                "source": None,
+                "table": 254,
+                "onlink": True,
+            },
         ],
         "rules": [
             {"src": "10.1.1.0/24", "dst": "10.1.0.2/32", "iif": None, "table": 1107},
@@ -98,13 +143,15 @@ def leader_plan(**over):
     return plan
 
 
-EXPECTED_V4 = sorted([
-    "10.2.1.0/24 10.4.0.2 kilo0 main",
-    "10.2.0.1 10.4.0.2 kilo0 main",
-    "10.9.0.0/24 - kilo0 main",
-    "10.1.2.0/24 10.1.0.2 knpriv main",
-    "10.1.0.2 10.1.0.2 knpriv 1107",
-])
+EXPECTED_V4 = sorted(
+    [
+        "10.2.1.0/24 10.4.0.2 kilo0 main",
+        "10.2.0.1 10.4.0.2 kilo0 main",
+        "10.9.0.0/24 - kilo0 main",
+        "10.1.2.0/24 10.1.0.2 knpriv main",
+        "10.1.0.2 10.1.0.2 knpriv 1107",
+    ]
+)
 
 
 @pytest.mark.parametrize("python", PYTHONS)
@@ -112,8 +159,20 @@ def test_converge_check_idempotent_foreign_survives(netns, python):
     ns = netns()
     # foreign state: another protocol's route, a rule of another table, a boot route in 1107
     sh("ip", "-n", ns, "route", "add", "10.77.0.0/24", "dev", "knpriv", "proto", "static")
-    sh("ip", "-n", ns, "route", "add", "10.78.0.0/24", "dev", "knpriv", "proto", "boot",
-       "table", "1107")
+    sh(
+        "ip",
+        "-n",
+        ns,
+        "route",
+        "add",
+        "10.78.0.0/24",
+        "dev",
+        "knpriv",
+        "proto",
+        "boot",
+        "table",
+        "1107",
+    )
     sh("ip", "-n", ns, "rule", "add", "from", "10.79.0.0/24", "lookup", "200", "pref", "500")
     sh("ip", "-n", ns, "-6", "route", "add", "fd77::/64", "dev", "knpriv", "proto", "static")
 
@@ -121,23 +180,34 @@ def test_converge_check_idempotent_foreign_survives(netns, python):
     out = run_backend(ns, leader_plan(), ["check"], python)
     assert "error" not in out, out
     assert "add address 10.4.0.1/16 dev kilo0" in out["check"]
-    assert any(c.startswith("add route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1")
-               for c in out["check"])
-    assert "10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main" in out["after"]["routes"]
+    assert any(
+        c.startswith("add route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1")
+        for c in out["check"]
+    )
+    assert (
+        "10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main"
+        in out["after"]["routes"]
+    )
     assert routes(ns) == [] and rules(ns) == []
     assert out["before"]["addresses"] == []
 
     out = run_backend(ns, leader_plan(), ["apply", "check", "render"], python)
     assert "error" not in out, out
     assert "add address 10.4.0.1/16 dev kilo0" in out["planned"] and out["check"] == []
-    assert "10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main" in out["render"]["routes"]
+    assert (
+        "10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main"
+        in out["render"]["routes"]
+    )
     assert routes(ns) == EXPECTED_V4
     assert routes(ns, "-6") == ["fd02::/64 fd04::2 kilo0 main"]
     got_rules = sorted((r.get("src", "all"), r.get("dst"), r.get("iif")) for r in rules(ns))
     assert got_rules == [("10.1.1.0", "10.1.0.2", None), ("all", "10.1.0.2", "kilo0")]
     assert [(r.get("dst"), r.get("iif")) for r in rules(ns, "-6")] == [("fd01::2", "kilo0")]
-    addrs = [a["local"] + "/" + str(a["prefixlen"]) for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"]
-             if a["scope"] == "global"]
+    addrs = [
+        a["local"] + "/" + str(a["prefixlen"])
+        for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"]
+        if a["scope"] == "global"
+    ]
     assert addrs == ["10.4.0.1/16"]
     onlink = ipj(ns, "route", "show", "10.2.1.0/24", "proto", "107")
     assert "onlink" in onlink[0]["flags"] and onlink[0]["prefsrc"] == "10.1.0.1"
@@ -148,7 +218,10 @@ def test_converge_check_idempotent_foreign_survives(netns, python):
 
     # foreign state untouched
     assert ipj(ns, "route", "show", "10.77.0.0/24")[0]["protocol"] == "static"
-    assert ipj(ns, "route", "show", "table", "1107", "10.78.0.0/24")[0].get("protocol", "boot") == "boot"
+    assert (
+        ipj(ns, "route", "show", "table", "1107", "10.78.0.0/24")[0].get("protocol", "boot")
+        == "boot"
+    )
     assert any(r.get("src") == "10.79.0.0" for r in ipj(ns, "rule", "show"))
     assert ipj(ns, "-6", "route", "show", "fd77::/64")
 
@@ -156,7 +229,9 @@ def test_converge_check_idempotent_foreign_survives(netns, python):
     out = run_backend(ns, leader_plan(), ["remove"], python)
     assert "error" not in out and out["removed"]
     assert routes(ns) == [] and routes(ns, "-6") == [] and rules(ns) == [] and rules(ns, "-6") == []
-    assert not [a for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"] if a["scope"] == "global"]
+    assert not [
+        a for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"] if a["scope"] == "global"
+    ]
     assert ipj(ns, "route", "show", "10.77.0.0/24") and ipj(ns, "route", "show", "table", "1107")
     assert any(r.get("src") == "10.79.0.0" for r in ipj(ns, "rule", "show"))
 
@@ -167,11 +242,26 @@ def test_stale_removed_changed_replaced(netns, python):
     out = run_backend(ns, leader_plan(), ["apply"], python)
     assert "error" not in out, out
     # a leftover of ours that no plan mentions, in table 1107
-    sh("ip", "-n", ns, "route", "add", "10.66.0.0/24", "dev", "knpriv", "proto", "107", "table", "1107")
+    sh(
+        "ip",
+        "-n",
+        ns,
+        "route",
+        "add",
+        "10.66.0.0/24",
+        "dev",
+        "knpriv",
+        "proto",
+        "107",
+        "table",
+        "1107",
+    )
 
     plan = leader_plan(address="10.4.0.3/16")
-    plan["routes"] = [dict(r) for r in plan["routes"] if r["dst"] not in ("10.9.0.0/24", "fd02::/64")]
-    plan["routes"][0]["gateway"] = "10.4.0.9"          # 10.2.1.0/24 moves to another leader
+    plan["routes"] = [
+        dict(r) for r in plan["routes"] if r["dst"] not in ("10.9.0.0/24", "fd02::/64")
+    ]
+    plan["routes"][0]["gateway"] = "10.4.0.9"  # 10.2.1.0/24 moves to another leader
     plan["rules"] = plan["rules"][:1]
     # watch netlink: a changed route must be replaced in place, and the address change must not
     # make the kernel flush the routes through kilo0 (that would be a traffic gap)
@@ -202,13 +292,20 @@ def test_stale_removed_changed_replaced(netns, python):
     assert not [e for e in deleted if "10.2.1.0/24" in e or "10.2.0.1" in e], events
     assert any(e.startswith("10.2.1.0/24 via 10.4.0.9") for e in events), events
     planned = out["planned"]
-    assert ("replace route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main -> "
-            "10.2.1.0/24 via 10.4.0.9 dev kilo0 onlink src 10.1.0.1 table main") in planned
+    assert (
+        "replace route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main -> "
+        "10.2.1.0/24 via 10.4.0.9 dev kilo0 onlink src 10.1.0.1 table main"
+    ) in planned
     assert "remove route 10.66.0.0/24 dev knpriv table 1107" in planned
     assert "remove address 10.4.0.1/16 dev kilo0" in planned
-    assert routes(ns) == sorted([
-        "10.2.1.0/24 10.4.0.9 kilo0 main", "10.2.0.1 10.4.0.2 kilo0 main",
-        "10.1.2.0/24 10.1.0.2 knpriv main", "10.1.0.2 10.1.0.2 knpriv 1107"])
+    assert routes(ns) == sorted(
+        [
+            "10.2.1.0/24 10.4.0.9 kilo0 main",
+            "10.2.0.1 10.4.0.2 kilo0 main",
+            "10.1.2.0/24 10.1.0.2 knpriv main",
+            "10.1.0.2 10.1.0.2 knpriv 1107",
+        ]
+    )
     assert routes(ns, "-6") == []
     assert len(rules(ns)) == 1 and rules(ns, "-6") == []
     out = run_backend(ns, plan, ["check"], python)
@@ -220,7 +317,10 @@ def test_check_mode_without_interface(netns):
     out = run_backend(ns, leader_plan(), ["check"])
     assert "error" not in out, out
     assert "interface kilo0 absent (addresses follow once it exists)" in out["check"]
-    assert "add route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main" in out["check"]
+    assert (
+        "add route 10.2.1.0/24 via 10.4.0.2 dev kilo0 onlink src 10.1.0.1 table main"
+        in out["check"]
+    )
     assert routes(ns) == []
     out = run_backend(ns, leader_plan(), ["apply"])
     assert "interface kilo0 does not exist" in out["error"]
@@ -229,41 +329,69 @@ def test_check_mode_without_interface(netns):
 
 def test_non_leader_needs_no_interface(netns):
     ns = netns(with_kilo0=False)
-    plan = leader_plan(address=None, leader=False, rules=[], routes=[
-        {"dst": "10.4.0.1/32", "gateway": "10.1.0.2", "device": "private", "source": None,
-         "table": 254, "onlink": True}])
+    plan = leader_plan(
+        address=None,
+        leader=False,
+        rules=[],
+        routes=[
+            {
+                "dst": "10.4.0.1/32",
+                "gateway": "10.1.0.2",
+                "device": "private",
+                "source": None,
+                "table": 254,
+                "onlink": True,
+            }
+        ],
+    )
     out = run_backend(ns, plan, ["apply", "check"])
     assert "error" not in out, out
     assert routes(ns) == ["10.4.0.1 10.1.0.2 knpriv main"] and out["check"] == []
 
 
 def test_tunl0_missing_is_a_clear_error(netns):
-    probe = sh("ip", "link", "show", "tunl0", check=False).returncode == 0 or \
-        os.path.isdir("/sys/module/ipip")
+    probe = sh("ip", "link", "show", "tunl0", check=False).returncode == 0 or os.path.isdir(
+        "/sys/module/ipip"
+    )
     if probe:
         pytest.skip("this host has IPIP; the error path needs a host without it")
     ns = netns()
     plan = leader_plan()
-    plan["routes"].append({"dst": "10.1.0.3/32", "gateway": "10.1.0.3", "device": "tunl0",
-                           "source": "10.1.0.1", "table": 1107, "onlink": True})
+    plan["routes"].append(
+        {
+            "dst": "10.1.0.3/32",
+            "gateway": "10.1.0.3",
+            "device": "tunl0",
+            "source": "10.1.0.1",
+            "table": 1107,
+            "onlink": True,
+        }
+    )
     for ops in (["check"], ["apply"]):
         out = run_backend(ns, plan, ops, PYTHONS[0])
-        assert out["error"] == ("host 'a': plan.routes[6].device: host lacks IPIP (tunl0) support: "
-                                "load the ipip module (modprobe ipip) or set encapsulate: never")
+        assert out["error"] == (
+            "host 'a': plan.routes[6].device: host lacks IPIP (tunl0) support: "
+            "load the ipip module (modprobe ipip) or set encapsulate: never"
+        )
     out = run_backend(ns, plan, ["apply_without_probe"], PYTHONS[-1])
-    assert out["error"].startswith("host lacks IPIP (tunl0) support: load the ipip module "
-                                   "(modprobe ipip) or set encapsulate: never (creating tunl0 failed:")
+    assert out["error"].startswith(
+        "host lacks IPIP (tunl0) support: load the ipip module "
+        "(modprobe ipip) or set encapsulate: never (creating tunl0 failed:"
+    )
     assert not sh("ip", "-n", ns, "link", "show", "tunl0", check=False).stdout
-    assert routes(ns) == [] and not [a for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"]
-                                     if a["scope"] == "global"]  # failed before changing anything
+    assert routes(ns) == [] and not [
+        a for a in ipj(ns, "addr", "show", "dev", "kilo0")[0]["addr_info"] if a["scope"] == "global"
+    ]  # failed before changing anything
 
 
 def test_bad_input_and_unresolvable_private(netns):
     ns = netns()
     plan = leader_plan(internal_ip="10.50.0.1/16")
     out = run_backend(ns, plan, ["check"])
-    assert out["error"] == ("host 'a': plan.routes[3].device: 'private' needs the interface holding "
-                            "internal_ip 10.50.0.1/16, but no interface of this host has that address")
+    assert out["error"] == (
+        "host 'a': plan.routes[3].device: 'private' needs the interface holding "
+        "internal_ip 10.50.0.1/16, but no interface of this host has that address"
+    )
     # bad input stops at the module boundary (check_plan), before the backend reads the plan
     plan = leader_plan()
     plan["routes"][1]["gateway"] = "not-an-ip"
@@ -273,14 +401,19 @@ def test_bad_input_and_unresolvable_private(netns):
     plan = leader_plan()
     plan["routes"].append(dict(plan["routes"][0], gateway="10.4.0.7"))
     out = run_backend(ns, plan, ["check"])
-    assert out["error"] == ("host 'a': plan.routes[6]: a second, different route to 10.2.1.0/24 in table main "
-                            "(first: plan.routes[0])")
+    assert out["error"] == (
+        "host 'a': plan.routes[6]: a second, different route to 10.2.1.0/24 in table main "
+        "(first: plan.routes[0])"
+    )
     assert routes(ns) == []
 
 
 def global_addresses(ns, dev="kilo0"):
-    return [a["local"] + "/" + str(a["prefixlen"]) for a in ipj(ns, "addr", "show", "dev", dev)[0]["addr_info"]
-            if a["scope"] == "global"]
+    return [
+        a["local"] + "/" + str(a["prefixlen"])
+        for a in ipj(ns, "addr", "show", "dev", dev)[0]["addr_info"]
+        if a["scope"] == "global"
+    ]
 
 
 @pytest.mark.parametrize("python", PYTHONS)
@@ -293,7 +426,8 @@ def test_foreign_route_at_plan_destination_fails_in_check_and_before_any_change(
         out = run_backend(ns, leader_plan(), ops, python)
         assert out.get("error") == (
             "host 'a': plan.routes[3]: a foreign route (10.1.2.0/24 dev knpriv proto 4) already holds "
-            "10.1.2.0/24 in table main; remove it or set route_conflict: replace"), out
+            "10.1.2.0/24 in table main; remove it or set route_conflict: replace"
+        ), out
         assert "planned" not in out
         # nothing changed: no address, no route or rule of ours, the foreign route as it was
         assert global_addresses(ns) == [] and routes(ns) == [] and rules(ns) == []
@@ -304,8 +438,10 @@ def test_foreign_route_at_plan_destination_fails_in_check_and_before_any_change(
     replace = {"interface": "kilo0", "route_conflict": "replace"}
     out = run_backend(ns, leader_plan(), ["check"], python, settings=replace)
     assert "error" not in out, out
-    assert ("add route 10.1.2.0/24 via 10.1.0.2 dev knpriv onlink table main (taking over foreign route "
-            "10.1.2.0/24 dev knpriv proto 4)") in out["check"], out["check"]
+    assert (
+        "add route 10.1.2.0/24 via 10.1.0.2 dev knpriv onlink table main (taking over foreign route "
+        "10.1.2.0/24 dev knpriv proto 4)"
+    ) in out["check"], out["check"]
     out = run_backend(ns, leader_plan(), ["apply", "check"], python, settings=replace)
     assert "error" not in out, out
     assert out["check"] == []
@@ -360,13 +496,38 @@ def test_kernel_filters_route_reads(netns, python):
     """Strict checking (Linux 4.20+): the kernel returns only our routes, all of them; foreign
     ones only from the table of a plan route not ours yet, never on an idempotent re-run."""
     ns = netns()
-    batch = "".join("route add 10.%d.%d.0/24 dev knpriv proto bgp\n" % (100 + i // 256, i % 256) for i in range(2000))
+    batch = "".join(
+        "route add 10.%d.%d.0/24 dev knpriv proto bgp\n" % (100 + i // 256, i % 256)
+        for i in range(2000)
+    )
     sh("ip", "-n", ns, "-batch", "-", input=batch)
-    sh("ip", "-n", ns, "route", "add", "10.1.2.0/24", "dev", "knpriv", "proto", "static", "metric", "5")
+    sh(
+        "ip",
+        "-n",
+        ns,
+        "route",
+        "add",
+        "10.1.2.0/24",
+        "dev",
+        "knpriv",
+        "proto",
+        "static",
+        "metric",
+        "5",
+    )
 
     def read():
-        proc = sh("ip", "netns", "exec", ns, python, "-c", READ_DRIVER % {"collections": backendtools.COLLECTIONS},
-                  input=json.dumps(leader_plan()), check=False)
+        proc = sh(
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            python,
+            "-c",
+            READ_DRIVER % {"collections": backendtools.COLLECTIONS},
+            input=json.dumps(leader_plan()),
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 
@@ -389,8 +550,10 @@ def test_kernel_filters_route_reads(netns, python):
     assert again["rules"] > 0 and again["addresses"], again
     assert again["dumps"] == [[2, 0, 107, 5], [10, 0, 107, 1]]  # no foreign dump at all
     assert again["light"] == []
-    assert len(again["routes"]) == 6 and "10.1.0.2/32 via 10.1.0.2 dev knpriv onlink src 10.1.0.1 table 1107" \
-        in again["routes"]
+    assert (
+        len(again["routes"]) == 6
+        and "10.1.0.2/32 via 10.1.0.2 dev knpriv onlink src 10.1.0.1 table 1107" in again["routes"]
+    )
 
 
 def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypatch):
@@ -406,7 +569,8 @@ def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypat
         assert out.get("error") == (
             "host 'a': plan.routes[2]: route 10.9.0.0/24 dev kilo0 src 10.1.0.1 table main would carry this run's"
             " SSH connection (from 10.9.0.7) into the mesh; keep the management network out of allowed IPs and"
-            " pod CIDRs, add a more specific route to it, or set ssh_guard: false"), out
+            " pod CIDRs, add a more specific route to it, or set ssh_guard: false"
+        ), out
         assert routes(ns) == [] and global_addresses(ns) == []
     # a client outside every plan route: no check, no main-table read
     monkeypatch.setenv("SSH_CONNECTION", "198.18.0.1 40000 10.1.0.1 22")
@@ -417,7 +581,9 @@ def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypat
     assert "error" not in run_backend(ns, leader_plan(), ["check"])
     sh("ip", "-n", ns, "route", "del", "10.9.0.0/28", "dev", "knpriv")
     # switched off, the route goes in; the next run finds the path already ours and passes
-    out = run_backend(ns, leader_plan(), ["apply"], settings={"interface": "kilo0", "ssh_guard": False})
+    out = run_backend(
+        ns, leader_plan(), ["apply"], settings={"interface": "kilo0", "ssh_guard": False}
+    )
     assert "error" not in out, out
     out = run_backend(ns, leader_plan(), ["check"])
     assert "error" not in out and out["check"] == [], out
@@ -470,53 +636,112 @@ def test_light_dump_finds_the_foreign_routes_pyroute2_finds():
     try:
         ip = ("ip", "-n", ns)
         sh(*ip + ("link", "set", "lo", "up"))
-        for dev, addr in (("knpriv", "10.1.0.1/16"), ("kilo0", "10.4.0.1/16"), ("knbgp", "10.255.0.1/24")):
+        for dev, addr in (
+            ("knpriv", "10.1.0.1/16"),
+            ("kilo0", "10.4.0.1/16"),
+            ("knbgp", "10.255.0.1/24"),
+        ):
             sh(*ip + ("link", "add", dev, "type", "veth", "peer", "name", dev + "p"))
             for name in (dev, dev + "p"):
                 sh(*ip + ("link", "set", name, "up"))
             sh(*ip + ("addr", "add", addr, "dev", dev))
         sh(*ip + ("-6", "addr", "add", "fd01::1/64", "dev", "knpriv", "nodad"))
-        batch = ["route add 10.%d.%d.%d/28 via 10.255.0.2 dev knbgp proto bgp" % (128 + (i >> 12), (i >> 4) & 255,
-                                                                                 (i & 15) << 4)
-                 for i in range(100000)]
+        batch = [
+            "route add 10.%d.%d.%d/28 via 10.255.0.2 dev knbgp proto bgp"
+            % (128 + (i >> 12), (i >> 4) & 255, (i & 15) << 4)
+            for i in range(100000)
+        ]
         batch += [
             "route add 10.1.2.0/24 dev knpriv proto static",
             "route add 10.1.2.0/24 dev knpriv proto static metric 5",
             "route add 10.2.0.1/32 via 10.4.0.2 dev kilo0 onlink proto bgp src 10.1.0.1",
-            "route add 10.9.0.0/24 dev kilo0 proto 107",                         # ours: not foreign
-            "route add blackhole 10.3.0.0/24 proto static",                      # not unicast
+            "route add 10.9.0.0/24 dev kilo0 proto 107",  # ours: not foreign
+            "route add blackhole 10.3.0.0/24 proto static",  # not unicast
             "route add 10.1.0.2/32 via 10.1.0.2 dev knpriv proto boot table 1107",
             "route add 10.1.3.0/24 dev knpriv proto static table 200",
-            "route add 10.1.3.0/24 dev knpriv proto static table 201",           # table not watched
+            "route add 10.1.3.0/24 dev knpriv proto static table 201",  # table not watched
             "route add 10.128.0.0/28 dev knpriv proto static table 1107",
             "route add fd02::/64 via fd01::2 dev knpriv proto static",
             "route add fd03::/64 dev knpriv proto bgp table 1107 metric 7",
             "route add unreachable fd04::/64 proto static",
         ]
         sh(*ip + ("-batch", "-"), input="\n".join(batch) + "\n")
-        watch = [["10.1.2.0/24", 254], ["10.2.0.1/32", 254], ["10.9.0.0/24", 254], ["10.3.0.0/24", 254],
-                 ["10.1.0.2/32", 1107], ["10.128.0.0/28", 1107], ["10.1.3.0/24", 200], ["10.7.0.0/24", 200],
-                 ["fd02::/64", 254], ["fd03::/64", 1107], ["fd04::/64", 254], ["fd05::/64", 1107]]
-        expected = sorted([
-            "10.1.2.0/24 dev knpriv proto 4", "10.1.2.0/24 dev knpriv proto 4",
-            "10.2.0.1/32 via 10.4.0.2 dev kilo0 proto 186", "10.1.0.2/32 via 10.1.0.2 dev knpriv proto 3",
-            "10.1.3.0/24 dev knpriv proto 4", "10.128.0.0/28 dev knpriv proto 4",
-            "fd02::/64 via fd01::2 dev knpriv proto 4", "fd03::/64 dev knpriv proto 186"])
+        watch = [
+            ["10.1.2.0/24", 254],
+            ["10.2.0.1/32", 254],
+            ["10.9.0.0/24", 254],
+            ["10.3.0.0/24", 254],
+            ["10.1.0.2/32", 1107],
+            ["10.128.0.0/28", 1107],
+            ["10.1.3.0/24", 200],
+            ["10.7.0.0/24", 200],
+            ["fd02::/64", 254],
+            ["fd03::/64", 1107],
+            ["fd04::/64", 254],
+            ["fd05::/64", 1107],
+        ]
+        expected = sorted(
+            [
+                "10.1.2.0/24 dev knpriv proto 4",
+                "10.1.2.0/24 dev knpriv proto 4",
+                "10.2.0.1/32 via 10.4.0.2 dev kilo0 proto 186",
+                "10.1.0.2/32 via 10.1.0.2 dev knpriv proto 3",
+                "10.1.3.0/24 dev knpriv proto 4",
+                "10.128.0.0/28 dev knpriv proto 4",
+                "fd02::/64 via fd01::2 dev knpriv proto 4",
+                "fd03::/64 dev knpriv proto 186",
+            ]
+        )
         for python in PYTHONS:
             # the whole dump (no strict checking) once: reading 100,000 routes through pyroute2 is slow
-            driver = COMPARE_DRIVER % {"collections": backendtools.COLLECTIONS, "whole": python == PYTHONS[0]}
-            proc = sh("ip", "netns", "exec", ns, python, "-c", driver, input=json.dumps(watch), check=False)
+            driver = COMPARE_DRIVER % {
+                "collections": backendtools.COLLECTIONS,
+                "whole": python == PYTHONS[0],
+            }
+            proc = sh(
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                python,
+                "-c",
+                driver,
+                input=json.dumps(watch),
+                check=False,
+            )
             assert proc.returncode == 0, proc.stderr
             out = json.loads(proc.stdout)
-            assert out["light_dumps"] == [[2, 200], [2, 254], [2, 1107], [10, 254], [10, 1107]], python
+            assert out["light_dumps"] == [[2, 200], [2, 254], [2, 1107], [10, 254], [10, 1107]], (
+                python
+            )
             assert out["light"] == out["pyroute2"] == out.get("whole", out["light"]), python
             assert out["light"]["ours"] == ["10.9.0.0/24 dev kilo0 table main"]
             foreign = out["light"]["foreign"]
-            assert sorted("%s%s dev %s proto %s" % (f["dst"], " via " + f["gateway"] if f["gateway"] else "",
-                                                    f["device"], f["proto"]) for f in foreign) == expected, python
-            assert sorted(((f["dst"], f["table"], f["priority"], f["source"], f["onlink"]) for f in foreign
-                           if f["dst"] in ("10.1.2.0/24", "10.2.0.1/32", "fd03::/64")), key=str) == [
-                ("10.1.2.0/24", 254, 5, None, False), ("10.1.2.0/24", 254, None, None, False),
-                ("10.2.0.1/32", 254, None, "10.1.0.1", True), ("fd03::/64", 1107, 7, None, False)], python
+            assert (
+                sorted(
+                    "%s%s dev %s proto %s"
+                    % (
+                        f["dst"],
+                        " via " + f["gateway"] if f["gateway"] else "",
+                        f["device"],
+                        f["proto"],
+                    )
+                    for f in foreign
+                )
+                == expected
+            ), python
+            assert sorted(
+                (
+                    (f["dst"], f["table"], f["priority"], f["source"], f["onlink"])
+                    for f in foreign
+                    if f["dst"] in ("10.1.2.0/24", "10.2.0.1/32", "fd03::/64")
+                ),
+                key=str,
+            ) == [
+                ("10.1.2.0/24", 254, 5, None, False),
+                ("10.1.2.0/24", 254, None, None, False),
+                ("10.2.0.1/32", 254, None, "10.1.0.1", True),
+                ("fd03::/64", 1107, 7, None, False),
+            ], python
     finally:
         sh("ip", "netns", "del", ns, check=False)  # ours, by the name made above

@@ -8,6 +8,7 @@ host already has its own copy-on-write /etc, /var/lib and /var/log, and the test
 nothing of this machine. The .deb comes from apt's cache (filled first, outside the lab, since
 lab hosts have no uplink).
 """
+
 import os
 import re
 import subprocess
@@ -39,14 +40,23 @@ def installed(lab, host):
 def test_a_missing_package_is_installed_in_the_key_call_and_a_rerun_installs_nothing(lab):
     host = sorted(lab.hosts)[0]
     other = sorted(lab.hosts)[1]
-    cached = subprocess.run(["apt-get", "install", "-y", "-q", "--download-only", "--reinstall", PACKAGE],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    cached = subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--download-only", "--reinstall", PACKAGE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert cached.returncode == 0, cached.stdout[-2000:]
     upper = lab.path("usr-upper")
     os.makedirs(os.path.join(upper, "u"), exist_ok=True)
     os.makedirs(os.path.join(upper, "w"), exist_ok=True)
-    made = in_host(lab, host, "mount -t overlay overlay -o lowerdir=/usr,upperdir={0}/u,workdir={0}/w /usr"
-                              " && dpkg --remove --force-depends {1}".format(upper, PACKAGE))
+    made = in_host(
+        lab,
+        host,
+        "mount -t overlay overlay -o lowerdir=/usr,upperdir={0}/u,workdir={0}/w /usr"
+        " && dpkg --remove --force-depends {1}".format(upper, PACKAGE),
+    )
     assert made.returncode == 0, made.stdout
     assert not installed(lab, host) and installed(lab, other)
     assert in_host(lab, host, "command -v wg").returncode != 0
@@ -61,14 +71,18 @@ def test_a_missing_package_is_installed_in_the_key_call_and_a_rerun_installs_not
     counts = recap(out)
     assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
     assert installed(lab, host), out[-4000:]
-    assert in_host(lab, host, "wg show kilo0 public-key").stdout.strip(), "wg missing after the install"
+    assert in_host(lab, host, "wg show kilo0 public-key").stdout.strip(), (
+        "wg missing after the install"
+    )
     # the mesh is up between the two locations
     peer_ip = lab.hosts[other]["lan_ip"]
     assert lab.run(host, ["ping", "-c", "2", "-W", "2", "-q", peer_ip]).returncode == 0
 
     out = site(lab.inventory, "-v")
     assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
-    assert re.findall(r"^\s+installed: \[\]$", out, re.M) == ["        installed: []"] * 2, out[-4000:]
+    assert re.findall(r"^\s+installed: \[\]$", out, re.M) == ["        installed: []"] * 2, out[
+        -4000:
+    ]
     # two remote calls per host on a re-run: the key call and the converge
     tasks = re.findall(r"^TASK \[(.*)\]", out, re.M)
     assert not [t for t in tasks if "prepare" in t.lower() and "key" not in t.lower()], tasks

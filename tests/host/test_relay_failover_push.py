@@ -13,6 +13,7 @@ host; the full run completes (the dark relay unreachable, nobody failed), the NA
 each other's ranges on the other relay's entry, and every host but the dark one reaches every
 other's addresses. Prints the run times and the bound.
 """
+
 import os
 import re
 import time
@@ -46,7 +47,9 @@ def relay_of_pair(lab):
     """The host whose WireGuard entry on azure's leader carries home's pod range."""
     keys = dict((sh(lab, h, "wg show kilo0 public-key").stdout.strip(), h) for h in lab.hosts)
     home_pod = pod(lab, host_of(lab, "home"))[0]
-    carrying = [keys[k] for k, ips in wg_allowed(lab, host_of(lab, "azure")).items() if home_pod in ips]
+    carrying = [
+        keys[k] for k, ips in wg_allowed(lab, host_of(lab, "azure")).items() if home_pod in ips
+    ]
     assert len(carrying) == 1, carrying
     return carrying[0]
 
@@ -57,6 +60,7 @@ def textfile(lab, host):
 
 def test_a_dark_relay_is_replaced_at_the_next_run(lab):
     from ansible_collections.kilo.mesh.plugins.plugin_utils.keepalive import BOUND
+
     started = time.monotonic()
     first = recap(site(lab.site_inventory))
     took = time.monotonic() - started
@@ -73,8 +77,11 @@ def test_a_dark_relay_is_replaced_at_the_next_run(lab):
     assert shown[("location:azure", "location:home")] == ("relayed", relay_loc)
     assert shown[("location:aws", "location:azure")] == ("direct", "-")
     assert 'kilo_path{segment="location:home",path="relayed",via="%s"} 1' % relay_loc in textfile(
-        lab, host_of(lab, "azure"))
-    forwarded = re.search(r'^kilo_relay_forwarded_bytes_total\{interface="kilo0"\} (\d+)$', textfile(lab, relay), re.M)
+        lab, host_of(lab, "azure")
+    )
+    forwarded = re.search(
+        r'^kilo_relay_forwarded_bytes_total\{interface="kilo0"\} (\d+)$', textfile(lab, relay), re.M
+    )
     assert forwarded and int(forwarded.group(1)) > 0, textfile(lab, relay)
     lab.dark(relay)
     try:
@@ -85,23 +92,42 @@ def test_a_dark_relay_is_replaced_at_the_next_run(lab):
         counts = recap(out)
         assert counts[relay]["unreachable"] == 1 and home not in counts, counts
         flat = " ".join(out.split())
-        assert "is not in this run (--limit)" in flat and ("but %s (leader of location:home)" % home) in flat, out[-4000:]
+        assert (
+            "is not in this run (--limit)" in flat
+            and ("but %s (leader of location:home)" % home) in flat
+        ), out[-4000:]
 
         started = time.monotonic()
         counts = recap(site(lab.site_inventory, expect_rc=4))
         dark_run = time.monotonic() - started
         assert counts[relay]["unreachable"] == 1, counts
-        assert all(c["failed"] == 0 and c["unreachable"] == 0 for h, c in counts.items() if h != relay), counts
+        assert all(
+            c["failed"] == 0 and c["unreachable"] == 0 for h, c in counts.items() if h != relay
+        ), counts
         assert relay_of_pair(lab) == other
         matrix_started = time.monotonic()
         missing = unreached(lab, [h for h in hosts if h != relay])
-        print("\npush relay failover: first run %.1f s; relay %s dark: --limit run %.1f s, full run %.1f s"
-              " (dark-host bound %d s); pair now via %s; matrix of the other %d hosts %s in %.1f s"
-              % (took, relay, limited, dark_run, BOUND, other, len(hosts) - 1,
-                 "complete" if not missing else "MISSING %s" % missing, time.monotonic() - matrix_started))
+        print(
+            "\npush relay failover: first run %.1f s; relay %s dark: --limit run %.1f s, full run %.1f s"
+            " (dark-host bound %d s); pair now via %s; matrix of the other %d hosts %s in %.1f s"
+            % (
+                took,
+                relay,
+                limited,
+                dark_run,
+                BOUND,
+                other,
+                len(hosts) - 1,
+                "complete" if not missing else "MISSING %s" % missing,
+                time.monotonic() - matrix_started,
+            )
+        )
         assert missing == [], missing
         shown = paths_shown(lab, "--limit", "all:!%s" % relay)
         print("PATHS after: %s" % sorted(k + v for k, v in shown.items() if k[0] < k[1]))
-        assert shown[("location:azure", "location:home")] == ("relayed", "location:" + lab.hosts[other]["location"])
+        assert shown[("location:azure", "location:home")] == (
+            "relayed",
+            "location:" + lab.hosts[other]["location"],
+        )
     finally:
         lab.light(relay)

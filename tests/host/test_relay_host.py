@@ -19,6 +19,7 @@ the kind under test (eim, then symmetric). WireGuard IPs 10.4.0.1-3/16.
   retries punch the hole); through two symmetric ones they never do. Printed: seconds to the
   first probe handshake.
 """
+
 import json
 import os
 import shutil
@@ -36,11 +37,14 @@ WG = {"aws-1": "10.4.0.1", "gcp-1": "10.4.0.2", "azure-1": "10.4.0.3"}
 SEGMENT = {"aws-1": "location:aws", "gcp-1": "location:gcp", "azure-1": "location:azure"}
 NATTED = ("gcp-1", "azure-1")
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the lab"),
-              pytest.mark.skipif(not shutil.which("wireguard-go"), reason="needs wireguard-go")]
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the lab"),
+    pytest.mark.skipif(not shutil.which("wireguard-go"), reason="needs wireguard-go"),
+]
 
 # Runs in a lab host: its key (made once), then converge() of the plan (or only the public key).
-DRIVER = r"""
+DRIVER = (
+    r"""
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
@@ -62,12 +66,17 @@ else:
     except KiloError as e:
         out = {"error": str(e)}
 print(json.dumps(out))
-""" % COLLECTIONS
+"""
+    % COLLECTIONS
+)
 
 
 def call(lab, host, op, plan=None):
-    r = lab.run(host, ["/usr/bin/python3", "-c", DRIVER],
-                input=json.dumps({"op": op, "plan": plan, "firewall": lab.firewall}))
+    r = lab.run(
+        host,
+        ["/usr/bin/python3", "-c", DRIVER],
+        input=json.dumps({"op": op, "plan": plan, "firewall": lab.firewall}),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     assert "error" not in out, out["error"]
@@ -92,35 +101,58 @@ def lab(request):
 
 
 def peer(lab, host, allowed, endpoint=None, keepalive=0, **extra):
-    p = {"name": SEGMENT[host], "public_key": lab.keys[host], "endpoint": endpoint,
-         "allowed_ips": allowed, "persistent_keepalive": keepalive}
+    p = {
+        "name": SEGMENT[host],
+        "public_key": lab.keys[host],
+        "endpoint": endpoint,
+        "allowed_ips": allowed,
+        "persistent_keepalive": keepalive,
+    }
     p.update(extra)
     return p
 
 
 def plan(host, peers, relay=None):
-    p = {"name": host, "leader": True, "segment": SEGMENT[host], "interface": "kilo0", "listen_port": PORT,
-         "address": WG[host] + "/16", "peers": peers, "firewall": {}}
+    p = {
+        "name": host,
+        "leader": True,
+        "segment": SEGMENT[host],
+        "interface": "kilo0",
+        "listen_port": PORT,
+        "address": WG[host] + "/16",
+        "peers": peers,
+        "firewall": {},
+    }
     if relay is not None:
         p["firewall"]["relay_accept"] = relay
     return p
 
 
 def relay_plan(lab, relay=True):
-    return plan("aws-1", [peer(lab, h, [WG[h] + "/32"], keepalive=0, roaming=True) for h in NATTED], relay)
+    return plan(
+        "aws-1", [peer(lab, h, [WG[h] + "/32"], keepalive=0, roaming=True) for h in NATTED], relay
+    )
 
 
 def natted_plan(lab, host):
     other = [h for h in NATTED if h != host][0]
-    relay = peer(lab, "aws-1", [WG["aws-1"] + "/32", WG[other] + "/32"], "%s:%d" % (lab.hosts["aws-1"]["public_ip"], PORT),
-                 25, relayed=[SEGMENT[other]])
+    relay = peer(
+        lab,
+        "aws-1",
+        [WG["aws-1"] + "/32", WG[other] + "/32"],
+        "%s:%d" % (lab.hosts["aws-1"]["public_ip"], PORT),
+        25,
+        relayed=[SEGMENT[other]],
+    )
     probe = peer(lab, other, [], "%s:%d" % (lab.hosts[other]["nat_ip"], PORT), 25, probe=True)
     return plan(host, [relay, probe])
 
 
 def redirects_sent(lab, host):
     out = lab.run(host, ["nstat", "-az", "IcmpOutRedirects"]).stdout
-    return int(next(line.split()[1] for line in out.splitlines() if line.startswith("IcmpOutRedirects")))
+    return int(
+        next(line.split()[1] for line in out.splitlines() if line.startswith("IcmpOutRedirects"))
+    )
 
 
 def ping(lab, src, dst, count=5):
@@ -158,24 +190,35 @@ def test_relay_forwards_counts_and_sends_no_redirect(lab):
     started = time.monotonic()
     assert reaches(lab, "gcp-1", WG["azure-1"])
     plain = redirects_sent(lab, "aws-1") - before
-    print("\n%s: gcp-1 -> azure-1 through the relay after %.1f s; redirects the relay sent without the"
-          " switch: %d" % (lab.kind, time.monotonic() - started, plain))
+    print(
+        "\n%s: gcp-1 -> azure-1 through the relay after %.1f s; redirects the relay sent without the"
+        " switch: %d" % (lab.kind, time.monotonic() - started, plain)
+    )
     assert call(lab, "aws-1", "counter")["counter"] is None
 
     # check mode: the relay's rule and sysctls listed, nothing made
     out = call(lab, "aws-1", "check", relay_plan(lab))
     assert out["changed"]
-    rule = ('firewall (nftables): add chain forward: meta iifname "kilo0" meta oifname "kilo0" counter accept'
-            if lab.firewall == "nftables" else
-            'firewall (iptables): add ipv4 filter -A KILO-FORWARD -i kilo0 -o kilo0 -m comment --comment "kilo.mesh"'
-            ' -j ACCEPT')
+    rule = (
+        'firewall (nftables): add chain forward: meta iifname "kilo0" meta oifname "kilo0" counter accept'
+        if lab.firewall == "nftables"
+        else 'firewall (iptables): add ipv4 filter -A KILO-FORWARD -i kilo0 -o kilo0 -m comment --comment "kilo.mesh"'
+        " -j ACCEPT"
+    )
     assert rule in out["changes"]["firewall"], out["changes"]["firewall"]
-    assert out["changes"]["netstate"] == ["sysctl net.ipv4.conf.all.send_redirects = 0 (was 1)",
-                                          "sysctl net.ipv4.conf.kilo0.send_redirects = 0 (was 1)"]
-    assert out["diff"]["after"]["netstate"]["sysctls"] == {"net.ipv4.conf.all.send_redirects": "0",
-                                                           "net.ipv4.conf.kilo0.send_redirects": "0"}
+    assert out["changes"]["netstate"] == [
+        "sysctl net.ipv4.conf.all.send_redirects = 0 (was 1)",
+        "sysctl net.ipv4.conf.kilo0.send_redirects = 0 (was 1)",
+    ]
+    assert out["diff"]["after"]["netstate"]["sysctls"] == {
+        "net.ipv4.conf.all.send_redirects": "0",
+        "net.ipv4.conf.kilo0.send_redirects": "0",
+    }
     assert call(lab, "aws-1", "counter")["counter"] is None
-    assert lab.run("aws-1", ["sysctl", "-n", "net.ipv4.conf.kilo0.send_redirects"]).stdout.strip() == "1"
+    assert (
+        lab.run("aws-1", ["sysctl", "-n", "net.ipv4.conf.kilo0.send_redirects"]).stdout.strip()
+        == "1"
+    )
 
     out = call(lab, "aws-1", "apply", relay_plan(lab))
     assert set(out["changes"]) == {"firewall", "netstate"}, out["changes"]
@@ -186,8 +229,10 @@ def test_relay_forwards_counts_and_sends_no_redirect(lab):
     assert ok, text
     packets, nbytes = call(lab, "aws-1", "counter")["counter"]
     sent = redirects_sent(lab, "aws-1") - before
-    print("%s: 10 pings each way relayed: the relay rule (%s) counted %d packets, %d bytes; redirects sent: %d"
-          % (lab.kind, lab.firewall, packets, nbytes, sent))
+    print(
+        "%s: 10 pings each way relayed: the relay rule (%s) counted %d packets, %d bytes; redirects sent: %d"
+        % (lab.kind, lab.firewall, packets, nbytes, sent)
+    )
     assert packets >= 40 and sent == 0
     # idempotent: the counter's figures are no state, the learned endpoints stay (roaming)
     for h in ("aws-1",) + NATTED:
@@ -213,7 +258,9 @@ def test_probe_entries_have_no_allowed_ips_and_punch_through_eim_only(lab):
     for h in NATTED:
         other = [o for o in NATTED if o != h][0]
         entry = wg_peers(lab, h)[lab.keys[other]]
-        assert entry[1] == "(none)" and entry[0] == "%s:%d" % (lab.hosts[other]["nat_ip"], PORT), entry
+        assert entry[1] == "(none)" and entry[0] == "%s:%d" % (lab.hosts[other]["nat_ip"], PORT), (
+            entry
+        )
     # WireGuard retries a handshake every 5 s: two NAT'd ends sending at once meet within a few
     deadline = started + 20
     took = None
@@ -222,8 +269,10 @@ def test_probe_entries_have_no_allowed_ips_and_punch_through_eim_only(lab):
             took = time.monotonic() - started
             break
         time.sleep(0.5)
-    print("\n%s: probe handshake between gcp-1 and azure-1: %s" % (
-        lab.kind, "after %.1f s" % took if took is not None else "none in 20 s"))
+    print(
+        "\n%s: probe handshake between gcp-1 and azure-1: %s"
+        % (lab.kind, "after %.1f s" % took if took is not None else "none in 20 s")
+    )
     if lab.kind == "eim":
         assert took is not None
     else:
@@ -232,12 +281,15 @@ def test_probe_entries_have_no_allowed_ips_and_punch_through_eim_only(lab):
     assert ping(lab, "gcp-1", WG["azure-1"], 3)[0]
 
 
-SHOWCONF = r"""
+SHOWCONF = (
+    r"""
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import wireguard_conf
 print(wireguard_conf(json.load(sys.stdin), 51821))
-""" % COLLECTIONS
+"""
+    % COLLECTIONS
+)
 
 
 def test_showconf_of_a_probe_is_valid_for_wg_setconf(lab):
@@ -248,10 +300,18 @@ def test_showconf_of_a_probe_is_valid_for_wg_setconf(lab):
     entries = natted_plan(lab, "gcp-1")["peers"]
     text = lab.run("gcp-1", ["/usr/bin/python3", "-c", SHOWCONF], input=json.dumps(entries)).stdout
     assert text.count("AllowedIPs") == 1, text
-    script = ("wireguard-go kxp0 && printf '%s' > /tmp/kxp0.conf && wg setconf kxp0 /tmp/kxp0.conf && "
-              "wg show kxp0 dump; ip link del kxp0" % text)
-    out = lab.run("gcp-1", ["sh", "-c", script], env=dict(os.environ, WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD="1"))
+    script = (
+        "wireguard-go kxp0 && printf '%s' > /tmp/kxp0.conf && wg setconf kxp0 /tmp/kxp0.conf && "
+        "wg show kxp0 dump; ip link del kxp0" % text
+    )
+    out = lab.run(
+        "gcp-1",
+        ["sh", "-c", script],
+        env=dict(os.environ, WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD="1"),
+    )
     assert out.returncode == 0, out.stderr
     dump = dict((line.split("\t")[0], line.split("\t")) for line in out.stdout.splitlines()[1:])
-    assert dump[lab.keys["azure-1"]][3] == "(none)" and dump[lab.keys["azure-1"]][2].endswith(":%d" % PORT)
+    assert dump[lab.keys["azure-1"]][3] == "(none)" and dump[lab.keys["azure-1"]][2].endswith(
+        ":%d" % PORT
+    )
     assert dump[lab.keys["aws-1"]][3] == "%s/32,%s/32" % (WG["aws-1"], WG["azure-1"])

@@ -13,6 +13,7 @@ reports changed=0; the relay's rule (nft ``iifname kilo0 oifname kilo0 counter``
 traffic between gcp and azure, and only the relay has one; status.yml's PATHS table shows gcp -
 azure relayed via aws. Prints the run times and the counter.
 """
+
 import os
 import re
 import time
@@ -34,7 +35,10 @@ def sh(lab, host, cmd, timeout=60):
 
 def pod(lab, host):
     h = lab.hosts[host]
-    return "10.2%d.%d.0/24" % (h["location_index"], h["index"]), "10.2%d.%d.1" % (h["location_index"], h["index"])
+    return "10.2%d.%d.0/24" % (h["location_index"], h["index"]), "10.2%d.%d.1" % (
+        h["location_index"],
+        h["index"],
+    )
 
 
 def relay_inventory(lab, natted, name):
@@ -81,9 +85,18 @@ def unreached(lab, hosts=None):
         targets = []
         for dst in hosts:
             if dst != src:
-                targets += ["-c 3 %s" % lab.hosts[dst]["lan_ip"], "-c 3 -I %s %s" % (mine, pod(lab, dst)[1])]
-        script = " ".join("(ping -i 0.3 -W 2 -q %s >/dev/null || ping -c 5 -i 0.5 -W 2 -q %s >/dev/null || echo %s) &"
-                          % (t, t, t.split()[-1]) for t in targets) + " wait"
+                targets += [
+                    "-c 3 %s" % lab.hosts[dst]["lan_ip"],
+                    "-c 3 -I %s %s" % (mine, pod(lab, dst)[1]),
+                ]
+        script = (
+            " ".join(
+                "(ping -i 0.3 -W 2 -q %s >/dev/null || ping -c 5 -i 0.5 -W 2 -q %s >/dev/null || echo %s) &"
+                % (t, t, t.split()[-1])
+                for t in targets
+            )
+            + " wait"
+        )
         failed += [(src, a) for a in sh(lab, src, script, timeout=120).stdout.split()]
     return failed
 
@@ -91,10 +104,22 @@ def unreached(lab, hosts=None):
 def paths_shown(lab, *extra):
     """status.yml (textfile /tmp/kilo.prom on each host): {(a, b): (path, via)} of its PATHS table
     (each pair under both orders)."""
-    out = playbook(getattr(lab, "site_inventory", lab.inventory), "status.yml", "-e", "textfile=/tmp/kilo.prom", *extra)
-    rows = re.findall(r'^\W*(location:\S+)\s+(location:\S+)\s+(direct|relayed|probing)\s+(\S+)\s+(\S+?)\W*$', out, re.M)
+    out = playbook(
+        getattr(lab, "site_inventory", lab.inventory),
+        "status.yml",
+        "-e",
+        "textfile=/tmp/kilo.prom",
+        *extra,
+    )
+    rows = re.findall(
+        r"^\W*(location:\S+)\s+(location:\S+)\s+(direct|relayed|probing)\s+(\S+)\s+(\S+?)\W*$",
+        out,
+        re.M,
+    )
     assert rows, out[-4000:]
-    return dict(((x, y), (path, via)) for a, b, path, via, dummy in rows for x, y in ((a, b), (b, a)))
+    return dict(
+        ((x, y), (path, via)) for a, b, path, via, dummy in rows for x, y in ((a, b), (b, a))
+    )
 
 
 def relay_counter(lab, host):
@@ -118,12 +143,18 @@ def wg_allowed(lab, host):
 
 def icmp_redirects(lab, host):
     out = sh(lab, host, "nstat -az IcmpOutRedirects").stdout
-    return int(next(line.split()[1] for line in out.splitlines() if line.startswith("IcmpOutRedirects")))
+    return int(
+        next(line.split()[1] for line in out.splitlines() if line.startswith("IcmpOutRedirects"))
+    )
 
 
 def leader(lab, location):
-    leaders = [h for h in sorted(lab.hosts) if lab.hosts[h]["location"] == location
-               and sh(lab, h, "wg show kilo0 peers 2>/dev/null").stdout.strip()]
+    leaders = [
+        h
+        for h in sorted(lab.hosts)
+        if lab.hosts[h]["location"] == location
+        and sh(lab, h, "wg show kilo0 peers 2>/dev/null").stdout.strip()
+    ]
     assert len(leaders) == 1, (location, leaders)
     return leaders[0]
 
@@ -132,8 +163,9 @@ def test_relayed_mesh_pings_everywhere_and_reruns_clean(lab):
     started = time.monotonic()
     first = recap(site(lab.site_inventory))
     took = time.monotonic() - started
-    assert set(first) >= set(lab.hosts) and all(c["failed"] == 0 and c["unreachable"] == 0
-                                                 for c in first.values()), first
+    assert set(first) >= set(lab.hosts) and all(
+        c["failed"] == 0 and c["unreachable"] == 0 for c in first.values()
+    ), first
     relay = leader(lab, "aws")
     assert [h for h in lab.hosts if relay_counter(lab, h) is not None] == [relay]
     # each NAT'd leader carries the other NAT'd location's ranges on its entry for the relay
@@ -151,9 +183,11 @@ def test_relayed_mesh_pings_everywhere_and_reruns_clean(lab):
     second = recap(site(lab.site_inventory))
     took2 = time.monotonic() - started
     redirects = icmp_redirects(lab, relay) - redirects
-    print("\n%s: first run %.1f s, re-run %.1f s; relay %s forwarded %d packets (%d bytes) during the"
-          " matrix, sent %d ICMP redirects" % (lab.kind, took, took2, relay, after[0] - before[0],
-                                               after[1] - before[1], redirects))
+    print(
+        "\n%s: first run %.1f s, re-run %.1f s; relay %s forwarded %d packets (%d bytes) during the"
+        " matrix, sent %d ICMP redirects"
+        % (lab.kind, took, took2, relay, after[0] - before[0], after[1] - before[1], redirects)
+    )
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in second.values()), second
     # gcp <-> azure went through the relay: 2 x 2 hosts, both directions, 2 addresses, 3 echoes,
     # each request and reply forwarded once (more where a ping was retried)
@@ -174,26 +208,43 @@ def test_a_new_nat_mapping_heals_by_roaming_and_a_rerun_keeps_it(lab):
     src = [h for h in sorted(lab.hosts) if lab.hosts[h]["location"] == "azure"][0]
     dst = [h for h in sorted(lab.hosts) if lab.hosts[h]["location"] == "gcp"][0]
     target = pod(lab, dst)[1]
-    assert sh(lab, src, "ping -c 2 -i 0.3 -W 2 -q -I %s %s" % (pod(lab, src)[1], target)).returncode == 0
+    assert (
+        sh(lab, src, "ping -c 2 -i 0.3 -W 2 -q -I %s %s" % (pod(lab, src)[1], target)).returncode
+        == 0
+    )
     old = lab.router("gcp")["public_ip"]
     new = lab.remap("gcp")
     try:
         started = time.monotonic()
         healed = None
         while time.monotonic() - started < 90:
-            if sh(lab, src, "ping -c 1 -W 1 -q -I %s %s" % (pod(lab, src)[1], target)).returncode == 0:
+            if (
+                sh(lab, src, "ping -c 1 -W 1 -q -I %s %s" % (pod(lab, src)[1], target)).returncode
+                == 0
+            ):
                 healed = time.monotonic() - started
                 break
-        print("\n%s: gcp's NAT router %s -> %s: %s reaches %s again after %s" % (
-            lab.kind, old, new, src, target, "%.1f s" % healed if healed is not None else "never (90 s)"))
+        print(
+            "\n%s: gcp's NAT router %s -> %s: %s reaches %s again after %s"
+            % (
+                lab.kind,
+                old,
+                new,
+                src,
+                target,
+                "%.1f s" % healed if healed is not None else "never (90 s)",
+            )
+        )
         assert healed is not None
         relay = leader(lab, "aws")
         gcp_key = sh(lab, leader(lab, "gcp"), "wg show kilo0 public-key").stdout.strip()
-        endpoints = dict(line.split("\t")[:3:2] for line in sh(lab, relay, "wg show kilo0 dump").stdout.splitlines()[1:])
+        endpoints = dict(
+            line.split("\t")[:3:2]
+            for line in sh(lab, relay, "wg show kilo0 dump").stdout.splitlines()[1:]
+        )
         assert endpoints[gcp_key].startswith(new + ":"), endpoints
         again = recap(site(lab.site_inventory))
         assert all(c["changed"] == 0 and c["failed"] == 0 for c in again.values()), again
         assert unreached(lab) == []
     finally:
         lab.remap("gcp")
-

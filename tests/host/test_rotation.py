@@ -21,6 +21,7 @@ password on some hosts, with ansible_become_password on the others).
 
 Run with -s to see the figures.
 """
+
 import base64
 import json
 import os
@@ -38,7 +39,9 @@ from sitetools import ANSIBLE_BIN, LOGIN_USER, REPO, fresh_lab, playbook, recap,
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the lab")
 
-PREFIX = os.environ.get("KILO_TEST_PREFIX_ROTATION", "krt")  # overridable: two checkouts testing at once
+PREFIX = os.environ.get(
+    "KILO_TEST_PREFIX_ROTATION", "krt"
+)  # overridable: two checkouts testing at once
 KEY = "/var/lib/kilo/key"
 IFACE = "kilo0"
 
@@ -53,6 +56,7 @@ def lab():
 
 
 # -- reading the hosts ---------------------------------------------------------------------
+
 
 def sh(lab, host, command):
     proc = lab.run(host, ["sh", "-c", command], timeout=30)
@@ -101,12 +105,18 @@ def assert_consistent(lab):
     registry = registry_keys(lab)
     for host in sorted(lab.hosts):
         text = file_key(lab, host)
-        assert len(text) == 44 and len(base64.b64decode(text, validate=True)) == 32, (host, len(text))
+        assert len(text) == 44 and len(base64.b64decode(text, validate=True)) == 32, (
+            host,
+            len(text),
+        )
         assert sh(lab, host, "stat -c %%a %s" % KEY) == "600", host
         # beside the key only the boot restore's stored plan (and its preshared keys, when any)
         listing = sh(lab, host, "ls -A %s" % os.path.dirname(KEY)).split()
-        assert "key" in listing and set(listing) <= {"key", "mesh-plan.json", "mesh-preshared-keys.json"}, (
-            host, listing)
+        assert "key" in listing and set(listing) <= {
+            "key",
+            "mesh-plan.json",
+            "mesh-preshared-keys.json",
+        }, (host, listing)
         assert sh(lab, host, "wg pubkey < %s" % KEY) == keys[host], host
         assert registry[host] == keys[host], host
     heads = leaders(lab)
@@ -121,9 +131,17 @@ def reach_all(lab):
     for src in sorted(lab.hosts):
         for dst in sorted(lab.hosts):
             if src != dst:
-                argv = lab.nsenter_argv(src, ["ping", "-c", "2", "-i", "0.2", "-w", "10", lab.hosts[dst]["lan_ip"]])
-                procs.append(((src, dst), subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                                           stderr=subprocess.DEVNULL)))
+                argv = lab.nsenter_argv(
+                    src, ["ping", "-c", "2", "-i", "0.2", "-w", "10", lab.hosts[dst]["lan_ip"]]
+                )
+                procs.append(
+                    (
+                        (src, dst),
+                        subprocess.Popen(
+                            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                        ),
+                    )
+                )
     return [pair for pair, proc in procs if proc.wait(timeout=30) != 0]
 
 
@@ -135,18 +153,25 @@ def assert_all_reach(lab):
 def rotate_under_traffic(lab, what, pattern, pairs, check_bound=True):
     """rotate.yml -e hosts=PATTERN under 50 pings/s on every pair (flows.under_traffic);
     returns {(src, dst): (sent, lost icmp_seq list)}."""
-    return under_traffic(lab, "rotation of %s" % what, lambda: playbook(lab.inventory, "rotate.yml", "-e",
-                                                                        "hosts=%s" % pattern),
-                         pairs, check_bound)[0]
+    return under_traffic(
+        lab,
+        "rotation of %s" % what,
+        lambda: playbook(lab.inventory, "rotate.yml", "-e", "hosts=%s" % pattern),
+        pairs,
+        check_bound,
+    )[0]
 
 
 def assert_no_change(lab, out):
     counts = recap(out)
     assert set(lab.hosts) <= set(counts), counts
-    assert all(c["changed"] == 0 and c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
+    assert all(
+        c["changed"] == 0 and c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()
+    ), counts
 
 
 # -- the tests -----------------------------------------------------------------------------
+
 
 def test_check_mode_names_the_key_that_would_rotate_and_changes_nothing(lab):
     host = "aws-1"
@@ -164,8 +189,11 @@ def test_check_mode_names_the_key_that_would_rotate_and_changes_nothing(lab):
     assert "would rotate key %s" % KEY in out, out[-4000:]
     # the key step's diff: the host's old public key, the new one only named
     section = out.split("ensure the WireGuard key", 1)[1].split("TASK [", 1)[0]
-    assert re.search(r"-\s+public_key: %s\n\+\s+public_key: \(new key, made in the run\)"
-                     % re.escape(keys[host]), section), section
+    assert re.search(
+        r"-\s+public_key: %s\n\+\s+public_key: \(new key, made in the run\)"
+        % re.escape(keys[host]),
+        section,
+    ), section
     assert re.search(r"^changed: \[%s\]" % host, section, re.M), section
     assert not re.search(r"^changed: \[(?!%s\])" % host, section, re.M), section
 
@@ -173,7 +201,9 @@ def test_check_mode_names_the_key_that_would_rotate_and_changes_nothing(lab):
 def test_limit_refuses_a_rotation_before_any_change(lab):
     host = "gcp-2"
     private, keys = file_key(lab, host), keys_now(lab)
-    out = playbook(lab.inventory, "rotate.yml", "-e", "hosts=%s" % host, "--limit", host, expect_rc=2)
+    out = playbook(
+        lab.inventory, "rotate.yml", "-e", "hosts=%s" % host, "--limit", host, expect_rc=2
+    )
     refusal = [line for line in out.splitlines() if "kilo_key_rotate" in line]
     assert refusal and host in refusal[0] and "--limit" in refusal[0], out[-3000:]
     assert "ensure the WireGuard key" not in out, out[-3000:]  # no host was touched
@@ -188,7 +218,11 @@ def test_rotating_a_leader_loses_nothing_on_its_tunnels(lab):
     old = iface_key(lab, host)
     behind = follower(lab, host)
     far = [follower(lab, o) for o in others]
-    pairs = [(host, o) for o in others] + [(o, host) for o in others] + [(behind, far[0]), (far[1], behind)]
+    pairs = (
+        [(host, o) for o in others]
+        + [(o, host) for o in others]
+        + [(behind, far[0]), (far[1], behind)]
+    )
     rotate_under_traffic(lab, "leader %s" % host, host, pairs)
     new = iface_key(lab, host)
     assert new != old
@@ -197,7 +231,9 @@ def test_rotating_a_leader_loses_nothing_on_its_tunnels(lab):
     assert_consistent(lab)
     started = time.monotonic()
     assert_no_change(lab, site(lab.inventory))
-    print("site.yml after the rotation: changed=0 everywhere (%.1f s)" % (time.monotonic() - started))
+    print(
+        "site.yml after the rotation: changed=0 everywhere (%.1f s)" % (time.monotonic() - started)
+    )
 
 
 def test_rotating_a_non_leader_keeps_its_location_reachable(lab):
@@ -250,13 +286,18 @@ def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
     def endpoint(name):
         port = sh(lab, name, "wg show %s listen-port" % IFACE)
         return "%s:%s" % (lab.hosts[name]["public_ip"] or lab.hosts[name]["lan_ip"], port)
+
     addresses = dict((name, wg_ip(name)) for name in heads)
     attacker_net(lab, PREFIX)
     try:
         # Before the rotation the stolen key is good: the attacker completes a handshake with
         # the host's peers as the host (so what follows fails for the key, not the set-up).
-        attacker = Attacker(PREFIX, tmp_path, stolen,
-                            [(iface_key(lab, o), endpoint(o), addresses[o] + "/32") for o in others])
+        attacker = Attacker(
+            PREFIX,
+            tmp_path,
+            stolen,
+            [(iface_key(lab, o), endpoint(o), addresses[o] + "/32") for o in others],
+        )
         try:
             before = attacker.wait_for_handshakes()
         finally:
@@ -269,8 +310,10 @@ def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
 
         # After it: the old key against every host of the mesh (the rotated host itself too);
         # the followers have no WireGuard IP, their LAN address stands for it.
-        peers = [(keys[name], endpoint(name), (addresses.get(name) or lab.hosts[name]["lan_ip"]) + "/32")
-                 for name in sorted(lab.hosts)]
+        peers = [
+            (keys[name], endpoint(name), (addresses.get(name) or lab.hosts[name]["lan_ip"]) + "/32")
+            for name in sorted(lab.hosts)
+        ]
         attacker = Attacker(PREFIX, tmp_path, stolen, peers)
         try:
             started = time.monotonic()
@@ -278,10 +321,19 @@ def test_the_old_key_is_accepted_nowhere_after_a_rotation(lab, tmp_path):
             after, sent = attacker.handshakes(), attacker.sent()
         finally:
             attacker.stop()
-        print("\nrevocation: the old key of %s completed a handshake with %d of %d peers before the rotation and"
-              " with %d of %d hosts in %.0f s after it (handshake bytes sent to each: %s)"
-              % (host, sum(1 for t in before.values() if t), len(before), sum(1 for t in after.values() if t),
-                 len(after), time.monotonic() - started, sorted(sent.values())))
+        print(
+            "\nrevocation: the old key of %s completed a handshake with %d of %d peers before the rotation and"
+            " with %d of %d hosts in %.0f s after it (handshake bytes sent to each: %s)"
+            % (
+                host,
+                sum(1 for t in before.values() if t),
+                len(before),
+                sum(1 for t in after.values() if t),
+                len(after),
+                time.monotonic() - started,
+                sorted(sent.values()),
+            )
+        )
         assert len(after) == len(lab.hosts) and not any(after.values()), after
         # it did try each host: handshake initiations went out to every one
         assert all(sent.values()), sent
@@ -302,7 +354,9 @@ def test_rotating_every_host_at_once(lab):
     heads = leaders(lab)
     old = keys_now(lab)
     rest = [follower(lab, h) for h in heads]
-    pairs = [(a, b) for a in heads for b in heads if a != b] + [(rest[i], rest[(i + 1) % 3]) for i in range(3)]
+    pairs = [(a, b) for a in heads for b in heads if a != b] + [
+        (rest[i], rest[(i + 1) % 3]) for i in range(3)
+    ]
     rotate_under_traffic(lab, "every host (-e hosts=kilo)", "kilo", pairs)
     new = keys_now(lab)
     assert all(new[h] != old[h] for h in lab.hosts), (old, new)
@@ -312,13 +366,28 @@ def test_rotating_every_host_at_once(lab):
 
 # -- interrupted rotations -----------------------------------------------------------------
 
+
 def ansible_playbook(lab, *extra):
-    argv = [os.path.join(ANSIBLE_BIN, "ansible-playbook"), "-i", lab.inventory,
-            os.path.join(REPO, "playbooks", "rotate.yml")] + list(extra)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    argv = [
+        os.path.join(ANSIBLE_BIN, "ansible-playbook"),
+        "-i",
+        lab.inventory,
+        os.path.join(REPO, "playbooks", "rotate.yml"),
+    ] + list(extra)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
+    return subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def follow(proc, react, limit=240):
@@ -376,8 +445,10 @@ def state_of(lab, host, before):
     on_file = sh(lab, host, "wg pubkey < %s" % KEY)
     holding = sorted(h for h in leaders(lab) if h != host and on_file in peers_of(lab, h))
     return "key file %s, interface on the %s key, peers holding the file's key: %s" % (
-        "unchanged" if on_file == before else "rotated", "old" if keys[host] == before else "new",
-        ", ".join(holding) or "none")
+        "unchanged" if on_file == before else "rotated",
+        "old" if keys[host] == before else "new",
+        ", ".join(holding) or "none",
+    )
 
 
 @pytest.mark.parametrize("moment", sorted(KILL_MOMENTS))
@@ -406,13 +477,17 @@ def test_a_rotation_killed_at_each_step_heals_in_one_run(lab, moment):
         # interface runs, so a run without it (--limit) leaves every peer on that key
         assert registry_keys(lab)[host] == iface_key(lab, host) == before
         out = playbook(lab.inventory, "site.yml", "--limit", "all:!%s" % host)
-        assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in recap(out).values()), out[-3000:]
+        assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in recap(out).values()), out[
+            -3000:
+        ]
         assert all(before in peers_of(lab, o) for o in leaders(lab) if o != host), found
         assert_all_reach(lab)
     started = time.monotonic()
     site(lab.inventory)
-    print("\nrotate.yml killed at %s: %s; one site.yml (%.1f s) healed it" % (
-        moment, found, time.monotonic() - started))
+    print(
+        "\nrotate.yml killed at %s: %s; one site.yml (%.1f s) healed it"
+        % (moment, found, time.monotonic() - started)
+    )
     assert_consistent(lab)
     assert_all_reach(lab)
 
@@ -423,11 +498,17 @@ def test_a_host_dark_after_its_key_step_heals_in_one_run(lab):
     table = PREFIX + "dark"
     proc = ansible_playbook(lab, "-e", "hosts=%s" % host)
     try:
-        out, fired = follow(proc, Moment("ensure the WireGuard key", r"^changed: \[%s\]" % re.escape(host)))
+        out, fired = follow(
+            proc, Moment("ensure the WireGuard key", r"^changed: \[%s\]" % re.escape(host))
+        )
         assert fired, out[-3000:]
         # its SSH goes silent (both ways of port 22); the rest of the host stays up
-        sh(lab, host, "nft add table inet {t} && nft add chain inet {t} in '{{ type filter hook input priority -10; }}'"
-                      " && nft add rule inet {t} in tcp dport 22 drop".format(t=table))
+        sh(
+            lab,
+            host,
+            "nft add table inet {t} && nft add chain inet {t} in '{{ type filter hook input priority -10; }}'"
+            " && nft add rule inet {t} in tcp dport 22 drop".format(t=table),
+        )
         rest, _ = follow(proc, lambda line: False)
         proc.wait(timeout=60)
     finally:
@@ -441,16 +522,24 @@ def test_a_host_dark_after_its_key_step_heals_in_one_run(lab):
     assert dark
     assert counts[host]["unreachable"] == 1, (counts, rest[-3000:])
     others = [h for h in leaders(lab) if h != host]
-    cut = [o for o in others if lab.run(host, ["ping", "-c", "1", "-W", "2", lab.hosts[o]["lan_ip"]],
-                                        timeout=30).returncode != 0]
+    cut = [
+        o
+        for o in others
+        if lab.run(
+            host, ["ping", "-c", "1", "-W", "2", lab.hosts[o]["lan_ip"]], timeout=30
+        ).returncode
+        != 0
+    ]
     found = state_of(lab, host, old)
     # its interface still runs the old key (it never switched): the registry names that one
     assert registry_keys(lab)[host] == old
     started = time.monotonic()
     site(lab.inventory)
-    print("\n%s dark after its key step: the run ended with it unreachable (%s; cut off from %s while"
-          " dark); one site.yml (%.1f s) healed it" % (host, found, ", ".join(cut) or "no leader",
-                                                       time.monotonic() - started))
+    print(
+        "\n%s dark after its key step: the run ended with it unreachable (%s; cut off from %s while"
+        " dark); one site.yml (%.1f s) healed it"
+        % (host, found, ", ".join(cut) or "no leader", time.monotonic() - started)
+    )
     assert iface_key(lab, host) != old
     assert_consistent(lab)
     assert_all_reach(lab)

@@ -5,6 +5,7 @@ The node configuration carries no private key (it never leaves the host), so the
 generated one after ``[Interface]``; the rest goes in as printed. Read back with
 `wg show IFACE dump` and compared field by field with the returned ``data``.
 """
+
 import os
 import shutil
 import subprocess
@@ -21,7 +22,10 @@ from test_showconf_units import mesh  # noqa: E402  (the unit tests' mesh, worke
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
-    pytest.mark.skipif(not shutil.which("wireguard-go") or not shutil.which("wg"), reason="needs wireguard-go and wg"),
+    pytest.mark.skipif(
+        not shutil.which("wireguard-go") or not shutil.which("wg"),
+        reason="needs wireguard-go and wg",
+    ),
 ]
 
 USERSPACE_ENV = "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD"
@@ -37,8 +41,12 @@ def interface():
     daemon = None
     try:
         # -f: stays in the foreground, so the PID we hold is the daemon's
-        daemon = subprocess.Popen(["ip", "netns", "exec", ns, "env", "%s=1" % USERSPACE_ENV, "wireguard-go", "-f", iface],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        daemon = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "env", "%s=1" % USERSPACE_ENV, "wireguard-go", "-f", iface],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.time() + 15
         while not os.path.exists(sock):
             assert daemon.poll() is None, daemon.stderr.read().decode()
@@ -70,9 +78,11 @@ def apply(ns, iface, config, tmp_path):
     peers = {}
     for line in lines[1:]:
         public, psk, endpoint, allowed, dummy, dummy, dummy, keepalive = line.split("\t")
-        peers[public] = {"endpoint": None if endpoint == "(none)" else endpoint,
-                         "allowed_ips": set() if allowed == "(none)" else set(allowed.split(",")),
-                         "persistent_keepalive": 0 if keepalive == "off" else int(keepalive)}
+        peers[public] = {
+            "endpoint": None if endpoint == "(none)" else endpoint,
+            "allowed_ips": set() if allowed == "(none)" else set(allowed.split(",")),
+            "persistent_keepalive": 0 if keepalive == "off" else int(keepalive),
+        }
     return port, peers
 
 
@@ -83,25 +93,45 @@ def expected(data):
         endpoint = None
         if "endpoint" in spec:
             endpoint = "%s:%d" % (spec["endpoint"]["dnsOrIP"]["ip"], spec["endpoint"]["port"])
-        return {spec["publicKey"]: {"endpoint": endpoint, "allowed_ips": set(spec["allowedIPs"]),
-                                    "persistent_keepalive": spec.get("persistentKeepalive", 0)}}
-    return dict((p["public_key"], {"endpoint": p["endpoint"], "allowed_ips": set(p["allowed_ips"]),
-                                   "persistent_keepalive": p["persistent_keepalive"]})
-                for p in data["peers"])
+        return {
+            spec["publicKey"]: {
+                "endpoint": endpoint,
+                "allowed_ips": set(spec["allowedIPs"]),
+                "persistent_keepalive": spec.get("persistentKeepalive", 0),
+            }
+        }
+    return dict(
+        (
+            p["public_key"],
+            {
+                "endpoint": p["endpoint"],
+                "allowed_ips": set(p["allowed_ips"]),
+                "persistent_keepalive": p["persistent_keepalive"],
+            },
+        )
+        for p in data["peers"]
+    )
 
 
 CASES = [
-    ("location", {"node": "a"}), ("location", {"node": "c"}), ("location", {"peer": "laptop"}),
+    ("location", {"node": "a"}),
+    ("location", {"node": "c"}),
+    ("location", {"peer": "laptop"}),
     ("location", {"node": "a", "as_peer": True, "allowed_ips": ["172.16.50.0/24"]}),
     ("location", {"peer": "laptop", "as_peer": True}),
-    ("full", {"node": "a"}), ("full", {"node": "b"}), ("full", {"peer": "laptop"}),
+    ("full", {"node": "a"}),
+    ("full", {"node": "b"}),
+    ("full", {"peer": "laptop"}),
     ("full", {"node": "b", "as_peer": True}),
     ("cross", {"node": "b"}),
 ]
 
 
-@pytest.mark.parametrize("granularity,what", CASES, ids=["%s-%s" % (g, "-".join(str(v) for v in w.values()))
-                                                         for g, w in CASES])
+@pytest.mark.parametrize(
+    "granularity,what",
+    CASES,
+    ids=["%s-%s" % (g, "-".join(str(v) for v in w.values())) for g, w in CASES],
+)
 def test_wg_setconf_takes_it_and_reads_back_equal(interface, tmp_path, granularity, what):
     ns, iface = interface
     nodes, peers = mesh()
@@ -120,10 +150,24 @@ def test_playbook_output_file_goes_into_wg_setconf(interface, tmp_path):
     ns, iface = interface
     dest = tmp_path / "aws-1.conf"
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
-    done = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i",
-                           os.path.join(ROOT, "inventory", "example.yml"), os.path.join(ROOT, "playbooks", "showconf.yml"),
-                           "-e", "node=aws-1", "-e", "dest=%s" % dest], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    done = subprocess.run(
+        [
+            os.path.join(ROOT, ".venv", "bin", "ansible-playbook"),
+            "-i",
+            os.path.join(ROOT, "inventory", "example.yml"),
+            os.path.join(ROOT, "playbooks", "showconf.yml"),
+            "-e",
+            "node=aws-1",
+            "-e",
+            "dest=%s" % dest,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout
     port, live = apply(ns, iface, dest.read_text(), tmp_path)
     assert port == 51820 and len(live) == 3  # gcp's and home's leaders, the peer laptop

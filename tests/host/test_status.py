@@ -9,6 +9,7 @@ site.yml without become fails at the key step on every host, naming it and the f
 nothing on any host; status.yml without become names each host too (not root, it would read no
 interface and call every host out of the mesh).
 """
+
 import json
 import os
 import re
@@ -27,14 +28,26 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network n
 
 
 def env():
-    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"))
+    return dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"),
+    )
 
 
 def status(lab, *args):
     """host -> kilo.mesh.status result, from an ad-hoc run on every host (one line per host)."""
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible"), "kilo", "-i", lab.inventory, "-o",
-            "-m", "kilo.mesh.status", "-a", " ".join(args)]
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible"),
+        "kilo",
+        "-i",
+        lab.inventory,
+        "-o",
+        "-m",
+        "kilo.mesh.status",
+        "-a",
+        " ".join(args),
+    ]
     proc = subprocess.run(argv, cwd=REPO, env=env(), capture_output=True, text=True, check=False)
     out = {}
     for host, result in re.findall(r"^(\S+) \| \w+ => (\{.*\})$", proc.stdout, re.M):
@@ -44,8 +57,12 @@ def status(lab, *args):
 
 
 def status_playbook(lab, *extra):
-    argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", lab.inventory,
-            os.path.join(REPO, "playbooks", "status.yml")] + list(extra)
+    argv = [
+        os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        lab.inventory,
+        os.path.join(REPO, "playbooks", "status.yml"),
+    ] + list(extra)
     return subprocess.run(argv, cwd=REPO, env=env(), capture_output=True, text=True, check=False)
 
 
@@ -53,7 +70,11 @@ def traffic(lab):
     """Pings from every host to every other host's LAN address (handshakes are lazy)."""
     for src in sorted(lab.hosts):
         targets = " ".join(lab.hosts[d]["lan_ip"] for d in sorted(lab.hosts) if d != src)
-        lab.run(src, ["sh", "-c", "for ip in %s; do ping -c 3 -i 0.3 -W 2 -q $ip & done; wait" % targets], timeout=60)
+        lab.run(
+            src,
+            ["sh", "-c", "for ip in %s; do ping -c 3 -i 0.3 -W 2 -q $ip & done; wait" % targets],
+            timeout=60,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +93,12 @@ def lab(fresh):
 # What a host's state is made of, read as root inside it: links, addresses, rules, routes of every
 # table, the whole firewall, the forwarding sysctls, and the files under the host's own /etc,
 # /var/lib, /run, /tmp and /home (not /var/log: sshd logs every login there).
-SNAPSHOT = ("ip -d link show; ip addr show; ip rule show; ip -6 rule show; ip route show table all;"
-            " ip -6 route show table all; nft list ruleset; sysctl net.ipv4.ip_forward"
-            " net.ipv6.conf.all.forwarding; find /etc /var/lib /run /tmp /home -xdev -newer /etc/hostname"
-            " -printf '%p %s %m %u\\n' 2>&1 | sort")
+SNAPSHOT = (
+    "ip -d link show; ip addr show; ip rule show; ip -6 rule show; ip route show table all;"
+    " ip -6 route show table all; nft list ruleset; sysctl net.ipv4.ip_forward"
+    " net.ipv6.conf.all.forwarding; find /etc /var/lib /run /tmp /home -xdev -newer /etc/hostname"
+    " -printf '%p %s %m %u\\n' 2>&1 | sort"
+)
 
 
 def snapshot(lab, host):
@@ -143,9 +166,17 @@ def test_leaders_report_fresh_handshakes_and_a_textfile(lab):
         samples = [line for line in text.splitlines() if line and not line.startswith("#")]
         bad = [line for line in samples if not SAMPLE_RE.match(line)]
         assert samples and bad == [], bad
-        assert "kilo_leader 1" in samples and "kilo_nodes 4" in samples and "kilo_peers 0" in samples
-        assert any(re.match(r'kilo_peer_handshake_age_seconds\{interface="kilo0",peer="%s"\} \d+$'
-                            % re.escape(peer["public_key"]), s) for s in samples), samples
+        assert (
+            "kilo_leader 1" in samples and "kilo_nodes 4" in samples and "kilo_peers 0" in samples
+        )
+        assert any(
+            re.match(
+                r'kilo_peer_handshake_age_seconds\{interface="kilo0",peer="%s"\} \d+$'
+                % re.escape(peer["public_key"]),
+                s,
+            )
+            for s in samples
+        ), samples
     for key in private_keys(lab):
         assert key and key not in raw
     table = status_playbook(lab)
@@ -166,16 +197,24 @@ def test_a_killed_leader_is_stale_at_the_other_leader(lab):
     assert lab.run(victim, ["kill", "-9", pid]).returncode == 0
     # traffic from the witness's side towards the victim's location: WireGuard tries to
     # handshake (every 5 s) and gets no answer
-    target = [h for h in lab.hosts if lab.hosts[h]["location"] == lab.hosts[victim]["location"] and h != victim][0]
+    target = [
+        h
+        for h in lab.hosts
+        if lab.hosts[h]["location"] == lab.hosts[victim]["location"] and h != victim
+    ][0]
     deadline = time.time() + 40
     while True:
-        lab.run(witness, ["ping", "-c", "2", "-W", "1", "-q", lab.hosts[target]["lan_ip"]], timeout=30)
+        lab.run(
+            witness, ["ping", "-c", "2", "-W", "1", "-q", lab.hosts[target]["lan_ip"]], timeout=30
+        )
         results, dummy = status(lab, "stale_after=5")
         peer = results[witness]["peers"][0]
         if peer["stale"] or time.time() > deadline:
             break
         time.sleep(3)
-    assert peer["public_key"] == results[victim]["public_key"] or results[victim]["public_key"] is None
+    assert (
+        peer["public_key"] == results[victim]["public_key"] or results[victim]["public_key"] is None
+    )
     assert peer["stale"] and results[witness]["stale"] == [peer["public_key"]], peer
     assert peer["latest_handshake"] <= killed + 1, (peer, killed)  # no handshake since the kill
     # the victim's interface went with its daemon

@@ -18,6 +18,7 @@ accepting built-in chains of the iptables tables iptables made), the foreign sta
 registry gone; again (changed=0); with -e kilo_remove_keys=true (the keys and their directory
 gone); again (changed=0). Tests run in file order and share the lab.
 """
+
 import os
 import re
 import shutil
@@ -37,8 +38,18 @@ LAPTOP, BYSTANDER = "azure-1", "azure-2"
 # (/var/lib/kilo), its unit and app (/etc/systemd/system, /usr/lib/kilo-mesh: the lab overlays
 # /usr/lib per host), the agent's files, the key, the CNI file, the sysctl file, wireguard-go's
 # socket and PID file, the converge lock.
-PATHS = ("/etc/kilo-mesh", "/var/lib/kilo", "/var/lib/kilo-mesh", "/usr/lib/kilo-mesh", "/etc/systemd/system",
-         "/etc/sysctl.d", "/etc/cni/net.d", "/run/kilo", "/run/wireguard", "/run/systemd/system")
+PATHS = (
+    "/etc/kilo-mesh",
+    "/var/lib/kilo",
+    "/var/lib/kilo-mesh",
+    "/usr/lib/kilo-mesh",
+    "/etc/systemd/system",
+    "/etc/sysctl.d",
+    "/etc/cni/net.d",
+    "/run/kilo",
+    "/run/wireguard",
+    "/run/systemd/system",
+)
 # Kept, as the guide says: the key unless -e kilo_remove_keys=true; /run/kilo, a directory in
 # tmpfs (gone at the next boot) where the converge lock lives, which is never removed (a lock file
 # removed while another converge waits on it would let two converges run at once).
@@ -59,12 +70,13 @@ LISTINGS = {
     "processes": "ps -e -o comm=",
     # contents by digest, but not the private key's (not even a digest of it in a log)
     "files": "find %s -xdev -printf '%%p %%y %%m\\n' 2>/dev/null | sort;"
-             " find %s -xdev -type f ! -path /var/lib/kilo/key -exec sha256sum {} + 2>/dev/null | sort -k 2"
-             % (" ".join(PATHS), " ".join(PATHS)),
+    " find %s -xdev -type f ! -path /var/lib/kilo/key -exec sha256sum {} + 2>/dev/null | sort -k 2"
+    % (" ".join(PATHS), " ".join(PATHS)),
 }
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("wireguard-go"),
-                                reason="needs root and wireguard-go")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("wireguard-go"), reason="needs root and wireguard-go"
+)
 
 
 def sh(lab, host, cmd, timeout=60):
@@ -78,9 +90,15 @@ def normal(name, text):
     if name == "nftables":
         text = re.sub(r"counter packets \d+ bytes \d+", "counter", text)
     if name == "processes":  # not sshd (Ansible's SSH masters come and go), not this listing's own
-        text = "\n".join(sorted(line for line in text.splitlines() if line not in ("ps", "sh", "sshd")))
+        text = "\n".join(
+            sorted(line for line in text.splitlines() if line not in ("ps", "sh", "sshd"))
+        )
     if name == "iptables":
-        text = "\n".join(re.sub(r"\[\d+:\d+\]", "", line) for line in text.splitlines() if not line.startswith("#"))
+        text = "\n".join(
+            re.sub(r"\[\d+:\d+\]", "", line)
+            for line in text.splitlines()
+            if not line.startswith("#")
+        )
     return text
 
 
@@ -96,9 +114,11 @@ def listings(lab, hosts):
 
 # An iptables table with built-in chains alone, empty and accepting, as iptables leaves one it made
 # (it never deletes them): documented as kept on a host where the mesh's rules were the first
-EMPTY_BUILT_IN = re.compile(r"^\s*(\*(nat|filter)|:(PREROUTING|INPUT|OUTPUT|POSTROUTING|FORWARD) ACCEPT ?|COMMIT"
-                            r"|table ip6? (nat|filter) \{|chain (PREROUTING|INPUT|OUTPUT|POSTROUTING|FORWARD) \{"
-                            r"|type (nat|filter) hook \w+ priority \w+; policy accept;|\})$")
+EMPTY_BUILT_IN = re.compile(
+    r"^\s*(\*(nat|filter)|:(PREROUTING|INPUT|OUTPUT|POSTROUTING|FORWARD) ACCEPT ?|COMMIT"
+    r"|table ip6? (nat|filter) \{|chain (PREROUTING|INPUT|OUTPUT|POSTROUTING|FORWARD) \{"
+    r"|type (nat|filter) hook \w+ priority \w+; policy accept;|\})$"
+)
 
 
 def differences(before, after, kept=(), built_in=()):
@@ -109,17 +129,28 @@ def differences(before, after, kept=(), built_in=()):
     for key in sorted(before):
         old, new = before[key].splitlines(), after[key].splitlines()
         if key[1] == "files":
-            new = [line for line in new if not any(line.split(" ")[0] == p or line.split()[-1] == p for p in kept)]
+            new = [
+                line
+                for line in new
+                if not any(line.split(" ")[0] == p or line.split()[-1] == p for p in kept)
+            ]
         if key[0] in built_in and key[1] in ("iptables", "nftables"):
-            old, new = ([line for line in lines if not EMPTY_BUILT_IN.match(line)] for lines in (old, new))
+            old, new = (
+                [line for line in lines if not EMPTY_BUILT_IN.match(line)] for lines in (old, new)
+            )
         if old != new:
-            out.append((key[0], key[1], [x for x in old if x not in new], [x for x in new if x not in old]))
+            out.append(
+                (key[0], key[1], [x for x in old if x not in new], [x for x in new if x not in old])
+            )
     return out
 
 
 def shown(found):
     """The differences as lines to read (pytest would cut the list)."""
-    return "\n".join("%s %s:\n  only before: %s\n  only after:  %s" % (h, name, old, new) for h, name, old, new in found)
+    return "\n".join(
+        "%s %s:\n  only before: %s\n  only after:  %s" % (h, name, old, new)
+        for h, name, old, new in found
+    )
 
 
 def sysctls(lab, host):
@@ -182,7 +213,12 @@ def still_foreign(lab, host):
         "from 10.97.0.0/24 lookup 200" in sh(lab, host, "ip rule").stdout,
         "tcp dport 8443 accept" in sh(lab, host, "nft list table inet foreign").stdout,
         "tcp dport 22 accept" in sh(lab, host, "nft list chain inet filter input").stdout,
-        sh(lab, host, "test -f /etc/cni/net.d/99-foreign.conflist && test -f /etc/sysctl.d/99-foreign.conf").returncode == 0,
+        sh(
+            lab,
+            host,
+            "test -f /etc/cni/net.d/99-foreign.conflist && test -f /etc/sysctl.d/99-foreign.conf",
+        ).returncode
+        == 0,
     ]
 
 
@@ -193,8 +229,14 @@ def lab():
         lab.kilo_inventory = write_inventory(lab)
         lab.iptables = [h for h in mesh_hosts(lab) if h.startswith("gcp-")]
         lab.bare = lab.iptables[1:]  # no iptables rule before the mesh's: iptables makes its tables
-        for host in lab.hosts:  # a new link's addresses (and their local routes) once duplicate detection is done
-            sh(lab, host, "for i in $(seq 50); do [ -z \"$(ip -6 addr show tentative)\" ] && exit 0; sleep 0.2; done")
+        for host in (
+            lab.hosts
+        ):  # a new link's addresses (and their local routes) once duplicate detection is done
+            sh(
+                lab,
+                host,
+                'for i in $(seq 50); do [ -z "$(ip -6 addr show tentative)" ] && exit 0; sleep 0.2; done',
+            )
         for host in lab.hosts:
             proc = sh(lab, host, FOREIGN + (FOREIGN_IPTABLES if host in lab.iptables[:1] else ""))
             assert proc.returncode == 0, (host, proc.stderr)
@@ -210,8 +252,15 @@ def run(lab, name, *extra):
     start = time.monotonic()
     out = playbook(lab.kilo_inventory, name, *extra, timeout=900)
     counts = recap(out)
-    print("%s %s: %.1f s, changed %s" % (name, " ".join(extra), time.monotonic() - start,
-                                         dict((h, c["changed"]) for h, c in sorted(counts.items()))))
+    print(
+        "%s %s: %.1f s, changed %s"
+        % (
+            name,
+            " ".join(extra),
+            time.monotonic() - start,
+            dict((h, c["changed"]) for h, c in sorted(counts.items())),
+        )
+    )
     assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), out[-6000:]
     return counts, out
 
@@ -223,12 +272,23 @@ def test_site_and_connect_put_the_mesh_on_every_host(lab):
         assert sh(lab, host, "ip link show kilo0").returncode == 0, host
     for host in mesh_hosts(lab):
         # what the listings must see go: the CNI file, the sysctl file, the key, the boot backend's files
-        ours = ("/etc/cni/net.d/10-kilo.conflist", "/etc/sysctl.d/90-kilo-mesh.conf", "/var/lib/kilo/key",
-                "/var/lib/kilo/mesh-plan.json", "/etc/systemd/system/kilo-mesh.service",
-                DEFAULT_BOOT_APP)
+        ours = (
+            "/etc/cni/net.d/10-kilo.conflist",
+            "/etc/sysctl.d/90-kilo-mesh.conf",
+            "/var/lib/kilo/key",
+            "/var/lib/kilo/mesh-plan.json",
+            "/etc/systemd/system/kilo-mesh.service",
+            DEFAULT_BOOT_APP,
+        )
         assert sh(lab, host, " && ".join("test -f %s" % p for p in ours)).returncode == 0, host
-        assert 'comment "kilo.mesh"' in sh(lab, host, "nft list chain inet filter input").stdout, host
-        firewall = "iptables-save | grep -q KILO-NAT" if host in lab.iptables else "nft list table inet kilo_mesh"
+        assert 'comment "kilo.mesh"' in sh(lab, host, "nft list chain inet filter input").stdout, (
+            host
+        )
+        firewall = (
+            "iptables-save | grep -q KILO-NAT"
+            if host in lab.iptables
+            else "nft list table inet kilo_mesh"
+        )
         assert sh(lab, host, firewall).returncode == 0, host
         assert all(still_foreign(lab, host)), (host, still_foreign(lab, host))
     assert os.path.exists(lab.registry)
@@ -260,10 +320,17 @@ def test_uninstall_leaves_every_host_as_before_but_the_key(lab):
         # next boot has the system's own); put back here as that boot would, since forwarding
         # brings routes of its own (IPv6 subnet-router anycast) into the listings
         assert sysctls(lab, host) == ["1", "1"], host
-        sh(lab, host, "sysctl -q %s" % " ".join("%s=%s" % kv for kv in zip(SYSCTLS, lab.sysctls[host])))
+        sh(
+            lab,
+            host,
+            "sysctl -q %s" % " ".join("%s=%s" % kv for kv in zip(SYSCTLS, lab.sysctls[host])),
+        )
     after = listings(lab, sorted(lab.hosts))
-    kept = [line for line in after[("aws-1", "files")].splitlines() if line.split()[0] in KEY_PATHS + RUN_PATHS
-            or line.split()[-1] in KEY_PATHS + RUN_PATHS]
+    kept = [
+        line
+        for line in after[("aws-1", "files")].splitlines()
+        if line.split()[0] in KEY_PATHS + RUN_PATHS or line.split()[-1] in KEY_PATHS + RUN_PATHS
+    ]
     print("kept on aws-1, as documented: %s" % kept)
     found = differences(lab.before, after, kept=KEY_PATHS + RUN_PATHS, built_in=lab.bare)
     assert not found, shown(found)
@@ -273,8 +340,12 @@ def test_uninstall_leaves_every_host_as_before_but_the_key(lab):
         assert all(still_foreign(lab, host)), (host, still_foreign(lab, host))
     assert not os.path.exists(lab.registry) and not os.path.exists(lab.registry + ".lock")
     assert after[(BYSTANDER, "files")] == lab.before[(BYSTANDER, "files")]
-    for host in lab.bare:  # what the exception above is about: tables iptables made, no rule in them
-        assert "*nat" in after[(host, "iptables")] and "*nat" not in lab.before[(host, "iptables")], host
+    for (
+        host
+    ) in lab.bare:  # what the exception above is about: tables iptables made, no rule in them
+        assert (
+            "*nat" in after[(host, "iptables")] and "*nat" not in lab.before[(host, "iptables")]
+        ), host
         assert "KILO" not in after[(host, "iptables")] + after[(host, "nftables")], host
 
 

@@ -7,6 +7,7 @@ installed collection beside kubernetes.core. After the upgrade run no WireGuard 
 recreated (same ifindex), every peer and route is as it was, the flows lost nothing past one
 second (the loss is printed), and a second run reports ``changed=0``.
 """
+
 import os
 import subprocess
 import tarfile
@@ -30,12 +31,15 @@ def earlier(tmp_path_factory):
     root = tmp_path_factory.mktemp("earlier")
     dest = root / "ansible_collections" / "kilo" / "mesh"
     dest.mkdir(parents=True)
-    data = subprocess.run(["git", "-C", REPO, "archive", "--format=tar", FROM], check=True,
-                          stdout=subprocess.PIPE).stdout
+    data = subprocess.run(
+        ["git", "-C", REPO, "archive", "--format=tar", FROM], check=True, stdout=subprocess.PIPE
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(str(dest), filter="data")
-    os.symlink(os.path.join(REPO, ".collections", "ansible_collections", "kubernetes"),
-               str(root / "ansible_collections" / "kubernetes"))
+    os.symlink(
+        os.path.join(REPO, ".collections", "ansible_collections", "kubernetes"),
+        str(root / "ansible_collections" / "kubernetes"),
+    )
     return str(root)
 
 
@@ -46,10 +50,27 @@ def lab():
 
 
 def earlier_site(lab, collections):
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=collections)
-    proc = subprocess.run([os.path.join(ANSIBLE_BIN, "ansible-playbook"), "-i", lab.inventory,
-                           os.path.join(collections, "ansible_collections", "kilo", "mesh", "playbooks", "site.yml")],
-                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=collections,
+    )
+    proc = subprocess.run(
+        [
+            os.path.join(ANSIBLE_BIN, "ansible-playbook"),
+            "-i",
+            lab.inventory,
+            os.path.join(
+                collections, "ansible_collections", "kilo", "mesh", "playbooks", "site.yml"
+            ),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:]
     return proc.stdout
 
@@ -71,15 +92,22 @@ def test_a_run_of_this_version_over_an_earlier_ones_mesh_drops_no_tunnel(lab, ea
     earlier_site(lab, earlier)
     before = dict((h, snapshot(lab, h)) for h in lab.hosts)
     assert all(s["ifindex"].strip() for s in before.values()), before
-    pairs = [(a, b) for a in sorted(lab.hosts) for b in sorted(lab.hosts)
-             if lab.hosts[a]["location"] != lab.hosts[b]["location"]]
-    result, out = flows.under_traffic(lab, "upgrade from %s" % FROM, lambda: site(lab.inventory), pairs,
-                                      check_bound=True)
+    pairs = [
+        (a, b)
+        for a in sorted(lab.hosts)
+        for b in sorted(lab.hosts)
+        if lab.hosts[a]["location"] != lab.hosts[b]["location"]
+    ]
+    result, out = flows.under_traffic(
+        lab, "upgrade from %s" % FROM, lambda: site(lab.inventory), pairs, check_bound=True
+    )
     counts = recap(out)
     assert all(c["failed"] == 0 for c in counts.values()), counts
     for host in lab.hosts:
         assert snapshot(lab, host) == before[host], host
-    print("upgrade from %s: echoes lost in all %d flows: %d" % (
-        FROM, len(result), sum(len(lost) for _sent, lost in result.values())))
+    print(
+        "upgrade from %s: echoes lost in all %d flows: %d"
+        % (FROM, len(result), sum(len(lost) for _sent, lost in result.values()))
+    )
     again = recap(site(lab.inventory))
     assert all(c["changed"] == 0 for c in again.values()), again

@@ -7,6 +7,7 @@ pyroute2 0.7.2) unless a test says otherwise. Underlay 10.97.0.0/24 over a bridg
 a namespace of its own; tunnel addresses 10.98.0.0/24 (set by the test: addresses belong to
 netstate, not to this backend). Nothing is created in the root namespace.
 """
+
 import json
 import os
 import re
@@ -35,7 +36,8 @@ pytestmark = [
 # Runs inside a lab host: one backend operation, JSON in on stdin, JSON out on stdout. The plan
 # goes through the module boundary's check and the settings through host_settings, as
 # kilo.mesh.converge does; a KiloError comes back as "error" (a traceback fails the test).
-HELPER = r'''
+HELPER = (
+    r"""
 import json, sys
 sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
@@ -70,7 +72,9 @@ try:
 except KiloError as e:
     out = {"error": str(e)}
 print(json.dumps(out))
-''' % COLLECTIONS
+"""
+    % COLLECTIONS
+)
 
 NAMES = ("a", "b", "c")
 UNDERLAY = {"a": "10.97.0.1", "b": "10.97.0.2", "c": "10.97.0.3"}
@@ -79,8 +83,14 @@ PORT = 51820
 
 
 def sh(*args, **kw):
-    return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, check=kw.pop("check", True), **kw)
+    return subprocess.run(
+        list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        check=kw.pop("check", True),
+        **kw,
+    )
 
 
 class Host(object):
@@ -98,9 +108,23 @@ class Host(object):
         sh("ip", "netns", "add", self.ns)
         # a mount namespace with its own /run, kept alive by `sleep`; we enter it by that PID
         self.holder = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns, "unshare", "--mount", "--propagation", "private",
-             "sh", "-c", "mount -t tmpfs tmpfs /run && exec sleep 100000"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns,
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "mount -t tmpfs tmpfs /run && exec sleep 100000",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 10
         while time.time() < deadline:
             if os.readlink("/proc/%d/exe" % self.holder.pid).endswith("sleep"):
@@ -116,9 +140,14 @@ class Host(object):
         s = {"interface": "kilo0", "key_path": self.key_path, "backend": "userspace"}
         s.update(settings)
         req = {"op": op, "settings": s, "plan": plan, "check": check, "preshared_keys": psks or {}}
-        r = subprocess.run(["nsenter", "-t", str(self.holder.pid), "-m", "-n", python, "-c", HELPER],
-                           input=json.dumps(req), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True, check=False)
+        r = subprocess.run(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "-n", python, "-c", HELPER],
+            input=json.dumps(req),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            universal_newlines=True,
+            check=False,
+        )
         # the private key must never leave the backend, not even in an error
         with open(self.key_path) as f:
             secret = f.read().strip()
@@ -205,8 +234,21 @@ class Lab(object):
             self.hosts[n] = h
             h.start()
             # veth created directly between the two namespaces: nothing in the root namespace
-            sh("ip", "link", "add", "eth0", "netns", h.ns, "type", "veth",
-               "peer", "name", "p" + n, "netns", self.bridge_ns)
+            sh(
+                "ip",
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                h.ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "p" + n,
+                "netns",
+                self.bridge_ns,
+            )
             sh("ip", "-n", self.bridge_ns, "link", "set", "p" + n, "master", "br0", "up")
             sh("ip", "-n", h.ns, "addr", "add", UNDERLAY[n] + "/24", "dev", "eth0")
             sh("ip", "-n", h.ns, "link", "set", "eth0", "up")
@@ -238,16 +280,26 @@ def hosts(lab):
 
 
 def peer(h, allowed=None, endpoint=True, keepalive=0, **extra):
-    p = {"name": h.name, "public_key": h.public_key,
-         "endpoint": "%s:%d" % (UNDERLAY[h.name], PORT) if endpoint else None,
-         "allowed_ips": allowed or [TUNNEL[h.name] + "/32"], "persistent_keepalive": keepalive}
+    p = {
+        "name": h.name,
+        "public_key": h.public_key,
+        "endpoint": "%s:%d" % (UNDERLAY[h.name], PORT) if endpoint else None,
+        "allowed_ips": allowed or [TUNNEL[h.name] + "/32"],
+        "persistent_keepalive": keepalive,
+    }
     p.update(extra)
     return p
 
 
 def plan(h, peers, leader=True):
-    return {"name": h.name, "leader": leader, "segment": "node:" + h.name, "interface": "kilo0",
-            "listen_port": PORT, "peers": peers}
+    return {
+        "name": h.name,
+        "leader": leader,
+        "segment": "node:" + h.name,
+        "interface": "kilo0",
+        "listen_port": PORT,
+        "peers": peers,
+    }
 
 
 def peer_by_key(state, key):
@@ -264,6 +316,7 @@ def ping_loss(output):
 
 
 # ---------------------------------------------------------------- tests
+
 
 def test_converge_creates_configures_and_is_idempotent(hosts):
     a, b = hosts["a"], hosts["b"]
@@ -310,7 +363,10 @@ def test_changing_one_peers_allowed_ips_leaves_the_other_alone(hosts):
     out = a.converge(plan(a, [peer(b, ["10.98.0.2/32", "10.98.2.0/24"]), peer(c)]))
     assert len(out["changes"]) == 1, out["changes"]
     assert out["changes"][0].startswith("update peer b") and "+10.98.2.0/24" in out["changes"][0]
-    assert peer_by_key(out["after"], b.public_key)["allowed_ips"] == ["10.98.0.2/32", "10.98.2.0/24"]
+    assert peer_by_key(out["after"], b.public_key)["allowed_ips"] == [
+        "10.98.0.2/32",
+        "10.98.2.0/24",
+    ]
     assert peer_by_key(out["after"], c.public_key)["allowed_ips"] == ["10.98.0.3/32"]
 
     assert a.ping(TUNNEL["c"])
@@ -342,9 +398,12 @@ def test_zero_drop_while_adding_a_peer_and_modifying_another(hosts):
     c.converge(plan(c, [peer(a)]))
     assert a.ping(TUNNEL["b"])
     # ~6 s of pings every 50 ms across the a-b tunnel while a's configuration changes
-    pinger = subprocess.Popen(["ip", "netns", "exec", a.ns, "ping", "-i", "0.05", "-c", "120", "-W", "1",
-                               TUNNEL["b"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True)
+    pinger = subprocess.Popen(
+        ["ip", "netns", "exec", a.ns, "ping", "-i", "0.05", "-c", "120", "-W", "1", TUNNEL["b"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True,
+    )
     try:
         time.sleep(1.5)
         out = a.converge(plan(a, [peer(b, ["10.98.0.2/32", "10.98.2.0/24"], keepalive=5), peer(c)]))
@@ -353,7 +412,11 @@ def test_zero_drop_while_adding_a_peer_and_modifying_another(hosts):
     finally:
         text = pinger.communicate(timeout=60)[0]
     changes = sorted(out["changes"])
-    assert len(changes) == 2 and changes[0].startswith("add peer c") and changes[1].startswith("update peer b")
+    assert (
+        len(changes) == 2
+        and changes[0].startswith("add peer c")
+        and changes[1].startswith("update peer b")
+    )
     assert len(out2["changes"]) == 1 and out2["changes"][0].startswith("update peer b")
     sent, received = ping_loss(text)
     print("zero-drop: %d sent, %d received, %d lost" % (sent, received, sent - received))
@@ -399,7 +462,10 @@ def test_dns_endpoint_is_resolved_before_comparing(hosts):
     p = plan(a, [peer(b, endpoint=False, allowed=["10.98.0.2/32"])])
     p["peers"][0]["endpoint"] = "localhost:%d" % PORT
     out = a.converge(p)
-    assert peer_by_key(out["after"], b.public_key)["endpoint"] in ("127.0.0.1:%d" % PORT, "[::1]:%d" % PORT)
+    assert peer_by_key(out["after"], b.public_key)["endpoint"] in (
+        "127.0.0.1:%d" % PORT,
+        "[::1]:%d" % PORT,
+    )
     assert a.converge(p)["changes"] == []
 
 
@@ -433,7 +499,9 @@ def test_preshared_key_is_applied_but_never_shown(hosts):
 def latest_handshake(h, key):
     """Seconds since the epoch of the latest handshake with ``key`` ("0": none), as `wg` reads it
     from the host's own /run (its mount namespace: the userspace socket is there)."""
-    out = sh("nsenter", "-t", str(h.holder.pid), "-m", "-n", "wg", "show", "kilo0", "latest-handshakes").stdout
+    out = sh(
+        "nsenter", "-t", str(h.holder.pid), "-m", "-n", "wg", "show", "kilo0", "latest-handshakes"
+    ).stdout
     return dict(line.split("\t") for line in out.splitlines() if line).get(key, "0")
 
 
@@ -449,8 +517,12 @@ def test_a_preshared_key_rotated_at_both_ends_loses_no_packet(hosts):
     assert a.ping(TUNNEL["b"])
     before = latest_handshake(a, b.public_key)
     # -q: two minutes of one line per echo would fill the pipe nobody reads until the end, and stop ping
-    pinger = subprocess.Popen(["ip", "netns", "exec", a.ns, "ping", "-q", "-i", "0.02", "-W", "5", TUNNEL["b"]],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    pinger = subprocess.Popen(
+        ["ip", "netns", "exec", a.ns, "ping", "-q", "-i", "0.02", "-W", "5", TUNNEL["b"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True,
+    )
     try:
         time.sleep(1)
         out_a = a.converge(plan(a, [peer(b)]), psks={b.public_key: new})
@@ -469,8 +541,10 @@ def test_a_preshared_key_rotated_at_both_ends_loses_no_packet(hosts):
     assert out_b["changes"] == ["update peer a (%s): preshared_key (set)" % a.public_key[:8]]
     assert rekeyed != before, "no handshake within 150 s"
     sent, received = ping_loss(text)
-    print("preshared key rotated at both ends: %d sent, %d received, %d lost; rekeyed under the new key %s s"
-          " after the first" % (sent, received, sent - received, int(rekeyed) - int(before)))
+    print(
+        "preshared key rotated at both ends: %d sent, %d received, %d lost; rekeyed under the new key %s s"
+        " after the first" % (sent, received, sent - received, int(rekeyed) - int(before))
+    )
     # ping ran from before the first update until after the rekey (stopped only then); how many it
     # sent in that time is the machine's pace (4984 in 122 s under load), so only that it kept sending
     assert sent > 1000 and sent - received <= 1, text[-2000:]  # the last echo may be on its way
@@ -485,8 +559,13 @@ def test_remove_leaves_no_interface_process_or_socket(hosts):
     assert out["removed"] is True and out["diff"][1]["present"] is False
     assert a.daemon_pids() == []
     assert "kilo0" not in a.ip("ip", "-o", "link").stdout
-    r = subprocess.run(["nsenter", "-t", str(a.holder.pid), "-m", "ls", "-A", "/run/wireguard", "/run/kilo"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    r = subprocess.run(
+        ["nsenter", "-t", str(a.holder.pid), "-m", "ls", "-A", "/run/wireguard", "/run/kilo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True,
+        check=False,
+    )
     assert ".sock" not in r.stdout and ".pid" not in r.stdout and ".log" not in r.stdout, r.stdout
     assert a.backend("remove")["removed"] is False
     assert a.backend("current")["present"] is False
@@ -507,6 +586,10 @@ def test_check_mode_diff_shows_only_what_apply_changes(hosts):
     before, after = out["diff"]
     assert sorted(p["name"] for p in after["peers"]) == ["b", "c"]
     assert peer_by_key(before, b.public_key) == peer_by_key(after, b.public_key)
-    assert peer_by_key(before, c.public_key) is None and peer_by_key(after, c.public_key)["name"] == "c"
-    assert out["changes"] == ["add peer c (%s) allowed_ips 10.98.0.3/32 endpoint 10.97.0.3:%d"
-                              % (c.public_key[:8], PORT)]
+    assert (
+        peer_by_key(before, c.public_key) is None
+        and peer_by_key(after, c.public_key)["name"] == "c"
+    )
+    assert out["changes"] == [
+        "add peer c (%s) allowed_ips 10.98.0.3/32 endpoint 10.97.0.3:%d" % (c.public_key[:8], PORT)
+    ]

@@ -4,6 +4,7 @@ Real lab hosts (network namespaces with sshd), real Ansible over SSH, real wireg
 A 20-per-second ping runs between non-leaders of two locations (so it crosses both
 leaders' WireGuard), while a host of a third location joins and site.yml runs again.
 """
+
 import os
 import re
 import signal
@@ -43,12 +44,18 @@ def test_adding_a_location_drops_no_packet(lab):
     src = "%s-2" % staying[0]
     dst = "%s-2" % staying[1]
     # Warm up: the first packets wait for handshakes through both leaders.
-    warm = lab.run(src, ["ping", "-c", "5", "-i", "0.2", "-w", "20", hosts[dst]["lan_ip"]], timeout=30)
+    warm = lab.run(
+        src, ["ping", "-c", "5", "-i", "0.2", "-w", "20", hosts[dst]["lan_ip"]], timeout=30
+    )
     assert warm.returncode == 0, warm.stdout
 
-    ping = subprocess.Popen(lab.nsenter_argv(src, ["ping", "-i", "0.05", hosts[dst]["lan_ip"]]),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    ping = subprocess.Popen(
+        lab.nsenter_argv(src, ["ping", "-i", "0.05", hosts[dst]["lan_ip"]]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         time.sleep(2)
         output = site(lab.inventory)
@@ -61,10 +68,16 @@ def test_adding_a_location_drops_no_packet(lab):
     received = set(int(s) for s in re.findall(r"icmp_seq=(\d+)", out))
     # The last two echo requests may still be in flight when ping is stopped.
     lost = sorted(set(range(1, sent - 1)) - received)
-    print("zero-drop: sent=%d lost=%d while %s joined (site.yml re-run)" % (sent, len(lost), joining))
+    print(
+        "zero-drop: sent=%d lost=%d while %s joined (site.yml re-run)" % (sent, len(lost), joining)
+    )
     assert sent > 40, out[-500:]
     assert lost == [], "lost icmp_seq %s" % lost
     # The joining location really joined: its hosts converged in the second run.
     assert recap(output)["%s-1" % joining]["changed"] > 0
-    reach = lab.run(src, ["ping", "-c", "3", "-i", "0.2", "-w", "15", hosts["%s-2" % joining]["lan_ip"]], timeout=30)
+    reach = lab.run(
+        src,
+        ["ping", "-c", "3", "-i", "0.2", "-w", "15", hosts["%s-2" % joining]["lan_ip"]],
+        timeout=30,
+    )
     assert reach.returncode == 0, reach.stdout

@@ -7,6 +7,7 @@ The API server is the test's own (not the session's `kube` fixture) because the 
 and start it. Everything is removed at the end, whatever happens; processes started in lab hosts
 die with the lab (each host's PID namespace).
 """
+
 import base64
 import contextlib
 import json
@@ -30,18 +31,26 @@ AGENT_LOG = "/run/kilo/kilo-mesh-agent.log"  # where the supervisor (no systemd 
 # Lab hosts share the machine's /usr: each keeps its own copy of the agent's zip application.
 # when site.yml last ran (tests that need the agents alone to keep the cluster current read it)
 LAST_RUN = [0.0]
-AGENT_ARGS = ("-e", "kilo_agent=true", "-e", "kilo_agent_app=/var/lib/kilo-mesh/kilo-mesh-agent.pyz")
+AGENT_ARGS = (
+    "-e",
+    "kilo_agent=true",
+    "-e",
+    "kilo_agent_app=/var/lib/kilo-mesh/kilo-mesh-agent.pyz",
+)
 
 
 def require_lab_and_kube():
     """Skip (or, with KILO_REQUIRE_KUBE=1 as in CI, fail) without root or the control plane's binaries."""
     import pytest  # pylint: disable=import-outside-toplevel
     from apiserver import binaries_missing  # pylint: disable=import-error,import-outside-toplevel
+
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (network namespaces)")
     missing = binaries_missing()
     if missing:
-        message = "no Kubernetes control plane: %s missing (run bash scripts/kube.sh)" % ", ".join(missing)
+        message = "no Kubernetes control plane: %s missing (run bash scripts/kube.sh)" % ", ".join(
+            missing
+        )
         if os.environ.get("KILO_REQUIRE_KUBE") == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -52,12 +61,21 @@ def host_kubeconfig(server, token=None):
     is its own, so no path into the controller's)."""
     with open(server.ca_cert, "rb") as f:
         ca = base64.b64encode(f.read()).decode()
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kilo",
-        "clusters": [{"name": "kilo", "cluster": {"server": server.host, "certificate-authority-data": ca}}],
-        "users": [{"name": "agent", "user": {"token": token or server.token}}],
-        "contexts": [{"name": "kilo", "context": {"cluster": "kilo", "user": "agent"}}],
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "kilo",
+            "clusters": [
+                {
+                    "name": "kilo",
+                    "cluster": {"server": server.host, "certificate-authority-data": ca},
+                }
+            ],
+            "users": [{"name": "agent", "user": {"token": token or server.token}}],
+            "contexts": [{"name": "kilo", "context": {"cluster": "kilo", "user": "agent"}}],
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -66,6 +84,7 @@ def agent_cluster(prefix, locations, hosts, peer=None, skip=(), public=1, **lab_
     (labcluster.register_nodes, dual-stack with the lab option ``ipv6``) but those in ``skip``, the
     inventory of the inventory plugin; all removed after."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
+
     lab = Lab(prefix)
     lab.down()
     lab.up(locations, hosts, public, **lab_options)
@@ -75,13 +94,23 @@ def agent_cluster(prefix, locations, hosts, peer=None, skip=(), public=1, **lab_
         server.kubectl("apply", "-f", labcluster.CRDS)
         with server.client() as api:
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-            wait_for(lambda: custom.list_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL), 60)
+            wait_for(
+                lambda: custom.list_cluster_custom_object(
+                    kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL
+                ),
+                60,
+            )
             labcluster.register_nodes(lab, core, skip=skip, ipv6=lab_options.get("ipv6", False))
             if peer:
-                custom.create_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL,
-                                                    labcluster.peer_resource(peer))
-        inventory = labcluster.write_inventory(lab, server.kubeconfig, os.path.join(tmp, "inventory"),
-                                               os.path.join(tmp, "kilo-registry.json"))
+                custom.create_cluster_custom_object(
+                    kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL, labcluster.peer_resource(peer)
+                )
+        inventory = labcluster.write_inventory(
+            lab,
+            server.kubeconfig,
+            os.path.join(tmp, "inventory"),
+            os.path.join(tmp, "kilo-registry.json"),
+        )
         yield lab, server, inventory
     finally:
         lab.down()
@@ -119,7 +148,11 @@ def wg_dump(lab, host, interface="kilo0"):
     peers = {}
     for line in out[1:]:
         f = line.split("\t")
-        peers[f[0]] = {"endpoint": f[2], "allowed_ips": sorted(f[3].split(",")), "handshake": int(f[4])}
+        peers[f[0]] = {
+            "endpoint": f[2],
+            "allowed_ips": sorted(f[3].split(",")),
+            "handshake": int(f[4]),
+        }
     return peers
 
 
@@ -134,6 +167,7 @@ def pids(lab, host, pattern="kilo-mesh-agent|module_utils[.]agent[.]main"):
 
 def node_annotations(api, name):
     from kubernetes import client  # pylint: disable=import-outside-toplevel
+
     return client.CoreV1Api(api).read_node(name).metadata.annotations or {}
 
 
@@ -148,7 +182,10 @@ PLAN_FILE = "/run/kilo/agent-plan.json"
 def install_agents(inventory, hosts, *extra):
     """playbooks/agent.yml (the role kilo.mesh.agent) on ``hosts``: installs and starts the agent."""
     import sitetools  # pylint: disable=import-error,import-outside-toplevel
-    return sitetools.playbook(inventory, "agent.yml", "--limit", ",".join(hosts), *(AGENT_ARGS + extra))
+
+    return sitetools.playbook(
+        inventory, "agent.yml", "--limit", ",".join(hosts), *(AGENT_ARGS + extra)
+    )
 
 
 def agent_pid(lab, host):
@@ -159,10 +196,12 @@ def agent_pid(lab, host):
 
 def metrics(lab, host, path="/metrics"):
     """(status, text) of the agent's HTTP listener inside the host."""
-    code = ("import urllib.request, urllib.error, sys\n"
-            "try:\n r = urllib.request.urlopen('http://127.0.0.1:1107%s', timeout=5); print(r.status); "
-            "print(r.read().decode())\n"
-            "except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n" % path)
+    code = (
+        "import urllib.request, urllib.error, sys\n"
+        "try:\n r = urllib.request.urlopen('http://127.0.0.1:1107%s', timeout=5); print(r.status); "
+        "print(r.read().decode())\n"
+        "except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n" % path
+    )
     done = lab.run(host, ["python3", "-c", code])
     lines = done.stdout.split("\n", 1)
     return int(lines[0]), lines[1] if len(lines) > 1 else ""
@@ -180,13 +219,16 @@ def metric(lab, host, name):
 def controller_plans(inventory):
     """{host: plan} as the controller's topology step computes them from the same Nodes."""
     import sitetools  # pylint: disable=import-error,import-outside-toplevel
+
     out_file = tempfile.mktemp(prefix="kilo-plans-", suffix=".json")
     book = tempfile.mktemp(prefix="kilo-plans-", suffix=".yml")
     with open(book, "w") as f:
-        f.write("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-                "    - kilo.mesh.topology: {}\n      register: t\n"
-                "    - ansible.builtin.copy: {content: '{{ t.plans | to_json }}', dest: %s, mode: '0600'}\n"
-                % out_file)
+        f.write(
+            "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+            "    - kilo.mesh.topology: {}\n      register: t\n"
+            "    - ansible.builtin.copy: {content: '{{ t.plans | to_json }}', dest: %s, mode: '0600'}\n"
+            % out_file
+        )
     try:
         out = sitetools.playbook(inventory, os.path.abspath(book))
         with open(out_file) as f:
@@ -215,8 +257,14 @@ def comparable(plan):
 
 def leaders(lab, hosts):
     """Hosts that hold a WireGuard address on kilo0 (leaders; the others have none)."""
-    return [h for h in hosts
-            if lab.run(h, ["sh", "-c", "ip -o -4 addr show dev kilo0 2>/dev/null | grep -q inet"]).returncode == 0]
+    return [
+        h
+        for h in hosts
+        if lab.run(
+            h, ["sh", "-c", "ip -o -4 addr show dev kilo0 2>/dev/null | grep -q inet"]
+        ).returncode
+        == 0
+    ]
 
 
 DARK_TABLE = "kilo_test_dark"
@@ -224,9 +272,15 @@ DARK_TABLE = "kilo_test_dark"
 
 def go_dark(lab, host):
     """Every packet in and out of the host dropped (management interface too: no API, no SSH)."""
-    lab.run(host, ["nft", "-f", "-"], check=True, input=(
-        "table inet %s {\n chain in { type filter hook input priority -300; policy drop; }\n"
-        " chain out { type filter hook output priority -300; policy drop; }\n}\n" % DARK_TABLE))
+    lab.run(
+        host,
+        ["nft", "-f", "-"],
+        check=True,
+        input=(
+            "table inet %s {\n chain in { type filter hook input priority -300; policy drop; }\n"
+            " chain out { type filter hook output priority -300; policy drop; }\n}\n" % DARK_TABLE
+        ),
+    )
 
 
 def go_light(lab, host):
@@ -235,9 +289,16 @@ def go_light(lab, host):
 
 def drop_wireguard(lab, host, port=51820):
     """The host's WireGuard packets (UDP ``port`` either way) dropped; SSH and the API still work."""
-    lab.run(host, ["nft", "-f", "-"], check=True, input=(
-        "table inet %s {\n chain in { type filter hook input priority -300; udp dport %d drop; }\n"
-        " chain out { type filter hook output priority -300; udp sport %d drop; }\n}\n" % (DARK_TABLE, port, port)))
+    lab.run(
+        host,
+        ["nft", "-f", "-"],
+        check=True,
+        input=(
+            "table inet %s {\n chain in { type filter hook input priority -300; udp dport %d drop; }\n"
+            " chain out { type filter hook output priority -300; udp sport %d drop; }\n}\n"
+            % (DARK_TABLE, port, port)
+        ),
+    )
 
 
 class PingWatch(object):
@@ -255,15 +316,29 @@ class PingWatch(object):
         for src in self.hosts:
             for dst in self.hosts:
                 if info[dst]["location"] != info[src]["location"]:
-                    argv = self.lab.nsenter_argv(src, ["ping", "-n", "-i", str(self.interval), "-W", "1",
-                                                       info[dst]["lan_ip"]])
-                    self.procs.append(((src, info[dst]["lan_ip"]), subprocess.Popen(
-                        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)))
+                    argv = self.lab.nsenter_argv(
+                        src,
+                        ["ping", "-n", "-i", str(self.interval), "-W", "1", info[dst]["lan_ip"]],
+                    )
+                    self.procs.append(
+                        (
+                            (src, info[dst]["lan_ip"]),
+                            subprocess.Popen(
+                                argv,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT,
+                                text=True,
+                                start_new_session=True,
+                            ),
+                        )
+                    )
         return self
 
     def __exit__(self, *exc):
         for key, proc in self.procs:
-            os.killpg(proc.pid, signal.SIGINT)  # nsenter forks into the PID namespace: ping is its child
+            os.killpg(
+                proc.pid, signal.SIGINT
+            )  # nsenter forks into the PID namespace: ping is its child
             self.results[key] = proc.communicate(timeout=30)[0]
 
     def lost(self):
@@ -274,7 +349,9 @@ class PingWatch(object):
                 lost[key] = "no summary: %s" % out[-200:]
                 continue
             answered = set(int(n) for n in re.findall(r"icmp_seq=(\d+) ttl=", out))
-            missing = sorted(set(range(1, int(sent.group(1)))) - answered)  # the last one may be in flight
+            missing = sorted(
+                set(range(1, int(sent.group(1)))) - answered
+            )  # the last one may be in flight
             if missing:
                 lost[key] = missing
         return lost
@@ -286,9 +363,16 @@ def all_pairs_ping(lab, hosts, timeout=1):
     failed = []
     for src in hosts:
         targets = [info[d]["lan_ip"] for d in hosts if info[d]["location"] != info[src]["location"]]
-        done = lab.run(src, ["sh", "-c", "ok=0; for ip in %s; do ping -c 1 -W %d -q $ip >/dev/null || "
-                                         "{ ok=1; echo $ip; }; done; exit $ok" % (" ".join(targets), timeout)],
-                       timeout=60)
+        done = lab.run(
+            src,
+            [
+                "sh",
+                "-c",
+                "ok=0; for ip in %s; do ping -c 1 -W %d -q $ip >/dev/null || "
+                "{ ok=1; echo $ip; }; done; exit $ok" % (" ".join(targets), timeout),
+            ],
+            timeout=60,
+        )
         if done.returncode:
             failed.append((src, done.stdout.split()))
     return not failed

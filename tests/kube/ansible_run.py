@@ -1,4 +1,5 @@
 """Run the collection's modules and playbooks through real Ansible (subprocess), as a user would."""
+
 import json
 import os
 import re
@@ -16,12 +17,23 @@ _RESULT = re.compile(r"^localhost \| (CHANGED|SUCCESS|FAILED!)(?: \| rc=\d+)? =>
 
 
 def environment(**extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"),
-               ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    for var in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_CONTEXT", "K8S_AUTH_HOST", "K8S_AUTH_API_KEY",
-                "K8S_AUTH_VERIFY_SSL", "K8S_AUTH_SSL_CA_CERT"):
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"),
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+    )
+    for var in (
+        "K8S_AUTH_KUBECONFIG",
+        "K8S_AUTH_CONTEXT",
+        "K8S_AUTH_HOST",
+        "K8S_AUTH_API_KEY",
+        "K8S_AUTH_VERIFY_SSL",
+        "K8S_AUTH_SSL_CA_CERT",
+    ):
         env.pop(var, None)
     env.update(extra)
     return env
@@ -29,18 +41,37 @@ def environment(**extra):
 
 def module(name, args, *flags, env=None):
     """`ansible localhost -m kilo.mesh.NAME -a JSON`: (status, result dict, stdout)."""
-    done = subprocess.run([os.path.join(BIN, "ansible"), "localhost", "-m", "kilo.mesh." + name,
-                           "-a", json.dumps(args), *flags], cwd=ROOT, env=env or environment(),
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [
+            os.path.join(BIN, "ansible"),
+            "localhost",
+            "-m",
+            "kilo.mesh." + name,
+            "-a",
+            json.dumps(args),
+            *flags,
+        ],
+        cwd=ROOT,
+        env=env or environment(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     match = _RESULT.search(done.stdout)
     assert match, f"no result in the output:\n{done.stdout}\n{done.stderr}"
-    return match.group(1).rstrip("!"), json.loads(done.stdout[match.end():]), done.stdout
+    return match.group(1).rstrip("!"), json.loads(done.stdout[match.end() :]), done.stdout
 
 
 def playbook(path, *args, env=None):
     """`ansible-playbook PATH ARGS`: (returncode, stdout)."""
-    done = subprocess.run([os.path.join(BIN, "ansible-playbook"), path, *args], cwd=ROOT,
-                          env=env or environment(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [os.path.join(BIN, "ansible-playbook"), path, *args],
+        cwd=ROOT,
+        env=env or environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done.returncode, done.stdout + done.stderr
 
 

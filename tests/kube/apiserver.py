@@ -5,6 +5,7 @@ The binaries come from `bash scripts/kube.sh` (.cache/kube/bin; KILO_KUBE_BIN ov
 unprivileged user) and RBAC, in a private temporary directory, and stops exactly the two
 processes it started. With KILO_TEST_KUBECONFIG set it starts nothing and describes that cluster.
 """
+
 import base64
 import datetime
 import ipaddress
@@ -50,8 +51,9 @@ def _write_pem(path, data, private=False):
 
 
 def _key_pem(key):
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def make_pki(directory, address="127.0.0.1"):
@@ -60,38 +62,71 @@ def make_pki(directory, address="127.0.0.1"):
     start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kilo-mesh test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(start).not_valid_after(end)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
     ips = sorted(set(["127.0.0.1", address]))
     san = x509.SubjectAlternativeName(
         [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-        + [x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default.svc")])
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-            .add_extension(san, critical=False)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
+        + [
+            x509.DNSName("localhost"),
+            x509.DNSName("kubernetes"),
+            x509.DNSName("kubernetes.default.svc"),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(san, critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     sa_key = ec.generate_private_key(ec.SECP256R1())
-    paths = {name: os.path.join(directory, name)
-             for name in ("ca.crt", "ca.key", "server.crt", "server.key", "sa.key", "sa.pub")}
+    paths = {
+        name: os.path.join(directory, name)
+        for name in ("ca.crt", "ca.key", "server.crt", "server.key", "sa.key", "sa.pub")
+    }
     _write_pem(paths["ca.crt"], ca.public_bytes(serialization.Encoding.PEM))
     _write_pem(paths["ca.key"], _key_pem(ca_key), private=True)  # client certificates of the tests
     _write_pem(paths["server.crt"], cert.public_bytes(serialization.Encoding.PEM))
     _write_pem(paths["server.key"], _key_pem(key), private=True)
     _write_pem(paths["sa.key"], _key_pem(sa_key), private=True)
-    _write_pem(paths["sa.pub"], sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    _write_pem(
+        paths["sa.pub"],
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
     return paths
 
 
@@ -119,9 +154,13 @@ class ApiServer:
         # 127.0.0.1, or a lab's management bridge address so that agents in lab hosts reach it
         self.bind_address = bind_address
         self._apiserver_argv = None
-        self.detached = detached  # in a session of their own: they outlive the process that started them
+        self.detached = (
+            detached  # in a session of their own: they outlive the process that started them
+        )
         self.timeout = timeout
-        self.kubeconfig = self.host = self.ca_cert = self.ca_key = self.token = self.user_token = None
+        self.kubeconfig = self.host = self.ca_cert = self.ca_key = self.token = self.user_token = (
+            None
+        )
         self.user_name = USER_NAME
         self.external = bool(os.environ.get("KILO_TEST_KUBECONFIG"))
         self.tmp = None
@@ -146,7 +185,8 @@ class ApiServer:
         missing = binaries_missing(self.bin_dir)
         if missing:
             raise FileNotFoundError(
-                f"{', '.join(missing)} missing in {self.bin_dir}: run `bash scripts/kube.sh`")
+                f"{', '.join(missing)} missing in {self.bin_dir}: run `bash scripts/kube.sh`"
+            )
         self.tmp = tempfile.mkdtemp(prefix="kilo-kube-")
         try:
             self._start_etcd()
@@ -169,8 +209,14 @@ class ApiServer:
     def _spawn(self, name, argv):
         log = os.path.join(self.tmp, f"{name}.log")
         with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, cwd=self.tmp, start_new_session=self.detached)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.tmp,
+                start_new_session=self.detached,
+            )
         self._procs.append((name, proc, log))
         return proc
 
@@ -195,14 +241,33 @@ class ApiServer:
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         peer_url = f"http://127.0.0.1:{peer}"
-        proc = self._spawn("etcd", [
-            os.path.join(self.bin_dir, "etcd"), "--name", "kilo-test",
-            "--data-dir", os.path.join(self.tmp, "etcd"),
-            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"kilo-test={peer_url}", "--initial-cluster-state", "new",
-            "--unsafe-no-fsync", "--logger", "zap", "--log-level", "warn",
-        ])
+        proc = self._spawn(
+            "etcd",
+            [
+                os.path.join(self.bin_dir, "etcd"),
+                "--name",
+                "kilo-test",
+                "--data-dir",
+                os.path.join(self.tmp, "etcd"),
+                "--listen-client-urls",
+                self.etcd_url,
+                "--advertise-client-urls",
+                self.etcd_url,
+                "--listen-peer-urls",
+                peer_url,
+                "--initial-advertise-peer-urls",
+                peer_url,
+                "--initial-cluster",
+                f"kilo-test={peer_url}",
+                "--initial-cluster-state",
+                "new",
+                "--unsafe-no-fsync",
+                "--logger",
+                "zap",
+                "--log-level",
+                "warn",
+            ],
+        )
 
         def healthy():
             try:
@@ -210,6 +275,7 @@ class ApiServer:
                     return json.load(r).get("health") == "true"
             except (OSError, ValueError):
                 return False
+
         self._wait("etcd", proc, healthy, "/health")
 
     def _start_apiserver(self):
@@ -228,10 +294,13 @@ class ApiServer:
         self._apiserver_argv = [
             os.path.join(self.bin_dir, "kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
-            f"--bind-address={self.bind_address}", f"--advertise-address={self.bind_address}",
-            f"--secure-port={port}", "--insecure-port=0",
+            f"--bind-address={self.bind_address}",
+            f"--advertise-address={self.bind_address}",
+            f"--secure-port={port}",
+            "--insecure-port=0",
             f"--cert-dir={self.tmp}",
-            f"--tls-cert-file={pki['server.crt']}", f"--tls-private-key-file={pki['server.key']}",
+            f"--tls-cert-file={pki['server.crt']}",
+            f"--tls-private-key-file={pki['server.key']}",
             f"--client-ca-file={pki['ca.crt']}",
             f"--token-auth-file={tokens}",
             "--authorization-mode=RBAC",
@@ -242,16 +311,25 @@ class ApiServer:
             # v1.20 keeps a Node's spec.podCIDRs to its first range unless dual-stack is on
             # (alpha there); the dual-stack tests need Nodes with a range of each family
             "--feature-gates=IPv6DualStack=true",
-            "--profiling=false", "--v=0",
+            "--profiling=false",
+            "--v=0",
         ]
         self._run_apiserver()
         self.kubeconfig = os.path.join(self.tmp, "kubeconfig")
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "kilo-test",
-            "clusters": [{"name": "kilo-test",
-                          "cluster": {"server": self.host, "certificate-authority": self.ca_cert}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "kilo-test",
+            "clusters": [
+                {
+                    "name": "kilo-test",
+                    "cluster": {"server": self.host, "certificate-authority": self.ca_cert},
+                }
+            ],
             "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "kilo-test", "context": {"cluster": "kilo-test", "user": "admin"}}],
+            "contexts": [
+                {"name": "kilo-test", "context": {"cluster": "kilo-test", "user": "admin"}}
+            ],
         }
         fd = os.open(self.kubeconfig, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -262,13 +340,15 @@ class ApiServer:
         context = ssl.create_default_context(cafile=self.ca_cert)
 
         def ready():
-            req = urllib.request.Request(self.host + "/readyz",
-                                         headers={"Authorization": f"Bearer {self.token}"})
+            req = urllib.request.Request(
+                self.host + "/readyz", headers={"Authorization": f"Bearer {self.token}"}
+            )
             try:
                 with urllib.request.urlopen(req, timeout=5, context=context) as r:
                     return r.status == 200
             except (OSError, urllib.error.HTTPError):
                 return False
+
         self._wait("kube-apiserver", proc, ready, "/readyz")
 
     def stop_apiserver(self):
@@ -296,6 +376,7 @@ class ApiServer:
                 if item.get("name") == name:
                     return item.get(kind) or {}
             return {}
+
         cluster = pick("cluster", context.get("cluster"))
         user = pick("user", context.get("user"))
         self.host = cluster.get("server")
@@ -313,6 +394,7 @@ class ApiServer:
     def client(self, token=None):
         """A kubernetes.client.ApiClient; token=None means the admin of the kubeconfig."""
         from kubernetes import client, config  # pylint: disable=import-outside-toplevel
+
         if token is None:
             return config.new_client_from_config(config_file=self.kubeconfig)
         conf = client.Configuration()
@@ -328,6 +410,11 @@ class ApiServer:
         exe = os.path.join(self.bin_dir, "kubectl")
         if not os.access(exe, os.X_OK):
             exe = "kubectl"
-        done = subprocess.run([exe, f"--kubeconfig={self.kubeconfig}", *args], check=check,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [exe, f"--kubeconfig={self.kubeconfig}", *args],
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return done.stdout

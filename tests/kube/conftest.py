@@ -3,6 +3,7 @@
 Without the binaries the tests skip, unless KILO_REQUIRE_KUBE=1 (CI, `make test`): then they
 fail, so a missing control plane never passes silently.
 """
+
 import os
 import sys
 
@@ -19,8 +20,10 @@ def kube():
         missing = binaries_missing()
         if missing:
             where = os.path.relpath(BIN, ROOT) if BIN.startswith(ROOT + os.sep) else BIN
-            message = (f"no Kubernetes control plane ({', '.join(missing)} missing in "
-                       f"{where}): run `bash scripts/kube.sh`")
+            message = (
+                f"no Kubernetes control plane ({', '.join(missing)} missing in "
+                f"{where}): run `bash scripts/kube.sh`"
+            )
             if os.environ.get("KILO_REQUIRE_KUBE") == "1":
                 pytest.fail(message + " (KILO_REQUIRE_KUBE=1)", pytrace=False)
             pytest.skip(message)

@@ -5,6 +5,7 @@ agent needs inside a lab host: a way to the API server (an SSH remote forward, t
 management path), a kubeconfig in the host's /etc, and background processes started and
 stopped by PID.
 """
+
 import base64
 import os
 import shlex
@@ -37,10 +38,13 @@ def binary(var, how):
 def leaders(admin, names):
     """The Nodes whose wireguard-ip annotation is set (Kilo writes "" on the others)."""
     core = client.CoreV1Api(admin)
-    return sorted(n for n in names if (core.read_node(n).metadata.annotations or {}).get(kn.WIREGUARD_IP))
+    return sorted(
+        n for n in names if (core.read_node(n).metadata.annotations or {}).get(kn.WIREGUARD_IP)
+    )
 
 
 # -- what Kilo's agent needs inside a lab host ---------------------------------------------------
+
 
 class ApiTunnels:
     """127.0.0.1:API_PORT in every lab host reaches the test API server (127.0.0.1 of the machine).
@@ -56,9 +60,25 @@ class ApiTunnels:
         port = int(self.kube.host.rsplit(":", 1)[1])
         for name in sorted(self.lab.hosts):
             self.procs[name] = subprocess.Popen(
-                ["ssh", "-F", self.lab.ssh_config, "-o", "ControlMaster=no", "-o", "ControlPath=none",
-                 "-o", "ExitOnForwardFailure=yes", "-N", "-R", "127.0.0.1:%d:127.0.0.1:%d" % (API_PORT, port), name],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                [
+                    "ssh",
+                    "-F",
+                    self.lab.ssh_config,
+                    "-o",
+                    "ControlMaster=no",
+                    "-o",
+                    "ControlPath=none",
+                    "-o",
+                    "ExitOnForwardFailure=yes",
+                    "-N",
+                    "-R",
+                    "127.0.0.1:%d:127.0.0.1:%d" % (API_PORT, port),
+                    name,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
         for name in self.procs:
             self._wait_open(name)
         return self
@@ -67,8 +87,15 @@ class ApiTunnels:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.procs[name].poll() is not None:
-                raise RuntimeError("ssh -R to %s exited: %s" % (name, self.procs[name].stderr.read()))
-            if self.lab.run(name, ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/%d" % API_PORT]).returncode == 0:
+                raise RuntimeError(
+                    "ssh -R to %s exited: %s" % (name, self.procs[name].stderr.read())
+                )
+            if (
+                self.lab.run(
+                    name, ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/%d" % API_PORT]
+                ).returncode
+                == 0
+            ):
                 return
             time.sleep(0.3)
         raise RuntimeError("no API tunnel into %s after 30 s" % name)
@@ -84,13 +111,32 @@ def install_kubeconfig(lab, host, kube):
     """The admin kubeconfig, CA inlined, at KUBECONFIG_IN_HOST of the host, server on the tunnel."""
     with open(kube.ca_cert, "rb") as f:
         ca = base64.b64encode(f.read()).decode()
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "kilo",
-              "clusters": [{"name": "kilo", "cluster": {"server": "https://127.0.0.1:%d" % API_PORT,
-                                                        "certificate-authority-data": ca}}],
-              "users": [{"name": "kilo", "user": {"token": kube.token}}],
-              "contexts": [{"name": "kilo", "context": {"cluster": "kilo", "user": "kilo"}}]}
-    done = lab.run(host, ["sh", "-c", "umask 077; mkdir -p %s && cat > %s" % (
-        os.path.dirname(KUBECONFIG_IN_HOST), KUBECONFIG_IN_HOST)], input=yaml.safe_dump(config))
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "kilo",
+        "clusters": [
+            {
+                "name": "kilo",
+                "cluster": {
+                    "server": "https://127.0.0.1:%d" % API_PORT,
+                    "certificate-authority-data": ca,
+                },
+            }
+        ],
+        "users": [{"name": "kilo", "user": {"token": kube.token}}],
+        "contexts": [{"name": "kilo", "context": {"cluster": "kilo", "user": "kilo"}}],
+    }
+    done = lab.run(
+        host,
+        [
+            "sh",
+            "-c",
+            "umask 077; mkdir -p %s && cat > %s"
+            % (os.path.dirname(KUBECONFIG_IN_HOST), KUBECONFIG_IN_HOST),
+        ],
+        input=yaml.safe_dump(config),
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -98,7 +144,10 @@ def start(lab, host, argv, log, env=None):
     """Start argv in the background inside the host (own session, output to log); its PID there."""
     exports = "".join("%s=%s " % (k, shlex.quote(v)) for k, v in (env or {}).items())
     script = "%s setsid %s > %s 2>&1 < /dev/null & echo $!" % (
-        "export " + exports + ";" if exports else "", " ".join(shlex.quote(a) for a in argv), shlex.quote(log))
+        "export " + exports + ";" if exports else "",
+        " ".join(shlex.quote(a) for a in argv),
+        shlex.quote(log),
+    )
     done = lab.run(host, ["sh", "-c", script])
     assert done.returncode == 0 and done.stdout.strip().isdigit(), (host, done.stdout, done.stderr)
     return int(done.stdout.strip())
@@ -116,16 +165,27 @@ def stop(lab, host, pid, sig=signal.SIGTERM, timeout=30):
     deadline = time.monotonic() + timeout
     while alive(lab, host, pid):
         assert time.monotonic() < deadline, "%s: pid %d still running %d s after signal %d" % (
-            host, pid, timeout, sig)
+            host,
+            pid,
+            timeout,
+            sig,
+        )
         time.sleep(0.2)
 
 
 def kg_argv(kg, name, kubeconfig=KUBECONFIG_IN_HOST, clean_up=True):
     """kg's flags as Kilo's userspace DaemonSet passes them, for this lab (no IPIP, no CNI);
     ``clean_up`` False adds ``--clean-up=false`` (what playbooks/migrate.yml asks of the DaemonSet)."""
-    return [kg, "--kubeconfig=" + kubeconfig, "--hostname=" + name,
-            "--create-interface=false", "--encapsulate=never", "--cni=false",
-            "--mesh-granularity=location", "--listen=127.0.0.1:1107"] + ([] if clean_up else ["--clean-up=false"])
+    return [
+        kg,
+        "--kubeconfig=" + kubeconfig,
+        "--hostname=" + name,
+        "--create-interface=false",
+        "--encapsulate=never",
+        "--cni=false",
+        "--mesh-granularity=location",
+        "--listen=127.0.0.1:1107",
+    ] + ([] if clean_up else ["--clean-up=false"])
 
 
 class DaemonSet(object):
@@ -139,13 +199,22 @@ class DaemonSet(object):
     as a pod that waits for its image or its turn on the node."""
 
     def __init__(self, lab, core, names, argv_of, label, log="/var/log/kg.log"):
-        self.lab, self.core, self.names, self.argv_of, self.label, self.log = lab, core, list(names), argv_of, label, log
+        self.lab, self.core, self.names, self.argv_of, self.label, self.log = (
+            lab,
+            core,
+            list(names),
+            argv_of,
+            label,
+            log,
+        )
         self.pids, self.events, self.start_delay, self._due = {}, [], 0.0, {}
         self._stop = threading.Event()
         self._thread = None
 
     def reconcile(self):
-        labels = dict((n.metadata.name, n.metadata.labels or {}) for n in self.core.list_node().items)
+        labels = dict(
+            (n.metadata.name, n.metadata.labels or {}) for n in self.core.list_node().items
+        )
         for name in self.names:
             wanted = name in labels and self.label not in labels[name]
             pid = self.pids.get(name)
@@ -190,12 +259,19 @@ def prepare_node(lab, name):
     # Kilo picks its addresses from the default route's interface and refuses to start without one;
     # the fabric has no route onward, so nothing leaves the lab.
     uplink = "eth1" if h["public_ip"] else "eth0"
-    for argv in (["ip", "route", "replace", "default", "dev", uplink],
-                 ["sysctl", "-qw", "net.ipv4.ip_forward=1"]):  # kubeadm's preflight demands forwarding
+    for argv in (
+        ["ip", "route", "replace", "default", "dev", uplink],
+        ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+    ):  # kubeadm's preflight demands forwarding
         done = lab.run(name, argv)
         assert done.returncode == 0, (name, argv, done.stderr)
-    start(lab, name, ["wireguard-go", "-f", "kilo0"], "/var/log/wireguard-go.log",
-          env={"WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD": "1"})
+    start(
+        lab,
+        name,
+        ["wireguard-go", "-f", "kilo0"],
+        "/var/log/wireguard-go.log",
+        env={"WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD": "1"},
+    )
     deadline = time.monotonic() + 15
     while lab.run(name, ["ip", "link", "show", "kilo0"]).returncode != 0:
         assert time.monotonic() < deadline, "%s: wireguard-go made no kilo0 in 15 s" % name

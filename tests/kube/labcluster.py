@@ -9,6 +9,7 @@ records their PIDs and start times in the lab's state dir, so `down` (another pr
 exactly those two. The inventory it writes (`<state>/k8s/`) is the inventory plugin's config
 plus the lab's SSH settings as group and host variables.
 """
+
 import argparse
 import contextlib
 import ipaddress
@@ -37,8 +38,13 @@ PEER_ALLOWED_IPS = ["10.5.0.1/32"]
 # What a kubelet writes on its Node (Kilo's agent fails on a Node without any annotation).
 KUBELET_ANNOTATIONS = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
 # Lab host variables that reach the host (the rest come from the Node).
-SSH_VARS = ("ansible_ssh_common_args", "ansible_user", "ansible_python_interpreter", "ansible_become",
-            "ansible_become_password")
+SSH_VARS = (
+    "ansible_ssh_common_args",
+    "ansible_user",
+    "ansible_python_interpreter",
+    "ansible_become",
+    "ansible_become_password",
+)
 
 
 def pod_cidr(h):
@@ -66,6 +72,7 @@ def register_nodes(lab, core, made=None, only=None, skip=(), ipv6=False):
     also appended to ``made`` as each is created (so a failure half-way still lets the caller
     delete what exists)."""
     from kubernetes import client  # pylint: disable=import-outside-toplevel
+
     made = [] if made is None else made
     for name, h in sorted(lab.hosts.items()):
         if (only is not None and name not in only) or name in skip:
@@ -79,18 +86,36 @@ def register_nodes(lab, core, made=None, only=None, skip=(), ipv6=False):
             labels[kn.REGION_LABEL] = "ignored-when-annotated"
         if i == 2 and k == 1:
             annotations[kn.LEADER] = "true"
-        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
-                                       spec=client.V1NodeSpec(pod_cidr=pod_cidr(h), pod_cidrs=(
-                                           [pod_cidr(h), pod_cidr6(h)] if ipv6 else None))))
+        core.create_node(
+            client.V1Node(
+                metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
+                spec=client.V1NodeSpec(
+                    pod_cidr=pod_cidr(h), pod_cidrs=([pod_cidr(h), pod_cidr6(h)] if ipv6 else None)
+                ),
+            )
+        )
         made.append(name)
-        core.patch_node_status(name, {"status": {"addresses": [{"type": "InternalIP", "address": h["mgmt_ip"]},
-                                                               {"type": "Hostname", "address": name}]}})
+        core.patch_node_status(
+            name,
+            {
+                "status": {
+                    "addresses": [
+                        {"type": "InternalIP", "address": h["mgmt_ip"]},
+                        {"type": "Hostname", "address": name},
+                    ]
+                }
+            },
+        )
     return made
 
 
 def peer_resource(name):
-    return {"apiVersion": kn.PEER_API_VERSION, "kind": "Peer", "metadata": {"name": name},
-            "spec": {"allowedIPs": PEER_ALLOWED_IPS, "publicKey": PEER_KEY, "persistentKeepalive": 0}}
+    return {
+        "apiVersion": kn.PEER_API_VERSION,
+        "kind": "Peer",
+        "metadata": {"name": name},
+        "spec": {"allowedIPs": PEER_ALLOWED_IPS, "publicKey": PEER_KEY, "persistentKeepalive": 0},
+    }
 
 
 def write_inventory(lab, kubeconfig, directory, registry):
@@ -104,11 +129,18 @@ def write_inventory(lab, kubeconfig, directory, registry):
     config = os.path.join(directory, "cluster.kubernetes.yml")
     _dump(config, {"plugin": "kilo.mesh.kubernetes", "kubeconfig": kubeconfig})
     # the client options once, in the plugin's file: it gives every host kilo_kube for the write-back
-    _dump(os.path.join(directory, "group_vars", "kilo.yml"), dict(kilo["vars"], kilo_registry=registry))
+    _dump(
+        os.path.join(directory, "group_vars", "kilo.yml"),
+        dict(kilo["vars"], kilo_registry=registry),
+    )
     for location in kilo["children"].values():
         for host, hvars in location["hosts"].items():
-            _dump(os.path.join(directory, "host_vars", host + ".yml"),
-                  dict((k, v) for k, v in hvars.items() if k in SSH_VARS or k.startswith("kilo_lab_")))
+            _dump(
+                os.path.join(directory, "host_vars", host + ".yml"),
+                dict(
+                    (k, v) for k, v in hvars.items() if k in SSH_VARS or k.startswith("kilo_lab_")
+                ),
+            )
     return config
 
 
@@ -126,6 +158,7 @@ def nodes_of(kube, admin, prefix, peer, create_peer=True, ipv6=False):
     from kubernetes import client  # pylint: disable=import-outside-toplevel
     from test_apiserver import eventually  # pylint: disable=import-error,import-outside-toplevel
     from test_inventory_plugin import delete_all  # pylint: disable=import-error,import-outside-toplevel
+
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
     group = (kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL)
     lab = Lab(prefix)
@@ -139,8 +172,15 @@ def nodes_of(kube, admin, prefix, peer, create_peer=True, ipv6=False):
         register_nodes(lab, core, made, ipv6=ipv6)
         if create_peer:
             custom.create_cluster_custom_object(*group, peer_resource(peer))
-        yield lab, write_inventory(lab, kube.kubeconfig, os.path.join(tmp, "inventory"),
-                                   os.path.join(tmp, "kilo-registry.json"))
+        yield (
+            lab,
+            write_inventory(
+                lab,
+                kube.kubeconfig,
+                os.path.join(tmp, "inventory"),
+                os.path.join(tmp, "kilo-registry.json"),
+            ),
+        )
     finally:
         lab.down()
         delete_all(core.delete_node, made)
@@ -150,12 +190,19 @@ def nodes_of(kube, admin, prefix, peer, create_peer=True, ipv6=False):
 
 # -- the control plane outliving this process -------------------------------------------------
 
+
 def start_detached(state_file):
     """Start etcd + kube-apiserver for good and record them; returns the ApiServer."""
     server = ApiServer(detached=True)
     server.start()
-    record = {"kubeconfig": server.kubeconfig, "tmp": server.tmp, "host": server.host,
-              "processes": [{"name": n, "pid": p.pid, "start": process_starttime(p.pid)} for n, p, _ in server.procs]}
+    record = {
+        "kubeconfig": server.kubeconfig,
+        "tmp": server.tmp,
+        "host": server.host,
+        "processes": [
+            {"name": n, "pid": p.pid, "start": process_starttime(p.pid)} for n, p, _ in server.procs
+        ],
+    }
     with open(state_file, "w") as f:
         json.dump(record, f, indent=1)
     return server
@@ -192,19 +239,28 @@ def up(prefix, locations, hosts):
         server.kubectl("apply", "-f", CRDS)
         with server.client() as api:
             from kubernetes import client  # pylint: disable=import-outside-toplevel
+
             register_nodes(lab, client.CoreV1Api(api))
             custom = client.CustomObjectsApi(api)
             deadline = time.monotonic() + 60
             while True:  # the CRD is served a moment after it is applied
                 try:
-                    custom.create_cluster_custom_object(kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL,
-                                                        peer_resource(prefix + "-laptop"))
+                    custom.create_cluster_custom_object(
+                        kn.PEER_GROUP,
+                        kn.PEER_VERSION,
+                        kn.PEER_PLURAL,
+                        peer_resource(prefix + "-laptop"),
+                    )
                     break
                 except client.ApiException as e:
                     if e.status != 404 or time.monotonic() > deadline:
                         raise
                     time.sleep(0.5)
-        print(write_inventory(lab, server.kubeconfig, lab.path("k8s"), lab.path("kilo-registry-k8s.json")))
+        print(
+            write_inventory(
+                lab, server.kubeconfig, lab.path("k8s"), lab.path("kilo-registry-k8s.json")
+            )
+        )
     except BaseException:
         down(prefix)
         raise

@@ -9,6 +9,7 @@ Ansible reaches every host as the non-root user sitetools.LOGIN_USER with become
 password on some hosts, with ansible_become_password on the others): site.yml and the agent's
 install run as a fleet without root SSH runs them.
 """
+
 import json
 import os
 import re
@@ -29,7 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "host"))
 import sitetools  # noqa: E402 pylint: disable=import-error,wrong-import-position
 
-PREFIX = os.environ.get("KILO_TEST_PREFIX_AGENT", "kag")  # overridable: two checkouts testing at once
+PREFIX = os.environ.get(
+    "KILO_TEST_PREFIX_AGENT", "kag"
+)  # overridable: two checkouts testing at once
 JOINER = "gcp-3"  # a lab host that becomes a Node only in test_a_node_joins
 GROUP = (kn.PEER_GROUP, kn.PEER_VERSION, kn.PEER_PLURAL)
 RESYNC = 30
@@ -40,7 +43,9 @@ KGCTL_IDLE = 300  # the issue asks for kgctl to agree 5 minutes after the last A
 def cluster():
     agentlab.require_lab_and_kube()
     # two public hosts a location: a dark leader can be replaced by one the others can reach
-    with agentlab.agent_cluster(PREFIX, 2, 3, skip=[JOINER], public=2, user=sitetools.LOGIN_USER) as made:
+    with agentlab.agent_cluster(
+        PREFIX, 2, 3, skip=[JOINER], public=2, user=sitetools.LOGIN_USER
+    ) as made:
         yield made
 
 
@@ -75,7 +80,9 @@ def test_agents_take_over_after_site_and_compute_the_plans_site_computes(cluster
     pids = dict((h, agentlab.agent_pid(lab, h)) for h in hosts)
     # a second run changes nothing and restarts no agent
     out = site(inventory, *agentlab.AGENT_ARGS)
-    assert all(c["changed"] == 0 and c["failed"] == 0 for c in sitetools.recap(out).values()), out[-4000:]
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in sitetools.recap(out).values()), out[
+        -4000:
+    ]
     assert dict((h, agentlab.agent_pid(lab, h)) for h in hosts) == pids
     assert agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 30)
     # The agent's plan is the push run's: the controller's topology step over the same Nodes.
@@ -95,10 +102,14 @@ def test_a_peer_applied_with_the_api_reaches_every_leader(cluster, api):
     custom = client.CustomObjectsApi(api)
     leaders = agentlab.leaders(lab, members(lab, api))
     custom.create_cluster_custom_object(*GROUP, labcluster.peer_resource("kag-laptop"))
-    took = agentlab.stopwatch(lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 30)
+    took = agentlab.stopwatch(
+        lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 30
+    )
     print("\nPeer applied -> on every leader: %.1f s" % took)
     custom.delete_cluster_custom_object(*GROUP, "kag-laptop")
-    took = agentlab.stopwatch(lambda: not any(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 30)
+    took = agentlab.stopwatch(
+        lambda: not any(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 30
+    )
     print("Peer deleted -> off every leader: %.1f s" % took)
 
 
@@ -120,6 +131,7 @@ def test_agents_follow_a_calico_block_that_moves(cluster, api):
     Every node's blocks are its spec.podCIDR and one extra block (removed at the end), so the later
     tests (and kgctl, which reads spec.podCIDR) see the ranges they expect."""
     from test_site_kubernetes import CALICO, IPAM_CRDS, block  # pylint: disable=import-error,import-outside-toplevel
+
     lab, server, inventory = cluster
     hosts = members(lab, api)
     server.kubectl("apply", "-f", IPAM_CRDS)
@@ -130,10 +142,14 @@ def test_agents_follow_a_calico_block_that_moves(cluster, api):
     extra = "10.60.9.0/26"
     moved = block(custom, "aws-2", extra)
     site(inventory, "-e", "kilo_pod_cidr_source=calico", *agentlab.AGENT_ARGS)
-    aws, gcp = [[h for h in agentlab.leaders(lab, hosts) if lab.hosts[h]["location"] == loc][0] for loc in ("aws", "gcp")]
+    aws, gcp = [
+        [h for h in agentlab.leaders(lab, hosts) if lab.hosts[h]["location"] == loc][0]
+        for loc in ("aws", "gcp")
+    ]
 
     def peers_with(leader):
         return [k for k, p in agentlab.wg_dump(lab, leader).items() if extra in p["allowed_ips"]]
+
     assert peers_with(gcp) and not peers_with(aws)
     agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in hosts), 30)
     custom.patch_cluster_custom_object(*CALICO, moved, {"spec": {"node": "gcp-2"}})
@@ -149,12 +165,16 @@ def test_bad_data_on_another_node_is_skipped_not_fatal(cluster, api):
     core.patch_node("aws-2", {"metadata": {"annotations": {kn.PERSISTENT_KEEPALIVE: "often"}}})
     try:
         agentlab.wait_for(lambda: "left out node aws-2" in agentlab.read_log(lab, "gcp-1"), 30)
-        line = [x for x in agentlab.read_log(lab, "gcp-1").splitlines() if "left out node aws-2" in x][-1]
+        line = [
+            x for x in agentlab.read_log(lab, "gcp-1").splitlines() if "left out node aws-2" in x
+        ][-1]
         assert kn.PERSISTENT_KEEPALIVE in line, line
         assert all(agentlab.pids(lab, h) for h in members(lab, api))  # nobody exited
     finally:
         core.patch_node("aws-2", {"metadata": {"annotations": {kn.PERSISTENT_KEEPALIVE: None}}})
-    agentlab.wait_for(lambda: "node aws-2 is back in the mesh" in agentlab.read_log(lab, "gcp-1"), 30)
+    agentlab.wait_for(
+        lambda: "node aws-2 is back in the mesh" in agentlab.read_log(lab, "gcp-1"), 30
+    )
     assert agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, members(lab, api)), 30)
 
 
@@ -171,7 +191,9 @@ def test_the_api_server_away_for_a_minute_loses_no_packet(cluster, api):
     custom = client.CustomObjectsApi(api)
     custom.create_cluster_custom_object(*GROUP, labcluster.peer_resource("kag-after"))
     leaders = agentlab.leaders(lab, hosts)
-    took = agentlab.stopwatch(lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 60)
+    took = agentlab.stopwatch(
+        lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders), 60
+    )
     print("\nAPI server back -> a new Peer on every leader: %.1f s" % took)
     custom.delete_cluster_custom_object(*GROUP, "kag-after")
 
@@ -182,8 +204,11 @@ def test_metrics_and_health(cluster, api):
     for host in hosts:
         status, text = agentlab.metrics(lab, host)
         assert status == 200, text
-        values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
-                      and "{" not in line)
+        values = dict(
+            line.rsplit(" ", 1)
+            for line in text.splitlines()
+            if line and not line.startswith("#") and "{" not in line
+        )
         assert float(values["kilo_nodes"]) == len(hosts), text
         leads = host in agentlab.leaders(lab, [host])
         assert float(values["kilo_leader"]) == (1.0 if leads else 0.0)
@@ -213,17 +238,28 @@ def test_a_rebooted_node_comes_back_before_the_api_server_does(cluster, api):
     lab, server, _inventory = cluster
     hosts = members(lab, api)
     victim = agentlab.leaders(lab, hosts)[0]
-    supervisor = lab.run(victim, ["sh", "-c", "tr '\\0' ' ' </proc/$(cat /run/kilo/kilo-mesh-agent.pid)/cmdline"]).stdout
+    supervisor = lab.run(
+        victim, ["sh", "-c", "tr '\\0' ' ' </proc/$(cat /run/kilo/kilo-mesh-agent.pid)/cmdline"]
+    ).stdout
     assert "--supervise" in supervisor, supervisor
     server.stop_apiserver()
     try:
         lab.run(victim, ["sh", "-c", "kill $(cat /run/kilo/kilo-mesh-agent.pid)"], check=True)
-        assert agentlab.wait_for(lambda: not agentlab.pids(lab, victim), 30), "the agent did not stop"
+        assert agentlab.wait_for(lambda: not agentlab.pids(lab, victim), 30), (
+            "the agent did not stop"
+        )
         sitetools.wipe(lab, victim)
         assert not agentlab.all_pairs_ping(lab, hosts), "the wiped leader's location still reached"
-        start = time.monotonic()
-        lab.run(victim, ["sh", "-c", "mkdir -p /run/kilo; cd /; setsid %s >>/run/kilo/kilo-mesh-agent.log 2>&1 "
-                                     "</dev/null & echo $! >/run/kilo/kilo-mesh-agent.pid" % supervisor], check=True)
+        lab.run(
+            victim,
+            [
+                "sh",
+                "-c",
+                "mkdir -p /run/kilo; cd /; setsid %s >>/run/kilo/kilo-mesh-agent.log 2>&1 "
+                "</dev/null & echo $! >/run/kilo/kilo-mesh-agent.pid" % supervisor,
+            ],
+            check=True,
+        )
         took = agentlab.stopwatch(lambda: agentlab.all_pairs_ping(lab, hosts), 90)
         log = agentlab.read_log(lab, victim)
         print("\nagent started on a wiped leader, API server away -> every pair: %.1f s" % took)
@@ -237,9 +273,17 @@ def test_a_node_deleted_leaves_every_plan(cluster, api):
     lab, _server, _inventory = cluster
     gone_cidr = labcluster.pod_cidr(lab.hosts[JOINER])
     client.CoreV1Api(api).delete_node(JOINER)
-    took = agentlab.stopwatch(lambda: not any(
-        gone_cidr in ips for h in members(lab, api) for p in agentlab.wg_dump(lab, h).values()
-        for ips in [p["allowed_ips"]]), 30)
+    took = agentlab.stopwatch(
+        lambda: (
+            not any(
+                gone_cidr in ips
+                for h in members(lab, api)
+                for p in agentlab.wg_dump(lab, h).values()
+                for ips in [p["allowed_ips"]]
+            )
+        ),
+        30,
+    )
     print("\nNode deleted -> out of every WireGuard config: %.1f s" % took)
 
 
@@ -296,7 +340,9 @@ def test_an_agent_rotates_its_key_by_age_and_every_peer_follows_with_no_gap(clus
     old = node_annotations_key(api, victim)
     # the agent's configuration gets kilo_key_max_age (a day); the push key step holds rotation by
     # age under --limit, so this run changes no key itself
-    out = site(inventory, *(agentlab.AGENT_ARGS + ("-e", "kilo_key_max_age=86400", "--limit", victim)))
+    out = site(
+        inventory, *(agentlab.AGENT_ARGS + ("-e", "kilo_key_max_age=86400", "--limit", victim))
+    )
     assert "kilo_key_max_age is not applied in this run" in out, out[-3000:]
     assert node_annotations_key(api, victim) == old
     agentlab.wait_for(lambda: agentlab.metrics(lab, victim, "/healthz")[0] == 200, 60)
@@ -307,17 +353,30 @@ def test_an_agent_rotates_its_key_by_age_and_every_peer_follows_with_no_gap(clus
         # the next pass (a resync at the latest) rotates: the annotation changes after the switch
         took = agentlab.stopwatch(lambda: node_annotations_key(api, victim) != old, RESYNC + 15)
         new = node_annotations_key(api, victim)
-        followed = agentlab.stopwatch(lambda: all(
-            new in agentlab.wg_dump(lab, h) and old not in agentlab.wg_dump(lab, h)
-            for h in agentlab.leaders(lab, hosts) if h != victim), 30)
+        followed = agentlab.stopwatch(
+            lambda: all(
+                new in agentlab.wg_dump(lab, h) and old not in agentlab.wg_dump(lab, h)
+                for h in agentlab.leaders(lab, hosts)
+                if h != victim
+            ),
+            30,
+        )
         time.sleep(3)
     assert lab.run(victim, ["wg", "show", "kilo0", "public-key"]).stdout.strip() == new
     lost = watch.lost()
     sent = dict((key, len(re.findall(r"icmp_seq=", out))) for key, out in watch.results.items())
-    print("\nagent rotated %s's key by age: annotation %.1f s after the backdating, every leader on the new key"
-          " %.1f s later; lost %s of %d echoes (%d flows at 50/s)"
-          % (victim, took, followed, sum(len(v) if isinstance(v, list) else 1 for v in lost.values()),
-             sum(sent.values()), len(sent)))
+    print(
+        "\nagent rotated %s's key by age: annotation %.1f s after the backdating, every leader on the new key"
+        " %.1f s later; lost %s of %d echoes (%d flows at 50/s)"
+        % (
+            victim,
+            took,
+            followed,
+            sum(len(v) if isinstance(v, list) else 1 for v in lost.values()),
+            sum(sent.values()),
+            len(sent),
+        )
+    )
     # the issue's bound: under a second (50 echoes) of loss on any tunnel; the design goal is none
     assert all(isinstance(v, list) and len(v) < 50 for v in lost.values()), lost
     assert "rotated the WireGuard key" in agentlab.read_log(lab, victim)
@@ -331,9 +390,12 @@ def test_kilos_kgctl_reads_the_cluster_long_after_the_last_run(cluster, api):
     """With agents checking in, Kilo's kgctl (which counts only Nodes seen in the last 60 s) sees
     every node at any time: showconf of every leader equals its interface. Needs $KILO_KGCTL."""
     import kubelab  # pylint: disable=import-error,import-outside-toplevel
+
     kgctl = os.environ.get("KILO_KGCTL")
     if not kgctl or not os.access(kgctl, os.X_OK):
-        pytest.skip("KILO_KGCTL is not set: build Kilo's cmd/kgctl (github.com/squat/kilo), set KILO_KGCTL")
+        pytest.skip(
+            "KILO_KGCTL is not set: build Kilo's cmd/kgctl (github.com/squat/kilo), set KILO_KGCTL"
+        )
     lab, server, _inventory = cluster
     # five minutes past the last Ansible run (kgctl counts Nodes seen in the last 60 s): only the
     # agents keep last-seen fresh
@@ -341,15 +403,24 @@ def test_kilos_kgctl_reads_the_cluster_long_after_the_last_run(cluster, api):
     idle = time.time() - agentlab.LAST_RUN[0]
     hosts = members(lab, api)
     for leader in kubelab.leaders(api, hosts):
-        done = subprocess.run([kgctl, "--kubeconfig", server.kubeconfig, "showconf", "node", leader],
-                              capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [kgctl, "--kubeconfig", server.kubeconfig, "showconf", "node", leader],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0 and "[Interface]" in done.stdout, (leader, done.stderr)
         want = dict((key, sorted(ips)) for key, ips in _showconf_peers(done.stdout).items())
         have = dict((key, p["allowed_ips"]) for key, p in agentlab.wg_dump(lab, leader).items())
         assert want == have, (leader, done.stdout, have)
-    print("\nkgctl showconf of every leader equals its interface %.0f s after the last Ansible run" % idle)
+    print(
+        "\nkgctl showconf of every leader equals its interface %.0f s after the last Ansible run"
+        % idle
+    )
 
 
 def _showconf_peers(text):
     from test_kgctl import showconf_peers  # pylint: disable=import-error,import-outside-toplevel
+
     return showconf_peers(text)

@@ -13,6 +13,7 @@ lost), the relay's rule stops counting, and after the gcp router takes a new add
 mappings) the pair falls back to the relay and goes direct again by itself (times printed);
 ``symmetric``: the pair is still relayed after 60 s and the NAT'd leaders wrote their Nodes not once.
 """
+
 import json
 import os
 import re
@@ -39,31 +40,44 @@ RATE = 0.02  # 50 echoes a second
 def cluster(request):
     agentlab.require_lab_and_kube()
     kind = request.param
-    with agentlab.agent_cluster(PREFIX, 3, 1, nat=[2, 3], nat_kind=kind) as (lab, server, inventory):
+    with agentlab.agent_cluster(PREFIX, 3, 1, nat=[2, 3], nat_kind=kind) as (
+        lab,
+        server,
+        inventory,
+    ):
         with server.client() as api:
             core = client.CoreV1Api(api)
             for name, h in lab.hosts.items():
                 if h["location"] in NATTED:
-                    core.patch_node(name, {"metadata": {"annotations": {kn.FIELDS["behind_nat"].annotation: "true"}}})
+                    core.patch_node(
+                        name,
+                        {"metadata": {"annotations": {kn.FIELDS["behind_nat"].annotation: "true"}}},
+                    )
             hosts = dict((lab.hosts[h]["location"], h) for h in lab.hosts)
             state = {"kind": kind, "hosts": hosts, "start": time.monotonic()}
             install(inventory)
             state["installed"] = time.monotonic() - state["start"]
-            agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in lab.hosts), 60)
+            agentlab.wait_for(
+                lambda: all("watching" in agentlab.read_log(lab, h) for h in lab.hosts), 60
+            )
             yield lab, api, state
 
 
 def carrier(lab, host, far):
     """The public key of the entry on ``host`` that carries ``far``'s LAN address."""
     wanted = lab.hosts[far]["lan_ip"] + "/32"
-    keys = [k for k, p in agentlab.wg_dump(lab, host).items()
-            if any(a == wanted or _contains(a, lab.hosts[far]["lan_ip"]) for a in p["allowed_ips"])]
+    keys = [
+        k
+        for k, p in agentlab.wg_dump(lab, host).items()
+        if any(a == wanted or _contains(a, lab.hosts[far]["lan_ip"]) for a in p["allowed_ips"])
+    ]
     assert len(keys) == 1, agentlab.wg_dump(lab, host)
     return keys[0]
 
 
 def _contains(cidr, ip):
     import ipaddress  # pylint: disable=import-outside-toplevel
+
     try:
         return ipaddress.ip_address(ip) in ipaddress.ip_network(cidr, strict=False)
     except ValueError:
@@ -73,8 +87,10 @@ def _contains(cidr, ip):
 def is_direct(lab, api, hosts):
     """Both NAT'd leaders carry each other's address on each other's entry."""
     a, b = hosts[NATTED[0]], hosts[NATTED[1]]
-    return (carrier(lab, a, b) == agentlab.node_annotations(api, b)[kn.KEY]
-            and carrier(lab, b, a) == agentlab.node_annotations(api, a)[kn.KEY])
+    return (
+        carrier(lab, a, b) == agentlab.node_annotations(api, b)[kn.KEY]
+        and carrier(lab, b, a) == agentlab.node_annotations(api, a)[kn.KEY]
+    )
 
 
 def is_relayed(lab, api, hosts):
@@ -104,8 +120,10 @@ def test_relayed_first(cluster):
     lab, api, state = cluster
     hosts = state["hosts"]
     took = agentlab.stopwatch(lambda: reachable(lab, hosts), 120, interval=1)
-    print("\n[%s] agents installed in %.1f s; every host reaches every other %.1f s later"
-          % (state["kind"], state["installed"], took))
+    print(
+        "\n[%s] agents installed in %.1f s; every host reaches every other %.1f s later"
+        % (state["kind"], state["installed"], took)
+    )
 
 
 def test_eim_pair_goes_direct_across_the_switch(cluster):
@@ -115,16 +133,22 @@ def test_eim_pair_goes_direct_across_the_switch(cluster):
         direct = time.monotonic() - state["start"]
         time.sleep(2)
     lost = watch.lost()
-    counts = dict(("%s->%s" % k, len(v) if isinstance(v, list) else v) for k, v in sorted(lost.items()))
-    print("\n[eim] direct %.1f s from the install's start (agents installed at %.1f s); echoes lost at 50/s across"
-          " the switch: %s" % (direct, state["installed"], counts or "none"))
+    counts = dict(
+        ("%s->%s" % k, len(v) if isinstance(v, list) else v) for k, v in sorted(lost.items())
+    )
+    print(
+        "\n[eim] direct %.1f s from the install's start (agents installed at %.1f s); echoes lost at 50/s across"
+        " the switch: %s" % (direct, state["installed"], counts or "none")
+    )
     print("path states: %s" % dict((n, path_state(api, hosts[n])) for n in NATTED))
     # the relay no longer forwards their traffic
     with agentlab.PingWatch(lab, pair, interval=RATE) as watch:
         before = relay_counter(lab, hosts[RELAY])
         time.sleep(3)
         after = relay_counter(lab, hosts[RELAY])
-    print("relay rule (packets, bytes) over 3 s of 50/s echoes both ways: %s -> %s" % (before, after))
+    print(
+        "relay rule (packets, bytes) over 3 s of 50/s echoes both ways: %s -> %s" % (before, after)
+    )
     assert after[0] == before[0], (before, after)
     assert watch.lost() == {}, watch.lost()
     assert all(isinstance(v, list) for v in lost.values()), lost
@@ -148,9 +172,13 @@ def test_eim_new_mappings_heal_by_themselves(cluster):
         direct = time.monotonic() - start
         time.sleep(2)
     lost = watch.lost()
-    counts = dict(("%s->%s" % k, len(v) if isinstance(v, list) else v) for k, v in sorted(lost.items()))
-    print("\n[eim] gcp's NAT remapped: relayed after %.1f s, every host reached %.1f s, direct again %.1f s;"
-          " held %s; echoes lost at 50/s: %s" % (relayed, answered, direct, held, counts or "none"))
+    counts = dict(
+        ("%s->%s" % k, len(v) if isinstance(v, list) else v) for k, v in sorted(lost.items())
+    )
+    print(
+        "\n[eim] gcp's NAT remapped: relayed after %.1f s, every host reached %.1f s, direct again %.1f s;"
+        " held %s; echoes lost at 50/s: %s" % (relayed, answered, direct, held, counts or "none")
+    )
     assert any(held.values()), held
     assert reachable(lab, hosts)
 
@@ -164,14 +192,25 @@ def test_symmetric_pair_stays_relayed_without_flapping(cluster):
         assert is_relayed(lab, api, hosts)
         seen.add(json.dumps(dict((n, path_state(api, hosts[n])) for n in NATTED), sort_keys=True))
         time.sleep(2)
-    written = dict((h, agentlab.read_log(lab, h).count("wrote annotations") - writes[h]) for h in pair)
-    probes = dict((h, [p["name"] for p in agentlab.agent_plan(lab, h)["peers"] if p.get("probe")]) for h in pair)
-    print("\n[symmetric] relayed for 60 s; Node writes by the NAT'd leaders: %s; path states seen: %s; probes: %s"
-          % (written, sorted(seen), probes))
-    assert len(seen) == 1 and not any(json.loads(s)[n]["direct"] for s in seen for n in NATTED), seen
+    written = dict(
+        (h, agentlab.read_log(lab, h).count("wrote annotations") - writes[h]) for h in pair
+    )
+    probes = dict(
+        (h, [p["name"] for p in agentlab.agent_plan(lab, h)["peers"] if p.get("probe")])
+        for h in pair
+    )
+    print(
+        "\n[symmetric] relayed for 60 s; Node writes by the NAT'd leaders: %s; path states seen: %s; probes: %s"
+        % (written, sorted(seen), probes)
+    )
+    assert len(seen) == 1 and not any(json.loads(s)[n]["direct"] for s in seen for n in NATTED), (
+        seen
+    )
     assert all(v == 0 for v in written.values()), written
     assert all(probes.values()), probes
     # the probes were re-armed (every 25 s) without a failure of the direct loop
-    failed = dict((h, re.findall(r"direct paths: \w+Error.*", agentlab.read_log(lab, h))) for h in pair)
+    failed = dict(
+        (h, re.findall(r"direct paths: \w+Error.*", agentlab.read_log(lab, h))) for h in pair
+    )
     assert not any(failed.values()), failed
     assert reachable(lab, hosts)

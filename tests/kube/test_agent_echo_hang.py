@@ -10,6 +10,7 @@ agent's copy within the bound: a check-in period plus main.ECHO_TIMEOUT (then th
 Without the echo check the copy stays stale (the read timeout alone would end the watch after
 330 s): the second test shows the proxy really hangs the watch.
 """
+
 import select
 import socket
 import threading
@@ -93,6 +94,7 @@ class FreezingProxy(object):
 
 class Peers(object):
     """No Peers: the Node watch is what this test is about."""
+
     synced = threading.Event()
     connected = True
 
@@ -123,8 +125,13 @@ def cluster(kube):
     direct = _api(kube)
     core = client.CoreV1Api(direct)
     for name in (SELF, OTHER):
-        core.create_node({"apiVersion": "v1", "kind": "Node",
-                          "metadata": {"name": name, "annotations": {kn.LAST_SEEN: str(int(time.time()))}}})
+        core.create_node(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "annotations": {kn.LAST_SEEN: str(int(time.time()))}},
+            }
+        )
     port = int(kube.host.rsplit(":", 1)[1])
     proxy = FreezingProxy(("127.0.0.1", port))
     try:
@@ -136,12 +143,22 @@ def cluster(kube):
 
 
 def _agent(direct, proxy, logs):
-    config = {"node": SELF, "resync_period": CHECKIN, "checkin_period": CHECKIN, "debounce": 0.05, "liveness": 0}
+    config = {
+        "node": SELF,
+        "resync_period": CHECKIN,
+        "checkin_period": CHECKIN,
+        "debounce": 0.05,
+        "liveness": 0,
+    }
     agent = agent_main.Agent(config, direct, None)
-    agent.metrics = type("Metrics", (), {"health": None, "errors": type("C", (), {"inc": lambda self: None})()})()
+    agent.metrics = type(
+        "Metrics", (), {"health": None, "errors": type("C", (), {"inc": lambda self: None})()}
+    )()
     proxied = client.CoreV1Api(_api_through(direct, proxy))
-    agent.informers = [Informer("nodes", proxied.list_node, agent.changed, logs.append, on_error=agent.api_error),
-                       Peers()]
+    agent.informers = [
+        Informer("nodes", proxied.list_node, agent.changed, logs.append, on_error=agent.api_error),
+        Peers(),
+    ]
 
     def reconcile(force=False):
         agent.write_back_checkin()
@@ -152,6 +169,7 @@ def _agent(direct, proxy, logs):
         if now >= agent.next_checkin:
             agent.check_in({kn.LAST_SEEN: str(int(now))})
             agent.next_checkin = now + CHECKIN
+
     agent.write_back_checkin = write_back_checkin
     agent.reconcile = reconcile
     return agent
@@ -189,7 +207,9 @@ def _hang_and_change(direct, core, proxy, logs, echo_check=True):
         frozen = proxy.freeze()
         assert frozen >= 1
         start = time.monotonic()
-        core.patch_node(OTHER, {"metadata": {"annotations": {"test.kilo.mesh/marker": "after-freeze"}}})
+        core.patch_node(
+            OTHER, {"metadata": {"annotations": {"test.kilo.mesh/marker": "after-freeze"}}}
+        )
         bound = CHECKIN + agent_main.ECHO_TIMEOUT
         while _marker(agent) != "after-freeze":
             if time.monotonic() - start > bound + SLACK:
@@ -205,10 +225,19 @@ def test_a_silently_dead_watch_is_reopened_within_the_bound(cluster):
     direct, core, proxy = cluster
     logs = []
     took, bound, watching = _hang_and_change(direct, core, proxy, logs)
-    print("\nsilent watch hang: copy current again after %s s (bound %.0f s = check-in %.0f s + echo %.0f s);"
-          " watches opened %d, reopened %d, lists %d" % (
-              "%.1f" % took if took is not None else "never", bound, CHECKIN, agent_main.ECHO_TIMEOUT,
-              watching.watches, watching.reopened, watching.lists))
+    print(
+        "\nsilent watch hang: copy current again after %s s (bound %.0f s = check-in %.0f s + echo %.0f s);"
+        " watches opened %d, reopened %d, lists %d"
+        % (
+            "%.1f" % took if took is not None else "never",
+            bound,
+            CHECKIN,
+            agent_main.ECHO_TIMEOUT,
+            watching.watches,
+            watching.reopened,
+            watching.lists,
+        )
+    )
     assert took is not None, "the copy stayed stale: %s" % logs[-5:]
     assert watching.reopened >= 1 and watching.watches >= 2
     assert any("never came back on the watch" in line for line in logs)
@@ -218,6 +247,8 @@ def test_without_the_echo_check_the_frozen_watch_keeps_the_copy_stale(cluster):
     direct, core, proxy = cluster
     logs = []
     took, bound, watching = _hang_and_change(direct, core, proxy, logs, echo_check=False)
-    print("\nwithout the echo check: copy current again after %s (waited %.0f s)" % (
-        "%.1f s" % took if took is not None else "never", bound + SLACK))
+    print(
+        "\nwithout the echo check: copy current again after %s (waited %.0f s)"
+        % ("%.1f s" % took if took is not None else "never", bound + SLACK)
+    )
     assert took is None and watching.reopened == 0 and watching.watches == 1

@@ -6,6 +6,7 @@ when it recovers.
 Own lab (prefix kah) for each way of judging (probes, handshake ages alone): 3 locations x 2 hosts,
 both hosts of a location public so either can lead; agents with kilo_leader_health on.
 """
+
 import os
 import sys
 import time
@@ -30,18 +31,25 @@ MODES = {
     "probes": dict(args=(), bound=150),
     # keepalive as a Kubernetes user sets it: Kilo's annotation on the Nodes, which push runs and
     # agents both read (a host variable would reach push runs only)
-    "handshake ages": dict(args=("-e", "kilo_leader_handshake_timeout=180"), bound=360,
-                           annotations={"kilo.squat.ai/persistent-keepalive": "25"}),
+    "handshake ages": dict(
+        args=("-e", "kilo_leader_handshake_timeout=180"),
+        bound=360,
+        annotations={"kilo.squat.ai/persistent-keepalive": "25"},
+    ),
 }
 
 
 # Judging by handshake ages takes 3 to 4 minutes by nature (it waits for WireGuard's own timers):
 # CI runs the probes; KILO_TEST_SLOW=1 runs both (bench/bench_failover.py measures both too).
-SLOW = pytest.mark.skipif(os.environ.get("KILO_TEST_SLOW") != "1", reason="slow: set KILO_TEST_SLOW=1")
+SLOW = pytest.mark.skipif(
+    os.environ.get("KILO_TEST_SLOW") != "1", reason="slow: set KILO_TEST_SLOW=1"
+)
 
 
-@pytest.fixture(scope="module", params=[pytest.param(m, marks=[SLOW] if m == "handshake ages" else [])
-                                        for m in sorted(MODES)])
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(m, marks=[SLOW] if m == "handshake ages" else []) for m in sorted(MODES)],
+)
 def cluster(request):
     agentlab.require_lab_and_kube()
     with agentlab.agent_cluster(PREFIX, 3, 2, public=2) as made:
@@ -53,9 +61,17 @@ def test_a_leader_that_does_not_forward_is_replaced_and_does_not_flap(cluster):
     hosts = sorted(lab.hosts)
     with server.client() as api:
         for host in hosts:
-            client.CoreV1Api(api).patch_node(host, {"metadata": {"annotations": MODES[mode].get("annotations", {})}})
-    out = sitetools.site(inventory, "-e", "kilo_task_timeout=120", "-e", "kilo_leader_health=true",
-                         *(MODES[mode]["args"] + agentlab.AGENT_ARGS))
+            client.CoreV1Api(api).patch_node(
+                host, {"metadata": {"annotations": MODES[mode].get("annotations", {})}}
+            )
+    out = sitetools.site(
+        inventory,
+        "-e",
+        "kilo_task_timeout=120",
+        "-e",
+        "kilo_leader_health=true",
+        *(MODES[mode]["args"] + agentlab.AGENT_ARGS),
+    )
     assert all(c["failed"] == 0 for c in sitetools.recap(out).values()), out[-4000:]
     agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 60)
     leaders = agentlab.leaders(lab, hosts)
@@ -64,12 +80,21 @@ def test_a_leader_that_does_not_forward_is_replaced_and_does_not_flap(cluster):
     agentlab.drop_wireguard(lab, broken)
     try:
         try:
-            took = agentlab.stopwatch(lambda: broken not in agentlab.leaders(lab, hosts) and
-                                      agentlab.all_pairs_ping(lab, hosts), MODES[mode]["bound"], interval=1)
+            took = agentlab.stopwatch(
+                lambda: (
+                    broken not in agentlab.leaders(lab, hosts)
+                    and agentlab.all_pairs_ping(lab, hosts)
+                ),
+                MODES[mode]["bound"],
+                interval=1,
+            )
         except AssertionError:
             show(lab, server, hosts)
             raise
-        print("\nleader %s not forwarding -> replaced (by %s), every pair pings: %.1f s" % (broken, mode, took))
+        print(
+            "\nleader %s not forwarding -> replaced (by %s), every pair pings: %.1f s"
+            % (broken, mode, took)
+        )
         with server.client() as api:
             said = agentlab.node_annotations(api, [h for h in leaders if h != broken][0])
         assert broken in said.get("kilo.mesh/unreachable-leaders", ""), said
@@ -89,6 +114,12 @@ def show(lab, server, hosts):
     with server.client() as api:
         for host in hosts:
             said = agentlab.node_annotations(api, host).get("kilo.mesh/unreachable-leaders")
-            print("\n== %s names %r; handshakes %s" % (host, said, dict(
-                (k[:8], p["handshake"]) for k, p in agentlab.wg_dump(lab, host).items())))
+            print(
+                "\n== %s names %r; handshakes %s"
+                % (
+                    host,
+                    said,
+                    dict((k[:8], p["handshake"]) for k, p in agentlab.wg_dump(lab, host).items()),
+                )
+            )
             print("\n".join(agentlab.read_log(lab, host).splitlines()[-12:]))

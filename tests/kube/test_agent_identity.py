@@ -1,5 +1,6 @@
 """Each agent's own identity on a real API server: it reads Nodes and Peers, patches its own Node,
 and gets 403 for any other Node; applying it again changes nothing; removing it revokes the token."""
+
 import base64
 import json
 
@@ -22,12 +23,19 @@ def ensure_node(api, name):
 
 
 def patch(api, name):
-    return client.CoreV1Api(api).patch_node(name, {"metadata": {"annotations": {"kilo.squat.ai/last-seen": "1"}}})
+    return client.CoreV1Api(api).patch_node(
+        name, {"metadata": {"annotations": {"kilo.squat.ai/last-seen": "1"}}}
+    )
 
 
 def allowed(api, verb, resource, group=""):
-    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-        resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource, group=group)))
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, group=group
+            )
+        )
+    )
     return client.AuthorizationV1Api(api).create_self_subject_access_review(review).status.allowed
 
 
@@ -55,7 +63,9 @@ def test_agent_identity_patches_only_its_own_node(kube, nodes):
     planned, uid = agent_identity.ensure(options, "agent-a", NS, check_mode=True)
     assert len(planned) == 5 and uid is None
     with pytest.raises(ApiException) as e:
-        client.CoreV1Api(admin).read_namespaced_service_account(agent_identity.account_name("agent-a"), NS)
+        client.CoreV1Api(admin).read_namespaced_service_account(
+            agent_identity.account_name("agent-a"), NS
+        )
     assert e.value.status == 404  # check mode created nothing
 
     changes, uid = agent_identity.ensure(options, "agent-a", NS)

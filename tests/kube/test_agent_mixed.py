@@ -12,6 +12,7 @@ Kilo to kilo.mesh one location at a time. Tests run in file order on one lab:
   b. a new Node on each side (kg started on aws-3; one `site.yml --limit gcp-3`): every pair of
      all six hosts pings with no other run.
 """
+
 import os
 import signal
 import sys
@@ -57,9 +58,16 @@ def api(cluster):
 
 def start_kg(lab, server, kgs, name):
     """kg on ``name`` as the DaemonSet would run it, with a kubeconfig for the bridge address."""
-    done = lab.run(name, ["sh", "-c", "umask 077; mkdir -p %s && cat > %s" % (
-        os.path.dirname(kubelab.KUBECONFIG_IN_HOST), kubelab.KUBECONFIG_IN_HOST)],
-        input=agentlab.host_kubeconfig(server))
+    done = lab.run(
+        name,
+        [
+            "sh",
+            "-c",
+            "umask 077; mkdir -p %s && cat > %s"
+            % (os.path.dirname(kubelab.KUBECONFIG_IN_HOST), kubelab.KUBECONFIG_IN_HOST),
+        ],
+        input=agentlab.host_kubeconfig(server),
+    )
     assert done.returncode == 0, done.stderr
     kubelab.prepare_node(lab, name)
     kgs[name] = kubelab.start(lab, name, kubelab.kg_argv(KG, name), "/var/log/kg.log")
@@ -71,7 +79,10 @@ def wait_or_show_kg(lab, check, timeout):
         return agentlab.wait_for(check, timeout)
     except AssertionError:
         for name in sorted(set(KG_SIDE + JOINERS) & set(lab.hosts)):
-            print("\n== kg log of %s\n%s" % (name, lab.run(name, ["tail", "-n", "30", "/var/log/kg.log"]).stdout))
+            print(
+                "\n== kg log of %s\n%s"
+                % (name, lab.run(name, ["tail", "-n", "30", "/var/log/kg.log"]).stdout)
+            )
         raise
 
 
@@ -90,7 +101,9 @@ def test_a_kg_and_our_agents_mesh_the_two_locations(cluster, api):
     for name in KG_SIDE:
         start_kg(lab, server, kgs, name)
     wait_or_show_kg(lab, lambda: checked_in(api, KG_SIDE, since), 60)
-    out = sitetools.site(inventory, "--limit", ",".join(OURS), "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
+    out = sitetools.site(
+        inventory, "--limit", ",".join(OURS), "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS
+    )
     counts = sitetools.recap(out)
     assert set(counts) == set(OURS) and all(c["failed"] == 0 for c in counts.values()), out[-4000:]
     hosts = KG_SIDE + OURS
@@ -117,7 +130,9 @@ def test_b_a_new_node_on_each_side_is_taken_in(cluster, api):
     since = int(time.time())
     labcluster.register_nodes(lab, client.CoreV1Api(api), only=list(JOINERS))
     start_kg(lab, server, kgs, "aws-3")
-    out = sitetools.site(inventory, "--limit", "gcp-3", "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
+    out = sitetools.site(
+        inventory, "--limit", "gcp-3", "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS
+    )
     assert sitetools.recap(out)["gcp-3"]["failed"] == 0, out[-4000:]
     wait_or_show_kg(lab, lambda: checked_in(api, JOINERS, since), 60)
     hosts = KG_SIDE + OURS + JOINERS

@@ -14,6 +14,7 @@ One lab for the module (prefix kan, 3 locations x 2 hosts, the third behind a NA
 own API server on the lab's bridge (the 410 test restarts it). Tests run in file order: the
 first is push mode alone, the second installs the agents the later ones use.
 """
+
 import base64
 import json
 import os
@@ -58,7 +59,10 @@ def cluster():
             # (and Kilo uses) the translated endpoint
             for name, h in lab.hosts.items():
                 if h["location"] == NATTED:
-                    core.patch_node(name, {"metadata": {"annotations": {kn.PERSISTENT_KEEPALIVE: str(KEEPALIVE)}}})
+                    core.patch_node(
+                        name,
+                        {"metadata": {"annotations": {kn.PERSISTENT_KEEPALIVE: str(KEEPALIVE)}}},
+                    )
             yield lab, server, inventory, api
 
 
@@ -92,6 +96,7 @@ def router_address(lab):
 
 # -- push mode ----------------------------------------------------------------------------------
 
+
 def test_push_rerun_with_a_natd_location_writes_learned_endpoints_and_reports_no_change(cluster):
     lab, _server, inventory, api = cluster
     out = sitetools.site(inventory, "-e", "kilo_task_timeout=120")
@@ -112,8 +117,9 @@ def test_push_rerun_with_a_natd_location_writes_learned_endpoints_and_reports_no
     time.sleep(1)  # last-seen is in seconds: the second run's is later
     out = sitetools.site(inventory)
     counts = sitetools.recap(out)
-    assert set(counts) == set(lab.hosts) and all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), \
-        (counts, out[-4000:])
+    assert set(counts) == set(lab.hosts) and all(
+        c["changed"] == 0 and c["failed"] == 0 for c in counts.values()
+    ), (counts, out[-4000:])
     # ... and yet it wrote what was observed: the learned endpoints, a fresh last-seen everywhere
     for leader in others:
         wrote = discovered(api, leader)
@@ -126,6 +132,7 @@ def test_push_rerun_with_a_natd_location_writes_learned_endpoints_and_reports_no
 
 
 # -- agents: discovered endpoints behind NAT ----------------------------------------------------
+
 
 def test_agents_keep_discovered_endpoints_current_when_the_nat_mapping_changes(cluster):
     lab, _server, inventory, api = cluster
@@ -145,32 +152,53 @@ def test_agents_keep_discovered_endpoints_current_when_the_nat_mapping_changes(c
             if not live.startswith(address + ":") or discovered(api, leader).get(key) != live:
                 return False
         return True
+
     agentlab.wait_for(lambda: current(router_address(lab)), RESYNC + 15)
     assert agentlab.all_pairs_ping(lab, hosts)
     # Kilo's agent lists only peers behind NAT (keepalive): the NAT'd leader's own peers (public,
     # no keepalive) are not there, though its WireGuard has handshakes with them
-    assert all(agentlab.wg_dump(lab, natted)[agentlab.node_annotations(api, h)[kn.KEY]]["handshake"]
-               for h in others)
+    assert all(
+        agentlab.wg_dump(lab, natted)[agentlab.node_annotations(api, h)[kn.KEY]]["handshake"]
+        for h in others
+    )
     assert discovered(api, natted) == {}
     # The router is re-addressed: masquerade drops its translations with the old address, the
     # NAT'd leader's next keepalive arrives from the new one, every other leader's WireGuard
     # roams there, and its agent writes it at its next pass (no Ansible run). The old address
     # goes first: deleting a primary address takes its secondaries along.
     ns = router_netns(lab)
-    subprocess.run(["ip", "-n", ns, "addr", "del", router_address(lab) + "/24", "dev", "wan0"], check=True)
-    subprocess.run(["ip", "-n", ns, "addr", "add", NEW_ROUTER_ADDRESS + "/24", "dev", "wan0"], check=True)
-    took = agentlab.stopwatch(lambda: current(NEW_ROUTER_ADDRESS), KEEPALIVE + 2 * RESYNC + 15, interval=1)
-    print("\nNAT router re-addressed -> discovered-endpoints of every other leader current: %.1f s" % took)
+    subprocess.run(
+        ["ip", "-n", ns, "addr", "del", router_address(lab) + "/24", "dev", "wan0"], check=True
+    )
+    subprocess.run(
+        ["ip", "-n", ns, "addr", "add", NEW_ROUTER_ADDRESS + "/24", "dev", "wan0"], check=True
+    )
+    took = agentlab.stopwatch(
+        lambda: current(NEW_ROUTER_ADDRESS), KEEPALIVE + 2 * RESYNC + 15, interval=1
+    )
+    print(
+        "\nNAT router re-addressed -> discovered-endpoints of every other leader current: %.1f s"
+        % took
+    )
     assert agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 30)
 
 
 # -- agents: a force-endpoint DNS name ----------------------------------------------------------
 
+
 def set_name(lab, address):
     """``ENDPOINT_NAME`` -> ``address`` in every lab host's own /etc/hosts."""
     for host in lab.hosts:
-        lab.run(host, ["sh", "-c", "sed -i '/ %s$/d' /etc/hosts && echo '%s %s' >> /etc/hosts"
-                       % (ENDPOINT_NAME, address, ENDPOINT_NAME)], check=True)
+        lab.run(
+            host,
+            [
+                "sh",
+                "-c",
+                "sed -i '/ %s$/d' /etc/hosts && echo '%s %s' >> /etc/hosts"
+                % (ENDPOINT_NAME, address, ENDPOINT_NAME),
+            ],
+            check=True,
+        )
 
 
 def test_a_force_endpoint_dns_name_is_resolved_again_every_resync(cluster):
@@ -187,18 +215,28 @@ def test_a_force_endpoint_dns_name_is_resolved_again_every_resync(cluster):
     hosts = sorted(lab.hosts)
 
     def followed(address):
-        return all(agentlab.wg_dump(lab, h)[key]["endpoint"] == "%s:51820" % address for h in others)
+        return all(
+            agentlab.wg_dump(lab, h)[key]["endpoint"] == "%s:51820" % address for h in others
+        )
+
     set_name(lab, first)
-    core.patch_node(named, {"metadata": {"annotations": {kn.FORCE_ENDPOINT: ENDPOINT_NAME + ":51820"}}})
+    core.patch_node(
+        named, {"metadata": {"annotations": {kn.FORCE_ENDPOINT: ENDPOINT_NAME + ":51820"}}}
+    )
     try:
-        agentlab.wait_for(lambda: ENDPOINT_NAME + ":51820" in json.dumps(agentlab.agent_plan(lab, others[0])), 30)
+        agentlab.wait_for(
+            lambda: ENDPOINT_NAME + ":51820" in json.dumps(agentlab.agent_plan(lab, others[0])), 30
+        )
         assert followed(first) and agentlab.all_pairs_ping(lab, hosts)
         # (old address first: deleting a primary address takes its secondaries along)
         lab.run(named, ["ip", "addr", "del", first + "/24", "dev", "eth1"], check=True)
         lab.run(named, ["ip", "addr", "add", SECOND_ADDRESS + "/24", "dev", "eth1"], check=True)
         set_name(lab, SECOND_ADDRESS)
         took = agentlab.stopwatch(lambda: followed(SECOND_ADDRESS), RESYNC + 15, interval=0.5)
-        print("\nforce-endpoint name moved to another address of the node -> every peer there: %.1f s" % took)
+        print(
+            "\nforce-endpoint name moved to another address of the node -> every peer there: %.1f s"
+            % took
+        )
         assert agentlab.wait_for(lambda: agentlab.all_pairs_ping(lab, hosts), 30)
         assert followed(SECOND_ADDRESS)
     finally:
@@ -211,12 +249,17 @@ def test_a_force_endpoint_dns_name_is_resolved_again_every_resync(cluster):
 
 # -- 410 Gone -------------------------------------------------------------------------------------
 
+
 def advance_etcd_revision(server):
     """One write to etcd itself (a key outside the API server's): its revision moves on while
     the API server is away, so every resourceVersion handed out before is older than what a
     restarted API server's watch cache starts from."""
-    body = json.dumps({"key": base64.b64encode(b"/kilo-test/revision").decode(),
-                       "value": base64.b64encode(str(time.time()).encode()).decode()}).encode()
+    body = json.dumps(
+        {
+            "key": base64.b64encode(b"/kilo-test/revision").decode(),
+            "value": base64.b64encode(str(time.time()).encode()).decode(),
+        }
+    ).encode()
     request = urllib.request.Request(server.etcd_url + "/v3/kv/put", data=body, method="POST")
     with urllib.request.urlopen(request, timeout=10) as r:
         return int(json.load(r)["header"]["revision"])
@@ -224,7 +267,9 @@ def advance_etcd_revision(server):
 
 def first_event(core, version):
     """The first event of a watch of Nodes from ``version``."""
-    response = core.list_node(watch=True, resource_version=version, timeout_seconds=5, _preload_content=False)
+    response = core.list_node(
+        watch=True, resource_version=version, timeout_seconds=5, _preload_content=False
+    )
     try:
         line = response.data.split(b"\n", 1)[0]
         return json.loads(line) if line.strip() else None
@@ -299,13 +344,20 @@ def test_a_watch_from_a_version_gone_410_lists_again(cluster):
                 pass
     # Every agent's two informers watched from versions the restarted server does not have:
     # each listed again (its log says so) and the agents keep following the cluster.
-    agentlab.wait_for(lambda: all(relists(lab, h)[kind] > before[h][kind] for h in hosts for kind in before[h]), 60)
-    print("\nAPI server restarted -> every agent listed again after 410: %.1f s" % (time.monotonic() - restarted))
+    agentlab.wait_for(
+        lambda: all(relists(lab, h)[kind] > before[h][kind] for h in hosts for kind in before[h]),
+        60,
+    )
+    print(
+        "\nAPI server restarted -> every agent listed again after 410: %.1f s"
+        % (time.monotonic() - restarted)
+    )
     custom = client.CustomObjectsApi(api)
     custom.create_cluster_custom_object(*GROUP, labcluster.peer_resource("kan-after"))
     try:
-        took = agentlab.stopwatch(lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h)
-                                              for h in leaders(lab)), 30)
+        took = agentlab.stopwatch(
+            lambda: all(labcluster.PEER_KEY in agentlab.wg_dump(lab, h) for h in leaders(lab)), 30
+        )
         print("after the re-list -> a new Peer on every leader: %.1f s" % took)
         # every agent healthy again: one whose watch came back after the leaders' passes is healthy
         # after its own next pass (in CI, under load, one still answered 503 when the Peer was on
@@ -314,7 +366,11 @@ def test_a_watch_from_a_version_gone_410_lists_again(cluster):
         while sick is None or (sick and time.monotonic() < deadline):
             if sick:
                 time.sleep(1)
-            sick = dict((h, r) for h, r in ((h, agentlab.metrics(lab, h, "/healthz")) for h in hosts) if r[0] != 200)
+            sick = dict(
+                (h, r)
+                for h, r in ((h, agentlab.metrics(lab, h, "/healthz")) for h in hosts)
+                if r[0] != 200
+            )
         assert not sick, sick
     finally:
         custom.delete_cluster_custom_object(*GROUP, "kan-after")

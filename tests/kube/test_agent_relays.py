@@ -13,6 +13,7 @@ for the same Nodes, reads the annotations the agents wrote and scrapes every age
 (``kilo_path`` on the NAT'd leaders, the relays' forwarded bytes); the second makes one relay dark
 while 50 echoes a second cross between the NAT'd locations (relay failover).
 """
+
 import json
 import re
 import os
@@ -38,15 +39,22 @@ NATTED = ("azure", "home")
 def pod_address(lab, host):
     """The first address of the host's Node's pod range (labcluster.pod_cidr), held on lo."""
     import labcluster  # pylint: disable=import-error,import-outside-toplevel
+
     return labcluster.pod_cidr(lab.hosts[host]).replace(".0/24", ".1")
 
 
 @pytest.fixture(scope="module")
 def cluster():
     agentlab.require_lab_and_kube()
-    with agentlab.agent_cluster(PREFIX, 4, 2, nat=[3, 4], nat_kind="symmetric") as (lab, server, inventory):
+    with agentlab.agent_cluster(PREFIX, 4, 2, nat=[3, 4], nat_kind="symmetric") as (
+        lab,
+        server,
+        inventory,
+    ):
         for host in lab.hosts:
-            lab.run(host, ["ip", "addr", "add", pod_address(lab, host) + "/32", "dev", "lo"], check=True)
+            lab.run(
+                host, ["ip", "addr", "add", pod_address(lab, host) + "/32", "dev", "lo"], check=True
+            )
         # the pod addresses sit on lo, where discovery would take them for the internal IP
         group_vars = os.path.join(os.path.dirname(inventory), "group_vars", "kilo.yml")
         with open(group_vars) as f:
@@ -58,7 +66,10 @@ def cluster():
             core = client.CoreV1Api(api)
             for name, h in lab.hosts.items():
                 if h["location"] in NATTED:
-                    core.patch_node(name, {"metadata": {"annotations": {kn.FIELDS["behind_nat"].annotation: "true"}}})
+                    core.patch_node(
+                        name,
+                        {"metadata": {"annotations": {kn.FIELDS["behind_nat"].annotation: "true"}}},
+                    )
             yield lab, server, inventory, api
 
 
@@ -66,9 +77,12 @@ def install(inventory):
     """The install step (role kilo.mesh.wireguard: packages, forwarding, the port) and the agent
     (role kilo.mesh.agent), on every host at once, and no converge: the agents build the mesh."""
     import sitetools  # pylint: disable=import-error,import-outside-toplevel
+
     book = os.path.join(os.path.dirname(inventory), "..", "agents.yml")
     with open(book, "w") as f:
-        f.write("- hosts: kilo\n  gather_facts: false\n  roles: [kilo.mesh.wireguard, kilo.mesh.agent]\n")
+        f.write(
+            "- hosts: kilo\n  gather_facts: false\n  roles: [kilo.mesh.wireguard, kilo.mesh.agent]\n"
+        )
     return sitetools.playbook(inventory, os.path.abspath(book), *agentlab.AGENT_ARGS)
 
 
@@ -84,9 +98,18 @@ def unreached(lab):
         targets = []
         for dst in sorted(lab.hosts):
             if dst != src:
-                targets += ["%s" % lab.hosts[dst]["lan_ip"], "-I %s %s" % (pod_address(lab, src), pod_address(lab, dst))]
-        script = " ".join("(ping -c 2 -i 0.3 -W 1 -q %s >/dev/null || ping -c 3 -i 0.5 -W 1 -q %s >/dev/null"
-                          " || echo %s) &" % (t, t, t.split()[-1]) for t in targets) + " wait"
+                targets += [
+                    "%s" % lab.hosts[dst]["lan_ip"],
+                    "-I %s %s" % (pod_address(lab, src), pod_address(lab, dst)),
+                ]
+        script = (
+            " ".join(
+                "(ping -c 2 -i 0.3 -W 1 -q %s >/dev/null || ping -c 3 -i 0.5 -W 1 -q %s >/dev/null"
+                " || echo %s) &" % (t, t, t.split()[-1])
+                for t in targets
+            )
+            + " wait"
+        )
         failed += [(src, a) for a in sh(lab, src, script, timeout=120).stdout.split()]
     return failed
 
@@ -98,6 +121,7 @@ def connect(lab, timeout):
     def connected():
         last[:] = unreached(lab)
         return not last
+
     try:
         return agentlab.stopwatch(connected, timeout, interval=1)
     except AssertionError:
@@ -105,15 +129,21 @@ def connect(lab, timeout):
 
 
 def leader(lab, location):
-    found = [h for h in sorted(lab.hosts) if lab.hosts[h]["location"] == location
-             and sh(lab, h, "wg show kilo0 peers 2>/dev/null").stdout.strip()]
+    found = [
+        h
+        for h in sorted(lab.hosts)
+        if lab.hosts[h]["location"] == location
+        and sh(lab, h, "wg show kilo0 peers 2>/dev/null").stdout.strip()
+    ]
     assert len(found) == 1, (location, found)
     return found[0]
 
 
 def relay_counter(lab, host):
     """(packets, bytes) of the relay rule on host (nft), None without one."""
-    for line in sh(lab, host, "nft list chain inet kilo_mesh forward 2>/dev/null").stdout.splitlines():
+    for line in sh(
+        lab, host, "nft list chain inet kilo_mesh forward 2>/dev/null"
+    ).stdout.splitlines():
         if 'iifname "kilo0" oifname "kilo0" counter' in line:
             words = line.split()
             return int(words[words.index("packets") + 1]), int(words[words.index("bytes") + 1])
@@ -128,7 +158,7 @@ def relay_metrics(lab, host):
     paths, forwarded = [], None
     for line in text.splitlines():
         if line.startswith("kilo_path{"):
-            labels, value = line[len("kilo_path{"):].rsplit("} ", 1)
+            labels, value = line[len("kilo_path{") :].rsplit("} ", 1)
             assert float(value) == 1, line
             paths.append(dict(re.findall(r'(\w+)="([^"]*)"', labels)))
         elif line.startswith('kilo_relay_forwarded_bytes_total{interface="kilo0"} '):
@@ -153,51 +183,91 @@ def test_agents_alone_connect_locations_behind_nat_through_a_relay(cluster):
     agentlab.wait_for(lambda: all("watching" in agentlab.read_log(lab, h) for h in hosts), 60)
     took = connect(lab, 180)
     matrix = time.monotonic() - start
-    print("\nagents installed (agent.yml, %d hosts) in %.1f s; every host pings every LAN and pod address %.1f s"
-          " later, %.1f s from the start" % (len(hosts), installed, took, matrix))
+    print(
+        "\nagents installed (agent.yml, %d hosts) in %.1f s; every host pings every LAN and pod address %.1f s"
+        " later, %.1f s from the start" % (len(hosts), installed, took, matrix)
+    )
     leaders = dict((loc, leader(lab, loc)) for loc in RELAYS + NATTED)
     # what the agents wrote: each relay's start, each NAT'd node's path state; never both
     for host in hosts:
         notes = agentlab.node_annotations(api, host)
         if lab.hosts[host]["location"] in NATTED:
             assert kn.RELAY not in notes, (host, notes)
-            assert json.loads(notes[kn.PATH_STATE]) == {"down": {}, "direct": {}, "held": {}}, (host, notes)
+            assert json.loads(notes[kn.PATH_STATE]) == {"down": {}, "direct": {}, "held": {}}, (
+                host,
+                notes,
+            )
         else:
             assert kn.PATH_STATE not in notes and int(notes[kn.RELAY]) > 0, (host, notes)
     # the NAT'd pair goes through one relay, which forwards it (its rule counts), and only relays have the rule
     counters = dict((h, relay_counter(lab, h)) for h in hosts)
-    assert set(h for h, c in counters.items() if c is not None) == set(leaders[loc] for loc in RELAYS), counters
+    assert set(h for h, c in counters.items() if c is not None) == set(
+        leaders[loc] for loc in RELAYS
+    ), counters
     assert sum(c[0] for c in counters.values() if c) > 0, counters
-    via = [p for p in agentlab.wg_dump(lab, leaders["azure"]).values()
-           if pod_address(lab, leaders["home"]).rsplit(".", 1)[0] + ".0/24" in p["allowed_ips"]]
+    via = [
+        p
+        for p in agentlab.wg_dump(lab, leaders["azure"]).values()
+        if pod_address(lab, leaders["home"]).rsplit(".", 1)[0] + ".0/24" in p["allowed_ips"]
+    ]
     assert len(via) == 1, agentlab.wg_dump(lab, leaders["azure"])
-    print("relay rule counters (packets, bytes): %s" % dict((h, c) for h, c in counters.items() if c))
+    print(
+        "relay rule counters (packets, bytes): %s" % dict((h, c) for h, c in counters.items() if c)
+    )
     # what the agents' /metrics say of it (the push textfile's two metrics)
     relay = relay_of_pair(lab, api)[0]
     exported = dict((h, relay_metrics(lab, h)) for h in hosts)
-    print("agents' kilo_path and kilo_relay_forwarded_bytes_total: %s"
-          % dict((h, m) for h, m in exported.items() if m["path"] or m["forwarded"] is not None))
+    print(
+        "agents' kilo_path and kilo_relay_forwarded_bytes_total: %s"
+        % dict((h, m) for h, m in exported.items() if m["path"] or m["forwarded"] is not None)
+    )
     for loc, far in (("azure", "home"), ("home", "azure")):
         # through the relay: relayed, or probing while the agent's plan has a probe entry trying the
         # direct path (behind these symmetric NATs it stays, never getting through)
-        probing = any(p.get("probe") and p["name"] == "location:" + far
-                      for p in agentlab.agent_plan(lab, leaders[loc])["peers"])
+        probing = any(
+            p.get("probe") and p["name"] == "location:" + far
+            for p in agentlab.agent_plan(lab, leaders[loc])["peers"]
+        )
         assert exported[leaders[loc]]["path"] == [
-            {"segment": "location:" + far, "path": "probing" if probing else "relayed",
-             "via": "location:" + lab.hosts[relay]["location"]}], exported[leaders[loc]]
-    assert not any(m["path"] for h, m in exported.items() if lab.hosts[h]["location"] not in NATTED), exported
-    assert set(h for h, m in exported.items() if m["forwarded"] is not None) == set(leaders[loc] for loc in RELAYS)
-    assert exported[relay]["forwarded"] >= counters[relay][1] > 0, (exported[relay], counters[relay])
+            {
+                "segment": "location:" + far,
+                "path": "probing" if probing else "relayed",
+                "via": "location:" + lab.hosts[relay]["location"],
+            }
+        ], exported[leaders[loc]]
+    assert not any(
+        m["path"] for h, m in exported.items() if lab.hosts[h]["location"] not in NATTED
+    ), exported
+    assert set(h for h, m in exported.items() if m["forwarded"] is not None) == set(
+        leaders[loc] for loc in RELAYS
+    )
+    assert exported[relay]["forwarded"] >= counters[relay][1] > 0, (
+        exported[relay],
+        counters[relay],
+    )
+
     # The agents' plans are the controller's for the same Nodes (but the probes, which need a time)
     def same():
         plans = agentlab.controller_plans(inventory)
-        differ = [h for h in hosts if without_probes(agentlab.agent_plan(lab, h)) != without_probes(plans[h])]
+        differ = [
+            h
+            for h in hosts
+            if without_probes(agentlab.agent_plan(lab, h)) != without_probes(plans[h])
+        ]
         return not differ or (print("plans differ on %s" % differ) and False)
+
     agentlab.wait_for(same, 60, interval=2)
-    probes = dict((h, sorted(p["name"] for p in agentlab.agent_plan(lab, h)["peers"] if p.get("probe")))
-                  for h in hosts)
-    assert set(h for h, names in probes.items() if names) <= set(leaders[loc] for loc in NATTED), probes
-    print("probe entries (direct attempts, no allowed IPs): %s" % dict((h, n) for h, n in probes.items() if n))
+    probes = dict(
+        (h, sorted(p["name"] for p in agentlab.agent_plan(lab, h)["peers"] if p.get("probe")))
+        for h in hosts
+    )
+    assert set(h for h, names in probes.items() if names) <= set(leaders[loc] for loc in NATTED), (
+        probes
+    )
+    print(
+        "probe entries (direct attempts, no allowed IPs): %s"
+        % dict((h, n) for h, n in probes.items() if n)
+    )
 
 
 def relay_of_pair(lab, api):
@@ -206,7 +276,9 @@ def relay_of_pair(lab, api):
     wanted = pod_address(lab, home).rsplit(".", 1)[0] + ".0/24"
     keys = [k for k, p in agentlab.wg_dump(lab, azure).items() if wanted in p["allowed_ips"]]
     assert len(keys) == 1, agentlab.wg_dump(lab, azure)
-    hosts = [h for h in sorted(lab.hosts) if agentlab.node_annotations(api, h).get(kn.KEY) == keys[0]]
+    hosts = [
+        h for h in sorted(lab.hosts) if agentlab.node_annotations(api, h).get(kn.KEY) == keys[0]
+    ]
     return hosts[0], keys[0]
 
 
@@ -223,10 +295,17 @@ def test_a_relay_whose_agent_restarts_keeps_its_pairs(cluster):
         time.sleep(1)
         lab.run(relay, ["kill", "-KILL", str(before)], check=True)
         took = agentlab.stopwatch(lambda: agentlab.agent_pid(lab, relay) not in (None, before), 30)
-        agentlab.wait_for(lambda: "watching" in agentlab.read_log(lab, relay).rsplit("restored the last plan", 1)[-1],
-                          30)
+        agentlab.wait_for(
+            lambda: (
+                "watching" in agentlab.read_log(lab, relay).rsplit("restored the last plan", 1)[-1]
+            ),
+            30,
+        )
         time.sleep(8)  # past the 5 s a new start would take to count
-    print("\nrelay %s's agent SIGKILLed -> running again: %.1f s; lost: %s" % (relay, took, watch.lost() or "none"))
+    print(
+        "\nrelay %s's agent SIGKILLed -> running again: %.1f s; lost: %s"
+        % (relay, took, watch.lost() or "none")
+    )
     assert "already in place" in agentlab.read_log(lab, relay)
     assert agentlab.node_annotations(api, relay)[kn.RELAY] == since
     assert relay_of_pair(lab, api)[1] == key
@@ -259,19 +338,33 @@ def test_a_dark_relay_is_replaced_within_seconds(cluster):
     lost = watch.lost()
     said = json.loads(agentlab.node_annotations(api, azure)[kn.PATH_STATE])["down"]
     assert list(said) == ["location:" + lab.hosts[relay]["location"]], said
-    print("\n%s's path state: down %s; its Node written %d times in the %.0f s the relay was dark"
-          % (azure, said, agentlab.read_log(lab, azure).count("wrote annotations") - writes, dark))
-    counts = dict(("%s->%s" % k, len(v) if isinstance(v, list) else v) for k, v in sorted(lost.items()))
-    print("\nrelay %s dark: the NAT'd pair on the other relay %.1f s later; echoes lost per flow (50/s): %s"
-          % (relay, moved, counts or "none"))
+    print(
+        "\n%s's path state: down %s; its Node written %d times in the %.0f s the relay was dark"
+        % (azure, said, agentlab.read_log(lab, azure).count("wrote annotations") - writes, dark)
+    )
+    counts = dict(
+        ("%s->%s" % k, len(v) if isinstance(v, list) else v) for k, v in sorted(lost.items())
+    )
+    print(
+        "\nrelay %s dark: the NAT'd pair on the other relay %.1f s later; echoes lost per flow (50/s): %s"
+        % (relay, moved, counts or "none")
+    )
     worst = max([len(v) for v in lost.values() if isinstance(v, list)] or [0])
     print("NAT'd pair: at most %d echoes lost (%.1f s without an answer)" % (worst, worst * 0.02))
     # only flows between the NAT'd locations lose echoes, and they recovered before the end
-    involved = dict((k, v) for k, v in lost.items() if not (k[0] in [h for h in watched if lab.hosts[h]["location"]
-                                                                      in NATTED] and k[1] in natted))
+    involved = dict(
+        (k, v)
+        for k, v in lost.items()
+        if not (
+            k[0] in [h for h in watched if lab.hosts[h]["location"] in NATTED] and k[1] in natted
+        )
+    )
     assert involved == {}, involved
     assert all(isinstance(v, list) for v in lost.values()), lost
-    sent = dict((k, int(re.search(r"(\d+) packets transmitted", out).group(1))) for k, out in watch.results.items())
+    sent = dict(
+        (k, int(re.search(r"(\d+) packets transmitted", out).group(1)))
+        for k, out in watch.results.items()
+    )
     assert all(max(v) < sent[k] - 5 / 0.02 for k, v in lost.items()), (lost, sent)
     # the relay back: every pair again (its agent relays again from its watch's reconnect)
     took = connect(lab, 150)

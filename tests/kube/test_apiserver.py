@@ -4,6 +4,7 @@ Nodes with Kilo's annotations, the three patch kinds, selectors, the Peer CRD of
 manifests/crds.yaml and its validation, authentication and the RBAC of manifests/rbac.yaml.
 Every test removes what it creates.
 """
+
 import base64
 import os
 import secrets
@@ -50,12 +51,17 @@ def eventually(check, timeout=15.0):
 def node(name, pod_cidr, labels=None, annotations=None):
     return client.V1Node(
         metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
-        spec=client.V1NodeSpec(pod_cidr=pod_cidr))
+        spec=client.V1NodeSpec(pod_cidr=pod_cidr),
+    )
 
 
 def peer(name, **spec):
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Peer",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Peer",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +78,7 @@ def nodes(admin):
     def create(*args, **kwargs):
         made.append(core.create_node(node(*args, **kwargs)).metadata.name)
         return made[-1]
+
     yield create
     for name in made:
         try:
@@ -97,9 +104,11 @@ def peer_crd(kube, admin):
 
     def established():
         crd = ext.read_custom_resource_definition(name)
-        assert any(c.type == "Established" and c.status == "True"
-                   for c in crd.status.conditions or [])
+        assert any(
+            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+        )
         client.CustomObjectsApi(admin).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+
     eventually(established)
     yield name
     if not existed:
@@ -114,6 +123,7 @@ def peers(admin, peer_crd):
         obj = (api or custom).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
         made.append(obj["metadata"]["name"])
         return obj
+
     yield create
     for name in made:
         try:
@@ -126,8 +136,12 @@ def peers(admin, peer_crd):
 def test_node_annotations_patches_and_selectors(admin, nodes):
     core = client.CoreV1Api(admin)
     run = unique("run")
-    a = nodes(unique("kilo-a"), "10.244.1.0/24", labels={"kilo-test": run},
-              annotations={KEY + "location": "aws", KEY + "leader": "true"})
+    a = nodes(
+        unique("kilo-a"),
+        "10.244.1.0/24",
+        labels={"kilo-test": run},
+        annotations={KEY + "location": "aws", KEY + "leader": "true"},
+    )
     b = nodes(unique("kilo-b"), "10.244.2.0/24", labels={"kilo-test": "other-" + run})
     got = core.read_node(a)
     assert got.spec.pod_cidr == "10.244.1.0/24"
@@ -135,25 +149,48 @@ def test_node_annotations_patches_and_selectors(admin, nodes):
     version = got.metadata.resource_version
 
     # strategic merge: add the key and the endpoint, drop the leader annotation with null
-    core.patch_node(a, {"metadata": {"annotations": {
-        KEY + "key": PUBLIC_KEY, KEY + "endpoint": "192.0.2.1:51820", KEY + "leader": None}}},
-        _content_type=STRATEGIC)
+    core.patch_node(
+        a,
+        {
+            "metadata": {
+                "annotations": {
+                    KEY + "key": PUBLIC_KEY,
+                    KEY + "endpoint": "192.0.2.1:51820",
+                    KEY + "leader": None,
+                }
+            }
+        },
+        _content_type=STRATEGIC,
+    )
     got = core.read_node(a).metadata
-    assert got.annotations == {KEY + "location": "aws", KEY + "key": PUBLIC_KEY,
-                               KEY + "endpoint": "192.0.2.1:51820"}
+    assert got.annotations == {
+        KEY + "location": "aws",
+        KEY + "key": PUBLIC_KEY,
+        KEY + "endpoint": "192.0.2.1:51820",
+    }
     assert int(got.resource_version) > int(version)
 
     # JSON merge patch: the same with null for removal
-    core.patch_node(a, {"metadata": {"annotations": {KEY + "endpoint": None,
-                                                     KEY + "last-seen": "1700000000"}}},
-                    _content_type=MERGE)
+    core.patch_node(
+        a,
+        {"metadata": {"annotations": {KEY + "endpoint": None, KEY + "last-seen": "1700000000"}}},
+        _content_type=MERGE,
+    )
     assert core.read_node(a).metadata.annotations == {
-        KEY + "location": "aws", KEY + "key": PUBLIC_KEY, KEY + "last-seen": "1700000000"}
+        KEY + "location": "aws",
+        KEY + "key": PUBLIC_KEY,
+        KEY + "last-seen": "1700000000",
+    }
 
     # JSON patch ("~1" escapes the slash) with a test that fails: 422, nothing changes
-    status = status_of(core.patch_node, a, [
-        {"op": "test", "path": "/metadata/annotations/kilo.squat.ai~1location", "value": "gcp"},
-        {"op": "remove", "path": "/metadata/annotations/kilo.squat.ai~1key"}])
+    status = status_of(
+        core.patch_node,
+        a,
+        [
+            {"op": "test", "path": "/metadata/annotations/kilo.squat.ai~1location", "value": "gcp"},
+            {"op": "remove", "path": "/metadata/annotations/kilo.squat.ai~1key"},
+        ],
+    )
     assert status == 422
     assert KEY + "key" in core.read_node(a).metadata.annotations
 
@@ -167,17 +204,28 @@ def test_node_annotations_patches_and_selectors(admin, nodes):
 
 
 def test_peer_crd_accepts_good_peers(admin, peers):
-    good = peer(unique("laptop"), allowedIPs=["10.5.0.1/32", "fd00:5::1/128"], publicKey=PUBLIC_KEY,
-                presharedKey=PRESHARED, persistentKeepalive=25,
-                endpoint={"dnsOrIP": {"ip": "192.0.2.7"}, "port": 51820})
+    good = peer(
+        unique("laptop"),
+        allowedIPs=["10.5.0.1/32", "fd00:5::1/128"],
+        publicKey=PUBLIC_KEY,
+        presharedKey=PRESHARED,
+        persistentKeepalive=25,
+        endpoint={"dnsOrIP": {"ip": "192.0.2.7"}, "port": 51820},
+    )
     good["spec"]["notAField"] = "pruned"
     made = peers(good)
     assert made["spec"]["endpoint"] == {"dnsOrIP": {"ip": "192.0.2.7"}, "port": 51820}
     assert "notAField" not in made["spec"]  # a structural schema prunes unknown fields
     minimal = peers(peer(unique("phone"), allowedIPs=["10.5.0.2/32"], publicKey=PUBLIC_KEY))
     assert minimal["spec"] == {"allowedIPs": ["10.5.0.2/32"], "publicKey": PUBLIC_KEY}
-    named = peers(peer(unique("office"), allowedIPs=[], publicKey=PUBLIC_KEY,
-                       endpoint={"dnsOrIP": {"dns": "vpn.example.com"}, "port": 1}))
+    named = peers(
+        peer(
+            unique("office"),
+            allowedIPs=[],
+            publicKey=PUBLIC_KEY,
+            endpoint={"dnsOrIP": {"dns": "vpn.example.com"}, "port": 1},
+        )
+    )
     assert named["spec"]["endpoint"]["dnsOrIP"] == {"dns": "vpn.example.com"}
     listed = client.CustomObjectsApi(admin).list_cluster_custom_object(GROUP, VERSION, PLURAL)
     names = {p["metadata"]["name"] for p in listed["items"]}
@@ -191,26 +239,54 @@ BAD_SPECS = {
     "allowedIP not a CIDR": {"allowedIPs": ["10.5.0.300/32"], "publicKey": PUBLIC_KEY},
     "allowedIP without a prefix": {"allowedIPs": ["10.5.0.1"], "publicKey": PUBLIC_KEY},
     "public key not base64": {"allowedIPs": ["10.5.0.1/32"], "publicKey": "not a key"},
-    "public key of 31 bytes": {"allowedIPs": ["10.5.0.1/32"],
-                               "publicKey": base64.b64encode(bytes(range(31))).decode()},
-    "public key of 33 bytes": {"allowedIPs": ["10.5.0.1/32"],
-                               "publicKey": base64.b64encode(bytes(range(33))).decode()},
-    "preshared key wrong": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-                            "presharedKey": "short"},
-    "negative keepalive": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-                           "persistentKeepalive": -1},
-    "port 70000": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-                   "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}, "port": 70000}},
-    "port 0": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-               "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}, "port": 0}},
-    "endpoint without port": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-                              "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}}},
-    "endpoint without host": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-                              "endpoint": {"dnsOrIP": {}, "port": 51820}},
-    "endpoint IP invalid": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-                            "endpoint": {"dnsOrIP": {"ip": "192.0.2.999"}, "port": 51820}},
-    "endpoint DNS invalid": {"allowedIPs": ["10.5.0.1/32"], "publicKey": PUBLIC_KEY,
-                             "endpoint": {"dnsOrIP": {"dns": "Bad_Name.example"}, "port": 51820}},
+    "public key of 31 bytes": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": base64.b64encode(bytes(range(31))).decode(),
+    },
+    "public key of 33 bytes": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": base64.b64encode(bytes(range(33))).decode(),
+    },
+    "preshared key wrong": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "presharedKey": "short",
+    },
+    "negative keepalive": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "persistentKeepalive": -1,
+    },
+    "port 70000": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}, "port": 70000},
+    },
+    "port 0": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}, "port": 0},
+    },
+    "endpoint without port": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}},
+    },
+    "endpoint without host": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "endpoint": {"dnsOrIP": {}, "port": 51820},
+    },
+    "endpoint IP invalid": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "endpoint": {"dnsOrIP": {"ip": "192.0.2.999"}, "port": 51820},
+    },
+    "endpoint DNS invalid": {
+        "allowedIPs": ["10.5.0.1/32"],
+        "publicKey": PUBLIC_KEY,
+        "endpoint": {"dnsOrIP": {"dns": "Bad_Name.example"}, "port": 51820},
+    },
 }
 
 
@@ -237,33 +313,56 @@ def test_rbac_manifest_grants_what_kilo_mesh_needs(kube, admin, nodes, peers):
     with kube.client(token=kube.user_token) as user_api:
         core = client.CoreV1Api(user_api)
         assert status_of(core.list_node) == 403
-        assert status_of(core.patch_node, name, {"metadata": {"annotations": {KEY + "x": "1"}}},
-                         _content_type=MERGE) == 403
+        assert (
+            status_of(
+                core.patch_node,
+                name,
+                {"metadata": {"annotations": {KEY + "x": "1"}}},
+                _content_type=MERGE,
+            )
+            == 403
+        )
 
         kube.kubectl("apply", "-f", os.path.join(MANIFESTS, "rbac.yaml"))
         binding = client.V1ClusterRoleBinding(
             metadata=client.V1ObjectMeta(name=unique("kilo-test-user")),
-            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
-                                      name="kilo-mesh"),
-            subjects=[client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User",
-                                           name=kube.user_name)])
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="kilo-mesh"
+            ),
+            subjects=[
+                client.RbacV1Subject(
+                    api_group="rbac.authorization.k8s.io", kind="User", name=kube.user_name
+                )
+            ],
+        )
         rbac.create_cluster_role_binding(binding)
         try:
             listed = eventually(core.list_node)
             assert name in {n.metadata.name for n in listed.items}
-            core.patch_node(name, {"metadata": {"annotations": {KEY + "key": PUBLIC_KEY}}},
-                            _content_type=STRATEGIC)
+            core.patch_node(
+                name,
+                {"metadata": {"annotations": {KEY + "key": PUBLIC_KEY}}},
+                _content_type=STRATEGIC,
+            )
             assert client.CoreV1Api(admin).read_node(name).metadata.annotations == {
-                KEY + "key": PUBLIC_KEY}
-            made = peers(peer(unique("rbac-peer"), allowedIPs=["10.5.0.9/32"],
-                              publicKey=PUBLIC_KEY), api=client.CustomObjectsApi(user_api))
+                KEY + "key": PUBLIC_KEY
+            }
+            made = peers(
+                peer(unique("rbac-peer"), allowedIPs=["10.5.0.9/32"], publicKey=PUBLIC_KEY),
+                api=client.CustomObjectsApi(user_api),
+            )
             assert made["spec"]["allowedIPs"] == ["10.5.0.9/32"]
             # the manifest's own subject, the ServiceAccount, has the same rights
             review = client.AuthorizationV1Api(admin).create_subject_access_review(
-                client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-                    user="system:serviceaccount:kube-system:kilo-mesh",
-                    resource_attributes=client.V1ResourceAttributes(verb="patch",
-                                                                    resource="nodes"))))
+                client.V1SubjectAccessReview(
+                    spec=client.V1SubjectAccessReviewSpec(
+                        user="system:serviceaccount:kube-system:kilo-mesh",
+                        resource_attributes=client.V1ResourceAttributes(
+                            verb="patch", resource="nodes"
+                        ),
+                    )
+                )
+            )
             assert review.status.allowed
             # and no more than that
             assert status_of(core.delete_node, name) == 403

@@ -2,6 +2,7 @@
 nothing, the first run installs the Peer CRD (Established) and the RBAC objects by server-side apply,
 a second run changes nothing; an object changed behind its back is reported by --check and put back
 by the next run."""
+
 import json
 import os
 
@@ -45,7 +46,10 @@ def cluster_role(admin):
 
 def applied_by_us(obj):
     """Whether the field manager kilo-mesh owns fields of ``obj`` by server-side apply."""
-    return any(m.manager == "kilo-mesh" and m.operation == "Apply" for m in obj.metadata.managed_fields or [])
+    return any(
+        m.manager == "kilo-mesh" and m.operation == "Apply"
+        for m in obj.metadata.managed_fields or []
+    )
 
 
 def run(kube, *args, env=None):
@@ -61,8 +65,9 @@ def run(kube, *args, env=None):
 def test_install_twice(kube, admin, had):
     had_crd, had_rbac = had
     if not had_crd:
-        status, result, _ = module("peer", {"name": "before-install", "state": "absent",
-                                            "kubeconfig": kube.kubeconfig})
+        status, result, _ = module(
+            "peer", {"name": "before-install", "state": "absent", "kubeconfig": kube.kubeconfig}
+        )
         assert status == "FAILED"
         assert "Peer CRD is not installed" in result["msg"]
         assert "playbooks/kubernetes.yml" in result["msg"]
@@ -109,8 +114,9 @@ def test_drift_is_reported_in_check_mode_and_repaired(kube, admin, had):
     changed, out = run(kube)
     assert changed == 1, out
     got = admin.sanitize_for_serialization(cluster_role(admin).rules)
-    assert [{k: sorted(v) for k, v in r.items()} for r in got] == \
-        [{k: sorted(v) for k, v in r.items()} for r in rules]
+    assert [{k: sorted(v) for k, v in r.items()} for r in got] == [
+        {k: sorted(v) for k, v in r.items()} for r in rules
+    ]
 
     changed, out = run(kube)
     assert changed == 0, out

@@ -1,5 +1,6 @@
 """kube_client against the real API server, with both clients this project meets: the
 controller's (PyPI's kubernetes) and the hosts' (Debian's python3-kubernetes 22, for the agent)."""
+
 import json
 import os
 import subprocess
@@ -39,10 +40,17 @@ def pythons():
 def test_merge_patch_node_with_either_client(kube, admin, python):  # noqa: F811
     core = client.CoreV1Api(admin)
     name = "kc-%d" % len(python)
-    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, annotations={"keep": "x"})))
+    core.create_node(
+        client.V1Node(metadata=client.V1ObjectMeta(name=name, annotations={"keep": "x"}))
+    )
     try:
-        code = PATCH % dict(collections=os.path.join(ROOT, ".collections"), host=kube.host, ca=kube.ca_cert,
-                            token=kube.token, node=name)
+        code = PATCH % dict(
+            collections=os.path.join(ROOT, ".collections"),
+            host=kube.host,
+            ca=kube.ca_cert,
+            token=kube.token,
+            node=name,
+        )
         done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         first, second = json.loads(done.stdout)

@@ -14,12 +14,14 @@ an SSH remote forward. Tests run in file order on one lab:
 
 What Kilo leaves behind at each stop is printed (pytest -s) and the parts that matter asserted.
 """
+
 import os
 import signal
 import time
 
 import pytest
 from kubernetes import client
+
 # tests/kube is on sys.path (conftest.py).
 from test_apiserver import GROUP, PLURAL, VERSION, admin, eventually  # noqa: F401 pylint: disable=import-error,unused-import
 from test_site_kubernetes import annotations, pings, sitetools, wg_peers  # pylint: disable=import-error
@@ -66,7 +68,9 @@ def cluster(kube, admin):
 
 def start_agents(cluster, phase):
     for name in sorted(cluster.lab.hosts):
-        cluster.agents[name] = kubelab.start(cluster.lab, name, kubelab.kg_argv(KG, name), "/var/log/kg-%s.log" % phase)
+        cluster.agents[name] = kubelab.start(
+            cluster.lab, name, kubelab.kg_argv(KG, name), "/var/log/kg-%s.log" % phase
+        )
 
 
 def stop_agents(cluster, sig):
@@ -82,20 +86,30 @@ def kilo_key(lab, name):
 
 def kilo_routes(lab, name):
     """Routes Kilo's agent made (it tags them `proto static`; ours carry protocol 107)."""
-    return lab.run(name, ["ip", "-4", "route", "show", "table", "all", "proto", "static"]).stdout.strip()
+    return lab.run(
+        name, ["ip", "-4", "route", "show", "table", "all", "proto", "static"]
+    ).stdout.strip()
 
 
 def kilo_chains(lab, name):
-    return [line for line in lab.run(name, ["iptables-save"]).stdout.splitlines() if line.startswith(":KILO")]
+    return [
+        line
+        for line in lab.run(name, ["iptables-save"]).stdout.splitlines()
+        if line.startswith(":KILO")
+    ]
 
 
 def leftovers(lab, name):
     """What a stopped agent left on the host, for the record: routes, rules, iptables, kilo0."""
+
     def sh(cmd):
         return lab.run(name, ["sh", "-c", cmd]).stdout.strip()
+
     return {
-        "routes": sh("ip -4 route show table all | grep -v -e 'proto kernel' -e '^local ' -e '^broadcast '"
-                     " -e '^default '"),
+        "routes": sh(
+            "ip -4 route show table all | grep -v -e 'proto kernel' -e '^local ' -e '^broadcast '"
+            " -e '^default '"
+        ),
         "rules": sh("ip -4 rule show"),
         "iptables": sh("iptables-save | grep -e KILO -e '^\\*'"),
         "kilo0": sh("ip -br addr show dev kilo0; wg show kilo0 allowed-ips"),
@@ -130,11 +144,14 @@ def pings_after(cluster, what, timeout=60):
 
 
 def converge(cluster, *extra, expect_rc=0):
-    out = sitetools.site(cluster.inventory, "-e", "kilo_task_timeout=120", *extra, expect_rc=expect_rc)
+    out = sitetools.site(
+        cluster.inventory, "-e", "kilo_task_timeout=120", *extra, expect_rc=expect_rc
+    )
     return out, sitetools.recap(out)
 
 
 # -- the tests ---------------------------------------------------------------------------------
+
 
 def test_a_kilos_agents_alone_mesh_the_locations(cluster, admin):
     since = int(time.time())
@@ -146,7 +163,9 @@ def test_a_kilos_agents_alone_mesh_the_locations(cluster, admin):
         assert ":KILO-NAT - [0:0]" in kilo_chains(cluster.lab, name), name
         cluster.kilo_keys[name] = kilo_key(cluster.lab, name)
     # public hosts lead; an agent that started before the others saw itself leading for a while
-    eventually(lambda: _assert_equal(kubelab.leaders(admin, cluster.lab.hosts), ["aws-1", "gcp-1"]), 90)
+    eventually(
+        lambda: _assert_equal(kubelab.leaders(admin, cluster.lab.hosts), ["aws-1", "gcp-1"]), 90
+    )
     record(cluster, "under Kilo's agents")
 
 
@@ -157,13 +176,18 @@ def test_b_site_yml_takes_over_from_stopped_agents_with_the_same_keys(cluster, a
         assert not kilo_routes(cluster.lab, name) and not kilo_chains(cluster.lab, name), name
         assert kn.KEY not in annotations(admin, name), name  # Kilo's CleanUp drops its annotations
     _, counts = converge(cluster)
-    assert set(counts) == set(cluster.lab.hosts) and all(c["failed"] == 0 for c in counts.values()), counts
+    assert set(counts) == set(cluster.lab.hosts) and all(
+        c["failed"] == 0 for c in counts.values()
+    ), counts
     for name in cluster.lab.hosts:
         key = cluster.lab.run(name, ["wg", "show", "kilo0", "public-key"]).stdout.strip()
         assert key == annotations(admin, name)[kn.KEY] == cluster.kilo_keys[name], name
     for name in ("aws-2", "gcp-2"):  # whatever a non-leader's kilo0 held at the stop is gone
         assert wg_peers(cluster.lab, name) == {}, (name, wg_peers(cluster.lab, name))
-        assert "inet " not in cluster.lab.run(name, ["ip", "-4", "addr", "show", "dev", "kilo0"]).stdout, name
+        assert (
+            "inet "
+            not in cluster.lab.run(name, ["ip", "-4", "addr", "show", "dev", "kilo0"]).stdout
+        ), name
     pings_after(cluster, "site.yml took over")
     _, counts = converge(cluster)
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
@@ -179,14 +203,31 @@ def test_c_kilo_again_reads_our_annotations_and_is_in_charge(cluster, admin):
     pings_after(cluster, "kg's start")  # each agent rewrites the whole interface once
     record(cluster, "kg over site.yml's state")
     # Only a running agent can put a new Peer on the leaders now: site.yml is not run again.
-    client.CustomObjectsApi(admin).create_cluster_custom_object(GROUP, VERSION, PLURAL, {
-        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "Peer", "metadata": {"name": PEER},
-        "spec": {"allowedIPs": ["10.5.0.9/32"], "publicKey": PEER_KEY, "persistentKeepalive": 0}})
+    client.CustomObjectsApi(admin).create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        PLURAL,
+        {
+            "apiVersion": "%s/%s" % (GROUP, VERSION),
+            "kind": "Peer",
+            "metadata": {"name": PEER},
+            "spec": {
+                "allowedIPs": ["10.5.0.9/32"],
+                "publicKey": PEER_KEY,
+                "persistentKeepalive": 0,
+            },
+        },
+    )
     for leader in ("aws-1", "gcp-1"):
         eventually(lambda leader=leader: _assert_peer(cluster.lab, leader), 60)
         # the rest of the leader's peers is what site.yml had set: Kilo computed the same mesh
-        assert dict((k, v) for k, v in wg_peers(cluster.lab, leader).items() if k != PEER_KEY) == ours[leader]
-    eventually(lambda: _assert_equal(kubelab.leaders(admin, cluster.lab.hosts), ["aws-1", "gcp-1"]), 90)
+        assert (
+            dict((k, v) for k, v in wg_peers(cluster.lab, leader).items() if k != PEER_KEY)
+            == ours[leader]
+        )
+    eventually(
+        lambda: _assert_equal(kubelab.leaders(admin, cluster.lab.hosts), ["aws-1", "gcp-1"]), 90
+    )
     pings(cluster.lab)
 
 
@@ -202,11 +243,15 @@ def test_d_after_a_crash_site_yml_names_kilos_routes_and_takes_them_over_when_to
     stop_agents(cluster, signal.SIGKILL)  # no clean-up at all
     record(cluster, "after kg's SIGKILL")
     for name in cluster.lab.hosts:
-        assert "10.5.0.9" in kilo_routes(cluster.lab, name), name  # the new Peer's routes are Kilo's
+        assert "10.5.0.9" in kilo_routes(cluster.lab, name), (
+            name
+        )  # the new Peer's routes are Kilo's
         assert kilo_chains(cluster.lab, name), name
         assert annotations(admin, name)[kn.KEY] == cluster.kilo_keys[name], name
     out, counts = converge(cluster, expect_rc=2)
-    assert FOREIGN_ROUTE in out and "10.5.0.9/32" in out and "route_conflict: replace" in out, out[-3000:]
+    assert FOREIGN_ROUTE in out and "10.5.0.9/32" in out and "route_conflict: replace" in out, out[
+        -3000:
+    ]
     assert all(c["failed"] == 1 for c in counts.values()), counts
     _, counts = converge(cluster, "-e", "kilo_route_conflict=replace")
     assert all(c["failed"] == 0 for c in counts.values()), counts

@@ -1,5 +1,6 @@
 """kilo.mesh.peer through real Ansible (`ansible localhost -m kilo.mesh.peer`) against the real
 kube-apiserver: create, idempotence, update, check mode, diff, absent, bad input, RBAC, no library."""
+
 import os
 import secrets
 import subprocess
@@ -28,7 +29,9 @@ def installed(kube, admin):
     existed = crd(admin) is not None
     if not existed:
         kube.kubectl("apply", "-f", os.path.join(ROOT, "manifests", "crds.yaml"))
-        kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/peers.kilo.squat.ai")
+        kube.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd/peers.kilo.squat.ai"
+        )
     yield
     if not existed:
         delete_crd(admin)
@@ -49,7 +52,9 @@ def name(admin, installed):
 def stored(admin, peer):
     """The stored spec of the peer, None when there is none."""
     try:
-        return client.CustomObjectsApi(admin).get_cluster_custom_object(GROUP, VERSION, PLURAL, peer)["spec"]
+        return client.CustomObjectsApi(admin).get_cluster_custom_object(
+            GROUP, VERSION, PLURAL, peer
+        )["spec"]
     except ApiException as e:
         if e.status == 404:
             return None
@@ -59,12 +64,18 @@ def stored(admin, peer):
 def diff_of(out):
     """The unified diff Ansible printed before the result."""
     assert "--- before" in out, out
-    return out[out.index("--- before"):out.index("localhost | ")]
+    return out[out.index("--- before") : out.index("localhost | ")]
 
 
 def test_create_rerun_update_absent(kube, admin, name):
-    args = {"name": name, "public_key": PUBLIC_KEY, "allowed_ips": ["10.5.0.1/32"],
-            "endpoint": "192.0.2.7:51820", "persistent_keepalive": 25, "kubeconfig": kube.kubeconfig}
+    args = {
+        "name": name,
+        "public_key": PUBLIC_KEY,
+        "allowed_ips": ["10.5.0.1/32"],
+        "endpoint": "192.0.2.7:51820",
+        "persistent_keepalive": 25,
+        "kubeconfig": kube.kubeconfig,
+    }
     status, result, _ = module("peer", args, "--check")
     assert (status, result["changed"]) == ("CHANGED", True)
     assert result["resource"]["spec"]["allowedIPs"] == ["10.5.0.1/32"]  # the server's dry run
@@ -72,11 +83,21 @@ def test_create_rerun_update_absent(kube, admin, name):
 
     status, result, _ = module("peer", args)
     assert status == "CHANGED", result
-    spec = {"publicKey": PUBLIC_KEY, "allowedIPs": ["10.5.0.1/32"], "persistentKeepalive": 25,
-            "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}, "port": 51820}}
+    spec = {
+        "publicKey": PUBLIC_KEY,
+        "allowedIPs": ["10.5.0.1/32"],
+        "persistentKeepalive": 25,
+        "endpoint": {"dnsOrIP": {"ip": "192.0.2.7"}, "port": 51820},
+    }
     assert stored(admin, name) == spec
-    assert result["peer"] == {"name": name, "public_key": PUBLIC_KEY, "allowed_ips": ["10.5.0.1/32"],
-                              "endpoint": "192.0.2.7:51820", "persistent_keepalive": 25, "preshared_key": None}
+    assert result["peer"] == {
+        "name": name,
+        "public_key": PUBLIC_KEY,
+        "allowed_ips": ["10.5.0.1/32"],
+        "endpoint": "192.0.2.7:51820",
+        "persistent_keepalive": 25,
+        "preshared_key": None,
+    }
 
     # the same again, the cluster from the environment this time: nothing to do
     env = environment(K8S_AUTH_KUBECONFIG=kube.kubeconfig)
@@ -96,7 +117,10 @@ def test_create_rerun_update_absent(kube, admin, name):
     # an option left out leaves the spec
     status, _result, _ = module("peer", dict(update, endpoint=None, persistent_keepalive=0))
     assert status == "CHANGED"
-    assert stored(admin, name) == {"publicKey": PUBLIC_KEY, "allowedIPs": ["10.5.0.1/32", "10.6.0.0/16"]}
+    assert stored(admin, name) == {
+        "publicKey": PUBLIC_KEY,
+        "allowedIPs": ["10.5.0.1/32", "10.6.0.0/16"],
+    }
 
     gone = {"name": name, "state": "absent", "kubeconfig": kube.kubeconfig}
     status, result, out = module("peer", gone, "--check", "--diff")
@@ -109,8 +133,13 @@ def test_create_rerun_update_absent(kube, admin, name):
 
 
 def test_endpoints_in_canonical_form(kube, admin, name):
-    args = {"name": name, "public_key": PUBLIC_KEY, "allowed_ips": ["fd00:5::1/128"],
-            "endpoint": "[FD00::0001]:51820", "kubeconfig": kube.kubeconfig}
+    args = {
+        "name": name,
+        "public_key": PUBLIC_KEY,
+        "allowed_ips": ["fd00:5::1/128"],
+        "endpoint": "[FD00::0001]:51820",
+        "kubeconfig": kube.kubeconfig,
+    }
     assert module("peer", args)[0] == "CHANGED"
     assert stored(admin, name)["endpoint"] == {"dnsOrIP": {"ip": "fd00::1"}, "port": 51820}
     assert module("peer", dict(args, endpoint="[fd00::1]:51820"))[0] == "SUCCESS"
@@ -120,8 +149,13 @@ def test_endpoints_in_canonical_form(kube, admin, name):
 
 
 def test_diff_masks_the_preshared_key(kube, admin, name):
-    args = {"name": name, "public_key": PUBLIC_KEY, "allowed_ips": ["10.5.0.2/32"],
-            "preshared_key": PRESHARED, "kubeconfig": kube.kubeconfig}
+    args = {
+        "name": name,
+        "public_key": PUBLIC_KEY,
+        "allowed_ips": ["10.5.0.2/32"],
+        "preshared_key": PRESHARED,
+        "kubeconfig": kube.kubeconfig,
+    }
     status, result, out = module("peer", args, "--diff")
     assert status == "CHANGED"
     assert '+    "presharedKey": "********",' in diff_of(out)
@@ -136,17 +170,24 @@ def test_diff_masks_the_preshared_key(kube, admin, name):
         assert PRESHARED not in text and other not in text
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("public_key", "not-a-key", "public_key: not valid base64"),
-    ("public_key", "AAAA", "public_key: decodes to 3 bytes"),
-    ("allowed_ips", ["10.5.0.300/32"], "allowed_ips: '10.5.0.300/32' is not an address in CIDR form"),
-    ("allowed_ips", ["10.5.0.3"], "allowed_ips: '10.5.0.3' is not an IP address in CIDR form"),
-    ("endpoint", "192.0.2.7:0", "endpoint: port 0 out of range 1-65535"),
-    ("endpoint", "Bad_Name:51820", "endpoint: 'Bad_Name:51820': 'Bad_Name' is neither"),
-    ("persistent_keepalive", -1, "persistent_keepalive: -1 out of range"),
-    ("preshared_key", "short", "preshared_key: "),
-    ("name", "Laptop", "name: 'Laptop' is not a DNS-1123 subdomain"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("public_key", "not-a-key", "public_key: not valid base64"),
+        ("public_key", "AAAA", "public_key: decodes to 3 bytes"),
+        (
+            "allowed_ips",
+            ["10.5.0.300/32"],
+            "allowed_ips: '10.5.0.300/32' is not an address in CIDR form",
+        ),
+        ("allowed_ips", ["10.5.0.3"], "allowed_ips: '10.5.0.3' is not an IP address in CIDR form"),
+        ("endpoint", "192.0.2.7:0", "endpoint: port 0 out of range 1-65535"),
+        ("endpoint", "Bad_Name:51820", "endpoint: 'Bad_Name:51820': 'Bad_Name' is neither"),
+        ("persistent_keepalive", -1, "persistent_keepalive: -1 out of range"),
+        ("preshared_key", "short", "preshared_key: "),
+        ("name", "Laptop", "name: 'Laptop' is not a DNS-1123 subdomain"),
+    ],
+)
 def test_bad_input_names_the_field_and_sends_nothing(option, value, message):
     # The API server is unreachable: any request would fail differently.
     args = dict(UNREACHABLE, name="laptop", public_key=PUBLIC_KEY, allowed_ips=["10.5.0.1/32"])
@@ -159,8 +200,14 @@ def test_bad_input_names_the_field_and_sends_nothing(option, value, message):
 def test_unprivileged_token_is_told_what_is_missing(kube, admin, name):
     if kube.user_token is None:
         pytest.skip("an external cluster ($KILO_TEST_KUBECONFIG) has no unprivileged test user")
-    args = {"name": name, "public_key": PUBLIC_KEY, "allowed_ips": ["10.5.0.1/32"],
-            "host": kube.host, "api_key": kube.user_token, "ca_cert": kube.ca_cert}
+    args = {
+        "name": name,
+        "public_key": PUBLIC_KEY,
+        "allowed_ips": ["10.5.0.1/32"],
+        "host": kube.host,
+        "api_key": kube.user_token,
+        "ca_cert": kube.ca_cert,
+    }
     for flags in ((), ("--check",)):
         status, result, out = module("peer", args, *flags)
         assert status == "FAILED"
@@ -172,10 +219,16 @@ def test_unprivileged_token_is_told_what_is_missing(kube, admin, name):
 
 def test_missing_library_is_reported():
     python = "/usr/bin/python3"
-    if not os.access(python, os.X_OK) or subprocess.call([python, "-c", "import kubernetes"],
-                                                         stderr=subprocess.DEVNULL) == 0:
+    if (
+        not os.access(python, os.X_OK)
+        or subprocess.call([python, "-c", "import kubernetes"], stderr=subprocess.DEVNULL) == 0
+    ):
         pytest.skip(f"{python} has the kubernetes library (or is missing)")
-    status, result, _ = module("peer", dict(UNREACHABLE, name="laptop", state="absent"),
-                               "-e", f"ansible_python_interpreter={python}")
+    status, result, _ = module(
+        "peer",
+        dict(UNREACHABLE, name="laptop", state="absent"),
+        "-e",
+        f"ansible_python_interpreter={python}",
+    )
     assert status == "FAILED"
     assert "Failed to import the required Python library (kubernetes)" in result["msg"]

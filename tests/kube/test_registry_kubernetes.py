@@ -1,6 +1,7 @@
 """The registry kept in a ConfigMap of a real API server (kilo_registry: kubernetes://NAMESPACE/NAME):
 the same reads, writes and removal as the file and Redis, and many concurrent writers (separate
 processes, as the slices of an AWX job) losing no update through resourceVersion conflicts."""
+
 import multiprocessing
 import os
 import time
@@ -28,7 +29,7 @@ def location(kube, admin, monkeypatch):  # noqa: F811 pylint: disable=redefined-
     monkeypatch.setenv("K8S_AUTH_HOST", kube.host)
     monkeypatch.setenv("K8S_AUTH_API_KEY", kube.token)
     monkeypatch.setenv("K8S_AUTH_SSL_CA_CERT", kube.ca_cert)
-    name = "reg-%d" % (time.time_ns() % 10 ** 9)
+    name = "reg-%d" % (time.time_ns() % 10**9)
     yield "kubernetes://%s/%s" % (namespace, name)
     try:
         core.delete_namespaced_config_map(name, namespace)
@@ -41,9 +42,14 @@ def test_reads_writes_and_forgets_as_the_file_does(location):
     assert inputs.update_registry(location, {"a": dict(FACTS), "b": dict(FACTS)}) is True
     assert inputs.update_registry(location, {"a": dict(FACTS)}) is False
     assert sorted(inputs.read_registry(location)["hosts"]) == ["a", "b"]
-    assert inputs.set_registry_peer(location, "laptop", {"public_key": "x", "allowed_ips": []}) is None
+    assert (
+        inputs.set_registry_peer(location, "laptop", {"public_key": "x", "allowed_ips": []}) is None
+    )
     assert inputs.forget_registry_hosts(location, ["a", "b"]) == ["a", "b"]
-    assert inputs.set_registry_peer(location, "laptop", None) == {"public_key": "x", "allowed_ips": []}
+    assert inputs.set_registry_peer(location, "laptop", None) == {
+        "public_key": "x",
+        "allowed_ips": [],
+    }
     assert not registry_store.open_store(location).exists()  # deleted once empty
 
 

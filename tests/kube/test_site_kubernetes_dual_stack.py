@@ -8,6 +8,7 @@ labcluster.nodes_of (aws-1 and the forced gcp-1 lead). Each host carries the fir
 each of its pod ranges on lo (the lab has no pods), which discovery is told to ignore, so the
 internal IPs it finds are the LAN's of both families. Tests run in file order and share the lab.
 """
+
 import os
 import sys
 
@@ -42,8 +43,12 @@ def cluster(kube, admin):  # noqa: F811 pylint: disable=redefined-outer-name
 
 def kilo0_addresses(lab, host):
     """The global addresses of the host's kilo0, IPv4 first ([] on a member)."""
-    out = sh(lab, host, "ip -o -4 addr show dev kilo0 2>/dev/null; ip -o -6 addr show dev kilo0 scope global"
-                        " 2>/dev/null").stdout
+    out = sh(
+        lab,
+        host,
+        "ip -o -4 addr show dev kilo0 2>/dev/null; ip -o -6 addr show dev kilo0 scope global"
+        " 2>/dev/null",
+    ).stdout
     return [line.split()[3] for line in out.splitlines()]
 
 
@@ -85,7 +90,10 @@ def test_kilos_annotations_hold_the_first_family_and_ours_both(cluster, admin): 
         assert got[kn.INTERNAL_IPS] == "%s/24,%s/64" % (h["lan_ip"], h["lan_ip6"]), (host, got)
         if wg:
             leaders.add(host)
-            assert len(wg) == 2 and wg[0].startswith("10.4.") and wg[1].startswith("fd04::"), (host, wg)
+            assert len(wg) == 2 and wg[0].startswith("10.4.") and wg[1].startswith("fd04::"), (
+                host,
+                wg,
+            )
             assert got[kn.WIREGUARD_IPS] == ",".join(wg), (host, got, wg)
         else:
             assert kn.WIREGUARD_IPS not in got, (host, got)

@@ -9,6 +9,7 @@ and a foreign annotation on each Node. Then kubernetes.yml (the Peer CRD and the
 server-side apply), site.yml in agent mode (each agent with its own ServiceAccount and roles,
 its annotations on its Node). Tests run in file order and share the cluster.
 """
+
 import json
 import os
 import sys
@@ -60,8 +61,13 @@ def api(cluster):
 
 def kubernetes_yml(server, *args, expect_rc=0):
     start = time.monotonic()
-    rc, out = playbook(KUBERNETES_YML, "-e", json.dumps({"kilo_kube": {"kubeconfig": server.kubeconfig}}), *args,
-                       env=environment())
+    rc, out = playbook(
+        KUBERNETES_YML,
+        "-e",
+        json.dumps({"kilo_kube": {"kubeconfig": server.kubeconfig}}),
+        *args,
+        env=environment(),
+    )
     print("kubernetes.yml %s: %.1f s, rc %d" % (" ".join(args), time.monotonic() - start, rc))
     assert rc == expect_rc, out[-6000:]
     return recap(out)["changed"], out
@@ -71,26 +77,43 @@ def run(inventory, name, *args):
     start = time.monotonic()
     out = sitetools.playbook(inventory, name, *args, timeout=900)
     counts = sitetools.recap(out)
-    print("%s %s: %.1f s, changed %s" % (name, " ".join(args), time.monotonic() - start,
-                                         dict((h, c["changed"]) for h, c in sorted(counts.items()))))
+    print(
+        "%s %s: %.1f s, changed %s"
+        % (
+            name,
+            " ".join(args),
+            time.monotonic() - start,
+            dict((h, c["changed"]) for h, c in sorted(counts.items())),
+        )
+    )
     assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), out[-6000:]
     return counts
 
 
 def foreign_objects(api):
     """The foreign objects, each a (kind, name) that exists now."""
-    rbac, core, ext = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api), client.ApiextensionsV1Api(api)
+    rbac, core, ext = (
+        client.RbacAuthorizationV1Api(api),
+        client.CoreV1Api(api),
+        client.ApiextensionsV1Api(api),
+    )
     found = []
-    for kind, read in (("ServiceAccount", lambda: core.read_namespaced_service_account(FOREIGN, NS)),
-                       ("ClusterRole", lambda: rbac.read_cluster_role(FOREIGN)),
-                       ("ClusterRoleBinding", lambda: rbac.read_cluster_role_binding(FOREIGN)),
-                       ("Role", lambda: rbac.read_namespaced_role(FOREIGN, NS)),
-                       ("RoleBinding", lambda: rbac.read_namespaced_role_binding(FOREIGN, NS)),
-                       ("CustomResourceDefinition",
-                        lambda: ext.read_custom_resource_definition("blockaffinities.crd.projectcalico.org"))):
+    for kind, read in (
+        ("ServiceAccount", lambda: core.read_namespaced_service_account(FOREIGN, NS)),
+        ("ClusterRole", lambda: rbac.read_cluster_role(FOREIGN)),
+        ("ClusterRoleBinding", lambda: rbac.read_cluster_role_binding(FOREIGN)),
+        ("Role", lambda: rbac.read_namespaced_role(FOREIGN, NS)),
+        ("RoleBinding", lambda: rbac.read_namespaced_role_binding(FOREIGN, NS)),
+        (
+            "CustomResourceDefinition",
+            lambda: ext.read_custom_resource_definition("blockaffinities.crd.projectcalico.org"),
+        ),
+    ):
         try:
             read()
-            found.append((kind, FOREIGN if kind != "CustomResourceDefinition" else "blockaffinities"))
+            found.append(
+                (kind, FOREIGN if kind != "CustomResourceDefinition" else "blockaffinities")
+            )
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -104,14 +127,31 @@ def make_foreign(api, server, nodes):
     core.create_namespaced_service_account(NS, client.V1ServiceAccount(metadata=meta))
     rule = client.V1PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get"])
     subject = client.RbacV1Subject(kind="ServiceAccount", name=FOREIGN, namespace=NS)
-    rbac.create_cluster_role(client.V1ClusterRole(metadata=client.V1ObjectMeta(name=FOREIGN), rules=[rule]))
-    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name=FOREIGN), subjects=[subject],
-        role_ref=client.V1RoleRef(api_group=RBAC_V1, kind="ClusterRole", name=FOREIGN)))
-    rbac.create_namespaced_role(NS, client.V1Role(metadata=meta, rules=[
-        client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get"])]))
-    rbac.create_namespaced_role_binding(NS, client.V1RoleBinding(
-        metadata=meta, subjects=[subject], role_ref=client.V1RoleRef(api_group=RBAC_V1, kind="Role", name=FOREIGN)))
+    rbac.create_cluster_role(
+        client.V1ClusterRole(metadata=client.V1ObjectMeta(name=FOREIGN), rules=[rule])
+    )
+    rbac.create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=FOREIGN),
+            subjects=[subject],
+            role_ref=client.V1RoleRef(api_group=RBAC_V1, kind="ClusterRole", name=FOREIGN),
+        )
+    )
+    rbac.create_namespaced_role(
+        NS,
+        client.V1Role(
+            metadata=meta,
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get"])],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        NS,
+        client.V1RoleBinding(
+            metadata=meta,
+            subjects=[subject],
+            role_ref=client.V1RoleRef(api_group=RBAC_V1, kind="Role", name=FOREIGN),
+        ),
+    )
     for node in nodes:
         core.patch_node(node, {"metadata": {"annotations": {FOREIGN_ANNOTATION: "yes"}}})
 
@@ -119,17 +159,28 @@ def make_foreign(api, server, nodes):
 def ours(api):
     """Every object the collection made that the cluster holds: by its labels, and by its names
     (kilo-mesh*, the Peer CRD), in every namespace; [(kind, name)]."""
-    rbac, core, ext = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api), client.ApiextensionsV1Api(api)
-    listers = (("CustomResourceDefinition", ext.list_custom_resource_definition),
-               ("ClusterRole", rbac.list_cluster_role), ("ClusterRoleBinding", rbac.list_cluster_role_binding),
-               ("ServiceAccount", core.list_service_account_for_all_namespaces),
-               ("Role", rbac.list_role_for_all_namespaces), ("RoleBinding", rbac.list_role_binding_for_all_namespaces))
+    rbac, core, ext = (
+        client.RbacAuthorizationV1Api(api),
+        client.CoreV1Api(api),
+        client.ApiextensionsV1Api(api),
+    )
+    listers = (
+        ("CustomResourceDefinition", ext.list_custom_resource_definition),
+        ("ClusterRole", rbac.list_cluster_role),
+        ("ClusterRoleBinding", rbac.list_cluster_role_binding),
+        ("ServiceAccount", core.list_service_account_for_all_namespaces),
+        ("Role", rbac.list_role_for_all_namespaces),
+        ("RoleBinding", rbac.list_role_binding_for_all_namespaces),
+    )
     found = set()
     for kind, lister in listers:
         for selector in OURS_LABELS:
             found.update((kind, o.metadata.name) for o in lister(label_selector=selector).items)
-        found.update((kind, o.metadata.name) for o in lister().items
-                     if o.metadata.name.startswith("kilo-mesh") or o.metadata.name == CRD_NAME)
+        found.update(
+            (kind, o.metadata.name)
+            for o in lister().items
+            if o.metadata.name.startswith("kilo-mesh") or o.metadata.name == CRD_NAME
+        )
     return sorted(found)
 
 
@@ -148,9 +199,20 @@ def test_kubernetes_yml_and_agents_make_their_objects(cluster, api):
     nodes = sorted(n.metadata.name for n in client.CoreV1Api(api).list_node().items)
     assert nodes == sorted(lab.hosts)
     make_foreign(api, server, nodes)
-    cluster_state = {"foreign": foreign_objects(api), "operator": dict(
-        (n, dict((k, v) for k, v in annotations(api, n).items() if k in (kn.LOCATION, kn.LEADER, FOREIGN_ANNOTATION)))
-        for n in nodes)}
+    cluster_state = {
+        "foreign": foreign_objects(api),
+        "operator": dict(
+            (
+                n,
+                dict(
+                    (k, v)
+                    for k, v in annotations(api, n).items()
+                    if k in (kn.LOCATION, kn.LEADER, FOREIGN_ANNOTATION)
+                ),
+            )
+            for n in nodes
+        ),
+    }
     assert len(cluster_state["foreign"]) == 6
     kubernetes_yml(server)
     run(inventory, "site.yml", "-e", "kilo_task_timeout=120", *agentlab.AGENT_ARGS)
@@ -159,10 +221,21 @@ def test_kubernetes_yml_and_agents_make_their_objects(cluster, api):
     made = ours(api)
     for node in nodes:
         account = agent_identity.account_name(node)
-        assert ("ServiceAccount", account) in made and ("ClusterRoleBinding", account + "-read") in made, made
-        assert kn.KEY in written(api, node) and kn.LAST_SEEN in written(api, node), annotations(api, node)
-    assert ("CustomResourceDefinition", CRD_NAME) in made and ("ClusterRole", "kilo-mesh-agent") in made, made
-    assert ("ServiceAccount", "kilo-mesh") in made and ("ClusterRoleBinding", "kilo-mesh") in made, made
+        assert ("ServiceAccount", account) in made and (
+            "ClusterRoleBinding",
+            account + "-read",
+        ) in made, made
+        assert kn.KEY in written(api, node) and kn.LAST_SEEN in written(api, node), annotations(
+            api, node
+        )
+    assert ("CustomResourceDefinition", CRD_NAME) in made and (
+        "ClusterRole",
+        "kilo-mesh-agent",
+    ) in made, made
+    assert ("ServiceAccount", "kilo-mesh") in made and (
+        "ClusterRoleBinding",
+        "kilo-mesh",
+    ) in made, made
     lab.cluster_state = cluster_state
     lab.nodes = nodes
 
@@ -178,20 +251,44 @@ def test_uninstall_removes_the_agents_their_identities_and_the_written_annotatio
     made = ours(api)
     for node in lab.nodes:
         assert written(api, node) == [], annotations(api, node)
-        kept = dict((k, v) for k, v in annotations(api, node).items() if k in lab.cluster_state["operator"][node])
+        kept = dict(
+            (k, v)
+            for k, v in annotations(api, node).items()
+            if k in lab.cluster_state["operator"][node]
+        )
         assert kept == lab.cluster_state["operator"][node], annotations(api, node)
-        assert not any(name.startswith(agent_identity.account_name(node)) for _kind, name in made), made
-        gone = ("/etc/kilo-mesh", "/var/lib/kilo-mesh", "/usr/lib/kilo-mesh", "/var/lib/kilo/mesh-plan.json",
-                "/etc/cni/net.d/10-kilo.conflist", "/etc/sysctl.d/90-kilo-mesh.conf", "/run/kilo/kilo-mesh-agent.pid")
-        done = lab.run(node, ["sh", "-c", "ls -d %s 2>&1; ip link show kilo0 2>&1; pgrep -f 'kilo-mesh-agent[.]pyz'"
-                              % " ".join(gone)])
+        assert not any(
+            name.startswith(agent_identity.account_name(node)) for _kind, name in made
+        ), made
+        gone = (
+            "/etc/kilo-mesh",
+            "/var/lib/kilo-mesh",
+            "/usr/lib/kilo-mesh",
+            "/var/lib/kilo/mesh-plan.json",
+            "/etc/cni/net.d/10-kilo.conflist",
+            "/etc/sysctl.d/90-kilo-mesh.conf",
+            "/run/kilo/kilo-mesh-agent.pid",
+        )
+        done = lab.run(
+            node,
+            [
+                "sh",
+                "-c",
+                "ls -d %s 2>&1; ip link show kilo0 2>&1; pgrep -f 'kilo-mesh-agent[.]pyz'"
+                % " ".join(gone),
+            ],
+        )
         assert "does not exist" in done.stdout, (node, done.stdout)
         assert done.stdout.count("No such file") == len(gone), (node, done.stdout)
         assert done.returncode == 1, (node, done.stdout)  # pgrep found no agent
     # left for kubernetes.yml -e state=absent: its own objects and the agents' shared ClusterRole
-    assert set(made) == {("CustomResourceDefinition", CRD_NAME), ("ClusterRole", "kilo-mesh-agent"),
-                         ("ServiceAccount", "kilo-mesh"), ("ClusterRole", "kilo-mesh"),
-                         ("ClusterRoleBinding", "kilo-mesh")}, made
+    assert set(made) == {
+        ("CustomResourceDefinition", CRD_NAME),
+        ("ClusterRole", "kilo-mesh-agent"),
+        ("ServiceAccount", "kilo-mesh"),
+        ("ClusterRole", "kilo-mesh"),
+        ("ClusterRoleBinding", "kilo-mesh"),
+    }, made
     counts = run(inventory, "uninstall.yml", *APP)
     assert all(c["changed"] == 0 for c in counts.values()), counts
 
@@ -208,7 +305,10 @@ def test_kubernetes_yml_absent_refuses_while_peers_exist_and_keeps_the_crd_when_
     changed, out = kubernetes_yml(server, "-e", "state=absent", "-e", "keep_crd=true")
     assert changed > 0, out[-3000:]
     assert ours(api) == [("CustomResourceDefinition", CRD_NAME)]
-    assert custom.get_cluster_custom_object(*GROUP, "kuk-phone")["spec"]["publicKey"] == labcluster.PEER_KEY
+    assert (
+        custom.get_cluster_custom_object(*GROUP, "kuk-phone")["spec"]["publicKey"]
+        == labcluster.PEER_KEY
+    )
     custom.delete_cluster_custom_object(*GROUP, "kuk-phone")
 
 
@@ -225,7 +325,11 @@ def test_kubernetes_yml_absent_leaves_nothing_of_ours_and_every_foreign_object(c
     assert ours(api) == [], ours(api)
     assert foreign_objects(api) == lab.cluster_state["foreign"]
     for node in lab.nodes:
-        kept = dict((k, v) for k, v in annotations(api, node).items() if k in lab.cluster_state["operator"][node])
+        kept = dict(
+            (k, v)
+            for k, v in annotations(api, node).items()
+            if k in lab.cluster_state["operator"][node]
+        )
         assert kept == lab.cluster_state["operator"][node], annotations(api, node)
     changed, out = kubernetes_yml(server, "-e", "state=absent")
     assert changed == 0, out[-3000:]

@@ -4,6 +4,7 @@ The hosts are controller-only (the action never connects): each gets a stand-in 
 result by set_fact, the run-once kilo.mesh.topology stores the plans, then kilo.mesh.annotate
 patches the Nodes. Every test removes the Nodes it made.
 """
+
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import time
 import pytest
 import yaml
 from kubernetes import client
+
 # The helpers of the control-plane tests (tests/kube is on sys.path, see conftest.py).
 from test_apiserver import admin, unique  # noqa: F401 pylint: disable=import-error,unused-import
 from test_inventory_plugin import delete_all  # pylint: disable=import-error
@@ -20,8 +22,11 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
-KEYS = ["pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls=", "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw=",
-        "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M="]
+KEYS = [
+    "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls=",
+    "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw=",
+    "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M=",
+]
 FOREIGN = "example.com/owner"
 
 PLAY = """
@@ -56,18 +61,40 @@ def mesh(kube, admin, tmp_path):
     names = [unique("wb") for _ in range(3)]
     hosts = {}
     for i, name in enumerate(names):
-        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
-            name=name, labels={kn.REGION_LABEL: "a" if i < 2 else "b"},
-            annotations={FOREIGN: "someone", kn.PERSISTENT_KEEPALIVE: "0"}),
-            spec=client.V1NodeSpec(pod_cidr="10.244.%d.0/24" % i)))
-        hosts[name] = {"kilo_pod_cidr": "10.244.%d.0/24" % i, "ansible_connection": "local", "kilo_leader": i == 0,
-                       "fake_key": {"public_key": KEYS[i], "internal_ip": "172.16.%d.%d/24" % (1 + i // 2, i + 1),
-                                    "external_ip": "203.0.113.%d" % (i + 1), "mtu": 1500,
-                                    "discovered_endpoints": {KEYS[(i + 1) % 3]: "198.51.100.%d:51820" % i}}}
-    inventory = {"kilo": {"vars": {"kilo_kube": {"kubeconfig": kube.kubeconfig}, "kilo_encapsulate": "never"},
-                          "children": {"a": {"hosts": dict((n, hosts[n]) for n in names[:2]),
-                                             "vars": {"kilo_persistent_keepalive": 25}},
-                                       "b": {"hosts": {names[2]: hosts[names[2]]}}}}}
+        core.create_node(
+            client.V1Node(
+                metadata=client.V1ObjectMeta(
+                    name=name,
+                    labels={kn.REGION_LABEL: "a" if i < 2 else "b"},
+                    annotations={FOREIGN: "someone", kn.PERSISTENT_KEEPALIVE: "0"},
+                ),
+                spec=client.V1NodeSpec(pod_cidr="10.244.%d.0/24" % i),
+            )
+        )
+        hosts[name] = {
+            "kilo_pod_cidr": "10.244.%d.0/24" % i,
+            "ansible_connection": "local",
+            "kilo_leader": i == 0,
+            "fake_key": {
+                "public_key": KEYS[i],
+                "internal_ip": "172.16.%d.%d/24" % (1 + i // 2, i + 1),
+                "external_ip": "203.0.113.%d" % (i + 1),
+                "mtu": 1500,
+                "discovered_endpoints": {KEYS[(i + 1) % 3]: "198.51.100.%d:51820" % i},
+            },
+        }
+    inventory = {
+        "kilo": {
+            "vars": {"kilo_kube": {"kubeconfig": kube.kubeconfig}, "kilo_encapsulate": "never"},
+            "children": {
+                "a": {
+                    "hosts": dict((n, hosts[n]) for n in names[:2]),
+                    "vars": {"kilo_persistent_keepalive": 25},
+                },
+                "b": {"hosts": {names[2]: hosts[names[2]]}},
+            },
+        }
+    }
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(PLAY)
     yield names
@@ -76,13 +103,27 @@ def mesh(kube, admin, tmp_path):
 
 def run(tmp_path, *extra, rc=0):
     env = {k: v for k, v in os.environ.items() if not k.startswith("K8S_AUTH_")}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    done = subprocess.run([PLAYBOOK, "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml")] + list(extra),
-                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
+    env.update(
+        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+    )
+    done = subprocess.run(
+        [PLAYBOOK, "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml")] + list(extra),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == rc, done.stdout[-4000:] + done.stderr[-2000:]
-    results = [json.loads(json.loads("{%s}" % line.strip().rstrip(","))["msg"][len("RESULT "):])
-               for line in done.stdout.splitlines() if '"msg": "RESULT ' in line]
+    results = [
+        json.loads(json.loads("{%s}" % line.strip().rstrip(","))["msg"][len("RESULT ") :])
+        for line in done.stdout.splitlines()
+        if '"msg": "RESULT ' in line
+    ]
     return done.stdout + done.stderr, results
 
 
@@ -103,29 +144,40 @@ def test_writes_kilos_annotations_once_then_only_refreshes_last_seen(kube, admin
         assert got[kn.GRANULARITY] == "location"
         # as Kilo's agent: only endpoints learned from peers that send keepalives (location a's leader,
         # a peer of b's only node); every host reported one, the others are not written
-        assert json.loads(got[kn.DISCOVERED_ENDPOINTS]) == ({
-            KEYS[0]: {"IP": "198.51.100.2", "Port": 51820, "Zone": ""}} if i == 2 else {})
+        assert json.loads(got[kn.DISCOVERED_ENDPOINTS]) == (
+            {KEYS[0]: {"IP": "198.51.100.2", "Port": 51820, "Zone": ""}} if i == 2 else {}
+        )
         assert before <= int(got[kn.LAST_SEEN]) <= int(time.time())
         if got[kn.WIREGUARD_IP]:
             leaders.add(name)
-            assert got[kn.WIREGUARD_IP].startswith("10.4.0.") and got[kn.WIREGUARD_IP].endswith("/16")
+            assert got[kn.WIREGUARD_IP].startswith("10.4.0.") and got[kn.WIREGUARD_IP].endswith(
+                "/16"
+            )
         # operator and foreign annotations are never touched
         assert got[FOREIGN] == "someone" and got[kn.PERSISTENT_KEEPALIVE] == "0"
         # and the inventory plugin reads back what was written
-        facts = kn.host_vars(client.CoreV1Api(admin).api_client.sanitize_for_serialization(
-            client.CoreV1Api(admin).read_node(name)))["kilo_kubernetes_node"]
+        facts = kn.host_vars(
+            client.CoreV1Api(admin).api_client.sanitize_for_serialization(
+                client.CoreV1Api(admin).read_node(name)
+            )
+        )["kilo_kubernetes_node"]
         assert facts["public_key"] == KEYS[i]
     # one leader per location: the forced one of a, the only node of b
     assert leaders == {mesh[0], mesh[2]}
     # the diff shows our annotations, never last-seen
-    assert kn.KEY in out and kn.LAST_SEEN not in out.split("TASK [Write back]")[1].split("TASK [Show]")[0]
+    assert (
+        kn.KEY in out
+        and kn.LAST_SEEN not in out.split("TASK [Write back]")[1].split("TASK [Show]")[0]
+    )
 
     seen = dict((n, annotations(admin, n)[kn.LAST_SEEN]) for n in mesh)
     time.sleep(1.1)
     out, results = run(tmp_path)
     assert "changed=0" in out and "changed: [" not in out, out
     for name in mesh:
-        assert int(annotations(admin, name)[kn.LAST_SEEN]) > int(seen[name])  # refreshed, not a change
+        assert int(annotations(admin, name)[kn.LAST_SEEN]) > int(
+            seen[name]
+        )  # refreshed, not a change
     assert all(r["changed"] is False and r["last_seen"] > 0 for r in results)
 
 
@@ -133,11 +185,22 @@ def test_check_mode_reports_and_sends_nothing(admin, mesh, tmp_path):
     run(tmp_path)
     written = dict((n, annotations(admin, n)) for n in mesh)
     # Another external IP: every endpoint would change.
-    out, results = run(tmp_path, "--check", "--diff", "-e", "{\"fake_key\": {\"public_key\": \"%s\","
-                       " \"external_ip\": \"192.0.2.9\", \"internal_ip\": null}}" % KEYS[0], "--limit", mesh[0])
+    out, results = run(
+        tmp_path,
+        "--check",
+        "--diff",
+        "-e",
+        '{"fake_key": {"public_key": "%s",'
+        ' "external_ip": "192.0.2.9", "internal_ip": null}}' % KEYS[0],
+        "--limit",
+        mesh[0],
+    )
     assert results[0]["changed"] is True
     assert results[0]["annotations"][kn.ENDPOINT] == "192.0.2.9:51820"
-    assert "-kilo.squat.ai/endpoint: 203.0.113.1:51820" in out and "+kilo.squat.ai/endpoint: 192.0.2.9:51820" in out
+    assert (
+        "-kilo.squat.ai/endpoint: 203.0.113.1:51820" in out
+        and "+kilo.squat.ai/endpoint: 192.0.2.9:51820" in out
+    )
     assert annotations(admin, mesh[0]) == written[mesh[0]]
 
 
@@ -165,8 +228,11 @@ def test_a_missing_node_and_missing_rights_are_named(kube, admin, mesh, tmp_path
         return
     inventory = yaml.safe_load((tmp_path / "inventory.yml").read_text())
     # the old variables (deprecated) still work, and say so
-    inventory["kilo"]["vars"] = {"kilo_kube_host": kube.host, "kilo_kube_api_key": kube.user_token,
-                                 "kilo_kube_ca_cert": kube.ca_cert}
+    inventory["kilo"]["vars"] = {
+        "kilo_kube_host": kube.host,
+        "kilo_kube_api_key": kube.user_token,
+        "kilo_kube_ca_cert": kube.ca_cert,
+    }
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     out, _results = run(tmp_path, rc=2)
     assert "403" in out and "lack" in out and kube.user_token not in out
@@ -180,10 +246,12 @@ def test_kubernetes_core_alias_names_of_the_client_options_work(kube, admin, mes
     inventory = yaml.safe_load((tmp_path / "inventory.yml").read_text())
     del inventory["kilo"]["vars"]["kilo_kube"]
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    play = PLAY.replace("        facts_var: node_host\n        topology_var: node_mesh\n",
-                        "        facts_var: node_host\n        topology_var: node_mesh\n"
-                        "        host: %s\n        api_key: %s\n        ssl_ca_cert: %s\n        verify_ssl: true\n"
-                        % (kube.host, kube.token, kube.ca_cert))
+    play = PLAY.replace(
+        "        facts_var: node_host\n        topology_var: node_mesh\n",
+        "        facts_var: node_host\n        topology_var: node_mesh\n"
+        "        host: %s\n        api_key: %s\n        ssl_ca_cert: %s\n        verify_ssl: true\n"
+        % (kube.host, kube.token, kube.ca_cert),
+    )
     assert play != PLAY
     (tmp_path / "play.yml").write_text(play)
     _out, results = run(tmp_path)
@@ -191,7 +259,9 @@ def test_kubernetes_core_alias_names_of_the_client_options_work(kube, admin, mes
     assert annotations(admin, mesh[0])[kn.KEY] == KEYS[0]
 
 
-def test_a_dual_stack_mesh_writes_kilos_annotations_and_both_families_in_ours(admin, mesh, tmp_path):
+def test_a_dual_stack_mesh_writes_kilos_annotations_and_both_families_in_ours(
+    admin, mesh, tmp_path
+):
     """Kilo's wireguard-ip and internal-ip keep the primary family's address; kilo.mesh/wireguard-ips
     and internal-ips hold both, are read back as both, and go when the mesh is single-stack again
     or the node leaves (issue 23)."""
@@ -200,8 +270,14 @@ def test_a_dual_stack_mesh_writes_kilos_annotations_and_both_families_in_ours(ad
     inventory["kilo"]["vars"]["kilo_subnet"] = ["10.4.0.0/16", "fd04::/64"]
     for group in inventory["kilo"]["children"].values():
         for i, hvars in enumerate(group["hosts"].values()):
-            hvars["fake_key"]["internal_ip"] = [hvars["fake_key"]["internal_ip"], "fd00:%d::%d/64" % (len(group["hosts"]), i + 1)]
-            hvars["kilo_pod_cidr"] = [hvars["kilo_pod_cidr"], "fd10:%s::/64" % hvars["kilo_pod_cidr"].split(".")[2]]
+            hvars["fake_key"]["internal_ip"] = [
+                hvars["fake_key"]["internal_ip"],
+                "fd00:%d::%d/64" % (len(group["hosts"]), i + 1),
+            ]
+            hvars["kilo_pod_cidr"] = [
+                hvars["kilo_pod_cidr"],
+                "fd10:%s::/64" % hvars["kilo_pod_cidr"].split(".")[2],
+            ]
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     out, results = run(tmp_path)
     assert all(r["changed"] for r in results), out
@@ -211,13 +287,22 @@ def test_a_dual_stack_mesh_writes_kilos_annotations_and_both_families_in_ours(ad
         assert got[kn.INTERNAL_IPS].split(",")[0] == got[kn.INTERNAL_IP]
         assert got[kn.INTERNAL_IPS].split(",")[1].startswith("fd00:")
         if i != 1:  # the leaders
-            assert got[kn.WIREGUARD_IP].startswith("10.4.0.") and got[kn.WIREGUARD_IP].endswith("/16")
+            assert got[kn.WIREGUARD_IP].startswith("10.4.0.") and got[kn.WIREGUARD_IP].endswith(
+                "/16"
+            )
             first, second = got[kn.WIREGUARD_IPS].split(",")
-            assert first == got[kn.WIREGUARD_IP] and second.startswith("fd04::") and second.endswith("/64")
+            assert (
+                first == got[kn.WIREGUARD_IP]
+                and second.startswith("fd04::")
+                and second.endswith("/64")
+            )
         else:
             assert got[kn.WIREGUARD_IP] == "" and kn.WIREGUARD_IPS not in got
-        facts = kn.host_vars(client.CoreV1Api(admin).api_client.sanitize_for_serialization(
-            client.CoreV1Api(admin).read_node(name)))["kilo_kubernetes_node"]
+        facts = kn.host_vars(
+            client.CoreV1Api(admin).api_client.sanitize_for_serialization(
+                client.CoreV1Api(admin).read_node(name)
+            )
+        )["kilo_kubernetes_node"]
         assert facts["internal_ip"] == got[kn.INTERNAL_IPS].split(",")
     out, results = run(tmp_path)
     assert "changed=0" in out and "changed: [" not in out, out
@@ -233,4 +318,6 @@ def test_a_dual_stack_mesh_writes_kilos_annotations_and_both_families_in_ours(ad
     run(tmp_path)
     run(tmp_path, "-e", "want=absent")
     for name in mesh:
-        assert not (set(kn.AGENT_ANNOTATIONS) | set(kn.DUAL_ANNOTATIONS)) & set(annotations(admin, name))
+        assert not (set(kn.AGENT_ANNOTATIONS) | set(kn.DUAL_ANNOTATIONS)) & set(
+            annotations(admin, name)
+        )

@@ -3,6 +3,7 @@
 Run: cd /work/main && .venv/bin/pytest tests/lab -q   (as root)
 The module lab uses prefix `klt` (env KILO_LAB_TEST_PREFIX) so it can run beside a demo lab.
 """
+
 import json
 import os
 import subprocess
@@ -50,10 +51,15 @@ def ping(lab, host, ip, count=1):
 
 # -- pure planning (no root needed) ---------------------------------------------------
 
+
 def test_plan_addresses():
     p = plan_lab(2, 3, 1, nat=[2], ipv6=True, mgmt_net="198.18.16.0/20", prefix="kx")
     a1, a2, g1 = p["hosts"]["aws-1"], p["hosts"]["aws-2"], p["hosts"]["gcp-1"]
-    assert (a1["mgmt_ip"], a1["lan_ip"], a1["public_ip"]) == ("198.18.17.1", "172.16.1.1", "203.0.113.11")
+    assert (a1["mgmt_ip"], a1["lan_ip"], a1["public_ip"]) == (
+        "198.18.17.1",
+        "172.16.1.1",
+        "203.0.113.11",
+    )
     assert a2["public"] is False and a2["public_ip"] is None
     assert g1["nat"] and g1["public_ip"] == "198.51.100.21" and g1["nat_ip"] == "203.0.113.20"
     assert g1["public_ip6"] == "2001:db8:ffff::21" and a1["lan_ip6"] == "fd00:16:1::1"
@@ -69,21 +75,32 @@ def test_plan_ipv6_only_location():
     a1, g1 = p["hosts"]["aws-1"], p["hosts"]["gcp-1"]
     assert p["ipv6"] and p["ipv6_only"] == [2]
     assert (a1["lan_ip"], a1["lan_ip6"], a1["public_ip"], a1["public_ip6"]) == (
-        "172.16.1.1", "fd00:16:1::1", "203.0.113.11", "2001:db8::11")
+        "172.16.1.1",
+        "fd00:16:1::1",
+        "203.0.113.11",
+        "2001:db8::11",
+    )
     assert (g1["lan_ip"], g1["lan_ip6"], g1["public_ip"], g1["public_ip6"]) == (
-        None, "fd00:16:2::1", None, "2001:db8::21")
+        None,
+        "fd00:16:2::1",
+        None,
+        "2001:db8::21",
+    )
     with pytest.raises(LabError, match="ipv6_only"):
         plan_lab(2, 2, 1, nat=[2], ipv6_only=[2])
     with pytest.raises(LabError, match="ipv6_only"):
         plan_lab(2, 2, 1, ipv6_only=[3])
 
 
-@pytest.mark.parametrize("args, field", [
-    ((2, 2, 1, [3]), "nat"),
-    ((2, 2, 0, [1]), "nat"),
-    ((16, 1, 0, None), "locations"),
-    ((2, 2, 3, None), "public_per_location"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        ((2, 2, 1, [3]), "nat"),
+        ((2, 2, 0, [1]), "nat"),
+        ((16, 1, 0, None), "locations"),
+        ((2, 2, 3, None), "public_per_location"),
+    ],
+)
 def test_plan_rejects_bad_input(args, field):
     with pytest.raises(LabError, match=field):
         plan_lab(*args)
@@ -93,11 +110,21 @@ def test_plan_login_user_sudo_with_and_without_a_password():
     p = plan_lab(3, 2, 1, user="kilodeploy")
     sudo = dict((name, h["sudo"]) for name, h in p["hosts"].items())
     # a checkerboard: both kinds in every location and among the leaders (host 1 of each)
-    assert sudo == {"aws-1": "nopasswd", "aws-2": "password", "gcp-1": "password", "gcp-2": "nopasswd",
-                    "azure-1": "nopasswd", "azure-2": "password"}
+    assert sudo == {
+        "aws-1": "nopasswd",
+        "aws-2": "password",
+        "gcp-1": "password",
+        "gcp-2": "nopasswd",
+        "azure-1": "nopasswd",
+        "azure-2": "password",
+    }
     assert p["user"] == "kilodeploy"
-    assert set(h["sudo"] for h in plan_lab(2, 2, 1, user="u", sudo_password="all")["hosts"].values()) == {"password"}
-    assert set(h["sudo"] for h in plan_lab(2, 2, 1, user="u", sudo_password="none")["hosts"].values()) == {"nopasswd"}
+    assert set(
+        h["sudo"] for h in plan_lab(2, 2, 1, user="u", sudo_password="all")["hosts"].values()
+    ) == {"password"}
+    assert set(
+        h["sudo"] for h in plan_lab(2, 2, 1, user="u", sudo_password="none")["hosts"].values()
+    ) == {"nopasswd"}
     assert set(h["sudo"] for h in plan_lab(2, 2, 1)["hosts"].values()) == {None}
     for bad in ("root", "Deploy", "a b", ""):
         with pytest.raises(LabError, match="user"):
@@ -115,14 +142,20 @@ def test_prefix_checked():
 
 # -- a live lab -------------------------------------------------------------------------
 
+
 @needs_root
 def test_hosts_have_own_namespaces(lab):
     root_ns = {k: os.readlink("/proc/self/ns/%s" % k) for k in ("net", "mnt", "uts", "pid")}
     seen = {}
     for name, h in lab.hosts.items():
-        out = sh(lab, name, "for k in net mnt uts pid; do readlink /proc/self/ns/$k; done; hostname;"
-                            " ip -o link show | cut -d: -f2 | cut -d@ -f1; echo --; ip netns list; echo --;"
-                            " ps -e -o pid=,comm=", check=True).stdout
+        out = sh(
+            lab,
+            name,
+            "for k in net mnt uts pid; do readlink /proc/self/ns/$k; done; hostname;"
+            " ip -o link show | cut -d: -f2 | cut -d@ -f1; echo --; ip netns list; echo --;"
+            " ps -e -o pid=,comm=",
+            check=True,
+        ).stdout
         ns_part, rest = out.split("\n", 4)[:4], out.split("\n", 4)[4]
         links, netns_list, procs = rest.split("--\n")
         lines = links.split()
@@ -132,29 +165,52 @@ def test_hosts_have_own_namespaces(lab):
         assert netns_list.strip() == "", "%s sees other namespaces: %s" % (name, netns_list)
         for kind, ident in zip(("net", "mnt", "uts", "pid"), ns_part):
             assert ident != root_ns[kind], "%s shares the root %s namespace" % (name, kind)
-            assert ident not in seen, "%s shares a %s namespace with %s" % (name, kind, seen.get(ident))
+            assert ident not in seen, "%s shares a %s namespace with %s" % (
+                name,
+                kind,
+                seen.get(ident),
+            )
             seen[ident] = name
         pids = {int(line.split()[0]): line.split()[1] for line in procs.strip().splitlines()}
         assert pids[1] == "bash" and "sshd" in pids.values()
         assert len(pids) < 10, "%s sees foreign processes: %s" % (name, pids)
-    assert subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip() not in lab.hosts
+    assert (
+        subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip() not in lab.hosts
+    )
 
 
 @needs_root
 def test_private_run_wireguard_and_etc(lab):
     marker = "kl-lab-test-%d" % os.getpid()
     try:
-        sh(lab, "aws-1", "touch /run/wireguard/%s /etc/%s /var/lib/%s" % ((marker,) * 3), check=True)
-        assert sh(lab, "aws-1", "ls /run/wireguard /etc /var/lib", check=True).stdout.count(marker) == 3
+        sh(
+            lab,
+            "aws-1",
+            "touch /run/wireguard/%s /etc/%s /var/lib/%s" % ((marker,) * 3),
+            check=True,
+        )
+        assert (
+            sh(lab, "aws-1", "ls /run/wireguard /etc /var/lib", check=True).stdout.count(marker)
+            == 3
+        )
         other = sh(lab, "aws-2", "ls /run/wireguard /etc /var/lib", check=True).stdout
         assert marker not in other
         for d in ("/run/wireguard", "/etc", "/var/lib"):
             assert not os.path.exists(os.path.join(d, marker)), "leaked into root %s" % d
         # A fresh host starts with an empty /run/wireguard, but has /run/sshd.
-        assert sh(lab, "gcp-2", "ls -A /run/wireguard; test -d /run/sshd && echo ok", check=True).stdout == "ok\n"
+        assert (
+            sh(
+                lab, "gcp-2", "ls -A /run/wireguard; test -d /run/sshd && echo ok", check=True
+            ).stdout
+            == "ok\n"
+        )
         # The machine's packages stay visible through the overlays.
-        assert lab.run("aws-2", ["dpkg-query", "-W", "-f=${Status}", "wireguard-go"],
-                       check=True).stdout == "install ok installed"
+        assert (
+            lab.run(
+                "aws-2", ["dpkg-query", "-W", "-f=${Status}", "wireguard-go"], check=True
+            ).stdout
+            == "install ok installed"
+        )
     finally:
         sh(lab, "aws-1", "rm -f /run/wireguard/%s /etc/%s /var/lib/%s" % ((marker,) * 3))
 
@@ -166,16 +222,28 @@ def test_management_isolation(lab):
     for h in (a1, a2, g2):  # root reaches every host over the bridge
         r = subprocess.run(["ping", "-n", "-c", "1", "-W", "1", h["mgmt_ip"]], capture_output=True)
         assert r.returncode == 0, "root cannot ping %s" % h["name"]
-    assert ping(lab, "aws-1", a2["mgmt_ip"]).returncode != 0, "hosts talk over the management bridge"
+    assert ping(lab, "aws-1", a2["mgmt_ip"]).returncode != 0, (
+        "hosts talk over the management bridge"
+    )
     assert ping(lab, "aws-1", g2["mgmt_ip"]).returncode != 0
     # ... while the same kind of ping over the LAN works (the failure above is the isolation).
     assert ping(lab, "aws-1", a2["lan_ip"]).returncode == 0
     # Two independent layers: isolated bridge ports and the root namespace's guard table.
-    links = json.loads(subprocess.run(["ip", "-d", "-j", "link", "show", "master", "%smgmt" % PREFIX],
-                                      capture_output=True, text=True, check=True).stdout)
-    assert sorted(link["ifname"] for link in links) == sorted(h["mgmt_veth"] for h in lab.hosts.values())
+    links = json.loads(
+        subprocess.run(
+            ["ip", "-d", "-j", "link", "show", "master", "%smgmt" % PREFIX],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert sorted(link["ifname"] for link in links) == sorted(
+        h["mgmt_veth"] for h in lab.hosts.values()
+    )
     assert all(link["linkinfo"]["info_slave_data"]["isolated"] for link in links)
-    guard = subprocess.run(["nft", "list", "table", "inet", "%s_guard" % PREFIX], capture_output=True, text=True)
+    guard = subprocess.run(
+        ["nft", "list", "table", "inet", "%s_guard" % PREFIX], capture_output=True, text=True
+    )
     assert guard.returncode == 0 and 'iifname "%smgmt" drop' % PREFIX in guard.stdout
     for name in lab.hosts:
         assert "default" not in lab.run(name, ["ip", "route"], check=True).stdout
@@ -185,15 +253,23 @@ def test_management_isolation(lab):
 @needs_root
 def test_ssh_with_strict_host_keys(lab, tmp_path):
     for name in ("aws-1", "gcp-2"):
-        r = subprocess.run(["ssh", "-F", lab.ssh_config, name, "hostname"], capture_output=True, text=True,
-                           timeout=30)
+        r = subprocess.run(
+            ["ssh", "-F", lab.ssh_config, name, "hostname"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == name
     # Strictness is real: without the lab's known_hosts the same login is refused.
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    r = subprocess.run(["ssh", "-F", lab.ssh_config, "-o", "UserKnownHostsFile=%s" % empty, "aws-1", "true"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["ssh", "-F", lab.ssh_config, "-o", "UserKnownHostsFile=%s" % empty, "aws-1", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode != 0 and "verification failed" in r.stderr.lower()
     # sshd listens on the management address only.
     listen = lab.run("aws-1", ["ss", "-Htln"], check=True).stdout.split()
@@ -203,7 +279,7 @@ def test_ssh_with_strict_host_keys(lab, tmp_path):
 
 @needs_root
 def test_locations_are_separate_before_overlay(lab):
-    a2, g2, g1 = lab.hosts["aws-2"], lab.hosts["gcp-2"], lab.hosts["gcp-1"]
+    g2, g1 = lab.hosts["gcp-2"], lab.hosts["gcp-1"]
     r = ping(lab, "aws-2", g2["lan_ip"])
     assert r.returncode != 0 and "unreachable" in (r.stderr + r.stdout).lower()
     assert lab.run("aws-2", ["ip", "route", "get", g2["lan_ip"]]).returncode != 0
@@ -211,15 +287,21 @@ def test_locations_are_separate_before_overlay(lab):
     assert ping(lab, "aws-1", g1["lan_ip"]).returncode != 0
     # Control: inside one location the LAN works.
     assert ping(lab, "gcp-2", g1["lan_ip"]).returncode == 0
-    assert ping(lab, "aws-2", lab.hosts["gcp-1"]["public_ip"]).returncode != 0  # non-public: no internet
+    assert (
+        ping(lab, "aws-2", lab.hosts["gcp-1"]["public_ip"]).returncode != 0
+    )  # non-public: no internet
 
 
 @needs_root
 def test_exec_errors_name_the_host(lab):
     with pytest.raises(LabError, match="nosuch"):
         lab.run("nosuch-1", ["true"])
-    r = subprocess.run([sys.executable, LAB_PY, "--prefix", PREFIX, "exec", "aws-1", "--", "hostname"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, LAB_PY, "--prefix", PREFIX, "exec", "aws-1", "--", "hostname"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert (r.returncode, r.stdout) == (0, "aws-1\n")
 
 
@@ -230,18 +312,26 @@ def test_public_hosts_reach_each_other(lab):
     assert ping(lab, "gcp-1", a1["public_ip"]).returncode == 0
 
 
-LISTEN = ("import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind((sys.argv[1],5999));"
-          "print('bound',flush=True); s.settimeout(10); d,a=s.recvfrom(100); print(a[0],d.decode(),flush=True)")
-SEND = ("import socket,sys,time\nfor _ in range(20):\n"
-        " socket.socket(socket.AF_INET,socket.SOCK_DGRAM).sendto(b'hi',(sys.argv[1],5999)); time.sleep(0.1)")
+LISTEN = (
+    "import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind((sys.argv[1],5999));"
+    "print('bound',flush=True); s.settimeout(10); d,a=s.recvfrom(100); print(a[0],d.decode(),flush=True)"
+)
+SEND = (
+    "import socket,sys,time\nfor _ in range(20):\n"
+    " socket.socket(socket.AF_INET,socket.SOCK_DGRAM).sendto(b'hi',(sys.argv[1],5999)); time.sleep(0.1)"
+)
 
 
 @needs_root
 def test_nat_host_seen_as_router(lab):
     a1, z1 = lab.hosts["aws-1"], lab.hosts["azure-1"]
     assert z1["nat"] and z1["nat_ip"] and z1["nat_ip"] != z1["public_ip"]
-    listener = subprocess.Popen(lab.nsenter_argv("aws-1", ["python3", "-c", LISTEN, a1["public_ip"]]),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    listener = subprocess.Popen(
+        lab.nsenter_argv("aws-1", ["python3", "-c", LISTEN, a1["public_ip"]]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert listener.stdout.readline().strip() == "bound"
         lab.run("azure-1", ["python3", "-c", SEND, a1["public_ip"]], check=True, timeout=20)
@@ -275,9 +365,19 @@ def test_wireguard_go_runs_in_host(lab):
         lab.run("aws-2", ["ip", "link", "del", ifname])
     # Over SSH (as Ansible does it) the daemon must be detached with setsid to outlive the session.
     try:
-        r = subprocess.run(["ssh", "-F", lab.ssh_config, "gcp-2",
-                            "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 setsid wireguard-go %s" % ifname
-                            + " >/dev/null 2>&1 < /dev/null"], capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [
+                "ssh",
+                "-F",
+                lab.ssh_config,
+                "gcp-2",
+                "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 setsid wireguard-go %s" % ifname
+                + " >/dev/null 2>&1 < /dev/null",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 0, r.stderr
         for _ in range(50):
             if lab.run("gcp-2", ["wg", "show", ifname]).returncode == 0:
@@ -293,18 +393,31 @@ def test_ansible_ping(lab):
     ansible = os.path.join(REPO, ".venv", "bin", "ansible")
     if not os.path.exists(ansible):
         pytest.skip("no controller venv")
-    r = subprocess.run([ansible, "-i", lab.inventory, "all", "-m", "ping", "-o"], cwd=REPO,
-                       capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [ansible, "-i", lab.inventory, "all", "-m", "ping", "-o"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for name in lab.hosts:
         assert "%s | SUCCESS" % name in r.stdout
-    listed = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-inventory"), "-i", lab.inventory,
-                             "--list"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        [os.path.join(REPO, ".venv", "bin", "ansible-inventory"), "-i", lab.inventory, "--list"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     inv = json.loads(listed)
     assert sorted(inv["kilo"]["children"]) == ["aws", "azure", "gcp"]
     hv = inv["_meta"]["hostvars"]
     assert hv["azure-1"]["kilo_lab_nat_ip"] == lab.hosts["azure-1"]["nat_ip"]
-    assert hv["aws-2"]["kilo_lab_public"] is False and hv["aws-1"]["kilo_lab_public_ip"] == "203.0.113.11"
+    assert (
+        hv["aws-2"]["kilo_lab_public"] is False
+        and hv["aws-1"]["kilo_lab_public_ip"] == "203.0.113.11"
+    )
     assert hv["gcp-1"]["kilo_location"] == "gcp"
     assert hv["aws-1"]["kilo_discovery_ignore_interfaces"] == ["mgmt0"]
 
@@ -319,13 +432,23 @@ def test_a_login_user_with_sudo_and_no_root_login():
         password = lab.load()["become_password"]
 
         def ssh(host, command, *options, **kw):
-            return subprocess.run(["ssh", "-F", lab.ssh_config] + list(options) + [host, command],
-                                  capture_output=True, text=True, timeout=30, **kw)
+            return subprocess.run(
+                ["ssh", "-F", lab.ssh_config] + list(options) + [host, command],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                **kw,
+            )
+
         for host in ("aws-1", "aws-2"):
             r = ssh(host, "id -un; stat -c '%U %a' ~ ~/.ssh ~/.ssh/authorized_keys")
             assert r.returncode == 0, r.stderr
-            assert r.stdout.split("\n")[:4] == ["kilodeploy", "kilodeploy 755", "kilodeploy 700",
-                                                 "kilodeploy 600"], r.stdout
+            assert r.stdout.split("\n")[:4] == [
+                "kilodeploy",
+                "kilodeploy 755",
+                "kilodeploy 700",
+                "kilodeploy 600",
+            ], r.stdout
             r = ssh(host, "true", "-l", "root")
             assert r.returncode != 0 and "permission denied" in r.stderr.lower(), r.stderr
         assert ssh("aws-1", "sudo -n id -u").stdout.strip() == "0"
@@ -335,7 +458,10 @@ def test_a_login_user_with_sudo_and_no_root_login():
         assert r.stdout.strip() == "0", r.stderr
         with open(lab.inventory) as f:
             text = f.read()
-        assert text.count("ansible_user: \"kilodeploy\"") == 2 and text.count("ansible_become: true") == 2
+        assert (
+            text.count('ansible_user: "kilodeploy"') == 2
+            and text.count("ansible_become: true") == 2
+        )
         assert text.count("ansible_become_password:") == 1
         with open("/etc/passwd") as f:
             assert "kilodeploy:" not in f.read()
@@ -345,20 +471,40 @@ def test_a_login_user_with_sudo_and_no_root_login():
 
 # -- a second lab (CLI, IPv6) that is torn down and checked ---------------------------------
 
+
 @needs_root
 def test_cli_ipv6_and_teardown_leaves_nothing():
     _cleanup(PREFIX2)
     cli = [sys.executable, LAB_PY, "--prefix", PREFIX2]
     state = Lab(PREFIX2).state_dir
     try:
-        r = subprocess.run(cli + ["up", "2", "1", "1", "--ipv6"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            cli + ["up", "2", "1", "1", "--ipv6"], capture_output=True, text=True, timeout=120
+        )
         assert r.returncode == 0, r.stderr
         with open(os.path.join(state, "hosts.json")) as f:
             hosts = json.load(f)
         assert sorted(hosts) == ["aws-1", "gcp-1"]
         # IPv6 on the internet bridge, through the CLI's exec.
-        r = subprocess.run(cli + ["exec", "aws-1", "--", "ping", "-6", "-n", "-c", "1", "-W", "2",
-                                  hosts["gcp-1"]["public_ip6"]], capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            cli
+            + [
+                "exec",
+                "aws-1",
+                "--",
+                "ping",
+                "-6",
+                "-n",
+                "-c",
+                "1",
+                "-W",
+                "2",
+                hosts["gcp-1"]["public_ip6"],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         r = subprocess.run(cli + ["status"], capture_output=True, text=True)
         assert r.returncode == 0 and "aws-1" in r.stdout

@@ -14,6 +14,7 @@ two outside hosts, which print the source address and port they see:
 * ``lab.remap`` gives the router a new address: the same socket's next packet arrives from it;
 * ``lab.dark`` drops everything of a host, ``lab.light`` undoes it.
 """
+
 import os
 
 import pytest
@@ -37,11 +38,23 @@ def test_plan_takes_one_kind_or_one_per_location():
         nat_kinds([2], "cone")
     with pytest.raises(LabError, match="not behind NAT"):
         nat_kinds([2], {1: "eim"})
-    p = plan_lab(3, 1, 1, nat=[2, 3], nat_kind={2: "eim", 3: "symmetric"}, mgmt_net="198.18.16.0/20", prefix="kx")
+    p = plan_lab(
+        3,
+        1,
+        1,
+        nat=[2, 3],
+        nat_kind={2: "eim", 3: "symmetric"},
+        mgmt_net="198.18.16.0/20",
+        prefix="kx",
+    )
     assert p["routers"]["gcp"]["kind"] == "eim" and p["routers"]["azure"]["kind"] == "symmetric"
     assert p["routers"]["gcp"]["addresses"] == ["203.0.113.20", "203.0.113.29"]
-    assert "fully-random" in nat_ruleset("kx", "symmetric") and "fully-random" not in nat_ruleset("kx", "eim")
-    assert "policy drop" in nat_ruleset("kx", "eim") and "policy drop" not in nat_ruleset("kx", "plain")
+    assert "fully-random" in nat_ruleset("kx", "symmetric") and "fully-random" not in nat_ruleset(
+        "kx", "eim"
+    )
+    assert "policy drop" in nat_ruleset("kx", "eim") and "policy drop" not in nat_ruleset(
+        "kx", "plain"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +106,10 @@ def mapped_ports(lab, peers, location):
 def test_eim_keeps_one_port_for_every_destination(lab, peers):
     inside, outside, seen = mapped_ports(lab, peers, "gcp")
     router = lab.router("gcp")["public_ip"]
-    print("\neim: gcp-1 %s:%d seen by aws-1 as %s:%d, by aws-2 as %s:%d"
-          % ((lab.hosts["gcp-1"]["public_ip"], PORT) + seen["aws-1"] + seen["aws-2"]))
+    print(
+        "\neim: gcp-1 %s:%d seen by aws-1 as %s:%d, by aws-2 as %s:%d"
+        % ((lab.hosts["gcp-1"]["public_ip"], PORT) + seen["aws-1"] + seen["aws-2"])
+    )
     assert seen["aws-1"][0] == seen["aws-2"][0] == router
     assert seen["aws-1"][1] == seen["aws-2"][1] == PORT
     # the replies pass (conntrack's established entries)
@@ -105,8 +120,10 @@ def test_eim_keeps_one_port_for_every_destination(lab, peers):
 def test_symmetric_maps_a_port_per_destination(lab, peers):
     inside, outside, seen = mapped_ports(lab, peers, "azure")
     router = lab.router("azure")["public_ip"]
-    print("\nsymmetric: azure-1 %s:%d seen by aws-1 as %s:%d, by aws-2 as %s:%d"
-          % ((lab.hosts["azure-1"]["public_ip"], PORT) + seen["aws-1"] + seen["aws-2"]))
+    print(
+        "\nsymmetric: azure-1 %s:%d seen by aws-1 as %s:%d, by aws-2 as %s:%d"
+        % ((lab.hosts["azure-1"]["public_ip"], PORT) + seen["aws-1"] + seen["aws-2"])
+    )
     assert seen["aws-1"][0] == seen["aws-2"][0] == router
     assert seen["aws-1"][1] != seen["aws-2"][1]
     # a mapping is for the destination it was made for: aws-2 sending to aws-1's port gets nowhere
@@ -129,8 +146,18 @@ def test_no_unsolicited_inbound(lab, peers, location):
     assert not inside.saw("punch early", wait=1.0)
     inside.send(lab.hosts["aws-1"]["public_ip"], OUT_PORT + 1, "out")
     src, dummy = a1.wait_for("out")
-    print("\n%s (%s): %s:%d after an early punch at port %d is seen as %s:%d"
-          % (location, lab.router(location)["kind"], lab.hosts[host]["public_ip"], PORT, PORT, src[0], src[1]))
+    print(
+        "\n%s (%s): %s:%d after an early punch at port %d is seen as %s:%d"
+        % (
+            location,
+            lab.router(location)["kind"],
+            lab.hosts[host]["public_ip"],
+            PORT,
+            PORT,
+            src[0],
+            src[1],
+        )
+    )
     if lab.router(location)["kind"] == "eim":
         assert src == (router, PORT)
     a2.send(router, src[1], "stranger")

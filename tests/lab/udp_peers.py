@@ -4,6 +4,7 @@ datagram it receives with its source, so a test sees the address and port a NAT 
 The socket lives in a small Python process inside the host (``Lab.nsenter_argv``), reading
 commands on stdin (``send IP PORT PAYLOAD``) and writing ``recv IP PORT PAYLOAD`` lines.
 """
+
 import subprocess
 import threading
 import time
@@ -38,14 +39,22 @@ while True:
 class UdpPeer(object):
     def __init__(self, lab, host, port):
         self.host, self.port = host, port
-        self.proc = subprocess.Popen(lab.nsenter_argv(host, ["python3", "-c", AGENT, str(port)]),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            lab.nsenter_argv(host, ["python3", "-c", AGENT, str(port)]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         self.lines = []
         self.cond = threading.Condition()
         first = self.proc.stdout.readline()
         if first.strip() != "ready":
-            raise AssertionError("UDP socket %s:%d did not start: %s %s" % (host, port, first, self.proc.stderr.read()))
+            raise AssertionError(
+                "UDP socket %s:%d did not start: %s %s"
+                % (host, port, first, self.proc.stderr.read())
+            )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -83,8 +92,10 @@ class UdpPeer(object):
     def wait_for(self, payload, timeout=5.0):
         """((source ip, source port), payload) of the first datagram carrying ``payload``."""
         if not self.saw(payload, timeout):
-            raise AssertionError("%s:%d received no %r within %ss (got: %s)"
-                                 % (self.host, self.port, payload, timeout, self.lines))
+            raise AssertionError(
+                "%s:%d received no %r within %ss (got: %s)"
+                % (self.host, self.port, payload, timeout, self.lines)
+            )
         with self.cond:
             return self._find(payload)
 

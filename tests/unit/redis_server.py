@@ -1,5 +1,6 @@
 """A throw-away redis-server for tests (Debian's redis-server, `scripts/setup.sh all`): on
 127.0.0.1 at a free port, no persistence, its own directory; stopped by its PID, never by name."""
+
 import contextlib
 import os
 import shutil
@@ -29,13 +30,33 @@ def redis_server(timeout=20):
     """Yields the server's URL (``redis://127.0.0.1:PORT/0``); the server is gone afterwards."""
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(binary):
-        raise RuntimeError("redis-server is not installed (scripts/setup.sh all installs Debian's redis-server)")
+        raise RuntimeError(
+            "redis-server is not installed (scripts/setup.sh all installs Debian's redis-server)"
+        )
     directory = tempfile.mkdtemp(prefix="kilo-redis-")
     port = free_port()
     log = open(os.path.join(directory, "redis.log"), "w")
-    proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", directory, "--daemonize", "no", "--protected-mode", "yes"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            directory,
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + timeout
         while not ping(port):

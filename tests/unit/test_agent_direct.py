@@ -1,23 +1,48 @@
 """agent/direct.py: what an agent publishes of its direct paths (``since``, ``held``), when it re-arms
 a probe, and when a learned mapping wakes the reconcile. The real thing: tests/kube/test_agent_direct.py."""
+
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import direct as d
 
 OWN, FAR = "location:gcp", "location:azure"
 
 
 def computed(state):
-    return {"segments": [{"key": OWN, "leader": "gcp-1", "reachable": False, "wireguard_ip": ["10.4.0.2"]},
-                         {"key": FAR, "leader": "azure-1", "reachable": False, "wireguard_ip": ["10.4.0.3"]},
-                         {"key": "location:aws", "leader": "aws-1", "reachable": True, "relay": True,
-                          "wireguard_ip": ["10.4.0.1"]}],
-            "paths": [{"a": FAR, "b": OWN, "path": state, "via": None if state == "direct" else "location:aws"}]}
+    return {
+        "segments": [
+            {"key": OWN, "leader": "gcp-1", "reachable": False, "wireguard_ip": ["10.4.0.2"]},
+            {"key": FAR, "leader": "azure-1", "reachable": False, "wireguard_ip": ["10.4.0.3"]},
+            {
+                "key": "location:aws",
+                "leader": "aws-1",
+                "reachable": True,
+                "relay": True,
+                "wireguard_ip": ["10.4.0.1"],
+            },
+        ],
+        "paths": [
+            {
+                "a": FAR,
+                "b": OWN,
+                "path": state,
+                "via": None if state == "direct" else "location:aws",
+            }
+        ],
+    }
 
 
 def plan(probe=True):
     peers = [{"name": "location:aws", "public_key": "R", "roaming": False}]
     if probe:
-        peers.append({"name": FAR, "public_key": "F", "allowed_ips": [], "persistent_keepalive": 25, "probe": True,
-                      "roaming": True})
+        peers.append(
+            {
+                "name": FAR,
+                "public_key": "F",
+                "allowed_ips": [],
+                "persistent_keepalive": 25,
+                "probe": True,
+                "roaming": True,
+            }
+        )
     return {"peers": peers}
 
 
@@ -67,8 +92,15 @@ def test_a_pair_back_on_the_relay_drops_its_since():
 
 def test_a_roaming_peers_new_mapping_wakes_the_reconcile():
     paths = d.DirectPaths()  # on a relay: the NAT'd leader's entry roams
-    paths.update(computed("relayed"), {"peers": [{"name": FAR, "public_key": "F", "roaming": True}]}, "aws-1", 100.0)
-    assert not paths.tick(101.0, reading(0, "203.0.113.20:51820"), set())[0]  # no handshake: not learned
+    paths.update(
+        computed("relayed"),
+        {"peers": [{"name": FAR, "public_key": "F", "roaming": True}]},
+        "aws-1",
+        100.0,
+    )
+    assert not paths.tick(101.0, reading(0, "203.0.113.20:51820"), set())[
+        0
+    ]  # no handshake: not learned
     assert paths.tick(102.0, reading(101, "203.0.113.20:51820"), set())[0]  # learned now
     assert not paths.tick(103.0, reading(102, "203.0.113.20:51820"), set())[0]
     assert paths.tick(104.0, reading(103, "203.0.113.29:51820"), set())[0]

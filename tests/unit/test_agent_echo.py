@@ -4,6 +4,7 @@ The informer runs its real thread against a fake transport whose watch streams w
 puts in a queue and otherwise blocks, as a connection whose NAT entry died does: no data, no
 end, until its socket is shut down (tests/kube/test_agent_echo_hang.py does it for real).
 """
+
 import json
 import queue
 import threading
@@ -13,13 +14,26 @@ import types
 import kubernetes
 
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import main as agent_main
-from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import Informer, later_or_same, slim
+from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import (
+    Informer,
+    later_or_same,
+    slim,
+)
 
 
 def _node(name, version):
-    return {"metadata": {"name": name, "resourceVersion": str(version), "annotations": {},
-                         "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:metadata": {}}}]},
-            "status": {"conditions": [], "images": [{"names": ["registry.example/big:1"], "sizeBytes": 1}]}}
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": str(version),
+            "annotations": {},
+            "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:metadata": {}}}],
+        },
+        "status": {
+            "conditions": [],
+            "images": [{"names": ["registry.example/big:1"], "sizeBytes": 1}],
+        },
+    }
 
 
 class Socket(object):
@@ -55,7 +69,9 @@ class Watch(object):
 
 class Listing(object):
     def __init__(self, items, version):
-        self.data = json.dumps({"metadata": {"resourceVersion": str(version)}, "items": items}).encode()
+        self.data = json.dumps(
+            {"metadata": {"resourceVersion": str(version)}, "items": items}
+        ).encode()
 
 
 class Server(object):
@@ -91,7 +107,11 @@ def _informer(server):
 
 def test_resource_versions_compare_as_numbers_when_they_are():
     assert later_or_same("100", "99") and later_or_same("7", "7") and not later_or_same("99", "100")
-    assert later_or_same("abc", "abc") and not later_or_same("abd", "abc") and not later_or_same(None, "1")
+    assert (
+        later_or_same("abc", "abc")
+        and not later_or_same("abd", "abc")
+        and not later_or_same(None, "1")
+    )
 
 
 def test_the_copy_leaves_out_managed_fields_and_images():
@@ -119,7 +139,9 @@ def test_an_echo_on_the_watch_proves_the_copy_current():
         assert informer.proven_at == 1000.0
         # a bookmark past a later write counts as well (the write's own event came before it)
         informer.expect_echo("self", "12", 2000.0)
-        server.watches[0].events.put({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}})
+        server.watches[0].events.put(
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}
+        )
         _wait(lambda: informer.echo_due() is None)
         assert informer.proven_at == 2000.0 and len(server.watches) == 1
         # a write the copy already holds (the watch was quicker than the PATCH's answer)
@@ -132,7 +154,9 @@ def test_an_echo_on_the_watch_proves_the_copy_current():
 def test_reopen_ends_a_silent_watch_and_watches_again_from_the_last_version():
     server = Server([_node("self", 5)], 5)
     errors = []
-    informer = Informer("nodes", server, log=lambda msg: None, on_error=lambda kind, exc: errors.append(kind)).start()
+    informer = Informer(
+        "nodes", server, log=lambda msg: None, on_error=lambda kind, exc: errors.append(kind)
+    ).start()
     try:
         _wait(lambda: len(server.watches) == 1)
         server.watches[0].events.put({"type": "MODIFIED", "object": _node("other", 7)})
@@ -141,16 +165,23 @@ def test_reopen_ends_a_silent_watch_and_watches_again_from_the_last_version():
         first_since = informer.connected_since
         informer.reopen("no echo")
         assert not informer.connected and informer.echo_due() is None
-        assert informer.lost_at == first_since  # no echo ever came: last proven current when it connected
+        assert (
+            informer.lost_at == first_since
+        )  # no echo ever came: last proven current when it connected
         _wait(lambda: len(server.watches) == 2 and informer.connected)
         assert server.watches[1].resource_version == "7" and server.lists == 1  # no list needed
-        assert informer.reopened == 1 and errors == ["nodes"] and informer.connected_since >= first_since
+        assert (
+            informer.reopened == 1
+            and errors == ["nodes"]
+            and informer.connected_since >= first_since
+        )
     finally:
         informer.stop()
 
 
 class Other(object):
     """The Peer informer: always in order."""
+
     synced = threading.Event()
     connected = True
 
@@ -170,10 +201,19 @@ class Other(object):
 def _agent(server, monkeypatch, echo):
     """An agent whose every pass writes a check-in acknowledged as version 100, echoed or not."""
     monkeypatch.setattr(agent_main, "ECHO_TIMEOUT", 0.3)
-    config = {"node": "self", "resync_period": 0.2, "checkin_period": 0.2, "debounce": 0.01, "liveness": 60}
+    config = {
+        "node": "self",
+        "resync_period": 0.2,
+        "checkin_period": 0.2,
+        "debounce": 0.01,
+        "liveness": 60,
+    }
     # what the agent's threads touch of its metrics (the direct loop: live peers, errors)
-    metrics = types.SimpleNamespace(health=None, paths=types.SimpleNamespace(current=None),
-                                    errors=types.SimpleNamespace(inc=lambda: None))
+    metrics = types.SimpleNamespace(
+        health=None,
+        paths=types.SimpleNamespace(current=None),
+        errors=types.SimpleNamespace(inc=lambda: None),
+    )
     agent = agent_main.Agent(config, kubernetes.client.ApiClient(), metrics)
     agent.informers = [Informer("nodes", server, agent.changed, lambda msg: None), Other()]
     passes = []
@@ -185,6 +225,7 @@ def _agent(server, monkeypatch, echo):
             if echo:
                 server.watches[-1].events.put({"type": "MODIFIED", "object": _node("self", 100)})
         return True
+
     agent.reconcile = reconcile
     return agent, passes
 

@@ -1,4 +1,5 @@
 """Leader health between agents: who is deposed, from what the Nodes say; the prober's clock."""
+
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
 
@@ -46,7 +47,9 @@ def test_prober_names_a_silent_target_after_dead_after_and_holds_it_down():
     assert p.dead(30) == set()  # answered 15 s ago
     p.record(set(), now=36)
     assert p.dead(36) == {"c1"}
-    p.set_targets({"c2": "10.4.0.4"}, now=40)  # deposed: c1 leads nothing, its stand-in is probed instead
+    p.set_targets(
+        {"c2": "10.4.0.4"}, now=40
+    )  # deposed: c1 leads nothing, its stand-in is probed instead
     assert p.dead(500) == {"c1"}  # still named: no flap back
     assert p.dead(637) == set()  # hold-down over
 
@@ -70,9 +73,14 @@ def test_echo_request_checksum_is_valid():
 
 
 def _node(name, location, n):
-    return dict(name=name, location=location, public_key=chr(65 + n) * 43 + "=",
-                endpoint="203.0.113.%d:51820" % (n + 1), internal_ip="10.%d.0.%d/24" % (n, n + 1),
-                pod_cidr="10.50.%d.0/24" % n)
+    return dict(
+        name=name,
+        location=location,
+        public_key=chr(65 + n) * 43 + "=",
+        endpoint="203.0.113.%d:51820" % (n + 1),
+        internal_ip="10.%d.0.%d/24" % (n, n + 1),
+        pod_cidr="10.50.%d.0/24" % n,
+    )
 
 
 def test_own_plan_elects_another_leader_for_a_deposed_one():
@@ -89,11 +97,13 @@ def test_own_plan_elects_another_leader_for_a_deposed_one():
     _plan, _psk, again, _deposed = mesh.own_plan(nodes, [], leader_c, options, reports)
     assert [s["leader"] for s in again["segments"]] == [s["leader"] for s in computed["segments"]]
     assert mesh.probe_targets(computed, "a1") == dict(
-        (s["leader"], s["wireguard_ip"]) for s in computed["segments"] if s["leader"] != "a1")
+        (s["leader"], s["wireguard_ip"]) for s in computed["segments"] if s["leader"] != "a1"
+    )
     assert mesh.probe_targets(computed, leader_c) == {}
 
 
 # --- liveness (mesh.live): Kilo's 60 s rule, judged only over time the agent could watch ------
+
 
 def test_live_is_kilos_rule_while_watching():
     facts = {"last_seen": 1000}
@@ -115,13 +125,15 @@ def test_a_node_dead_before_the_agent_started_is_not_brought_back():
 
 
 def test_not_watching_judges_nobody_and_window_zero_is_push_modes_rule():
-    assert mesh.live({"last_seen": 1}, 10 ** 6, 60, watching_since=None, lost_at=0)
-    assert mesh.live({}, 10 ** 6, 0)
+    assert mesh.live({"last_seen": 1}, 10**6, 60, watching_since=None, lost_at=0)
+    assert mesh.live({}, 10**6, 0)
 
 
 def test_handshake_watch_names_a_leader_whose_latest_handshake_is_too_old():
     times = {"KEY-B": 1000, "KEY-C": 1000}
-    watch = health.HandshakeWatch("kilo0", timeout=180, hold_down=600, read=lambda interface: dict(times))
+    watch = health.HandshakeWatch(
+        "kilo0", timeout=180, hold_down=600, read=lambda interface: dict(times)
+    )
     watch.set_targets({"b": "KEY-B", "c": "KEY-C", "d": "KEY-D"}, now=1000)
     watch.record(watch.probe(), now=1100)
     assert watch.dead(1100) == set()  # b and c handshook 100 s ago; d is still in its grace
@@ -136,9 +148,12 @@ def test_handshake_watch_names_a_leader_whose_latest_handshake_is_too_old():
 
 
 def test_probe_targets_give_keys_for_the_handshake_judge():
-    computed = {"segments": [
-        {"leader": "a", "wireguard_ip": "10.4.0.1", "public_key": "KA"},
-        {"leader": "b", "wireguard_ip": "10.4.0.2", "public_key": "KB"}]}
+    computed = {
+        "segments": [
+            {"leader": "a", "wireguard_ip": "10.4.0.1", "public_key": "KA"},
+            {"leader": "b", "wireguard_ip": "10.4.0.2", "public_key": "KB"},
+        ]
+    }
     assert mesh.probe_targets(computed, "a", "public_key") == {"b": "KB"}
     assert mesh.probe_targets(computed, "a") == {"b": "10.4.0.2"}
     assert mesh.probe_targets(computed, "x", "public_key") == {}
@@ -167,24 +182,36 @@ def test_a_moment_of_one_sided_reports_deposes_nobody():
 
 
 def test_a_second_broken_leader_is_deposed_by_the_leaders_that_replaced_the_first():
-    nodes = [_node("a1", "a", 0), _node("a2", "a", 4), _node("b1", "b", 1), _node("b2", "b", 5),
-             _node("c1", "c", 2), _node("c2", "c", 3)]
+    nodes = [
+        _node("a1", "a", 0),
+        _node("a2", "a", 4),
+        _node("b1", "b", 1),
+        _node("b2", "b", 5),
+        _node("c1", "c", 2),
+        _node("c2", "c", 3),
+    ]
     options = {"encapsulate": "never"}
     _plan, _psk, computed, _deposed = mesh.own_plan(nodes, [], "a1", options, {})
     first = dict((s["location"], s["leader"]) for s in computed["segments"])
     # c's leader broke first and was deposed (the others still name it: hold-down); its stand-in
     # leads c and judges. Then a's leader breaks: the judges now are b's leader and c's stand-in.
-    _plan, _psk, computed, _deposed = mesh.own_plan(nodes, [], "a1", options, {
-        first["a"]: {first["c"]}, first["b"]: {first["c"]}})
+    _plan, _psk, computed, _deposed = mesh.own_plan(
+        nodes, [], "a1", options, {first["a"]: {first["c"]}, first["b"]: {first["c"]}}
+    )
     stand_in = [s["leader"] for s in computed["segments"] if s["location"] == "c"][0]
     assert stand_in != first["c"]
-    reports = {first["a"]: {first["c"], first["b"], stand_in}, first["b"]: {first["c"], first["a"]},
-               stand_in: {first["a"]}}
+    reports = {
+        first["a"]: {first["c"], first["b"], stand_in},
+        first["b"]: {first["c"], first["a"]},
+        stand_in: {first["a"]},
+    }
     for own in ("b1", "b2", "c1", "c2", "a1", "a2"):  # every node reaches the same choice
         _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], own, options, reports)
         assert deposed == {first["a"], first["c"]}, own
         leaders = dict((s["location"], s["leader"]) for s in computed["segments"])
-        assert leaders["a"] != first["a"] and leaders["c"] == stand_in and leaders["b"] == first["b"], own
+        assert (
+            leaders["a"] != first["a"] and leaders["c"] == stand_in and leaders["b"] == first["b"]
+        ), own
 
 
 def test_a_node_that_leads_nothing_forgets_whom_it_saw_dead():
@@ -199,24 +226,41 @@ def test_a_node_that_leads_nothing_forgets_whom_it_saw_dead():
 
 
 def test_a_mark_holds_for_the_hold_down_and_is_renewed_only_while_deposed():
-    assert health.held({"a1": "1000", "b1": "bad", "c1": None}, now=1000 + health.HOLD_DOWN - 1) == {"a1"}
+    assert health.held(
+        {"a1": "1000", "b1": "bad", "c1": None}, now=1000 + health.HOLD_DOWN - 1
+    ) == {"a1"}
     assert health.held({"a1": "1000"}, now=1000 + health.HOLD_DOWN) == set()
     assert health.mark("a1", {"a1"}, None, now=1000) == "1000"  # deposed now: marked now
     assert health.mark("a1", {"a1"}, "1000", now=1300) == "1000"  # the mark it has holds
     assert health.mark("a1", set(), "1000", now=1000 + health.HOLD_DOWN) is None  # over: removed
-    assert health.mark("a1", {"a1"}, "1000", now=1000 + health.HOLD_DOWN) == str(1000 + int(health.HOLD_DOWN))
+    assert health.mark("a1", {"a1"}, "1000", now=1000 + health.HOLD_DOWN) == str(
+        1000 + int(health.HOLD_DOWN)
+    )
 
 
 def test_failures_one_after_another_are_each_replaced_and_the_marks_keep_them_out():
-    nodes = [_node("a1", "a", 0), _node("a2", "a", 4), _node("b1", "b", 1), _node("b2", "b", 5),
-             _node("c1", "c", 2), _node("c2", "c", 3)]
+    nodes = [
+        _node("a1", "a", 0),
+        _node("a2", "a", 4),
+        _node("b1", "b", 1),
+        _node("b2", "b", 5),
+        _node("c1", "c", 2),
+        _node("c2", "c", 3),
+    ]
     options = {"encapsulate": "never"}
 
     def choice(reports, held):
         seen = set()
         for own in sorted(n["name"] for n in nodes):  # every node reaches the same choice
-            _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], own, options, reports, held=held)
-            seen.add((frozenset(deposed), tuple(sorted((s["location"], s["leader"]) for s in computed["segments"]))))
+            _plan, _psk, computed, deposed = mesh.own_plan(
+                nodes, [], own, options, reports, held=held
+            )
+            seen.add(
+                (
+                    frozenset(deposed),
+                    tuple(sorted((s["location"], s["leader"]) for s in computed["segments"])),
+                )
+            )
         assert len(seen) == 1, seen
         deposed, leaders = seen.pop()
         return set(deposed), dict(leaders)
@@ -245,8 +289,9 @@ def test_a_held_node_that_still_leads_judges_nobody():
     # names everyone; c alone naming b must not depose b (two judges at least, a is none)
     nodes = [_node("a1", "a", 0), _node("b1", "b", 1), _node("b2", "b", 4), _node("c1", "c", 2)]
     options = {"encapsulate": "never"}
-    _plan, _psk, computed, deposed = mesh.own_plan(nodes, [], "c1", options, {
-        "a1": {"b1", "c1"}, "c1": {"b1"}}, held={"a1"})
+    _plan, _psk, computed, deposed = mesh.own_plan(
+        nodes, [], "c1", options, {"a1": {"b1", "c1"}, "c1": {"b1"}}, held={"a1"}
+    )
     assert deposed == {"a1"}
     assert dict((s["location"], s["leader"]) for s in computed["segments"])["b"] == "b1"
 

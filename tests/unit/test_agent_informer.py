@@ -1,16 +1,28 @@
 """The agent's informer: a Node that only checked in (last-seen) updates the copy without waking the agent."""
+
 import json
 
-from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import Informer, only_checked_in
+from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import (
+    Informer,
+    only_checked_in,
+)
 
 SEEN = "kilo.squat.ai/last-seen"
 
 
 def node(name, version, seen, **annotations):
     annotations[SEEN] = str(seen)
-    return {"metadata": {"name": name, "resourceVersion": str(version), "annotations": annotations,
-                         "managedFields": [{"time": str(version)}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": str(version)}]}}
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": str(version),
+            "annotations": annotations,
+            "managedFields": [{"time": str(version)}],
+        },
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": str(version)}]
+        },
+    }
 
 
 def test_only_checked_in():
@@ -34,13 +46,16 @@ class Response(object):
 
 def test_a_check_in_is_kept_but_wakes_nobody():
     woken = []
-    events = [{"type": "MODIFIED", "object": node("a", 2, 130)},   # a check-in: no wake-up
-              {"type": "MODIFIED", "object": node("a", 3, 160, x="1")},  # a real change
-              {"type": "ADDED", "object": node("b", 4, 160)},
-              {"type": "MODIFIED", "object": node("b", 5, 190)}]  # b is skipped (say, stale): wakes
+    events = [
+        {"type": "MODIFIED", "object": node("a", 2, 130)},  # a check-in: no wake-up
+        {"type": "MODIFIED", "object": node("a", 3, 160, x="1")},  # a real change
+        {"type": "ADDED", "object": node("b", 4, 160)},
+        {"type": "MODIFIED", "object": node("b", 5, 190)},
+    ]  # b is skipped (say, stale): wakes
 
     def relevant(old, new):
         return new["metadata"]["name"] == "b" or not only_checked_in(old, new, (SEEN,))
+
     informer = Informer("nodes", lambda **kw: Response(events), woken.append, relevant=relevant)
     informer.objects = {"a": node("a", 1, 100)}
     informer.version = "1"
@@ -56,6 +71,7 @@ def test_a_watch_has_a_read_timeout_past_the_servers_own_end():
     def call(**kwargs):
         seen.append(kwargs)
         return Response([])
+
     informer = Informer("nodes", call, timeout=300)
     informer.version = "1"
     informer._watch()  # pylint: disable=protected-access

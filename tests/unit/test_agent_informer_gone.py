@@ -1,6 +1,7 @@
 """The informer's 410 Gone as an HTTP status (a watch refused outright, or a list's continue token
 expired between pages): it lists again from the first page and watches from the new version.
 The 410 as a watch event, from the real kube-apiserver, is tests/kube/test_agent_observed.py's."""
+
 import json
 
 from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import Informer
@@ -45,6 +46,7 @@ def run(informer, answer):
             informer.stop()
             return Response(events=[])
         return answer(len(calls), kwargs)
+
     informer.call = call
     informer.run()
     return calls
@@ -59,6 +61,7 @@ def test_a_watch_refused_with_410_lists_again_and_watches_from_the_new_version()
         if n == 1:
             raise ApiError(410)
         return page(["a", "b"], "9")
+
     calls = run(informer, answer)
     assert [bool(c.get("watch")) for c in calls] == [True, False, True]
     assert calls[0]["resource_version"] == "5" and calls[2]["resource_version"] == "9"
@@ -78,6 +81,7 @@ def test_a_continue_token_expired_between_pages_starts_the_list_over():
         if n == 4:
             return page(["d"], "12")
         return Response(events=[])
+
     calls = run(informer, answer)
     assert [c.get("_continue") for c in calls[:4]] == [None, "t1", None, "t2"]
     assert set(informer.objects) == {"a", "c", "d"} and informer.lists == 1

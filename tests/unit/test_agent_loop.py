@@ -1,5 +1,6 @@
 """The agent's loop: no busy loop when a pass fails or cannot run; one node's bad data (a key
 another node has) leaves that node out instead of failing every pass of every agent."""
+
 import threading
 import time
 
@@ -10,23 +11,36 @@ from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
 
 
 def _node(name, location, n, key=None):
-    return dict(name=name, location=location, public_key=key or chr(65 + n) * 43 + "=",
-                endpoint="203.0.113.%d:51820" % (n + 1), internal_ip="10.%d.0.%d/24" % (n, n + 1),
-                pod_cidr="10.50.%d.0/24" % n)
+    return dict(
+        name=name,
+        location=location,
+        public_key=key or chr(65 + n) * 43 + "=",
+        endpoint="203.0.113.%d:51820" % (n + 1),
+        internal_ip="10.%d.0.%d/24" % (n, n + 1),
+        pod_cidr="10.50.%d.0/24" % n,
+    )
 
 
 def test_a_key_two_other_nodes_share_leaves_one_out():
     nodes = [_node("a1", "a", 0), _node("b1", "b", 1), _node("c1", "c", 2, key="B" * 43 + "=")]
     skipped = {}
-    plan, _psk, _computed, _out = mesh.own_plan(nodes, [], "a1", {"encapsulate": "never"}, None, skipped)
+    plan, _psk, _computed, _out = mesh.own_plan(
+        nodes, [], "a1", {"encapsulate": "never"}, None, skipped
+    )
     assert plan is not None and list(skipped) == ["c1"] and "same key" in skipped["c1"]
     assert [p["name"] for p in plan["peers"]] == ["location:b"]
 
 
 def test_a_node_that_took_our_key_is_left_out_not_us():
-    nodes = [_node("a1", "a", 0, key="Z" * 43 + "="), _node("b1", "b", 1), _node("z9", "z", 2, key="Z" * 43 + "=")]
+    nodes = [
+        _node("a1", "a", 0, key="Z" * 43 + "="),
+        _node("b1", "b", 1),
+        _node("z9", "z", 2, key="Z" * 43 + "="),
+    ]
     skipped = {}
-    plan, _psk, _computed, _out = mesh.own_plan(nodes, [], "z9", {"encapsulate": "never"}, None, skipped)
+    plan, _psk, _computed, _out = mesh.own_plan(
+        nodes, [], "z9", {"encapsulate": "never"}, None, skipped
+    )
     assert plan is not None and list(skipped) == ["a1"]
 
 
@@ -67,7 +81,13 @@ class FakeMetrics(object):
 
 
 def _agent(connected):
-    config = {"node": "a1", "resync_period": 30, "checkin_period": 30, "debounce": 0.2, "liveness": 60}
+    config = {
+        "node": "a1",
+        "resync_period": 30,
+        "checkin_period": 30,
+        "debounce": 0.2,
+        "liveness": 60,
+    }
     agent = agent_main.Agent(config, kubernetes.client.ApiClient(), FakeMetrics())
     agent.informers = [FakeInformer(connected), FakeInformer(connected)]
     return agent
@@ -95,6 +115,7 @@ def test_no_busy_loop_after_a_failed_pass_with_a_check_in_due():
     def reconcile(force=False):
         calls.append(force)
         return False  # failed (or our Node is gone): no check-in was written
+
     agent.reconcile = reconcile
     _run_briefly(agent)
     assert len(calls) == 1

@@ -4,6 +4,7 @@ are the push textfile's (host/status.py), lines for lines.
 The agent runs under the hosts' Python with Debian's python3-prometheus-client (the controller's
 virtualenv has no client), so the registry is built there, from the agent's own zip application.
 """
+
 import json
 import os
 import re
@@ -40,18 +41,27 @@ print(json.dumps(out))
 def scrape(tmp_path_factory):
     if not os.access("/usr/bin/python3", os.X_OK):
         pytest.skip("no /usr/bin/python3")
-    done = subprocess.run(["/usr/bin/python3", "-c", "import prometheus_client"], capture_output=True, check=False)
+    done = subprocess.run(
+        ["/usr/bin/python3", "-c", "import prometheus_client"], capture_output=True, check=False
+    )
     if done.returncode != 0:
         pytest.skip("the hosts' Python has no prometheus_client (python3-prometheus-client)")
     app = tmp_path_factory.mktemp("agent") / "kilo-mesh-agent.pyz"
     app.write_bytes(agent_zip.build()[0])
 
     def run(plan, current, settings):
-        done = subprocess.run(["/usr/bin/python3", "-c", SCRIPT, str(app)], capture_output=True, text=True,
-                              input=json.dumps({"plan": plan, "current": current, "settings": settings}),
-                              timeout=60, cwd="/", check=False)
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", SCRIPT, str(app)],
+            capture_output=True,
+            text=True,
+            input=json.dumps({"plan": plan, "current": current, "settings": settings}),
+            timeout=60,
+            cwd="/",
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
+
     return run
 
 
@@ -75,7 +85,8 @@ def test_a_leader_behind_nat_exports_the_textfiles_kilo_path(scrape):
     got = scrape(plan, current, {"interface": "kilo0", "firewall": "nftables"})
     assert "kilo_path" not in got["before"]  # no plan applied yet: nothing said
     assert [s for s in got["samples"] if s[0] == "kilo_path"] == [
-        ["kilo_path", {"segment": "location:v", "path": "relayed", "via": pair["via"]}, 1.0]]
+        ["kilo_path", {"segment": "location:v", "path": "relayed", "via": pair["via"]}, 1.0]
+    ]
     # the textfile of the same host (push) says the same, line for line
     textfile = st.metrics(st.label_peers(st.host_status(current, NOW), plan))
     assert relay_samples(got["text"]) == relay_samples(textfile) != []
@@ -93,7 +104,8 @@ def test_a_probing_pair_and_a_relay_without_rule(scrape):
     current = live_of(plan, {relay_name: 4})
     got = scrape(plan, current, {"interface": "kilo0", "firewall": "none"})
     assert [s[1] for s in got["samples"] if s[0] == "kilo_path"] == [
-        {"segment": "location:v", "path": "probing", "via": relay_name}]
+        {"segment": "location:v", "path": "probing", "via": relay_name}
+    ]
     assert relay_entry.get("relayed") == ["location:v"]
     # a relay's plan: no kilo_path (nothing of its own goes through a relay); firewall none: no rule to read
     relay_plan = result["plans"][relay_name.split(":", 1)[1]]

@@ -8,20 +8,31 @@ import json
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import health, mesh
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
-KEYS = ["pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls=", "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw=",
-        "oObRzkG9nVLwEmidmeGu3Bj4/Ur70h0R5+1u57CfvWA=", "iSm+opx1YpiKTO+teM5tyj4hsAERBsl0FYTrAOvRGVY="]
+KEYS = [
+    "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls=",
+    "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw=",
+    "oObRzkG9nVLwEmidmeGu3Bj4/Ur70h0R5+1u57CfvWA=",
+    "iSm+opx1YpiKTO+teM5tyj4hsAERBsl0FYTrAOvRGVY=",
+]
 NAMES = ("r", "s", "u", "v")  # r and s public (relays), u and v behind NAT
 OPTIONS = {"port": 51820}
 
 
 def node_object(i, annotations):
     name = NAMES[i]
-    notes = {kn.KEY: KEYS[i], kn.LOCATION: name, kn.INTERNAL_IP: "172.16.%d.1/24" % i,
-             kn.ENDPOINT: ("203.0.113.%d:51820" if i < 2 else "172.16.%d.1:51820") % i}
+    notes = {
+        kn.KEY: KEYS[i],
+        kn.LOCATION: name,
+        kn.INTERNAL_IP: "172.16.%d.1/24" % i,
+        kn.ENDPOINT: ("203.0.113.%d:51820" if i < 2 else "172.16.%d.1:51820") % i,
+    }
     if i >= 2:
         notes[kn.FIELDS["behind_nat"].annotation] = "true"
     notes.update(annotations)
-    return {"metadata": {"name": name, "annotations": notes}, "spec": {"podCIDR": "10.50.%d.0/24" % i}}
+    return {
+        "metadata": {"name": name, "annotations": notes},
+        "spec": {"podCIDR": "10.50.%d.0/24" % i},
+    }
 
 
 def cluster(marks):
@@ -35,14 +46,24 @@ STATE = kn.path_state_text({})
 
 
 def test_the_agent_reads_relay_marks_and_takes_its_own_live_state():
-    objects, own = cluster({"r": {kn.RELAY: "1000"}, "s": {kn.RELAY: "1000"}, "v": {kn.PATH_STATE: STATE},
-                            "u": {kn.PATH_STATE: kn.path_state_text({"down": {"location:r": 5000}})}})
+    objects, own = cluster(
+        {
+            "r": {kn.RELAY: "1000"},
+            "s": {kn.RELAY: "1000"},
+            "v": {kn.PATH_STATE: STATE},
+            "u": {kn.PATH_STATE: kn.path_state_text({"down": {"location:r": 5000}})},
+        }
+    )
     live = {"relay_since": None, "path_state": {"down": {}, "direct": {}, "held": {}}, "kg": False}
     nodes, skipped = mesh.mesh_nodes(objects, "u", own, 51820, kn.REGION_LABEL, own_marks=live)
     assert skipped == {}
     by = dict((n["name"], n) for n in nodes)
-    assert by["r"]["relay_since"] == 1000 and by["r"]["kg"] is False and by["r"]["path_state"] is None
-    assert by["v"]["path_state"] == {"down": {}, "direct": {}, "held": {}} and by["v"]["kg"] is False
+    assert (
+        by["r"]["relay_since"] == 1000 and by["r"]["kg"] is False and by["r"]["path_state"] is None
+    )
+    assert (
+        by["v"]["path_state"] == {"down": {}, "direct": {}, "held": {}} and by["v"]["kg"] is False
+    )
     assert by["u"]["path_state"]["down"] == {}  # its live state, not the annotation
     # relayed at a time; the relay's start counts 5 s later
     plan, _psk, computed, _deposed = mesh.own_plan(nodes, [], "u", OPTIONS, now=1003)
@@ -91,13 +112,19 @@ def test_a_relay_seen_dead_is_down_until_a_minute_after():
     assert prober.down(103.5) == {}
     prober.record({"location:s"}, 104.5)
     assert prober.down(104.5) == {"location:r": 165}
-    prober.record({"location:r", "location:s"}, 106.0)  # back: down until a minute after last seen dead
+    prober.record(
+        {"location:r", "location:s"}, 106.0
+    )  # back: down until a minute after last seen dead
     assert prober.down(150.0) == {"location:r": 165} and prober.down(165.5) == {}
 
 
 def test_a_relay_that_never_answered_gets_time_for_its_tunnel():
-    prober = health.Prober(dead_after=health.RELAY_DEAD_AFTER, hold_down=health.RELAY_DOWN, ident=1,
-                           first_answer=health.RELAY_FIRST_ANSWER)
+    prober = health.Prober(
+        dead_after=health.RELAY_DEAD_AFTER,
+        hold_down=health.RELAY_DOWN,
+        ident=1,
+        first_answer=health.RELAY_FIRST_ANSWER,
+    )
     prober.set_targets({"location:r": "10.4.0.1"}, 100.0)
     prober.record(set(), 110.0)
     assert prober.down(110.0) == {}
@@ -108,6 +135,7 @@ def test_a_relay_that_never_answered_gets_time_for_its_tunnel():
 def test_a_relay_keeps_its_start_only_when_its_agent_restarts_on_a_host_that_kept_running():
     import types
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import main
+
     node = {"metadata": {"annotations": {kn.RELAY: "1000"}}}
     agent = types.SimpleNamespace(_relay_watch=None, _in_place=True)
     assert main.Agent.relay_start(agent, node, 2000.5) == 1000
@@ -124,10 +152,14 @@ def test_a_dark_relays_end_moves_in_steps():
     import types
     import threading
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import main
+
     prober = health.Prober(dead_after=3, hold_down=60, ident=1)
     prober.set_targets({"location:r": "10.4.0.1"}, 0.0)
     from ansible_collections.kilo.mesh.plugins.module_utils.agent.direct import DirectPaths
-    agent = types.SimpleNamespace(relay_prober=prober, _probe_lock=threading.Lock(), _down={}, direct=DirectPaths())
+
+    agent = types.SimpleNamespace(
+        relay_prober=prober, _probe_lock=threading.Lock(), _down={}, direct=DirectPaths()
+    )
     published = []
     for now in range(4, 40):
         prober.record(set(), float(now))

@@ -2,15 +2,22 @@
 ``takeover`` refuses a write that changes what the other nodes read, ``handback_timeout`` keeps
 last-seen fresh until another writer's value appears. Against a real API server: tests/kube
 (test_agent_migrate.py moves a cluster with them)."""
+
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.action import annotate
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
-KG = {kn.KEY: "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls=", kn.ENDPOINT: "203.0.113.11:51820",
-      kn.INTERNAL_IP: "172.16.1.1/24", kn.WIREGUARD_IP: "10.4.0.1/16", kn.GRANULARITY: "location",
-      kn.LAST_SEEN: "1700000000", kn.DISCOVERED_ENDPOINTS: "{}"}
+KG = {
+    kn.KEY: "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls=",
+    kn.ENDPOINT: "203.0.113.11:51820",
+    kn.INTERNAL_IP: "172.16.1.1/24",
+    kn.WIREGUARD_IP: "10.4.0.1/16",
+    kn.GRANULARITY: "location",
+    kn.LAST_SEEN: "1700000000",
+    kn.DISCOVERED_ENDPOINTS: "{}",
+}
 
 
 def test_a_takeover_that_keeps_every_value_passes_and_observed_ones_may_differ():
@@ -18,14 +25,23 @@ def test_a_takeover_that_keeps_every_value_passes_and_observed_ones_may_differ()
     annotate.ActionModule.refuse_moves("aws-1", KG, ours)
 
 
-@pytest.mark.parametrize("key, value", [(kn.ENDPOINT, "198.18.17.1:51820"), (kn.WIREGUARD_IP, ""),
-                                        (kn.KEY, "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="),
-                                        (kn.INTERNAL_IP, ""), (kn.GRANULARITY, "full")])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        (kn.ENDPOINT, "198.18.17.1:51820"),
+        (kn.WIREGUARD_IP, ""),
+        (kn.KEY, "zji092EqdeMrpvl7gOcd4/s6KOkqLShA23iwQjmAoUw="),
+        (kn.INTERNAL_IP, ""),
+        (kn.GRANULARITY, "full"),
+    ],
+)
 def test_a_takeover_that_moves_what_the_others_read_is_refused_naming_it(key, value):
     with pytest.raises(KiloError) as info:
         annotate.ActionModule.refuse_moves("aws-1", KG, dict(KG, **{key: value}))
-    assert str(info.value).startswith("node 'aws-1': takeover: taking the node over would change what the other"
-                                      " nodes see: %s \"%s\" -> \"%s\"" % (key, KG[key], value)), str(info.value)
+    assert str(info.value).startswith(
+        "node 'aws-1': takeover: taking the node over would change what the other"
+        ' nodes see: %s "%s" -> "%s"' % (key, KG[key], value)
+    ), str(info.value)
 
 
 def test_a_node_no_agent_wrote_on_has_nothing_to_keep():

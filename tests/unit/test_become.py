@@ -1,6 +1,7 @@
 """Privilege escalation is the user's for the hosts and never happens on the controller: every
 controller play (hosts: localhost) and every task delegated to the controller says become: false,
 no host play or role task sets become itself, and a host call that is not root says the fix."""
+
 import glob
 import os
 
@@ -26,8 +27,12 @@ def tasks(items):
 
 
 def test_controller_plays_and_delegated_tasks_say_become_false_and_host_plays_leave_it_to_the_user():
-    plays = [(path, play) for path in sorted(glob.glob(os.path.join(ROOT, "playbooks", "*.yml")))
-             for play in load(path) if "hosts" in play]
+    plays = [
+        (path, play)
+        for path in sorted(glob.glob(os.path.join(ROOT, "playbooks", "*.yml")))
+        for play in load(path)
+        if "hosts" in play
+    ]
     controller = [(p, play) for p, play in plays if play["hosts"] in CONTROLLER]
     assert len(controller) >= 8, [play["name"] for _p, play in controller]
     for path, play in plays:
@@ -35,8 +40,11 @@ def test_controller_plays_and_delegated_tasks_say_become_false_and_host_plays_le
             assert play.get("become") is False, (path, play["name"])
         else:
             assert "become" not in play, (path, play["name"])
-    role_tasks = [(path, task) for path in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml")))
-                  for task in tasks(load(path))]
+    role_tasks = [
+        (path, task)
+        for path in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml")))
+        for task in tasks(load(path))
+    ]
     every = role_tasks + [(path, task) for path, play in plays for task in tasks(play.get("tasks"))]
     delegated = [(path, task) for path, task in every if task.get("delegate_to") in CONTROLLER]
     assert delegated, "no task delegated to the controller found"
@@ -75,6 +83,7 @@ def test_a_call_that_is_not_root_names_the_user_and_the_fix(monkeypatch):
     class Module(object):
         def fail_json(self, **result):
             raise SystemExit(result)
+
     failed = {}
     try:
         host_checks.require_root(Module())

@@ -2,22 +2,37 @@
 IPAM subnet changed in a conflist named kilo, any other file left alone with a warning,
 check mode, diff, idempotence, state absent; the engine puts the pod CIDR and --cni in plans.
 (The real CNI plugins run on this file in tests/host/test_cni.py.)"""
+
 import json
 import os
 import stat
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import cni
-from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import backends_for, converge, host_settings
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
+    backends_for,
+    converge,
+    host_settings,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 
-PLAN = {"name": "a", "leader": True, "segment": "location:x", "listen_port": 51820,
-        "pod_cidr": "10.244.1.0/24", "cni": True}
+PLAN = {
+    "name": "a",
+    "leader": True,
+    "segment": "location:x",
+    "listen_port": 51820,
+    "pod_cidr": "10.244.1.0/24",
+    "cni": True,
+}
 
 
 def run(path, plan=None, check=False, state="present"):
     settings = host_settings({"cni_path": str(path), "state": state})
-    return converge((plan or PLAN) if state == "present" else None, settings, check_mode=check,
-                    backends=[cni.CNIBackend(settings)])
+    return converge(
+        (plan or PLAN) if state == "present" else None,
+        settings,
+        check_mode=check,
+        backends=[cni.CNIBackend(settings)],
+    )
 
 
 def load(path):
@@ -27,7 +42,10 @@ def load(path):
 
 def test_backends_for_has_cni_last_before_the_stored_plan():
     names = [b.name for b in backends_for(host_settings({}))]
-    assert names[-2:] == ["cni", "boot"] and host_settings({})["cni_path"] == "/etc/cni/net.d/10-kilo.conflist"
+    assert (
+        names[-2:] == ["cni", "boot"]
+        and host_settings({})["cni_path"] == "/etc/cni/net.d/10-kilo.conflist"
+    )
 
 
 def test_absent_file_written_as_kilo_does(tmp_path):
@@ -36,16 +54,24 @@ def test_absent_file_written_as_kilo_does(tmp_path):
     assert out["changed"] and out["changes"]["cni"] == ["write %s (subnet 10.244.1.0/24)" % path]
     assert not path.parent.exists(), "check mode wrote"
     assert out["diff"]["before"]["cni"]["conflist"] is None
-    assert out["diff"]["after"]["cni"]["conflist"]["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.1.0/24"}]]
+    assert out["diff"]["after"]["cni"]["conflist"]["plugins"][0]["ipam"]["ranges"] == [
+        [{"subnet": "10.244.1.0/24"}]
+    ]
 
     out = run(path)
     assert out["changed"]
     data = load(path)
     assert data["name"] == "kilo" and data["cniVersion"] == "0.4.0"
     bridge, portmap = data["plugins"]
-    assert bridge == {"name": "kubernetes", "type": "bridge", "bridge": "kube-bridge", "isDefaultGateway": True,
-                      "forceAddress": True, "mtu": 1420,
-                      "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.1.0/24"}]]}}
+    assert bridge == {
+        "name": "kubernetes",
+        "type": "bridge",
+        "bridge": "kube-bridge",
+        "isDefaultGateway": True,
+        "forceAddress": True,
+        "mtu": 1420,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.1.0/24"}]]},
+    }
     assert portmap == {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}}
     assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o644
     assert os.listdir(str(path.parent)) == ["10-kilo.conflist"], "temporary file left behind"
@@ -57,7 +83,7 @@ def test_absent_file_written_as_kilo_does(tmp_path):
 def test_subnet_updated_in_place_rest_kept(tmp_path):
     path = tmp_path / "10-kilo.conflist"
     mine = cni.kilo_conflist("10.244.9.0/24")
-    mine["plugins"][0]["mtu"] = 1380                      # local tuning survives, as with Kilo
+    mine["plugins"][0]["mtu"] = 1380  # local tuning survives, as with Kilo
     mine["plugins"][0]["ipam"]["subnet"] = "10.244.9.0/24"  # legacy form: dropped (beyond Kilo)
     mine["plugins"].append({"type": "bandwidth", "capabilities": {"bandwidth": True}})
     path.write_text(json.dumps(mine))
@@ -68,7 +94,10 @@ def test_subnet_updated_in_place_rest_kept(tmp_path):
     assert load(path) == mine
     run(path)
     data = load(path)
-    assert data["plugins"][0]["ipam"] == {"type": "host-local", "ranges": [[{"subnet": "10.244.1.0/24"}]]}
+    assert data["plugins"][0]["ipam"] == {
+        "type": "host-local",
+        "ranges": [[{"subnet": "10.244.1.0/24"}]],
+    }
     assert data["plugins"][0]["mtu"] == 1380 and data["plugins"][2]["type"] == "bandwidth"
     assert stat.S_IMODE(os.stat(str(path)).st_mode) == 0o644
     assert not run(path)["changed"]
@@ -78,7 +107,9 @@ def test_same_first_subnet_is_left_as_is(tmp_path):
     """Kilo compares the first subnet only: extra range fields of the same subnet stay."""
     path = tmp_path / "10-kilo.conflist"
     mine = cni.kilo_conflist("10.244.1.0/24")
-    mine["plugins"][0]["ipam"]["ranges"] = [[{"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.10"}]]
+    mine["plugins"][0]["ipam"]["ranges"] = [
+        [{"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.10"}]
+    ]
     path.write_text(json.dumps(mine))
     assert not run(path)["changed"]
     assert load(path) == mine
@@ -86,10 +117,17 @@ def test_same_first_subnet_is_left_as_is(tmp_path):
 
 def test_foreign_files_left_alone_with_a_warning(tmp_path):
     cases = {
-        "other network": json.dumps({"cniVersion": "0.4.0", "name": "cbr0", "plugins": [
-            {"type": "flannel", "delegate": {"hairpinMode": True}}]}),
+        "other network": json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": "cbr0",
+                "plugins": [{"type": "flannel", "delegate": {"hairpinMode": True}}],
+            }
+        ),
         "not json": "{ nope",
-        "kilo without ipam": json.dumps({"cniVersion": "0.4.0", "name": "kilo", "plugins": [{"type": "portmap"}]}),
+        "kilo without ipam": json.dumps(
+            {"cniVersion": "0.4.0", "name": "kilo", "plugins": [{"type": "portmap"}]}
+        ),
     }
     for what, text in cases.items():
         path = tmp_path / ("%s.conflist" % what.replace(" ", "-"))
@@ -97,7 +135,9 @@ def test_foreign_files_left_alone_with_a_warning(tmp_path):
         for check in (True, False):
             out = run(path, check=check)
             assert not out["changed"], what
-            assert len(out["warnings"]) == 1 and out["warnings"][0].startswith("cni_path: %s " % path), what
+            assert len(out["warnings"]) == 1 and out["warnings"][0].startswith(
+                "cni_path: %s " % path
+            ), what
             assert out["warnings"][0].endswith("; left alone")
         assert path.read_text() == text, what
     absent = run(tmp_path / "other-network.conflist", state="absent")
@@ -137,11 +177,23 @@ def test_ipv6_pod_cidr(tmp_path):
 
 
 def test_engine_plans_carry_pod_cidr_and_cni():
-    nodes = [{"name": n, "location": "x", "endpoint": "203.0.113.%d:51820" % i, "internal_ip": "172.16.0.%d/24" % i,
-              "pod_cidr": pod, "public_key": key}
-             for i, (n, pod, key) in enumerate([
-                 ("a", "10.244.1.0/24", "GhR8Qy3nKTtDRHWXGBSPXtlqw9zNW4Uo0W0aKdIuV2c="),
-                 ("b", None, "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls=")], start=1)]
+    nodes = [
+        {
+            "name": n,
+            "location": "x",
+            "endpoint": "203.0.113.%d:51820" % i,
+            "internal_ip": "172.16.0.%d/24" % i,
+            "pod_cidr": pod,
+            "public_key": key,
+        }
+        for i, (n, pod, key) in enumerate(
+            [
+                ("a", "10.244.1.0/24", "GhR8Qy3nKTtDRHWXGBSPXtlqw9zNW4Uo0W0aKdIuV2c="),
+                ("b", None, "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="),
+            ],
+            start=1,
+        )
+    ]
     plans = build_plans(nodes, [], {})["plans"]
     assert (plans["a"]["pod_cidr"], plans["a"]["cni"]) == ("10.244.1.0/24", True)
     assert plans["b"]["pod_cidr"] is None
@@ -164,7 +216,9 @@ def test_a_dual_stack_node_gets_one_range_set_per_family(tmp_path):
     mine["plugins"][0]["mtu"] = 1380
     path.write_text(json.dumps(mine))
     looked = run(path, plan=dual, check=True)
-    assert looked["changes"]["cni"] == ["set subnet 10.244.1.0/24, fd10:244:1::/64 in %s (was 10.244.1.0/24)" % path]
+    assert looked["changes"]["cni"] == [
+        "set subnet 10.244.1.0/24, fd10:244:1::/64 in %s (was 10.244.1.0/24)" % path
+    ]
     assert load(path) == mine, "check mode wrote"
     run(path, plan=dual)
     data = load(path)

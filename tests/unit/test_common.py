@@ -1,8 +1,17 @@
 """The helpers both sides share: one answer per question, on the controller and on the host."""
+
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, check_interface_name, format_endpoint, is_public, parse_key, split_endpoint, to_bool, to_int)
+    KiloError,
+    check_interface_name,
+    format_endpoint,
+    is_public,
+    parse_key,
+    split_endpoint,
+    to_bool,
+    to_int,
+)
 
 KEY = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
 
@@ -14,10 +23,24 @@ def test_error_names_subject_and_field():
     assert KiloError("boom", "node 'c'").about("host 'b'").subject == "node 'c'"
 
 
-@pytest.mark.parametrize("value, expected", [
-    (True, True), ("yes", True), ("On", True), (1, True), ("1", True),
-    (False, False), ("no", False), ("off", False), (0, False), ("0", False),
-    (None, False), ("", False), ("  ", False)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (True, True),
+        ("yes", True),
+        ("On", True),
+        (1, True),
+        ("1", True),
+        (False, False),
+        ("no", False),
+        ("off", False),
+        (0, False),
+        ("0", False),
+        (None, False),
+        ("", False),
+        ("  ", False),
+    ],
+)
 def test_booleans(value, expected):
     assert to_bool(value) is expected
 
@@ -29,7 +52,9 @@ def test_empty_boolean_takes_the_callers_default_and_junk_is_named():
 
 
 def test_integers():
-    assert to_int("25") == 25 and to_int(3.0) == 3 and to_int("") == 0 and to_int(None, default=7) == 7
+    assert (
+        to_int("25") == 25 and to_int(3.0) == 3 and to_int("") == 0 and to_int(None, default=7) == 7
+    )
     for bad in (True, "x", 2.5):
         with pytest.raises(KiloError):
             to_int(bad)
@@ -53,8 +78,13 @@ def test_endpoints():
     assert split_endpoint("203.0.113.1:51820") == ("203.0.113.1", 51820)
     assert split_endpoint(" [2001:db8::1]:1 ") == ("2001:db8::1", 1)
     assert split_endpoint("edge.example:9") == ("edge.example", 9)
-    for bad, why in (("2001:db8::1:51820", "not host:port"), ("[::1]51820", "not \\[IPv6\\]:port"),
-                     ("a:0", "out of range"), ("a:x", "not a number"), (None, "not host:port")):
+    for bad, why in (
+        ("2001:db8::1:51820", "not host:port"),
+        ("[::1]51820", "not \\[IPv6\\]:port"),
+        ("a:0", "out of range"),
+        ("a:x", "not a number"),
+        (None, "not host:port"),
+    ):
         with pytest.raises(KiloError, match=why):
             split_endpoint(bad)
     assert format_endpoint("2001:db8::1", 5) == "[2001:db8::1]:5"
@@ -66,15 +96,33 @@ def test_endpoints():
 def test_keys_are_canonical():
     assert parse_key(" %s " % KEY) == KEY
     assert parse_key(None, required=False) is None
-    for bad, why in ((None, "missing"), ("abc", "not valid base64"), ("QUJD", "decodes to 3 bytes")):
+    for bad, why in (
+        (None, "missing"),
+        ("abc", "not valid base64"),
+        ("QUJD", "decodes to 3 bytes"),
+    ):
         with pytest.raises(KiloError, match=why):
             parse_key(bad)
 
 
-@pytest.mark.parametrize("ip, public", [
-    ("10.1.2.3", False), ("172.16.0.1", False), ("172.31.255.1", False), ("172.32.0.1", True),
-    ("192.168.1.1", False), ("198.18.0.1", True), ("100.64.0.1", True), ("127.0.0.1", True),
-    ("fd00::1", False), ("fd01::1", True), ("fc00::1", True), ("2001:db8::1", True), (None, False)])
+@pytest.mark.parametrize(
+    "ip, public",
+    [
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("172.31.255.1", False),
+        ("172.32.0.1", True),
+        ("192.168.1.1", False),
+        ("198.18.0.1", True),
+        ("100.64.0.1", True),
+        ("127.0.0.1", True),
+        ("fd00::1", False),
+        ("fd01::1", True),
+        ("fc00::1", True),
+        ("2001:db8::1", True),
+        (None, False),
+    ],
+)
 def test_public_is_kilos_test(ip, public):
     # Kilo's own rule, loopback and 198.18/15 included (its discovery counts them as public)
     assert is_public(ip) is public
@@ -82,6 +130,7 @@ def test_public_is_kilos_test(ip, public):
 
 def test_one_command_runner_for_text_bytes_missing_commands_and_timeouts():
     from ansible_collections.kilo.mesh.plugins.module_utils.common import run_checked, run_command
+
     assert run_command(["cat"], "a\n") == (0, "a\n", "")
     assert run_command(["cat"], b"\x00\xff", text=False) == (0, b"\x00\xff", b"")
     assert run_command(["cat"]) == (0, "", "")  # no input: /dev/null, never the caller's stdin

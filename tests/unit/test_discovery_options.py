@@ -12,10 +12,18 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, 
 
 
 def host():
-    addrs = [("lo", 1, "127.0.0.1/8"), ("eth0", 2, "203.0.113.5/24"), ("eth0", 2, "192.168.1.5/24"),
-             ("eth1", 3, "10.1.0.5/16"), ("eth2", 4, "172.16.9.5/24")]
-    return {"links": dict((i, {"name": n, "mtu": 1500}) for n, i, dummy in addrs),
-            "addrs": [{"index": i, "ifname": n, "cidr": c} for n, i, c in addrs], "default_index": 2}
+    addrs = [
+        ("lo", 1, "127.0.0.1/8"),
+        ("eth0", 2, "203.0.113.5/24"),
+        ("eth0", 2, "192.168.1.5/24"),
+        ("eth1", 3, "10.1.0.5/16"),
+        ("eth2", 4, "172.16.9.5/24"),
+    ]
+    return {
+        "links": dict((i, {"name": n, "mtu": 1500}) for n, i, dummy in addrs),
+        "addrs": [{"index": i, "ifname": n, "cidr": c} for n, i, c in addrs],
+        "default_index": 2,
+    }
 
 
 def test_defaults_unchanged():
@@ -39,7 +47,9 @@ def test_internal_cidrs_matching_nothing_leave_no_internal_ip():
 
 
 def test_internal_cidrs_host_bits_allowed_bare_address_refused():
-    assert discovery.choose_ips(host(), allowed_cidrs=["10.1.2.3/16"])["internal_ip"] == "10.1.0.5/16"
+    assert (
+        discovery.choose_ips(host(), allowed_cidrs=["10.1.2.3/16"])["internal_ip"] == "10.1.0.5/16"
+    )
     with pytest.raises(ValueError, match="internal_cidrs: '10.1.0.0' is not a CIDR"):
         discovery.choose_ips(host(), allowed_cidrs=["10.1.0.0"])
 

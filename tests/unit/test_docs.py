@@ -3,6 +3,7 @@ the collection's extra docs under docs/docsite/. These keep both from drifting a
 collection: the README's content table names exactly what ships, every docs page is in the
 toctree and the map, every cross-reference, repository path, make target and kilo.mesh name the
 docs show exists, and the bad-inputs page lists exactly the cases its test runs."""
+
 import ast
 import glob
 import importlib
@@ -24,7 +25,10 @@ def _read(path):
 
 
 def _pages():
-    return {os.path.basename(p)[:-4]: _read(p) for p in sorted(glob.glob(os.path.join(DOCSITE, "rst", "*.rst")))}
+    return {
+        os.path.basename(p)[:-4]: _read(p)
+        for p in sorted(glob.glob(os.path.join(DOCSITE, "rst", "*.rst")))
+    }
 
 
 def _docs():
@@ -45,7 +49,12 @@ def _shipped():
     found = set()
 
     def stems(*parts):
-        return [os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, *parts)) if not p.endswith("__init__.py")]
+        return [
+            os.path.basename(p)[:-3]
+            for p in glob.glob(os.path.join(ROOT, *parts))
+            if not p.endswith("__init__.py")
+        ]
+
     modules = stems("plugins", "modules", "*.py")
     for stem in modules:
         found.add(("kilo.mesh." + stem, "module"))
@@ -59,11 +68,22 @@ def _shipped():
         module = importlib.import_module("ansible_collections.kilo.mesh.plugins.filter." + stem)
         for name in module.FilterModule().filters():
             found.add(("kilo.mesh." + name, "filter"))
-    known_dirs = {"modules", "action", "inventory", "doc_fragments", "filter", "module_utils", "plugin_utils", "__pycache__"}
+    known_dirs = {
+        "modules",
+        "action",
+        "inventory",
+        "doc_fragments",
+        "filter",
+        "module_utils",
+        "plugin_utils",
+        "__pycache__",
+    }
     for path in glob.glob(os.path.join(ROOT, "plugins", "*", "*.py")):
         kind = os.path.basename(os.path.dirname(path))
         if kind not in known_dirs and not path.endswith("__init__.py"):
-            found.add(("kilo.mesh." + os.path.basename(path)[:-3], kind))  # a new plugin type: the table names it
+            found.add(
+                ("kilo.mesh." + os.path.basename(path)[:-3], kind)
+            )  # a new plugin type: the table names it
     for path in glob.glob(os.path.join(ROOT, "roles", "*", "tasks")):
         found.add(("kilo.mesh." + os.path.basename(os.path.dirname(path)), "role"))
     for path in glob.glob(os.path.join(ROOT, "playbooks", "*.yml")):
@@ -94,7 +114,9 @@ def test_every_docs_page_is_in_the_toctree_and_the_readme_map_and_carries_its_la
     toctree = [page for section in sections for page in section["toctree"]]
     pages = _pages()
     assert sorted(toctree) == sorted(pages) and len(set(toctree)) == len(toctree)
-    linked = re.findall(r"\]\(docs/docsite/rst/([a-z_]+)\.rst\)", _section(_read(README), "Documentation"))
+    linked = re.findall(
+        r"\]\(docs/docsite/rst/([a-z_]+)\.rst\)", _section(_read(README), "Documentation")
+    )
     assert sorted(linked) == sorted(pages)
     for name, text in pages.items():
         assert text.startswith(".. _%s%s:\n" % (LABEL, name)), name
@@ -105,7 +127,10 @@ def test_every_reference_between_docs_pages_has_its_label():
     refs = []
     for name, text in _pages().items():
         labels.update(re.findall(r"^\.\. _(%s[\w.-]+):$" % re.escape(LABEL), text, re.M))
-        refs += [(name, ref) for ref in re.findall(r":ref:`(?:[^`<]*<)?(%s[\w.-]+)>?`" % re.escape(LABEL), text)]
+        refs += [
+            (name, ref)
+            for ref in re.findall(r":ref:`(?:[^`<]*<)?(%s[\w.-]+)>?`" % re.escape(LABEL), text)
+        ]
     assert refs
     assert [(name, ref) for name, ref in refs if ref not in labels] == []
 
@@ -113,7 +138,9 @@ def test_every_reference_between_docs_pages_has_its_label():
 def test_every_repository_path_the_docs_name_exists():
     """Paths of the repository (not examples of a user's own files such as inventory/cluster.kubernetes.yml):
     files (a dot in the last part) and directories written with their slash."""
-    pattern = re.compile(r"(?<![\w./-])((?:playbooks|plugins|roles|scripts|tests|manifests|lab|bench|extensions|docs|meta)/[\w./-]*\w)(/?)")
+    pattern = re.compile(
+        r"(?<![\w./-])((?:playbooks|plugins|roles|scripts|tests|manifests|lab|bench|extensions|docs|meta)/[\w./-]*\w)(/?)"
+    )
     missing = []
     for doc, text in _docs().items():
         for path, slash in pattern.findall(text):
@@ -135,12 +162,16 @@ def test_every_make_target_the_docs_show_exists():
 
 
 def test_every_kilo_mesh_name_the_docs_show_exists():
-    routed = yaml.safe_load(_read(os.path.join(ROOT, "meta", "runtime.yml"))).get("plugin_routing", {})
+    routed = yaml.safe_load(_read(os.path.join(ROOT, "meta", "runtime.yml"))).get(
+        "plugin_routing", {}
+    )
     known = {name for name, dummy in _shipped()}
     known |= {"kilo.mesh." + name for kind in routed.values() for name in kind}
     unknown = []
     for doc, text in _docs().items():
-        for name in re.findall(r"(?<!ansible_collections\.)\bkilo\.mesh\.([a-z_]+)\b(?![/-])", text):
+        for name in re.findall(
+            r"(?<!ansible_collections\.)\bkilo\.mesh\.([a-z_]+)\b(?![/-])", text
+        ):
             if "kilo.mesh." + name not in known:
                 unknown.append("%s: kilo.mesh.%s" % (doc, name))
     assert unknown == []
@@ -151,7 +182,11 @@ def test_the_bad_inputs_page_lists_exactly_the_cases_of_its_test():
     if not os.path.exists(path):
         pytest.skip("tests/host does not ship with the collection; this runs in the checkout")
     tree = ast.parse(_read(path))
-    cases = next(node.value for node in tree.body if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CASES")
+    cases = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CASES"
+    )
     want = [(case.elts[0].value, case.elts[2].value) for case in cases.elts]
     page = _pages()["guide_bad_inputs"]
     rows = re.findall(r"^   \* - (.*)\n     - .*\n     - ``(.*?)(?:\.\.\.)?``$", page, re.M)

@@ -23,15 +23,29 @@ def test_kilo_pod_cidr_admits_both_families_in_a_dual_stack_mesh():
 
 def test_inventory_plugin_tells_the_dual_stack_host_variables():
     text = " ".join(yaml.safe_load(kubernetes.DOCUMENTATION)["description"])
-    assert "spec.podCIDRs" in text and "kilo.mesh/internal-ips" in text and "kilo.mesh/wireguard-ips" in text
+    assert (
+        "spec.podCIDRs" in text
+        and "kilo.mesh/internal-ips" in text
+        and "kilo.mesh/wireguard-ips" in text
+    )
 
 
 def test_bad_inputs_and_limits_cover_ip_families():
     pages = dict((name, " ".join(text.split())) for name, text in _pages().items())
-    for message in ("is IPv6 but the mesh's subnet 10.4.0.0/16 is IPv4", "kilo_subnet: fd04::/64 is IPv6 but every",
-                    "are both IPv4", "flannel in a dual-stack mesh"):
+    for message in (
+        "is IPv6 but the mesh's subnet 10.4.0.0/16 is IPv4",
+        "kilo_subnet: fd04::/64 is IPv6 but every",
+        "are both IPv4",
+        "flannel in a dual-stack mesh",
+    ):
         assert message in pages["guide_bad_inputs"], message
     limits = pages["guide_limits"]
-    for words in ("IPv6 is never encapsulated", "crosssubnet", "add-on mode", "kilo_force_internal_ip",
-                  "VPN exit", "over IPv6 is untested"):
+    for words in (
+        "IPv6 is never encapsulated",
+        "crosssubnet",
+        "add-on mode",
+        "kilo_force_internal_ip",
+        "VPN exit",
+        "over IPv6 is untested",
+    ):
         assert words in limits, words

@@ -1,4 +1,5 @@
 """Unit tests: nft ruleset text, nft JSON normalisation, iptables lines (no kernel needed)."""
+
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import firewall as fw
@@ -12,8 +13,16 @@ def lists(**kw):
 
 
 def plan(**firewall):
-    return check_plan({"name": "n", "leader": True, "segment": "location:one", "listen_port": 51820,
-                       "firewall": firewall}, "wgk0")
+    return check_plan(
+        {
+            "name": "n",
+            "leader": True,
+            "segment": "location:one",
+            "listen_port": 51820,
+            "firewall": firewall,
+        },
+        "wgk0",
+    )
 
 
 def backend(kind):
@@ -21,8 +30,9 @@ def backend(kind):
 
 
 def test_normalize_collapses_and_splits_families():
-    got = lists(nat_sources=["10.1.1.0/24", "10.1.0.0/16", "10.2.0.7", "fd00::1/64"],
-                ipip_accept_sources=[])
+    got = lists(
+        nat_sources=["10.1.1.0/24", "10.1.0.0/16", "10.2.0.7", "fd00::1/64"], ipip_accept_sources=[]
+    )
     assert got[("nat_sources", 4)] == ["10.1.0.0/16", "10.2.0.7/32"]
     assert got[("nat_sources", 6)] == ["fd00::/64"]
     assert got[("ipip_accept_sources", 4)] == [] and got[("forward_accept", 6)] == []
@@ -42,44 +52,97 @@ def test_empty_plan_has_no_table():
 
 
 def test_nft_script_replaces_table_in_one_batch():
-    model = fw.nft_model(lists(nat_sources=["10.1.1.0/24"], nat_exempt_destinations=["10.4.0.0/16"],
-                               ipip_accept_sources=["10.1.0.2/32"]))
+    model = fw.nft_model(
+        lists(
+            nat_sources=["10.1.1.0/24"],
+            nat_exempt_destinations=["10.4.0.0/16"],
+            ipip_accept_sources=["10.1.0.2/32"],
+        )
+    )
     text = fw.nft_script(model)
     lines = text.splitlines()
     # declare, delete, define: the delete cannot fail and the batch is one transaction
-    assert lines[:3] == ["table inet kilo_mesh", "delete table inet kilo_mesh", "table inet kilo_mesh {"]
+    assert lines[:3] == [
+        "table inet kilo_mesh",
+        "delete table inet kilo_mesh",
+        "table inet kilo_mesh {",
+    ]
     assert "\t\telements = { 10.1.1.0/24 }" in lines
     assert "\t\ttype nat hook postrouting priority srcnat; policy accept;" in lines
     assert lines.index("\t\tip daddr @nat_exempt_v4 return") < lines.index("\t\tmasquerade")
-    assert lines.index("\t\tmeta l4proto 4 ip saddr @ipip_src_v4 accept") < \
-        lines.index("\t\tmeta l4proto 4 drop")
+    assert lines.index("\t\tmeta l4proto 4 ip saddr @ipip_src_v4 accept") < lines.index(
+        "\t\tmeta l4proto 4 drop"
+    )
     assert "chain forward" not in text  # nothing to accept: no chain
 
 
 def test_no_masquerade_without_sources():
-    model = fw.nft_model(lists(nat_exempt_destinations=["10.4.0.0/16"], forward_accept=["10.1.0.0/16"]))
+    model = fw.nft_model(
+        lists(nat_exempt_destinations=["10.4.0.0/16"], forward_accept=["10.1.0.0/16"])
+    )
     assert "nat" not in model["chains"] and "postrouting" not in model["chains"]
     assert model["chains"]["forward"][1] == ["ip saddr @fwd_v4 accept", "ip daddr @fwd_v4 accept"]
 
 
 def _nft_doc(elems, l4="ipencap"):
     """The shape `nft -j list table` prints (nftables 1.0.x)."""
+
     def match(proto, field, right):
-        return {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": field}}, "right": right}}
-    return {"nftables": [
-        {"metainfo": {"version": "1.0.6"}},
-        {"table": {"family": "inet", "name": "kilo_mesh", "handle": 3}},
-        {"set": {"family": "inet", "name": "ipip_src_v4", "table": "kilo_mesh", "type": "ipv4_addr",
-                 "flags": ["interval"], "elem": elems}},
-        {"chain": {"family": "inet", "table": "kilo_mesh", "name": "input", "handle": 1,
-                   "type": "filter", "hook": "input", "prio": 0, "policy": "accept"}},
-        {"rule": {"chain": "input", "expr": [
-            {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": l4}},
-            match("ip", "saddr", "@ipip_src_v4"), {"accept": None}]}},
-        {"rule": {"chain": "input", "expr": [
-            {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": l4}},
-            {"drop": None}]}},
-    ]}
+        return {
+            "match": {
+                "op": "==",
+                "left": {"payload": {"protocol": proto, "field": field}},
+                "right": right,
+            }
+        }
+
+    return {
+        "nftables": [
+            {"metainfo": {"version": "1.0.6"}},
+            {"table": {"family": "inet", "name": "kilo_mesh", "handle": 3}},
+            {
+                "set": {
+                    "family": "inet",
+                    "name": "ipip_src_v4",
+                    "table": "kilo_mesh",
+                    "type": "ipv4_addr",
+                    "flags": ["interval"],
+                    "elem": elems,
+                }
+            },
+            {
+                "chain": {
+                    "family": "inet",
+                    "table": "kilo_mesh",
+                    "name": "input",
+                    "handle": 1,
+                    "type": "filter",
+                    "hook": "input",
+                    "prio": 0,
+                    "policy": "accept",
+                }
+            },
+            {
+                "rule": {
+                    "chain": "input",
+                    "expr": [
+                        {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": l4}},
+                        match("ip", "saddr", "@ipip_src_v4"),
+                        {"accept": None},
+                    ],
+                }
+            },
+            {
+                "rule": {
+                    "chain": "input",
+                    "expr": [
+                        {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": l4}},
+                        {"drop": None},
+                    ],
+                }
+            },
+        ]
+    }
 
 
 def test_parse_equals_model_for_same_content():
@@ -89,14 +152,29 @@ def test_parse_equals_model_for_same_content():
     # a range element (adjacent intervals some nft versions merge) normalises the same way
     ranged = [{"range": ["10.1.0.2", "10.1.0.3"]}, {"prefix": {"addr": "10.1.4.0", "len": 24}}]
     assert fw.nft_parse(_nft_doc(ranged, l4=4)) == fw.nft_model(
-        lists(ipip_accept_sources=["10.1.0.2/31", "10.1.4.0/24"]))
+        lists(ipip_accept_sources=["10.1.0.2/31", "10.1.4.0/24"])
+    )
 
 
 def test_parse_shows_foreign_rule_and_absent_table():
     doc = _nft_doc(["10.1.0.2"])
-    doc["nftables"].append({"rule": {"chain": "input", "expr": [
-        {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}},
-                   "right": {"prefix": {"addr": "10.99.0.0", "len": 16}}}}, {"drop": None}]}})
+    doc["nftables"].append(
+        {
+            "rule": {
+                "chain": "input",
+                "expr": [
+                    {
+                        "match": {
+                            "op": "==",
+                            "left": {"payload": {"protocol": "ip", "field": "saddr"}},
+                            "right": {"prefix": {"addr": "10.99.0.0", "len": 16}},
+                        }
+                    },
+                    {"drop": None},
+                ],
+            }
+        }
+    )
     got = fw.nft_parse(doc)
     assert got["chains"]["input"][1][-1] == "ip saddr 10.99.0.0/16 drop"
     assert got != fw.nft_model(lists(ipip_accept_sources=["10.1.0.2"]))
@@ -124,7 +202,9 @@ def test_leftovers_of_the_other_implementation_are_state():
     b = backend("nftables")
     want = b.desired(plan(nat_sources=["10.1.0.0/16"]), state())
     cur = state(want["rules"], {"iptables": ipt})
-    assert b.changes(cur, want) == ["firewall (iptables): remove what an earlier run made with firewall=iptables"]
+    assert b.changes(cur, want) == [
+        "firewall (iptables): remove what an earlier run made with firewall=iptables"
+    ]
     assert b.owns(cur) and b.owns(state(leftovers={"iptables": ipt})) and not b.owns(state())
     done = []
     b.others["iptables"].remove = done.append
@@ -135,8 +215,12 @@ def test_leftovers_of_the_other_implementation_are_state():
 
 
 def test_iptables_model_parse_round_trip():
-    ls = lists(nat_sources=["10.1.1.0/24"], nat_exempt_destinations=["10.4.0.0/16"],
-               forward_accept=["10.1.1.0/24"], ipip_accept_sources=["10.1.0.2"])
+    ls = lists(
+        nat_sources=["10.1.1.0/24"],
+        nat_exempt_destinations=["10.4.0.0/16"],
+        forward_accept=["10.1.1.0/24"],
+        ipip_accept_sources=["10.1.0.2"],
+    )
     want = fw.ipt_model(ls, 4)
     # what iptables-save prints for that (protocol 4 shown by name, /32 explicit)
     save = """*nat
@@ -166,8 +250,10 @@ COMMIT
 
 def test_iptables_restore_script():
     want = fw.ipt_model(lists(nat_sources=["10.1.1.0/24", "10.1.2.0/24"]), 4)["nat"]
-    have = {"chains": {"KILO-NAT": ["-A KILO-NAT -j MASQUERADE"]},
-            "jumps": ["-A POSTROUTING -s 10.7.0.0/16 -j KILO-NAT"]}
+    have = {
+        "chains": {"KILO-NAT": ["-A KILO-NAT -j MASQUERADE"]},
+        "jumps": ["-A POSTROUTING -s 10.7.0.0/16 -j KILO-NAT"],
+    }
     lines = fw.ipt_restore_script("nat", have, want).splitlines()
     assert lines[0] == "*nat" and lines[-1] == "COMMIT"
     assert ":KILO-NAT - [0:0]" in lines

@@ -1,5 +1,6 @@
 """Host I/O done one way: readers opened by netlink_links.open_reader (stdlib, else pyroute2),
 files replaced by atomic_file.write_atomic (modes kept: the private key 0600)."""
+
 import errno
 import os
 import socket
@@ -70,19 +71,29 @@ class Refused(object):
 
 class Whole(object):
     """pyroute2's IPRoute as a kernel without strict checking answers: every route."""
+
     closed = False
 
     def get_links(self):
-        return [nr.RouteMessage({"index": 2, "flags": 1}, {"IFLA_IFNAME": "eth0", "IFLA_MTU": 1500})]
+        return [
+            nr.RouteMessage({"index": 2, "flags": 1}, {"IFLA_IFNAME": "eth0", "IFLA_MTU": 1500})
+        ]
 
     def get_addr(self):
-        return [nr.RouteMessage({"index": 2, "family": socket.AF_INET, "prefixlen": 24},
-                                {"IFA_ADDRESS": "10.1.0.5", "IFA_LOCAL": "10.1.0.5"})]
+        return [
+            nr.RouteMessage(
+                {"index": 2, "family": socket.AF_INET, "prefixlen": 24},
+                {"IFA_ADDRESS": "10.1.0.5", "IFA_LOCAL": "10.1.0.5"},
+            )
+        ]
 
     def get_routes(self, family, table):
         if family != socket.AF_INET:
             return []
-        return [nr.RouteMessage({"dst_len": 24}, {"RTA_OIF": 9}), nr.RouteMessage({"dst_len": 0}, {"RTA_OIF": 2})]
+        return [
+            nr.RouteMessage({"dst_len": 24}, {"RTA_OIF": 9}),
+            nr.RouteMessage({"dst_len": 0}, {"RTA_OIF": 2}),
+        ]
 
     def close(self):
         self.closed = True
@@ -92,8 +103,11 @@ def test_open_reader_prefers_the_standard_library(monkeypatch):
     class Strict(object):
         def close(self):
             pass
+
     monkeypatch.setattr(nl, "open_strict", Strict)
-    reader, strict = nl.open_reader(lambda: pytest.fail("pyroute2 opened where strict checking works"))
+    reader, strict = nl.open_reader(
+        lambda: pytest.fail("pyroute2 opened where strict checking works")
+    )
     assert isinstance(reader, nl.NetlinkReader) and strict is True
 
 
@@ -104,14 +118,17 @@ def test_without_strict_checking_discovery_reads_through_pyroute2(monkeypatch):
     assert nl.open_reader(lambda: whole) == (whole, False)
     real = nl.open_reader
     monkeypatch.setattr(discovery, "open_reader", lambda: real(lambda: whole))
-    assert discovery.read_host() == {"links": {2: {"name": "eth0", "mtu": 1500}},
-                                     "addrs": [{"index": 2, "ifname": "eth0", "cidr": "10.1.0.5/24"}],
-                                     "default_index": 2}
+    assert discovery.read_host() == {
+        "links": {2: {"name": "eth0", "mtu": 1500}},
+        "addrs": [{"index": 2, "ifname": "eth0", "cidr": "10.1.0.5/24"}],
+        "default_index": 2,
+    }
     assert whole.closed
 
 
 def test_status_reads_interface_addresses_through_open_reader():
     """kilo.mesh.status reads its interface's addresses as every host reading does (loopback here)."""
     from ansible_collections.kilo.mesh.plugins.modules import status
+
     assert "127.0.0.1/8" in status.interface_addresses("lo")
     assert status.interface_addresses("no-such-if0") == []

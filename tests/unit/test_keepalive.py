@@ -1,24 +1,35 @@
 """The collection's SSH keepalive on Ansible's control connection (plugin_utils/keepalive.py):
 added for the collection's remote calls unless the user's own SSH setup gives up on a silent
 host as soon; never over a value given in Ansible's own SSH options."""
+
 import subprocess
 
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.plugin_utils import keepalive
 
-BATCH_MODE = "serveraliveinterval 300\nserveralivecountmax 3\n"   # Debian's BatchMode default
+BATCH_MODE = "serveraliveinterval 300\nserveralivecountmax 3\n"  # Debian's BatchMode default
 NONE = "serveraliveinterval 0\nserveralivecountmax 3\n"
 
 
 class FakeConnection(object):
     """What the ssh connection plugin offers an action: transport, get_option, set_option."""
+
     transport = "ssh"
 
     def __init__(self, **options):
-        self.options = dict(dict(ssh_args="-C -o ControlMaster=auto -o ControlPersist=60s", ssh_common_args="",
-                                 ssh_extra_args="", host="198.51.100.7", port=None, remote_user="root",
-                                 ssh_executable="ssh"), **options)
+        self.options = dict(
+            dict(
+                ssh_args="-C -o ControlMaster=auto -o ControlPersist=60s",
+                ssh_common_args="",
+                ssh_extra_args="",
+                host="198.51.100.7",
+                port=None,
+                remote_user="root",
+                ssh_executable="ssh",
+            ),
+            **options,
+        )
 
     def get_option(self, name):
         return self.options[name]
@@ -34,9 +45,17 @@ def test_the_bound_ends_a_dark_hosts_part_within_a_minute():
     assert keepalive.BOUND + 10 < 60
 
 
-@pytest.mark.parametrize("settings,after", [(NONE, None), (BATCH_MODE, 1200), ("serveraliveinterval 3\n", 12),
-                                            ("serveraliveinterval 5\nserveralivecountmax 2\n", 15), ("", None),
-                                            ("serveraliveinterval x\n", None)])
+@pytest.mark.parametrize(
+    "settings,after",
+    [
+        (NONE, None),
+        (BATCH_MODE, 1200),
+        ("serveraliveinterval 3\n", 12),
+        ("serveraliveinterval 5\nserveralivecountmax 2\n", 15),
+        ("", None),
+        ("serveraliveinterval x\n", None),
+    ],
+)
 def test_gives_up_after(settings, after):
     assert keepalive.gives_up_after(settings) == after
 
@@ -51,15 +70,19 @@ def test_added_when_the_users_ssh_would_wait_longer_or_cannot_tell(monkeypatch, 
 
 
 def test_a_users_ssh_config_that_gives_up_as_soon_is_kept(monkeypatch):
-    monkeypatch.setattr(keepalive, "effective_settings", lambda connection: "serveraliveinterval 3\n")
+    monkeypatch.setattr(
+        keepalive, "effective_settings", lambda connection: "serveraliveinterval 3\n"
+    )
     connection = FakeConnection()
     assert keepalive.apply(connection) is False and connection.options["ssh_extra_args"] == ""
 
 
 @pytest.mark.parametrize("option", ["ssh_args", "ssh_common_args", "ssh_extra_args"])
 def test_a_value_in_ansibles_own_ssh_options_is_never_touched(monkeypatch, option):
-    monkeypatch.setattr(keepalive, "effective_settings", lambda connection: pytest.fail("ssh -G asked"))
-    connection = FakeConnection(**{option: "-o serveraliveinterval=0"})   # off, on purpose
+    monkeypatch.setattr(
+        keepalive, "effective_settings", lambda connection: pytest.fail("ssh -G asked")
+    )
+    connection = FakeConnection(**{option: "-o serveraliveinterval=0"})  # off, on purpose
     before = dict(connection.options)
     assert keepalive.apply(connection) is False and connection.options == before
 
@@ -86,5 +109,11 @@ def test_effective_settings_are_what_ssh_itself_reads(tmp_path):
     other = FakeConnection(ssh_common_args="-F %s" % config, host="198.51.100.8", port=2222)
     assert keepalive.needed(other) is True
     # an option on Ansible's command line beats the file, as it does for ssh
-    assert keepalive.gives_up_after(keepalive.effective_settings(
-        FakeConnection(ssh_common_args="-F %s -o ServerAliveInterval=20" % config))) == 60
+    assert (
+        keepalive.gives_up_after(
+            keepalive.effective_settings(
+                FakeConnection(ssh_common_args="-F %s -o ServerAliveInterval=20" % config)
+            )
+        )
+        == 60
+    )

@@ -1,4 +1,5 @@
 """keys.py: key creation on disk, permissions, validation."""
+
 import base64
 import os
 import stat
@@ -32,7 +33,11 @@ def test_existing_key_is_kept_and_idempotent(tmp_path):
     first = keys.ensure_key(path)
     content = open(path).read()
     second = keys.ensure_key(path)
-    assert second == {"public_key": first["public_key"], "changed": False, "msg": "key %s exists" % path}
+    assert second == {
+        "public_key": first["public_key"],
+        "changed": False,
+        "msg": "key %s exists" % path,
+    }
     assert open(path).read() == content
 
 
@@ -63,13 +68,16 @@ def test_public_key_matches_known_vector():
     assert keys.public_key(base64.b64encode(priv).decode()) == base64.b64encode(pub).decode()
 
 
-@pytest.mark.parametrize("bad, needle", [
-    ("", "missing"),
-    ("abc", "not valid base64"),
-    ("!" * 43 + "=", "not valid base64"),
-    (base64.b64encode(b"x" * 31).decode(), "decodes to 31 bytes"),
-    (12, "not a base64 WireGuard key"),
-])
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        ("", "missing"),
+        ("abc", "not valid base64"),
+        ("!" * 43 + "=", "not valid base64"),
+        (base64.b64encode(b"x" * 31).decode(), "decodes to 31 bytes"),
+        (12, "not a base64 WireGuard key"),
+    ],
+)
 def test_validate_key_errors_name_the_field(bad, needle):
     with pytest.raises(KiloError) as e:
         keys.validate_key(bad, "peer 'p1'", "public_key")
@@ -114,7 +122,9 @@ def test_key_file_error_never_shows_the_key(tmp_path):
 def test_x25519_matches_the_rfc_scalar_multiplication_vector():
     # RFC 7748 section 5.2, first vector: an arbitrary point, not the base point
     scalar = bytes.fromhex("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4")
-    u = int.from_bytes(bytes.fromhex("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c"), "little")
+    u = int.from_bytes(
+        bytes.fromhex("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c"), "little"
+    )
     out = bytes.fromhex("c3da55379de9c6908e94ea4df28d084f32eccf03491c71f754b4075577a28552")
     assert keys._x25519(scalar, u) == out
 
@@ -127,10 +137,16 @@ def test_public_keys_agree_with_the_cryptography_library():
         priv = keys.generate_private_key()
         raw = base64.b64decode(priv)
         assert raw[0] & 7 == 0 and raw[31] & 0xC0 == 0x40  # clamped, as wg genkey
-        theirs = x25519.X25519PrivateKey.from_private_bytes(raw).public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        theirs = (
+            x25519.X25519PrivateKey.from_private_bytes(raw)
+            .public_key()
+            .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        )
         assert keys.public_key(priv) == base64.b64encode(theirs).decode()
     unclamped = base64.b64encode(b"\xff" * 32).decode()  # a key file from elsewhere: clamped on use
-    theirs = x25519.X25519PrivateKey.from_private_bytes(b"\xff" * 32).public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    theirs = (
+        x25519.X25519PrivateKey.from_private_bytes(b"\xff" * 32)
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
     assert keys.public_key(unclamped) == base64.b64encode(theirs).decode()

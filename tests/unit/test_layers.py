@@ -7,6 +7,7 @@ plan) only the helpers; the engine is fed plain data and imports no host, Kubern
 code; the controller (actions, plugin_utils, filters, the inventory plugin) never imports the
 host layer or a module. A name with a leading underscore stays in its module.
 """
+
 import ast
 import os
 
@@ -47,7 +48,7 @@ def ours(path):
     """The collection's modules ``path`` imports (dotted, below ``plugins.``), each with the imported name."""
     for module, name in imports(path):
         if module.startswith(PREFIX):
-            yield module[len(PREFIX):], name
+            yield module[len(PREFIX) :], name
         elif module == PREFIX.rstrip(".") and name:
             yield name, None
 
@@ -71,7 +72,11 @@ def test_module_utils_never_imports_the_controller_or_ansible():
     bad = []
     for path in files("module_utils"):
         for name, _imported in imports(path):
-            if name.startswith(PREFIX + "plugin_utils") or name == "ansible" or name.startswith("ansible."):
+            if (
+                name.startswith(PREFIX + "plugin_utils")
+                or name == "ansible"
+                or name.startswith("ansible.")
+            ):
                 bad.append((os.path.relpath(path, ROOT), name))
     assert bad == []
 
@@ -94,13 +99,25 @@ def test_the_engine_imports_no_host_kube_or_agent_code():
 
 def test_kube_and_host_import_neither_each_other_nor_the_agent():
     low = ["module_utils." + n for n in HELPERS + CONTRACTS]
-    assert offending(files("module_utils", "kube"), lambda m, full: under(m, *low + ["module_utils.kube"])) == []
-    assert offending(files("module_utils", "host"), lambda m, full: under(m, *low + ["module_utils.host"])) == []
+    assert (
+        offending(
+            files("module_utils", "kube"), lambda m, full: under(m, *low + ["module_utils.kube"])
+        )
+        == []
+    )
+    assert (
+        offending(
+            files("module_utils", "host"), lambda m, full: under(m, *low + ["module_utils.host"])
+        )
+        == []
+    )
 
 
 def test_the_controller_never_imports_the_host_layer_or_a_module():
     paths = [p for part in ("action", "plugin_utils", "filter", "inventory") for p in files(part)]
-    bad = offending(paths, lambda m, full: not under(m, "module_utils.host", "module_utils.agent", "modules"))
+    bad = offending(
+        paths, lambda m, full: not under(m, "module_utils.host", "module_utils.agent", "modules")
+    )
     assert bad == []
 
 
@@ -113,7 +130,11 @@ def test_no_private_name_crosses_modules():
             tree = ast.parse(f.read(), path)
         modules = set()  # local names bound to the collection's modules
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX.rstrip(".")):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith(PREFIX.rstrip("."))
+            ):
                 for alias in node.names:
                     if alias.name.startswith("_"):
                         bad.append((os.path.relpath(path, ROOT), node.module + "." + alias.name))
@@ -124,7 +145,12 @@ def test_no_private_name_crosses_modules():
                     if alias.name.startswith(PREFIX) and alias.asname:
                         modules.add(alias.asname)
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 bad.append((os.path.relpath(path, ROOT), node.value.id + "." + node.attr))
     assert bad == []

@@ -1,5 +1,6 @@
 """netlink_routes: the light route dump, on hand-built netlink messages (no kernel), and
 netstate's use of it with its pyroute2 fallback."""
+
 import errno
 import socket
 import struct
@@ -28,8 +29,22 @@ def addr(atype, family, text):
     return attr(atype, socket.inet_pton(family, text))
 
 
-def route_msg(family, dst, dst_len, table=254, proto=186, rtype=1, flags=0, oif=2, gateway=None,
-              prefsrc=None, priority=None, extra=b"", nlflags=2, seq=SEQ):
+def route_msg(
+    family,
+    dst,
+    dst_len,
+    table=254,
+    proto=186,
+    rtype=1,
+    flags=0,
+    oif=2,
+    gateway=None,
+    prefsrc=None,
+    priority=None,
+    extra=b"",
+    nlflags=2,
+    seq=SEQ,
+):
     """RTM_NEWROUTE as the kernel sends it: rtm_table 252 (COMPAT) above 255, RTA_TABLE always."""
     attrs = u32(nr.RTA_TABLE, table)
     if dst_len:
@@ -42,8 +57,21 @@ def route_msg(family, dst, dst_len, table=254, proto=186, rtype=1, flags=0, oif=
     if gateway:
         attrs += addr(nr.RTA_GATEWAY, family, gateway)
     attrs += u32(nr.RTA_OIF, oif)
-    body = struct.pack("=BBBBBBBBI", family, dst_len, 0, 0, table if table < 256 else 252, proto, 0, rtype,
-                       flags) + attrs
+    body = (
+        struct.pack(
+            "=BBBBBBBBI",
+            family,
+            dst_len,
+            0,
+            0,
+            table if table < 256 else 252,
+            proto,
+            0,
+            rtype,
+            flags,
+        )
+        + attrs
+    )
     return struct.pack("=IHHII", 16 + len(body), nr.RTM_NEWROUTE, nlflags, seq, 0) + body
 
 
@@ -52,13 +80,17 @@ def done(code=0, seq=SEQ):
 
 
 def error(code, seq=SEQ):
-    return struct.pack("=IHHIIi", 36, nr.NLMSG_ERROR, 0, seq, 0, code) + struct.pack("=IHHII", 20, 26, 0x301, seq, 0)
+    return struct.pack("=IHHIIi", 36, nr.NLMSG_ERROR, 0, seq, 0, code) + struct.pack(
+        "=IHHII", 20, 26, 0x301, seq, 0
+    )
 
 
 def parse(data, family=V4, keys=()):
     out = []
     buf = bytearray(data)
-    result = nr.parse(buf, len(buf), SEQ, family, nr.key_index(family, keys) if keys is not None else None, out)
+    result = nr.parse(
+        buf, len(buf), SEQ, family, nr.key_index(family, keys) if keys is not None else None, out
+    )
     return result, out
 
 
@@ -73,42 +105,75 @@ def test_request_matches_the_strict_dump_filter():
 
 def test_header_decides_and_only_keys_are_decoded():
     keys = {("10.1.2.0/24", 254), ("10.1.0.2/32", 1107), ("fd02::/64", 254)}
-    data = b"".join([
-        route_msg(V4, "10.128.0.%d" % (i * 16), 28) for i in range(10)]      # wrong prefix length
-        + [route_msg(V4, "10.1.3.0", 24),                                   # right length, other dst
-           route_msg(V4, "10.1.2.0", 24, table=200),                        # right dst, other table
-           route_msg(V4, "10.1.2.0", 24, proto=4, oif=3, gateway="10.255.0.2", prefsrc="10.1.0.1",
-                     flags=4, extra=attr(12, b"\1" * 16))]                   # an attribute not decoded
-        + [done()])
+    data = b"".join(
+        [route_msg(V4, "10.128.0.%d" % (i * 16), 28) for i in range(10)]  # wrong prefix length
+        + [
+            route_msg(V4, "10.1.3.0", 24),  # right length, other dst
+            route_msg(V4, "10.1.2.0", 24, table=200),  # right dst, other table
+            route_msg(
+                V4,
+                "10.1.2.0",
+                24,
+                proto=4,
+                oif=3,
+                gateway="10.255.0.2",
+                prefsrc="10.1.0.1",
+                flags=4,
+                extra=attr(12, b"\1" * 16),
+            ),
+        ]  # an attribute not decoded
+        + [done()]
+    )
     (finished, interrupted), out = parse(data, keys=keys)
     assert finished and not interrupted
     assert len(out) == 1
     msg = out[0]
-    assert dict(msg) == {"family": V4, "dst_len": 24, "src_len": 0, "tos": 0, "table": 254, "proto": 4,
-                         "scope": 0, "type": 1, "flags": 4}
-    assert msg.attrs == {"RTA_TABLE": 254, "RTA_DST": "10.1.2.0", "RTA_GATEWAY": "10.255.0.2",
-                         "RTA_PREFSRC": "10.1.0.1", "RTA_OIF": 3}
+    assert dict(msg) == {
+        "family": V4,
+        "dst_len": 24,
+        "src_len": 0,
+        "tos": 0,
+        "table": 254,
+        "proto": 4,
+        "scope": 0,
+        "type": 1,
+        "flags": 4,
+    }
+    assert msg.attrs == {
+        "RTA_TABLE": 254,
+        "RTA_DST": "10.1.2.0",
+        "RTA_GATEWAY": "10.255.0.2",
+        "RTA_PREFSRC": "10.1.0.1",
+        "RTA_OIF": 3,
+    }
     assert msg.get_attr("RTA_PRIORITY") is None
 
 
 def test_table_above_255_comes_from_rta_table():
     keys = {("10.1.0.2/32", 1107)}
-    data = route_msg(V4, "10.1.0.2", 32, table=1107, gateway="10.1.0.2") + route_msg(
-        V4, "10.1.0.2", 32, table=1108) + done()
+    data = (
+        route_msg(V4, "10.1.0.2", 32, table=1107, gateway="10.1.0.2")
+        + route_msg(V4, "10.1.0.2", 32, table=1108)
+        + done()
+    )
     (finished, dummy), out = parse(data, keys=keys)
     assert finished and [(m["table"], m.get_attr("RTA_TABLE")) for m in out] == [(252, 1107)]
 
 
 def test_ipv6_and_default_route():
     keys = {("fd02::/64", 254), ("::/0", 1107), ("10.1.2.0/24", 254)}
-    data = (route_msg(V6, "fd02::", 64, proto=3, gateway="fe80::1", priority=1024)
-            + route_msg(V6, "fd02:0:0:1::", 64, priority=1024)
-            + route_msg(V6, "::", 0, table=1107, priority=1024)
-            + done())
+    data = (
+        route_msg(V6, "fd02::", 64, proto=3, gateway="fe80::1", priority=1024)
+        + route_msg(V6, "fd02:0:0:1::", 64, priority=1024)
+        + route_msg(V6, "::", 0, table=1107, priority=1024)
+        + done()
+    )
     (finished, dummy), out = parse(data, V6, keys)
     assert finished
-    assert [(m.get_attr("RTA_DST"), m["dst_len"], m.get_attr("RTA_GATEWAY"), m.get_attr("RTA_PRIORITY"))
-            for m in out] == [("fd02::", 64, "fe80::1", 1024), (None, 0, None, 1024)]
+    assert [
+        (m.get_attr("RTA_DST"), m["dst_len"], m.get_attr("RTA_GATEWAY"), m.get_attr("RTA_PRIORITY"))
+        for m in out
+    ] == [("fd02::", 64, "fe80::1", 1024), (None, 0, None, 1024)]
 
 
 def test_several_datagrams_until_done():
@@ -137,7 +202,10 @@ def test_errors_raise_oserror_with_errno():
 
 
 def test_interrupted_flag_is_reported():
-    assert parse(route_msg(V4, "10.1.2.0", 24, nlflags=2 | nr.NLM_F_DUMP_INTR) + done())[0] == (True, True)
+    assert parse(route_msg(V4, "10.1.2.0", 24, nlflags=2 | nr.NLM_F_DUMP_INTR) + done())[0] == (
+        True,
+        True,
+    )
 
 
 class FakeSocket(object):
@@ -163,7 +231,7 @@ class FakeSocket(object):
 
     def recv_into(self, buf):
         data = self.queue.pop(0)
-        buf[:len(data)] = data
+        buf[: len(data)] = data
         return len(data)
 
     def close(self):
@@ -177,10 +245,14 @@ def fake_socket(monkeypatch, sock):
 
 def test_dump_routes_reads_until_done_and_retries_an_interrupted_dump(monkeypatch):
     keys = {("10.1.2.0/24", 254)}
-    intr = [lambda seq: route_msg(V4, "10.1.2.0", 24, seq=seq, nlflags=2 | nr.NLM_F_DUMP_INTR),
-            lambda seq: done(seq=seq)]
-    good = [lambda seq: route_msg(V4, "10.1.2.0", 24, seq=seq) + route_msg(V4, "10.1.9.0", 24, seq=seq),
-            lambda seq: route_msg(V4, "10.1.2.0", 24, table=254, proto=4, seq=seq) + done(seq=seq)]
+    intr = [
+        lambda seq: route_msg(V4, "10.1.2.0", 24, seq=seq, nlflags=2 | nr.NLM_F_DUMP_INTR),
+        lambda seq: done(seq=seq),
+    ]
+    good = [
+        lambda seq: route_msg(V4, "10.1.2.0", 24, seq=seq) + route_msg(V4, "10.1.9.0", 24, seq=seq),
+        lambda seq: route_msg(V4, "10.1.2.0", 24, table=254, proto=4, seq=seq) + done(seq=seq),
+    ]
     sock = fake_socket(monkeypatch, FakeSocket([intr, good]))
     out = nr.dump_routes(V4, keys, table=254, rtype=1)
     assert [m["proto"] for m in out] == [186, 4] and len(sock.sent) == 2 and sock.closed
@@ -214,6 +286,7 @@ class Msg(dict):
 
 class FakeIPRoute(object):
     """Strict dumps: ours none; table 254 holds a foreign route at a plan destination."""
+
     status = {}
 
     def __init__(self, **kw):
@@ -224,14 +297,33 @@ class FakeIPRoute(object):
         self.dumps.append((msg["family"], table, msg["proto"]))
         if msg["proto"] or table != 254 or msg["family"] != V4:
             return []
-        return [Msg({"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2}, type=1, proto=4, dst_len=24,
-                    flags=0, family=V4)]
+        return [
+            Msg(
+                {"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2},
+                type=1,
+                proto=4,
+                dst_len=24,
+                flags=0,
+                family=V4,
+            )
+        ]
 
 
 LINKS = {2: {"name": "eth1", "up": True, "mtu": 1500}}
 WATCH = {("10.1.2.0/24", 254), ("10.1.0.2/32", 1107)}
-FOREIGN = [{"family": 4, "dst": "10.1.2.0/24", "table": 254, "gateway": None, "device": "eth1", "source": None,
-            "onlink": False, "priority": None, "proto": 4}]
+FOREIGN = [
+    {
+        "family": 4,
+        "dst": "10.1.2.0/24",
+        "table": 254,
+        "gateway": None,
+        "device": "eth1",
+        "source": None,
+        "onlink": False,
+        "priority": None,
+        "proto": 4,
+    }
+]
 
 
 def backend():
@@ -244,20 +336,29 @@ def test_the_reader_reads_ours_by_protocol_and_foreign_only_at_the_keys(monkeypa
     """NetlinkReader's route dumps: ours by protocol (every message decoded), a table's foreign
     routes decoding only the messages at the plan's keys (netlink_routes.dump_routes)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
+
     asked = []
 
     def light(family, keys, table=0, proto=0, rtype=0):
         asked.append((family, table, proto, rtype, sorted(keys) if keys is not None else None))
         if table != 254:
             return []
-        return [nr.RouteMessage({"family": V4, "dst_len": 24, "table": 254, "proto": 4, "type": 1, "flags": 0},
-                                {"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2})]
+        return [
+            nr.RouteMessage(
+                {"family": V4, "dst_len": 24, "table": 254, "proto": 4, "type": 1, "flags": 0},
+                {"RTA_DST": "10.1.2.0", "RTA_TABLE": 254, "RTA_OIF": 2},
+            )
+        ]
 
     monkeypatch.setattr(nl, "dump_routes", light)
     ours, foreign = nsr.read(nl.NetlinkReader(strict=False), True, LINKS, WATCH)
     assert ours == [] and foreign == FOREIGN
-    assert asked == [(V4, 0, 107, 0, None), (V6, 0, 107, 0, None),
-                     (V4, 254, 0, 1, sorted(WATCH)), (V4, 1107, 0, 1, sorted(WATCH))]
+    assert asked == [
+        (V4, 0, 107, 0, None),
+        (V6, 0, 107, 0, None),
+        (V4, 254, 0, 1, sorted(WATCH)),
+        (V4, 1107, 0, 1, sorted(WATCH)),
+    ]
     assert nsr.foreign_str(foreign[0]) == "10.1.2.0/24 dev eth1 proto 4"
 
 
@@ -274,15 +375,17 @@ def test_without_strict_checking_the_backend_reads_through_pyroute2(monkeypatch)
 
 
 def test_foreign_scan_keeps_pyroute2_for_another_ipr():
-    b = backend()
     ipr = FakeIPRoute()
     assert nsr.read(ipr, True, LINKS, WATCH) == ([], FOREIGN)
     assert len(ipr.dumps) == 4
 
 
 def test_multipath_next_hops_give_their_devices():
-    hops = struct.pack("=HBBi", 16, 0, 0, 7) + addr(nr.RTA_GATEWAY, V4, "10.1.0.1") \
+    hops = (
+        struct.pack("=HBBi", 16, 0, 0, 7)
+        + addr(nr.RTA_GATEWAY, V4, "10.1.0.1")
         + struct.pack("=HBBi", 8, 0, 0, 9)
+    )
     msg = route_msg(V4, "0.0.0.0", 0, extra=attr(nr.RTA_MULTIPATH, hops))
     (done_, dummy), out = parse(msg + done(), keys=[("0.0.0.0/0", 254)])
     assert done_ and out[0].get_attr("RTA_MULTIPATH") == [{"oif": 7}, {"oif": 9}]
@@ -290,9 +393,14 @@ def test_multipath_next_hops_give_their_devices():
 
 def test_links_and_addresses_decode_from_kernel_messages():
     from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
+
     info = attr(1, b"wireguard\0")
-    body = struct.pack("=BBHiII", 0, 0, 65534, 5, 0x1 | 0x40, 0) + attr(3, b"kilo0\0") \
-        + u32(4, 1420) + attr(18 | 0x8000, info)
+    body = (
+        struct.pack("=BBHiII", 0, 0, 65534, 5, 0x1 | 0x40, 0)
+        + attr(3, b"kilo0\0")
+        + u32(4, 1420)
+        + attr(18 | 0x8000, info)
+    )
     msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWLINK, 2, SEQ, 0) + body
     buf = bytearray(msg + done())
     got, finished = nl.messages(buf, len(buf), SEQ)
@@ -300,23 +408,42 @@ def test_links_and_addresses_decode_from_kernel_messages():
     assert finished and [m[0] for m in got] == [nl.RTM_NEWLINK, nr.NLMSG_DONE]
     assert nl.decode_link(buf, *got[1][:3]) is None
     link = nl.decode_link(buf, *got[0][:3])
-    assert (link["index"], link["flags"], link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_MTU")) == (5, 0x41, "kilo0", 1420)
+    assert (
+        link["index"],
+        link["flags"],
+        link.get_attr("IFLA_IFNAME"),
+        link.get_attr("IFLA_MTU"),
+    ) == (5, 0x41, "kilo0", 1420)
     assert link.get_attr("IFLA_LINKINFO").get_attr("IFLA_INFO_KIND") == "wireguard"
     body = struct.pack("=BBBBI", V6, 64, 0, 0, 3) + addr(1, V6, "fd00:5::5") + attr(3, b"eth2\0")
     msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWADDR, 2, SEQ, 0) + body
     buf = bytearray(msg)
     address = nl.decode_address(buf, *nl.messages(buf, len(buf), SEQ)[0][0][:3])
     assert (address["family"], address["prefixlen"], address["index"]) == (V6, 64, 3)
-    assert (address.get_attr("IFA_ADDRESS"), address.get_attr("IFA_LOCAL"), address.get_attr("IFA_LABEL")) \
-        == ("fd00:5::5", None, "eth2")
-    body = struct.pack("=BBBBBBBBI", V4, 0, 24, 0, 0, 0, 0, 1, 0) + addr(2, V4, "10.4.0.0") \
-        + u32(6, 32000) + u32(15, 1107) + attr(3, b"kilo0\0")
+    assert (
+        address.get_attr("IFA_ADDRESS"),
+        address.get_attr("IFA_LOCAL"),
+        address.get_attr("IFA_LABEL"),
+    ) == ("fd00:5::5", None, "eth2")
+    body = (
+        struct.pack("=BBBBBBBBI", V4, 0, 24, 0, 0, 0, 0, 1, 0)
+        + addr(2, V4, "10.4.0.0")
+        + u32(6, 32000)
+        + u32(15, 1107)
+        + attr(3, b"kilo0\0")
+    )
     msg = struct.pack("=IHHII", 16 + len(body), nl.RTM_NEWRULE, 2, SEQ, 0) + body
     buf = bytearray(msg)
     rule = nl.decode_rule(buf, *nl.messages(buf, len(buf), SEQ)[0][0][:3])
-    assert (rule["src_len"], rule["table"], rule.get_attr("FRA_SRC"), rule.get_attr("FRA_PRIORITY"),
-            rule.get_attr("FRA_TABLE"), rule.get_attr("FRA_IIFNAME"), rule.get_attr("FRA_DST")) \
-        == (24, 0, "10.4.0.0", 32000, 1107, "kilo0", None)
+    assert (
+        rule["src_len"],
+        rule["table"],
+        rule.get_attr("FRA_SRC"),
+        rule.get_attr("FRA_PRIORITY"),
+        rule.get_attr("FRA_TABLE"),
+        rule.get_attr("FRA_IIFNAME"),
+        rule.get_attr("FRA_DST"),
+    ) == (24, 0, "10.4.0.0", 32000, 1107, "kilo0", None)
     with pytest.raises(OSError) as e:
         buf = bytearray(error(-errno.EPERM))
         nl.messages(buf, len(buf), SEQ)

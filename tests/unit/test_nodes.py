@@ -1,10 +1,15 @@
 """The node table (module_utils/nodes.py) is the one definition of a node field: the inventory
 reading, the Kubernetes reading and write-back, the engine's parse and the docs follow it, and
 every field's check runs for every host before any remote call (kilo.mesh.validate)."""
+
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import nodes, options
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject, node_subject
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    host_subject,
+    node_subject,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology_parse
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, validate
@@ -15,7 +20,10 @@ KEY = "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M="
 def test_inventory_variables_are_the_tables():
     assert inputs.NODE_VARS == dict((f.name, f.var) for f in nodes.FIELDS.values() if f.var)
     assert set(inputs.INPUT_VARS) == set(nodes.VARS) | {
-        "kilo_kubernetes_node", nodes.POD_SOURCE_VAR, nodes.NODE_POD_SOURCE_VAR}
+        "kilo_kubernetes_node",
+        nodes.POD_SOURCE_VAR,
+        nodes.NODE_POD_SOURCE_VAR,
+    }
 
 
 def test_the_engine_parses_every_field_of_the_table():
@@ -25,18 +33,26 @@ def test_the_engine_parses_every_field_of_the_table():
         def get(self, key, default=None):
             seen.append(key)
             return dict.get(self, key, default)
+
     topology_parse.parse_node(Recording(name="a", public_key=KEY), 0, 51820)
     assert [k for k in seen if k != "name"] == list(nodes.FIELDS)
 
 
 def test_kubernetes_reads_and_writes_the_tables_annotations():
     annotations = dict((f.annotation, "") for f in nodes.FIELDS.values() if f.annotation)
-    hvars = kube_node.host_vars({"metadata": {"name": "n", "annotations": annotations},
-                                 "spec": {"podCIDR": "10.244.0.0/24"}})
+    hvars = kube_node.host_vars(
+        {
+            "metadata": {"name": "n", "annotations": annotations},
+            "spec": {"podCIDR": "10.244.0.0/24"},
+        }
+    )
     readable = set(f.var for f in nodes.FIELDS.values() if f.kube)
     # Kilo ignores an empty force-endpoint and cni-compatibility-ip; an empty kilo.mesh/pod-cidrs forces nothing
-    assert set(hvars) - {"kilo_kubernetes_node"} == readable - {"kilo_force_endpoint", "kilo_cni_compatibility_ip",
-                                                                "kilo_pod_cidr"}
+    assert set(hvars) - {"kilo_kubernetes_node"} == readable - {
+        "kilo_force_endpoint",
+        "kilo_cni_compatibility_ip",
+        "kilo_pod_cidr",
+    }
     written = kube_node.write_back({"name": "n", "public_key": KEY}, None, "location", 1)
     assert set(f.written for f in nodes.FIELDS.values() if f.written) <= set(written)
 
@@ -58,7 +74,10 @@ BAD = [
 
 @pytest.mark.parametrize("var, value, message", BAD)
 def test_validate_checks_every_host_whether_it_reported_or_not(var, value, message):
-    hostvars = {"seen": {"kilo_public_key": KEY, "kilo_force_endpoint": "203.0.113.1:51820"}, "fresh": {var: value}}
+    hostvars = {
+        "seen": {"kilo_public_key": KEY, "kilo_force_endpoint": "203.0.113.1:51820"},
+        "fresh": {var: value},
+    }
     with pytest.raises(KiloError) as e:
         validate.check_node_vars(["seen", "fresh"], hostvars)
     assert (e.value.kind, e.value.name, e.value.field) == ("host", "fresh", var)
@@ -68,24 +87,40 @@ def test_validate_checks_every_host_whether_it_reported_or_not(var, value, messa
 @pytest.mark.parametrize("var, value, message", BAD)
 def test_the_inventory_reading_refuses_the_same(var, value, message):
     with pytest.raises(KiloError, match="^host 'h': %s: " % var):
-        inputs.node_from_host("h", {var: value}, {"public_key": KEY, "external_ip": "203.0.113.1"}, "", 51820)
+        inputs.node_from_host(
+            "h", {var: value}, {"public_key": KEY, "external_ip": "203.0.113.1"}, "", 51820
+        )
 
 
 def test_good_values_pass_unchanged():
-    hvars = {"kilo_location": "x", "kilo_leader": "", "kilo_force_endpoint": "example.com:51821",
-             "kilo_force_internal_ip": "-", "kilo_persistent_keepalive": "25",
-             "kilo_allowed_location_ips": "10.9.0.0/16, 10.8.0.0/16", "kilo_pod_cidr": "10.244.0.0/24",
-             "kilo_public_key": KEY, "kilo_cni_compatibility_ip": "10.0.0.1/32"}
+    hvars = {
+        "kilo_location": "x",
+        "kilo_leader": "",
+        "kilo_force_endpoint": "example.com:51821",
+        "kilo_force_internal_ip": "-",
+        "kilo_persistent_keepalive": "25",
+        "kilo_allowed_location_ips": "10.9.0.0/16, 10.8.0.0/16",
+        "kilo_pod_cidr": "10.244.0.0/24",
+        "kilo_public_key": KEY,
+        "kilo_cni_compatibility_ip": "10.0.0.1/32",
+    }
     assert nodes.check_host_vars(hvars, host_subject("h")) == {
-        "location": "x", "leader": True, "endpoint": "example.com:51821", "internal_ip": None,
-        "persistent_keepalive": 25, "allowed_location_ips": ["10.9.0.0/16", "10.8.0.0/16"],
-        "pod_cidr": "10.244.0.0/24", "public_key": KEY, "cni_compatibility_ip": "10.0.0.1/32"}
+        "location": "x",
+        "leader": True,
+        "endpoint": "example.com:51821",
+        "internal_ip": None,
+        "persistent_keepalive": 25,
+        "allowed_location_ips": ["10.9.0.0/16", "10.8.0.0/16"],
+        "pod_cidr": "10.244.0.0/24",
+        "public_key": KEY,
+        "cni_compatibility_ip": "10.0.0.1/32",
+    }
 
 
 def test_an_error_carries_its_subject_as_data():
     e = KiloError("boom", node_subject("it's"), "endpoint")
     assert (e.kind, e.name, e.field, e.message) == ("node", "it's", "endpoint", "boom")
-    assert str(e) == "node \"it's\": endpoint: boom"
+    assert str(e) == 'node "it\'s": endpoint: boom'
     plain = KiloError("boom", "options", "port")
     assert (plain.kind, plain.name) == ("options", None)
     assert KiloError("boom").about(host_subject("b")).name == "b"
@@ -95,7 +130,14 @@ def test_an_engine_error_maps_to_its_host_by_name_not_by_text():
     """A host whose name the message quotes with double quotes (it holds a ') is still found."""
     name = "it's"
     hostvars = {name: {"kilo_pod_cidr": "10.244.0.0/24"}}
-    nodes_ = [{"name": name, "public_key": KEY, "endpoint": "203.0.113.1:51820", "pod_cidr": "10.244.0.0/33"}]
+    nodes_ = [
+        {
+            "name": name,
+            "public_key": KEY,
+            "endpoint": "203.0.113.1:51820",
+            "pod_cidr": "10.244.0.0/33",
+        }
+    ]
     with pytest.raises(KiloError) as e:
         validate.check_topology(nodes_, [], {}, hostvars, name)
     assert (e.value.kind, e.value.name, e.value.field) == ("host", name, "kilo_pod_cidr")
@@ -121,20 +163,29 @@ def test_the_docs_name_every_node_variable():
 def test_a_new_field_is_one_table_row(monkeypatch):
     """A row added to the table reaches the engine's input node without a line in node_from_host,
     is checked by validate for every host, and is read from its Kubernetes annotation."""
-    row = nodes.NodeField("weight", "kilo_weight", "A test field.", check=lambda v, s, f: nodes.to_int(v, s, f, 0, 9),
-                          parse=lambda v, s, f: v, source=nodes.ANNOTATION_PREFIX + "weight",
-                          kube=lambda v, s, f: nodes.to_int(v, s, f, 0, 9))
+    row = nodes.NodeField(
+        "weight",
+        "kilo_weight",
+        "A test field.",
+        check=lambda v, s, f: nodes.to_int(v, s, f, 0, 9),
+        parse=lambda v, s, f: v,
+        source=nodes.ANNOTATION_PREFIX + "weight",
+        kube=lambda v, s, f: nodes.to_int(v, s, f, 0, 9),
+    )
     fields = nodes.FIELDS.copy()
     fields["weight"] = row
     monkeypatch.setattr(nodes, "FIELDS", fields)
     monkeypatch.setattr(nodes, "VARS", dict(nodes.VARS, kilo_weight="weight"))
     monkeypatch.setattr(kube_node, "FIELDS", fields)
-    node = inputs.node_from_host("a", {"kilo_weight": "3"}, {"public_key": KEY, "external_ip": "203.0.113.1"}, "x",
-                                 51820)
+    node = inputs.node_from_host(
+        "a", {"kilo_weight": "3"}, {"public_key": KEY, "external_ip": "203.0.113.1"}, "x", 51820
+    )
     assert node["weight"] == 3
     with pytest.raises(KiloError, match="host 'a': kilo_weight: 10 out of range"):
         validate.check_node_vars(["a"], {"a": {"kilo_weight": 10}})
-    hvars = kube_node.host_vars({"metadata": {"name": "n", "annotations": {nodes.ANNOTATION_PREFIX + "weight": "4"}}})
+    hvars = kube_node.host_vars(
+        {"metadata": {"name": "n", "annotations": {nodes.ANNOTATION_PREFIX + "weight": "4"}}}
+    )
     assert hvars["kilo_weight"] == 4
 
 
@@ -159,20 +210,54 @@ def test_the_fast_ipv4_path_reads_as_ipaddress_does():
     ``ipaddress``'s parser: on any text they give what it gives (value, text, refusal)."""
     import ipaddress
     import random
+
     rnd = random.Random(7)
-    samples = ["10.0.0.0/8", "10.1.2.3/8", "0.0.0.0/0", "255.255.255.255", "1.2.3.4/32", "1.2.3.4/33", "01.2.3.4/8",
-               "1.2.3.04", "1.2.3.4/08", "1.2.3.4/0", "1.2.3.4/00", "1.2.3.4/+8", "1.2.3.4/ 8", " 1.2.3.4/8 ", "1.2.3",
-               "1.2.3.4.5", "256.1.1.1", "1.2.3.4/255.0.0.0", "1.2.3.4/", "/8", "1.2.3.4\n", "\u0661.2.3.4", "1.2.3.4/\u0668",
-               "1.2.3.4\x00", "fd00::1/64", "::ffff:1.2.3.4", "1.2.3.4/8/8", "0x1.2.3.4", "1..2.3"]
+    samples = [
+        "10.0.0.0/8",
+        "10.1.2.3/8",
+        "0.0.0.0/0",
+        "255.255.255.255",
+        "1.2.3.4/32",
+        "1.2.3.4/33",
+        "01.2.3.4/8",
+        "1.2.3.04",
+        "1.2.3.4/08",
+        "1.2.3.4/0",
+        "1.2.3.4/00",
+        "1.2.3.4/+8",
+        "1.2.3.4/ 8",
+        " 1.2.3.4/8 ",
+        "1.2.3",
+        "1.2.3.4.5",
+        "256.1.1.1",
+        "1.2.3.4/255.0.0.0",
+        "1.2.3.4/",
+        "/8",
+        "1.2.3.4\n",
+        "\u0661.2.3.4",
+        "1.2.3.4/\u0668",
+        "1.2.3.4\x00",
+        "fd00::1/64",
+        "::ffff:1.2.3.4",
+        "1.2.3.4/8/8",
+        "0x1.2.3.4",
+        "1..2.3",
+    ]
     for dummy in range(20000):
-        parts = [rnd.choice(["0", "00", "1", "9", "10", "99", "100", "199", "255", "256", "999", "01", ""])
-                 for dummy in range(5)]
-        text = ".".join(parts[:rnd.choice([3, 4, 4, 4, 5])])
+        parts = [
+            rnd.choice(
+                ["0", "00", "1", "9", "10", "99", "100", "199", "255", "256", "999", "01", ""]
+            )
+            for dummy in range(5)
+        ]
+        text = ".".join(parts[: rnd.choice([3, 4, 4, 4, 5])])
         if rnd.random() < 0.7:
             text += "/" + rnd.choice(["0", "8", "12", "24", "31", "32", "33", "08", "", "x"])
         samples.append(text)
     for text in samples:
-        assert _fast(nodes.network_text, text) == _slow(lambda t: ipaddress.ip_network(t, strict=False), text), text
+        assert _fast(nodes.network_text, text) == _slow(
+            lambda t: ipaddress.ip_network(t, strict=False), text
+        ), text
         assert _fast(nodes.interface_text, text) == _slow(ipaddress.ip_interface, text), text
         if "/" not in text and text.strip():
             endpoint = _fast(nodes.parse_endpoint, text.strip() + ":51820")

@@ -1,5 +1,6 @@
 """The option table (module_utils/options.py) is the one definition of every option: the
 generated files, the modules' documentation and argument specs, and the engine agree with it."""
+
 import json
 import os
 import re
@@ -15,21 +16,38 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.path.dirname(sys.executable)
 
 # module -> the scopes of the table it takes (its own options come on top)
-MODULES = {"topology": ("mesh", "inputs"), "join": ("mesh", "inputs", "host"), "converge": ("host",),
-           "key": ("key",), "prepare": ("prepare",), "validate": options.SCOPES,
-           "showconf": ("mesh", "inputs"), "annotate": ("mesh", "inputs"), "connect": ("host", "connect")}
+MODULES = {
+    "topology": ("mesh", "inputs"),
+    "join": ("mesh", "inputs", "host"),
+    "converge": ("host",),
+    "key": ("key",),
+    "prepare": ("prepare",),
+    "validate": options.SCOPES,
+    "showconf": ("mesh", "inputs"),
+    "annotate": ("mesh", "inputs"),
+    "connect": ("host", "connect"),
+}
 
 
 def test_generated_files_match_the_table():
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "specs.py"), "--check"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "specs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr + " (run `make specs`)"
 
 
 def _ansible_doc(name):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"))
-    proc = subprocess.run([os.path.join(BIN, "ansible-doc"), "--json", "kilo.mesh." + name],
-                          capture_output=True, text=True, env=env, check=True)
+    proc = subprocess.run(
+        [os.path.join(BIN, "ansible-doc"), "--json", "kilo.mesh." + name],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(proc.stdout)["kilo.mesh." + name]["doc"]
 
 
@@ -62,15 +80,24 @@ def test_defaults_are_written_once():
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, ROOT)
-                if not name.endswith((".py", ".yml")) or rel in ("plugins/module_utils/options.py",
-                                                                 "plugins/doc_fragments/options.py") \
-                        or rel.endswith("meta/argument_specs.yml"):
+                if (
+                    not name.endswith((".py", ".yml"))
+                    or rel
+                    in ("plugins/module_utils/options.py", "plugins/doc_fragments/options.py")
+                    or rel.endswith("meta/argument_specs.yml")
+                ):
                     continue
                 with open(path) as f:
                     text = f.read()
                 # documentation blocks may show values in examples and samples
                 text = re.sub(r'(?s)(EXAMPLES|RETURN) = r""".*?"""', "", text)
-                for literal in ("/var/lib/kilo/key", "'kilo0'", '"kilo0"', "default('kilo0')", "default(51820)"):
+                for literal in (
+                    "/var/lib/kilo/key",
+                    "'kilo0'",
+                    '"kilo0"',
+                    "default('kilo0')",
+                    "default(51820)",
+                ):
                     if literal in text:
                         found.append("%s: %s" % (rel, literal))
     assert found == []
@@ -98,10 +125,10 @@ def test_inventory_values_are_validated_as_plain_data_when_json_carries_them_unc
     text, value = _plain({"b": [Tagged("10.0.0.1/8")], "a": 1})
     assert text == '{"a": 1, "b": ["10.0.0.1/8"]}'
     assert value["b"][0].__class__ is str  # not the subclass
-    assert _plain((1, 2))[1] == (1, 2)             # JSON would make it a list: kept as it is
-    assert _plain({1: "x"})[1] == {1: "x"}         # JSON would make the key a string
+    assert _plain((1, 2))[1] == (1, 2)  # JSON would make it a list: kept as it is
+    assert _plain({1: "x"})[1] == {1: "x"}  # JSON would make the key a string
     marker = object()
-    assert _plain(marker)[1] is marker             # not JSON at all
+    assert _plain(marker)[1] is marker  # not JSON at all
     listed = [1, 2]
     assert _copy(listed) == listed and _copy(listed) is not listed
     assert _copy("x") == "x"

@@ -9,7 +9,11 @@ from test_topology_dual_stack import dual_mesh_inputs, two_nodes
 def rows(table):
     """node -> its line (after the summary, the header and its rule; before the notes)."""
     assert isinstance(table, list) and not any("\n" in line for line in table)
-    return dict((line.split()[0], line) for line in table[3:] if line and not line.startswith(("*", " ", "left out")))
+    return dict(
+        (line.split()[0], line)
+        for line in table[3:]
+        if line and not line.startswith(("*", " ", "left out"))
+    )
 
 
 def test_a_dual_stack_plan_shows_both_wireguard_ips():
@@ -22,4 +26,7 @@ def test_a_single_stack_plan_shows_its_one_wireguard_ip():
     nodes = two_nodes("10.1.0.1/24", "10.2.0.0/24", "172.16.0.2/24", "10.2.1.0/24")
     nodes[1]["location"] = "y"
     table = rows(plan_table(build_plans(nodes, [], {})))
-    assert table["a"].split()[4:6] == ["10.4.0.1/16", "location:y"] and table["b"].split()[4] == "10.4.0.2/16"
+    assert (
+        table["a"].split()[4:6] == ["10.4.0.1/16", "location:y"]
+        and table["b"].split()[4] == "10.4.0.2/16"
+    )

@@ -9,6 +9,7 @@ line, no JSON string of escaped line breaks, and no file in the inventory's dire
 installed collection.
 
 Runs on the ansible-core of the Python running pytest (tests/unit runs on 2.17, 2.20 and 2.21)."""
+
 import os
 import re
 import shutil
@@ -50,16 +51,41 @@ def installed(tmp_path_factory):
     home = base / "home"
     home.mkdir()
     env = dict((k, v) for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "K8S_AUTH_")))
-    env.update(HOME=str(home), PATH=BIN + os.pathsep + env.get("PATH", ""), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_COLLECTIONS_PATH=str(base / "collections"))
-    build = subprocess.run([os.path.join(BIN, "ansible-galaxy"), "collection", "build", "--output-path",
-                            str(base / "build"), ROOT], cwd=str(base), env=env, capture_output=True, text=True,
-                           timeout=300, check=False)
+    env.update(
+        HOME=str(home),
+        PATH=BIN + os.pathsep + env.get("PATH", ""),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_COLLECTIONS_PATH=str(base / "collections"),
+    )
+    build = subprocess.run(
+        [
+            os.path.join(BIN, "ansible-galaxy"),
+            "collection",
+            "build",
+            "--output-path",
+            str(base / "build"),
+            ROOT,
+        ],
+        cwd=str(base),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     tarball = [str(p) for p in (base / "build").iterdir() if p.name.endswith(".tar.gz")]
-    install = subprocess.run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--offline"]
-                             + tarball + [KUBERNETES_CORE], cwd=str(base), env=env, capture_output=True, text=True,
-                             timeout=300, check=False)
+    install = subprocess.run(
+        [os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--offline"]
+        + tarball
+        + [KUBERNETES_CORE],
+        cwd=str(base),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     collection = base / "collections" / "ansible_collections" / "kilo" / "mesh"
     assert (collection / "MANIFEST.json").is_file() and not collection.is_symlink()
@@ -67,8 +93,15 @@ def installed(tmp_path_factory):
 
 
 def playbook(env, cwd, *args):
-    done = subprocess.run([os.path.join(BIN, "ansible-playbook")] + list(args), cwd=str(cwd), env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [os.path.join(BIN, "ansible-playbook")] + list(args),
+        cwd=str(cwd),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -76,7 +109,7 @@ def msg_lines(stdout, task):
     """The lines of the debug message of TASK [``task``] as the default callback prints them: a
     list of strings, one per line (None when the message is not a list)."""
     block = stdout.split("TASK [%s]" % task, 1)[1].split("TASK [", 1)[0].split("PLAY RECAP", 1)[0]
-    body = block[block.index("=> "):] if "=> " in block else ""
+    body = block[block.index("=> ") :] if "=> " in block else ""
     data = yaml.safe_load(body[3:]) if body else None  # the callback's JSON is YAML too
     return data.get("msg") if isinstance(data, dict) and isinstance(data.get("msg"), list) else None
 
@@ -101,7 +134,10 @@ def test_the_quick_starts_first_command_shows_the_mesh(installed, tmp_path):
     assert lines[0] == "4 nodes in 2 locations, 2 segments; leaders: aws-1 (aws), pi (home)", lines
     rows = dict((line.split()[0], line.split()) for line in lines[3:7])
     assert sorted(rows) == ["aws-1", "aws-2", "nas", "pi"], lines
-    assert [rows[h][1:4] for h in ("aws-1", "pi")] == [["*", "aws", "location:aws"], ["*", "home", "location:home"]]
+    assert [rows[h][1:4] for h in ("aws-1", "pi")] == [
+        ["*", "aws", "location:aws"],
+        ["*", "home", "location:home"],
+    ]
     assert rows["aws-1"][4] == rows["pi"][4] == "yes" and "yes" not in rows["aws-2"] + rows["nas"]
     assert any("aws-1, aws-2, nas, pi still need their first run" in line for line in lines), lines
     assert "left out of the mesh" not in out + err  # the old warning: every host left out
@@ -114,7 +150,9 @@ def test_the_quick_starts_first_command_shows_the_mesh(installed, tmp_path):
     assert snapshot(collections) == before
 
 
-def test_a_directory_inventory_gets_no_file_and_relative_paths_are_the_current_directorys(installed, tmp_path):
+def test_a_directory_inventory_gets_no_file_and_relative_paths_are_the_current_directorys(
+    installed, tmp_path
+):
     env, collections = installed
     inventory, _commands = readme_quick_start()
     work = tmp_path / "work"
@@ -124,10 +162,16 @@ def test_a_directory_inventory_gets_no_file_and_relative_paths_are_the_current_d
     inside = snapshot(str(work / "mesh"))
     before = snapshot(collections)
 
-    rc, out, err = playbook(env, work, "-i", "mesh", "kilo.mesh.plan", "-e", "plan_dot=pictures/rel.dot")
-    assert rc == 2 and "cannot write" in out, out + err  # its directory does not exist: said, not made
+    rc, out, err = playbook(
+        env, work, "-i", "mesh", "kilo.mesh.plan", "-e", "plan_dot=pictures/rel.dot"
+    )
+    assert rc == 2 and "cannot write" in out, (
+        out + err
+    )  # its directory does not exist: said, not made
     (work / "pictures").mkdir()
-    rc, out, err = playbook(env, work, "-i", "mesh", "kilo.mesh.plan", "-e", "plan_dot=pictures/rel.dot")
+    rc, out, err = playbook(
+        env, work, "-i", "mesh", "kilo.mesh.plan", "-e", "plan_dot=pictures/rel.dot"
+    )
     assert rc == 0, out + err
     assert os.listdir(str(work / "pictures")) == ["rel.dot"]
     rc, out, err = playbook(env, work, "-i", "mesh", "kilo.mesh.graph", "-e", "dest=mesh.dot")
@@ -144,7 +188,9 @@ def test_a_directory_inventory_gets_no_file_and_relative_paths_are_the_current_d
 
     assert snapshot(str(work / "mesh")) == inside and snapshot(collections) == before
     # and so a later run has nothing in it that Ansible cannot read
-    rc, out, err = playbook(env, work, "-i", "mesh", "kilo.mesh.plan", "-e", "plan_write_graph=false")
+    rc, out, err = playbook(
+        env, work, "-i", "mesh", "kilo.mesh.plan", "-e", "plan_write_graph=false"
+    )
     assert rc == 0 and "Unable to parse" not in out + err and "Skipping" not in out + err, out + err
 
 
@@ -155,8 +201,17 @@ def test_graph_writes_beside_where_it_runs_not_inside_the_collection(installed, 
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     before = snapshot(collections)
-    rc, out, err = playbook(dict(env), tmp_path, "-i", "inventory.yml", "kilo.mesh.graph", "-e", "dest=rel.dot",
-                            "-e", "kilo_output_dir=out")
+    rc, out, err = playbook(
+        dict(env),
+        tmp_path,
+        "-i",
+        "inventory.yml",
+        "kilo.mesh.graph",
+        "-e",
+        "dest=rel.dot",
+        "-e",
+        "kilo_output_dir=out",
+    )
     assert rc == 0 and os.listdir(str(out_dir)) == ["rel.dot"], out + err
     assert snapshot(collections) == before
     shutil.rmtree(str(out_dir))

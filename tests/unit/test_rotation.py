@@ -1,5 +1,6 @@
 """Key rotation's pure parts: the key file, the schedule's wait, re-keyed peers, the order's
 fallback (peers keep the old key of a host that did not switch), and the --limit refusal."""
+
 import os
 import signal
 import stat
@@ -11,7 +12,10 @@ import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
-from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import MAX_SWITCH_WAIT, wait_for
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
+    MAX_SWITCH_WAIT,
+    wait_for,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import rekeyed
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_rotation
@@ -38,11 +42,16 @@ def test_a_key_write_killed_before_its_rename_leaves_a_file_the_next_run_removes
     path = str(tmp_path / "key")
     first = keys.ensure_key(path)
     text = open(path).read()
-    code = ("import os, sys, time\n"
-            "from ansible_collections.kilo.mesh.plugins.module_utils.host import keys\n"
-            "os.rename = lambda *a: time.sleep(60)\n"
-            "keys.ensure_key(sys.argv[1], rotate=True)\n")
-    child = subprocess.Popen([sys.executable, "-c", code, path], env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    code = (
+        "import os, sys, time\n"
+        "from ansible_collections.kilo.mesh.plugins.module_utils.host import keys\n"
+        "os.rename = lambda *a: time.sleep(60)\n"
+        "keys.ensure_key(sys.argv[1], rotate=True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, path],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     try:
         deadline = time.monotonic() + 30
         while len(os.listdir(str(tmp_path))) < 2 and time.monotonic() < deadline:
@@ -111,23 +120,41 @@ def _peer(pub, ips):
 
 
 def test_rekeyed_peers_are_added_in_place_of_a_removed_one():
-    current = {"peers": [_peer("OLD", ["10.4.0.1/32", "10.1.0.0/24"]), _peer("GONE", ["10.9.0.0/24"]),
-                         _peer("KEPT", ["10.2.0.0/24"])]}
-    ops = [{"public_key": "OLD", "remove": True}, {"public_key": "GONE", "remove": True},
-           {"public_key": "NEW", "allowed_ips": ["10.4.0.1/32", "10.1.0.0/24"]},
-           {"public_key": "JOINED", "allowed_ips": ["10.3.0.0/24"]},
-           {"public_key": "KEPT", "update_only": True, "allowed_ips": ["10.2.0.0/24", "10.9.0.0/24"]}]
+    current = {
+        "peers": [
+            _peer("OLD", ["10.4.0.1/32", "10.1.0.0/24"]),
+            _peer("GONE", ["10.9.0.0/24"]),
+            _peer("KEPT", ["10.2.0.0/24"]),
+        ]
+    }
+    ops = [
+        {"public_key": "OLD", "remove": True},
+        {"public_key": "GONE", "remove": True},
+        {"public_key": "NEW", "allowed_ips": ["10.4.0.1/32", "10.1.0.0/24"]},
+        {"public_key": "JOINED", "allowed_ips": ["10.3.0.0/24"]},
+        {"public_key": "KEPT", "update_only": True, "allowed_ips": ["10.2.0.0/24", "10.9.0.0/24"]},
+    ]
     assert [op["public_key"] for op in rekeyed(current, ops)] == ["NEW"]
 
 
 def test_peers_keep_the_old_key_of_a_host_that_did_not_switch():
-    from ansible_collections.kilo.mesh.plugins.action.join import keep_unswitched_keys, unswitched_keys
+    from ansible_collections.kilo.mesh.plugins.action.join import (
+        keep_unswitched_keys,
+        unswitched_keys,
+    )
+
     hostvars = {
-        "a": {"kh": {"rotating": True, "public_key": "A2", "previous_public_key": "A1"},
-              "rot": {"changed": True}},
-        "b": {"kh": {"rotating": True, "public_key": "B2", "previous_public_key": "B1"},
-              "rot": {"failed": True, "msg": "x"}},
-        "c": {"kh": {"rotating": True, "public_key": "C2", "previous_public_key": "C1"}},  # unreachable: nothing registered
+        "a": {
+            "kh": {"rotating": True, "public_key": "A2", "previous_public_key": "A1"},
+            "rot": {"changed": True},
+        },
+        "b": {
+            "kh": {"rotating": True, "public_key": "B2", "previous_public_key": "B1"},
+            "rot": {"failed": True, "msg": "x"},
+        },
+        "c": {
+            "kh": {"rotating": True, "public_key": "C2", "previous_public_key": "C1"}
+        },  # unreachable: nothing registered
         "d": {"kh": {"rotating": False, "public_key": "D1"}, "rot": {"skipped": True}},
     }
     task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b", "c", "d"]}
@@ -159,17 +186,27 @@ def _connecting_machine(tmp_path, limit):
     from ansible.vars.hostvars import HostVars
     from ansible.vars.manager import VariableManager
     from ansible_collections.kilo.mesh.plugins.plugin_utils.action import HostVarsOnce
+
     path = tmp_path / "inventory.yml"
-    path.write_text("kilo: {children: {aws: {hosts: {a1: {}, a2: {}}}}}\nconnect: {hosts: {laptop: {}}}\n")
+    path.write_text(
+        "kilo: {children: {aws: {hosts: {a1: {}, a2: {}}}}}\nconnect: {hosts: {laptop: {}}}\n"
+    )
     loader = DataLoader()
     inventory = InventoryManager(loader=loader, sources=[str(path)])
     if limit:
         inventory.subset(limit)
     inventory.restrict_to_hosts([inventory.get_host("laptop")])
-    hostvars = HostVars(inventory=inventory, variable_manager=VariableManager(loader=loader, inventory=inventory),
-                        loader=loader)
-    return {"inventory_hostname": "laptop", "groups": {"kilo": ["a1", "a2"], "connect": ["laptop"]},
-            "ansible_play_hosts_all": ["laptop"], "hostvars": HostVarsOnce(hostvars)}
+    hostvars = HostVars(
+        inventory=inventory,
+        variable_manager=VariableManager(loader=loader, inventory=inventory),
+        loader=loader,
+    )
+    return {
+        "inventory_hostname": "laptop",
+        "groups": {"kilo": ["a1", "a2"], "connect": ["laptop"]},
+        "ansible_play_hosts_all": ["laptop"],
+        "hostvars": HostVarsOnce(hostvars),
+    }
 
 
 def test_a_connecting_machine_under_a_limit_rotates_nothing_and_changes_nothing(tmp_path):
@@ -177,12 +214,16 @@ def test_a_connecting_machine_under_a_limit_rotates_nothing_and_changes_nothing(
     is refused before the key module runs; a due kilo_key_max_age is held back with a warning."""
     from ansible_collections.kilo.mesh.plugins.action import key
     from test_mesh_reading import make_action
+
     action = make_action(key)
     task_vars = _connecting_machine(tmp_path, "laptop:a1")
     assert action.left_out(task_vars) == ["a2"]
     with pytest.raises(KiloError) as e:
         action.run_kilo({"port": 51820, "key_rotate": True, "key_max_age": 0}, task_vars)
-    assert (e.value.subject, e.value.field) == ("host 'laptop'", "kilo_key_rotate") and "a2" in e.value.message
+    assert (e.value.subject, e.value.field) == (
+        "host 'laptop'",
+        "kilo_key_rotate",
+    ) and "a2" in e.value.message
     assert action.calls == []  # the key module never ran: the key file stays
     args = {"key_rotate": False, "key_max_age": 86400}
     assert "kilo_key_max_age is not applied" in action.hold_rotation_under_limit(args, task_vars)
@@ -202,6 +243,7 @@ def test_a_connecting_machine_under_a_limit_rotates_nothing_and_changes_nothing(
 def test_the_agent_gets_the_key_age_but_never_one_run_s_rotation_request():
     from ansible_collections.kilo.mesh.plugins.action.agent import ActionModule
     from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+
     args = defaults("mesh", "host", "key", "agent", "inputs")
     args.update(key_rotate=True, key_max_age=86400)
     config = ActionModule.agent_config(args, "node-1")
@@ -211,6 +253,7 @@ def test_the_agent_gets_the_key_age_but_never_one_run_s_rotation_request():
 
 def _node(name, key, next_key=None):
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
+
     annotations = {rotation.KEY: key}
     if next_key is not None:
         annotations[rotation.NEXT_KEY] = next_key
@@ -219,23 +262,38 @@ def _node(name, key, next_key=None):
 
 def test_an_announced_key_is_used_at_once_and_applied_a_step_after_the_switch():
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
-    old, new = keys.public_key(keys.generate_private_key()), keys.public_key(keys.generate_private_key())
-    objects = {"a": _node("a", old, rotation.announcement(new, 102.0)), "b": _node("b", old),
-               "me": _node("me", old, rotation.announcement(new, 102.0))}
+
+    old, new = (
+        keys.public_key(keys.generate_private_key()),
+        keys.public_key(keys.generate_private_key()),
+    )
+    objects = {
+        "a": _node("a", old, rotation.announcement(new, 102.0)),
+        "b": _node("b", old),
+        "me": _node("me", old, rotation.announcement(new, 102.0)),
+    }
     out, switch_at = rotation.pending(objects, "me", now=100.0)
     assert out["a"]["metadata"]["annotations"][rotation.KEY] == new
-    assert objects["a"]["metadata"]["annotations"][rotation.KEY] == old  # the informer's object untouched
-    assert out["b"] is objects["b"] and out["me"] is objects["me"]  # our own announcement is not ours to follow
+    assert (
+        objects["a"]["metadata"]["annotations"][rotation.KEY] == old
+    )  # the informer's object untouched
+    assert (
+        out["b"] is objects["b"] and out["me"] is objects["me"]
+    )  # our own announcement is not ours to follow
     assert switch_at == 102.0 + SWITCH_STEP
     # the moment passed (the node has switched): applied at once; the key written: nothing pending
     assert rotation.pending(objects, "me", now=110.0)[1] is None
-    assert rotation.pending(objects, "me", now=110.0)[0]["a"]["metadata"]["annotations"][rotation.KEY] == new
+    assert (
+        rotation.pending(objects, "me", now=110.0)[0]["a"]["metadata"]["annotations"][rotation.KEY]
+        == new
+    )
     done = {"a": _node("a", new, rotation.announcement(new, 102.0))}
     assert rotation.pending(done, "me", now=100.0) == (done, None)
 
 
 def test_a_malformed_announcement_is_ignored():
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
+
     old = keys.public_key(keys.generate_private_key())
     for bad in ("nokey", "x@1", "%s@soon" % old, 42):
         objects = {"a": _node("a", old, bad)}
@@ -244,13 +302,19 @@ def test_a_malformed_announcement_is_ignored():
 
 def test_a_moment_far_ahead_is_clamped_and_ages_are_spread_per_node():
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
-    old, new = keys.public_key(keys.generate_private_key()), keys.public_key(keys.generate_private_key())
+
+    old, new = (
+        keys.public_key(keys.generate_private_key()),
+        keys.public_key(keys.generate_private_key()),
+    )
     objects = {"a": _node("a", old, rotation.announcement(new, 10000.0))}  # its clock far ahead
     assert rotation.pending(objects, "me", now=100.0)[1] == 100.0 + rotation.LEAD + SWITCH_STEP
     assert rotation.spread(0, "n1") == 0
     spread = set(rotation.spread(86400, "n%d" % i) for i in range(20))
     assert len(spread) > 1 and all(86400 <= s < 86400 + 600 for s in spread)
-    assert rotation.spread(86400, "n1") == rotation.spread(86400, "n1")  # the same node, the same delay
+    assert rotation.spread(86400, "n1") == rotation.spread(
+        86400, "n1"
+    )  # the same node, the same delay
 
 
 def test_check_mode_compares_with_the_stand_in_of_a_key_that_would_rotate(tmp_path):
@@ -258,12 +322,20 @@ def test_check_mode_compares_with_the_stand_in_of_a_key_that_would_rotate(tmp_pa
     (it reported ok before, its key file still holding the old key)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
     from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+
     path = str(tmp_path / "key")
     on_disk = keys.ensure_key(path)["public_key"]
     stand_in = keys.public_key(keys.generate_private_key())
     plan = {"name": "a", "peers": [], "leader": True, "listen_port": 51820}
-    current = {"present": True, "backend": "userspace", "public_key": on_disk, "peers": [], "up": True,
-               "mtu": 1420, "listen_port": 51820}
+    current = {
+        "present": True,
+        "backend": "userspace",
+        "public_key": on_disk,
+        "peers": [],
+        "up": True,
+        "mtu": 1420,
+        "listen_port": 51820,
+    }
     settings = dict(host_settings({"key_path": path, "mtu": 1420}))
     assert WireGuardBackend(settings).desired(plan, current)["public_key"] == on_disk
     settings["pending_public_key"] = stand_in
@@ -275,6 +347,7 @@ def test_check_mode_compares_with_the_stand_in_of_a_key_that_would_rotate(tmp_pa
 
 def test_a_key_switch_to_come_is_the_interface_running_another_key_than_the_file():
     from ansible_collections.kilo.mesh.plugins.module_utils.host.report import switching_from
+
     assert switching_from({"public_key": "OLD"}, "NEW") == "OLD"
     assert switching_from({"public_key": "NEW"}, "NEW") is None
     assert switching_from({"present": False, "public_key": None}, "NEW") is None  # no interface yet

@@ -11,7 +11,9 @@ host changes, naming the offending host and its variable.
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans as raw_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
+    build_plans as raw_plans,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 from ansible_collections.kilo.mesh.plugins.plugin_utils import validate
 from test_topology_dual_stack import dual_mesh_inputs, two_nodes
@@ -35,8 +37,10 @@ def test_a_pod_range_of_the_other_family_names_the_node_and_its_variable():
     nodes = two_nodes("10.1.0.1/24", "10.2.0.0/24", "10.1.0.2/24", "fd10::/64")
     error = refusal(nodes, {}, {"a": {}, "b": {"kilo_pod_cidr": "fd10::/64"}})
     assert (error.kind, error.name, error.field) == ("host", "b", "kilo_pod_cidr")
-    assert error.message == ("fd10::/64 is IPv6 but the mesh's subnet 10.4.0.0/16 is IPv4: a single-stack mesh routes"
-                             " one family (for both, set a subnet of each)")
+    assert error.message == (
+        "fd10::/64 is IPv6 but the mesh's subnet 10.4.0.0/16 is IPv4: a single-stack mesh routes"
+        " one family (for both, set a subnet of each)"
+    )
 
 
 def test_a_pod_range_from_the_hosts_source_names_its_source():
@@ -45,15 +49,20 @@ def test_a_pod_range_from_the_hosts_source_names_its_source():
     assert (error.name, error.field) == ("b", "pod_cidr (kilo_pod_cidr_source node)")
 
 
-@pytest.mark.parametrize("hostvars, field", [
-    ({"a": {}, "b": {"kilo_force_internal_ip": "fd00:1::2/64"}}, "kilo_force_internal_ip"),
-    ({"a": {}, "b": {}}, "internal_ip (reported by kilo.mesh.key)"),
-])
+@pytest.mark.parametrize(
+    "hostvars, field",
+    [
+        ({"a": {}, "b": {"kilo_force_internal_ip": "fd00:1::2/64"}}, "kilo_force_internal_ip"),
+        ({"a": {}, "b": {}}, "internal_ip (reported by kilo.mesh.key)"),
+    ],
+)
 def test_an_internal_ip_of_the_other_family_names_the_node(hostvars, field):
     nodes = two_nodes("10.1.0.1/24", "10.2.0.0/24", "fd00:1::2/64", "10.2.1.0/24")
     error = refusal(nodes, {}, hostvars)
     assert (error.name, error.field) == ("b", field)
-    assert error.message.startswith("fd00:1::2/64 is IPv6 but the mesh's subnet 10.4.0.0/16 is IPv4")
+    assert error.message.startswith(
+        "fd00:1::2/64 is IPv6 but the mesh's subnet 10.4.0.0/16 is IPv4"
+    )
 
 
 def test_a_subnet_of_the_other_family_than_every_node_names_the_subnet():
@@ -61,15 +70,23 @@ def test_a_subnet_of_the_other_family_than_every_node_names_the_subnet():
     raw_plans(nodes, [], {"subnet": "fd04::/64"})  # Kilo's engine takes it: so does ours
     error = refusal(nodes, {"subnet": "fd04::/64"}, {"a": {"kilo_subnet": "fd04::/64"}, "b": {}})
     assert (error.name, error.field) == ("a", "kilo_subnet")
-    assert error.message == ("fd04::/64 is IPv6 but every node's internal IPs and pod ranges are IPv4: the mesh's"
-                             " routes would mix both families")
+    assert error.message == (
+        "fd04::/64 is IPv6 but every node's internal IPs and pod ranges are IPv4: the mesh's"
+        " routes would mix both families"
+    )
 
 
-@pytest.mark.parametrize("nodes, options", [
-    (two_nodes("10.1.0.1/24", "10.2.0.0/24", "10.1.0.2/24", "10.2.1.0/24"), {}),
-    (two_nodes("fd00:1::1/64", "fd10:0:0:1::/64", "fd00:1::2/64", None), {"subnet": "fd04::/64"}),
-    (two_nodes(None, None, None, None), {"subnet": "fd04::/64"}),
-    dual_mesh_inputs()[::2],
-])
+@pytest.mark.parametrize(
+    "nodes, options",
+    [
+        (two_nodes("10.1.0.1/24", "10.2.0.0/24", "10.1.0.2/24", "10.2.1.0/24"), {}),
+        (
+            two_nodes("fd00:1::1/64", "fd10:0:0:1::/64", "fd00:1::2/64", None),
+            {"subnet": "fd04::/64"},
+        ),
+        (two_nodes(None, None, None, None), {"subnet": "fd04::/64"}),
+        dual_mesh_inputs()[::2],
+    ],
+)
 def test_meshes_of_one_family_or_dual_stack_pass(nodes, options):
     validate.check_topology(nodes, [], options, {"a": {}, "b": {}}, "a")

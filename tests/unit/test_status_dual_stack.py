@@ -19,7 +19,10 @@ def addr(index, family, address, prefixlen, scope=0):
     attrs = {"IFA_ADDRESS": address}
     if family == socket.AF_INET:
         attrs["IFA_LOCAL"] = address
-    return RouteMessage({"family": family, "prefixlen": prefixlen, "flags": 0, "scope": scope, "index": index}, attrs)
+    return RouteMessage(
+        {"family": family, "prefixlen": prefixlen, "flags": 0, "scope": scope, "index": index},
+        attrs,
+    )
 
 
 class Reader(object):
@@ -30,9 +33,12 @@ class Reader(object):
         self.links = links
 
     def get_addr(self, family=None):
-        return [addr(5, socket.AF_INET, "10.4.0.1", 16), addr(5, socket.AF_INET6, "fd04::1", 64),
-                addr(5, socket.AF_INET6, "fe80::4605:dc0e:8d06:170e", 64, scope=253),
-                addr(2, socket.AF_INET6, "fd00:16:1::1", 64)]
+        return [
+            addr(5, socket.AF_INET, "10.4.0.1", 16),
+            addr(5, socket.AF_INET6, "fd04::1", 64),
+            addr(5, socket.AF_INET6, "fe80::4605:dc0e:8d06:170e", 64, scope=253),
+            addr(2, socket.AF_INET6, "fd00:16:1::1", 64),
+        ]
 
     def close(self):
         pass
@@ -48,12 +54,28 @@ def test_a_dual_stack_leader_reports_both_addresses_and_no_link_local(monkeypatc
 
 def test_counts_are_one_tunnel_per_peer_whatever_its_families():
     key = "A" * 43 + "="
-    peers = [{"public_key": key.replace("A", c), "endpoint": "[2001:db8::20]:51820", "latest_handshake": NOW - 10,
-              "allowed_ips": ["10.3.0.0/24", "fd10:0:0:3::/64", "10.4.0.2/32", "fd04::2/128"]} for c in "BC"]
-    state = {"interface": "kilo0", "backend": "userspace", "present": True, "up": True, "public_key": key,
-             "listen_port": 51820, "peers": peers}
+    peers = [
+        {
+            "public_key": key.replace("A", c),
+            "endpoint": "[2001:db8::20]:51820",
+            "latest_handshake": NOW - 10,
+            "allowed_ips": ["10.3.0.0/24", "fd10:0:0:3::/64", "10.4.0.2/32", "fd04::2/128"],
+        }
+        for c in "BC"
+    ]
+    state = {
+        "interface": "kilo0",
+        "backend": "userspace",
+        "present": True,
+        "up": True,
+        "public_key": key,
+        "listen_port": 51820,
+        "peers": peers,
+    }
     result = st.host_status(state, NOW, 180, ["10.4.0.1/16", "fd04::1/64"])
     assert result["addresses"] == ["10.4.0.1/16", "fd04::1/64"] and len(result["peers"]) == 2
     assert result["peers"][0]["allowed_ips"] == peers[0]["allowed_ips"] and result["stale"] == []
     table = summary({"a": dict(result, location="x", segment="location:x")})
-    assert table["hosts"] == [["a", "x", "location:x", "leader", 2, 0]] and len(table["tunnels"]) == 2
+    assert (
+        table["hosts"] == [["a", "x", "location:x", "leader", 2, 0]] and len(table["tunnels"]) == 2
+    )

@@ -23,60 +23,146 @@ def key(i):
 
 def fixture_nodes():
     return [
-        {"name": "a", "location": "1", "endpoint": "10.1.0.1:51820", "internal_ip": "192.168.0.1/32",
-         "pod_cidr": "10.2.1.0/24", "public_key": key(1), "persistent_keepalive": 25},
-        {"name": "b", "location": "2", "endpoint": "10.1.0.2:51820", "internal_ip": "192.168.0.1/32",
-         "pod_cidr": "10.2.2.0/24", "public_key": key(2), "allowed_location_ips": ["192.168.178.3/32"]},
-        {"name": "c", "location": "2", "endpoint": "10.1.0.3:51820", "internal_ip": "192.168.0.2/32",
-         "pod_cidr": "10.2.3.0/24", "public_key": key(3)},
-        {"name": "d", "location": "1", "endpoint": "10.1.0.4:51820", "internal_ip": None,
-         "pod_cidr": "10.2.4.0/24", "public_key": key(4)},
+        {
+            "name": "a",
+            "location": "1",
+            "endpoint": "10.1.0.1:51820",
+            "internal_ip": "192.168.0.1/32",
+            "pod_cidr": "10.2.1.0/24",
+            "public_key": key(1),
+            "persistent_keepalive": 25,
+        },
+        {
+            "name": "b",
+            "location": "2",
+            "endpoint": "10.1.0.2:51820",
+            "internal_ip": "192.168.0.1/32",
+            "pod_cidr": "10.2.2.0/24",
+            "public_key": key(2),
+            "allowed_location_ips": ["192.168.178.3/32"],
+        },
+        {
+            "name": "c",
+            "location": "2",
+            "endpoint": "10.1.0.3:51820",
+            "internal_ip": "192.168.0.2/32",
+            "pod_cidr": "10.2.3.0/24",
+            "public_key": key(3),
+        },
+        {
+            "name": "d",
+            "location": "1",
+            "endpoint": "10.1.0.4:51820",
+            "internal_ip": None,
+            "pod_cidr": "10.2.4.0/24",
+            "public_key": key(4),
+        },
     ]
 
 
 def fixture_peers():
     return [
         {"name": "a", "public_key": key(5), "allowed_ips": ["10.5.0.1/32", "10.5.0.2/32"]},
-        {"name": "b", "public_key": key(6), "allowed_ips": ["10.5.0.3/32"], "endpoint": "192.168.0.1:51820"},
+        {
+            "name": "b",
+            "public_key": key(6),
+            "allowed_ips": ["10.5.0.3/32"],
+            "endpoint": "192.168.0.1:51820",
+        },
     ]
 
 
 def via_wg(dst, gateway, source):
-    return {"dst": dst, "gateway": gateway, "device": "kilo0", "source": source, "table": 254, "onlink": True}
+    return {
+        "dst": dst,
+        "gateway": gateway,
+        "device": "kilo0",
+        "source": source,
+        "table": 254,
+        "onlink": True,
+    }
 
 
 def to_peer(dst, source):
-    return {"dst": dst, "gateway": None, "device": "kilo0", "source": source, "table": 254, "onlink": False}
+    return {
+        "dst": dst,
+        "gateway": None,
+        "device": "kilo0",
+        "source": source,
+        "table": 254,
+        "onlink": False,
+    }
 
 
 def via_private(dst, gateway):
-    return {"dst": dst, "gateway": gateway, "device": "private", "source": None, "table": 254, "onlink": True}
+    return {
+        "dst": dst,
+        "gateway": gateway,
+        "device": "private",
+        "source": None,
+        "table": 254,
+        "onlink": True,
+    }
 
 
 def via_tunnel(dst, gateway, source, table=254):
-    return {"dst": dst, "gateway": gateway, "device": "tunl0", "source": source, "table": table, "onlink": True}
+    return {
+        "dst": dst,
+        "gateway": gateway,
+        "device": "tunl0",
+        "source": source,
+        "table": table,
+        "onlink": True,
+    }
 
 
 PEER_DSTS = ["10.5.0.1/32", "10.5.0.2/32", "10.5.0.3/32"]
 
 
 def plans(granularity="location", encapsulate="never", local=False):
-    return build_plans(fixture_nodes(), fixture_peers(),
-                       {"granularity": granularity, "encapsulate": encapsulate, "local": local})
+    return build_plans(
+        fixture_nodes(),
+        fixture_peers(),
+        {"granularity": granularity, "encapsulate": encapsulate, "local": local},
+    )
 
 
 # --- location granularity: segments -----------------------------------------------------------
 
+
 def test_location_segments():
     segments = plans()["segments"]
-    summary = [(s["key"], s["leader"], s["nodes"], s["wireguard_ip"], s["allowed_ips"], s["allowed_location_ips"],
-                s["endpoint"]) for s in segments]
+    summary = [
+        (
+            s["key"],
+            s["leader"],
+            s["nodes"],
+            s["wireguard_ip"],
+            s["allowed_ips"],
+            s["allowed_location_ips"],
+            s["endpoint"],
+        )
+        for s in segments
+    ]
     assert summary == [
-        ("location:1", "a", ["a"], "10.4.0.1", ["10.2.1.0/24", "192.168.0.1/32", "10.4.0.1/32"], [],
-         "10.1.0.1:51820"),
-        ("location:2", "b", ["b", "c"], "10.4.0.2",
-         ["10.2.2.0/24", "192.168.0.1/32", "10.2.3.0/24", "192.168.0.2/32", "10.4.0.2/32"],
-         ["192.168.178.3/32"], "10.1.0.2:51820"),
+        (
+            "location:1",
+            "a",
+            ["a"],
+            "10.4.0.1",
+            ["10.2.1.0/24", "192.168.0.1/32", "10.4.0.1/32"],
+            [],
+            "10.1.0.1:51820",
+        ),
+        (
+            "location:2",
+            "b",
+            ["b", "c"],
+            "10.4.0.2",
+            ["10.2.2.0/24", "192.168.0.1/32", "10.2.3.0/24", "192.168.0.2/32", "10.4.0.2/32"],
+            ["192.168.178.3/32"],
+            "10.1.0.2:51820",
+        ),
         # d has no internal IP: a segment of its own, sorted after every location:* key
         ("node:d", "d", ["d"], "10.4.0.3", ["10.2.4.0/24", "10.4.0.3/32"], [], "10.1.0.4:51820"),
     ]
@@ -101,26 +187,57 @@ def test_location_wireguard_peers_of_a():
     peers = plans()["plans"]["a"]["peers"]
     # a's own keepalive (25) goes on every peer it configures
     assert peers == [
-        {"name": "location:2", "public_key": key(2), "endpoint": "10.1.0.2:51820",
-         "allowed_ips": ["10.2.2.0/24", "192.168.0.1/32", "10.2.3.0/24", "192.168.0.2/32", "10.4.0.2/32",
-                         "192.168.178.3/32"], "persistent_keepalive": 25},
-        {"name": "node:d", "public_key": key(4), "endpoint": "10.1.0.4:51820",
-         "allowed_ips": ["10.2.4.0/24", "10.4.0.3/32"], "persistent_keepalive": 25},
-        {"name": "a", "public_key": key(5), "endpoint": None, "allowed_ips": ["10.5.0.1/32", "10.5.0.2/32"],
-         "persistent_keepalive": 25},
-        {"name": "b", "public_key": key(6), "endpoint": "192.168.0.1:51820", "allowed_ips": ["10.5.0.3/32"],
-         "persistent_keepalive": 25},
+        {
+            "name": "location:2",
+            "public_key": key(2),
+            "endpoint": "10.1.0.2:51820",
+            "allowed_ips": [
+                "10.2.2.0/24",
+                "192.168.0.1/32",
+                "10.2.3.0/24",
+                "192.168.0.2/32",
+                "10.4.0.2/32",
+                "192.168.178.3/32",
+            ],
+            "persistent_keepalive": 25,
+        },
+        {
+            "name": "node:d",
+            "public_key": key(4),
+            "endpoint": "10.1.0.4:51820",
+            "allowed_ips": ["10.2.4.0/24", "10.4.0.3/32"],
+            "persistent_keepalive": 25,
+        },
+        {
+            "name": "a",
+            "public_key": key(5),
+            "endpoint": None,
+            "allowed_ips": ["10.5.0.1/32", "10.5.0.2/32"],
+            "persistent_keepalive": 25,
+        },
+        {
+            "name": "b",
+            "public_key": key(6),
+            "endpoint": "192.168.0.1:51820",
+            "allowed_ips": ["10.5.0.3/32"],
+            "persistent_keepalive": 25,
+        },
     ]
 
 
 def test_location_wireguard_peers_of_d_have_no_keepalive():
     peers = plans()["plans"]["d"]["peers"]
     assert [(p["name"], p["persistent_keepalive"]) for p in peers] == [
-        ("location:1", 0), ("location:2", 0), ("a", 0), ("b", 0)]
+        ("location:1", 0),
+        ("location:2", 0),
+        ("a", 0),
+        ("b", 0),
+    ]
     assert peers[0]["allowed_ips"] == ["10.2.1.0/24", "192.168.0.1/32", "10.4.0.1/32"]
 
 
 # --- location granularity: routes, encapsulation never, local off -----------------------------
+
 
 def test_location_routes_from_a():
     result = plans()["plans"]["a"]
@@ -174,6 +291,7 @@ def test_location_routes_from_d_without_internal_ip():
 
 
 # --- location granularity: local routes ---------------------------------------------------------
+
 
 def test_location_local_never_from_b():
     result = plans(local=True)["plans"]["b"]
@@ -232,7 +350,9 @@ def test_location_local_always_from_c():
         via_tunnel("10.2.4.0/24", gw, src),
     ] + [via_tunnel(d, gw, src) for d in PEER_DSTS]
     # a non-leader has no WireGuard traffic to encapsulate: no iif rule
-    assert result["rules"] == [{"src": "10.2.3.0/24", "dst": "192.168.0.1/32", "iif": None, "table": 1107}]
+    assert result["rules"] == [
+        {"src": "10.2.3.0/24", "dst": "192.168.0.1/32", "iif": None, "table": 1107}
+    ]
 
 
 def test_location_local_from_a_alone_in_its_segment():
@@ -245,12 +365,21 @@ def test_location_local_from_a_alone_in_its_segment():
 
 # --- full granularity ---------------------------------------------------------------------------
 
+
 def test_full_segments():
     segments = plans(granularity="full")["segments"]
-    assert [(s["key"], s["leader"], s["wireguard_ip"], s["allowed_ips"], s["allowed_location_ips"])
-            for s in segments] == [
+    assert [
+        (s["key"], s["leader"], s["wireguard_ip"], s["allowed_ips"], s["allowed_location_ips"])
+        for s in segments
+    ] == [
         ("node:a", "a", "10.4.0.1", ["10.2.1.0/24", "192.168.0.1/32", "10.4.0.1/32"], []),
-        ("node:b", "b", "10.4.0.2", ["10.2.2.0/24", "192.168.0.1/32", "10.4.0.2/32"], ["192.168.178.3/32"]),
+        (
+            "node:b",
+            "b",
+            "10.4.0.2",
+            ["10.2.2.0/24", "192.168.0.1/32", "10.4.0.2/32"],
+            ["192.168.178.3/32"],
+        ),
         ("node:c", "c", "10.4.0.3", ["10.2.3.0/24", "192.168.0.2/32", "10.4.0.3/32"], []),
         ("node:d", "d", "10.4.0.4", ["10.2.4.0/24", "10.4.0.4/32"], []),
     ]
@@ -288,14 +417,26 @@ def test_full_routes_from_c():
 
 # --- firewall of the example --------------------------------------------------------------------
 
+
 def test_firewall_of_b_always_local():
     fw = plans(encapsulate="always", local=True)["plans"]["b"]["firewall"]
     assert fw["nat_sources"] == ["10.2.2.0/24"] + PEER_DSTS
     assert fw["nat_destinations"] == ["192.168.178.3/32"]
-    assert fw["nat_exempt_destinations"] == [
-        "10.4.0.1/32", "10.2.1.0/24", "192.168.0.1/32",
-        "10.4.0.2/32", "10.2.2.0/24", "10.2.3.0/24", "192.168.0.2/32",
-        "10.4.0.3/32", "10.2.4.0/24"] + PEER_DSTS
+    assert (
+        fw["nat_exempt_destinations"]
+        == [
+            "10.4.0.1/32",
+            "10.2.1.0/24",
+            "192.168.0.1/32",
+            "10.4.0.2/32",
+            "10.2.2.0/24",
+            "10.2.3.0/24",
+            "192.168.0.2/32",
+            "10.4.0.3/32",
+            "10.2.4.0/24",
+        ]
+        + PEER_DSTS
+    )
     assert fw["forward_accept"] == []  # forward_rules is off by default
     assert fw["ipip_filter"] is True
     assert fw["ipip_accept_sources"] == ["192.168.0.1/32", "192.168.0.2/32"]

@@ -25,15 +25,22 @@ PEER_POOL = ["10.9.%d.0/24" % i for i in range(5)] + ["10.9.0.7/32"]
 
 @st.composite
 def meshes(draw):
-    locations = draw(st.lists(st.sampled_from(["", "aws", "gcp", "home", "lab"]), min_size=1, max_size=4,
-                              unique=True))
+    locations = draw(
+        st.lists(
+            st.sampled_from(["", "aws", "gcp", "home", "lab"]), min_size=1, max_size=4, unique=True
+        )
+    )
     count = draw(st.integers(min_value=1, max_value=9))
     numbers = draw(st.permutations(range(20)))  # names in random order against the addresses
     nodes = []
     for i in range(count):
         internal = draw(st.booleans()) or draw(st.booleans())  # mostly with an internal IP
-        endpoint = draw(st.sampled_from(["public", "private", "private", "public6", "dns"]
-                                        + ["none"] * (not draw(st.integers(0, 3)))))
+        endpoint = draw(
+            st.sampled_from(
+                ["public", "private", "private", "public6", "dns"]
+                + ["none"] * (not draw(st.integers(0, 3)))
+            )
+        )
         address = {
             "public": "203.0.113.%d:51820" % (i + 1),
             "private": "10.1.%d.1:51820" % i,
@@ -41,35 +48,45 @@ def meshes(draw):
             "dns": "n%d.example.org:51820" % i,
             "none": None,
         }[endpoint]
-        nodes.append({
-            "name": "n%02d" % numbers[i],
-            "location": draw(st.sampled_from(locations)),
-            "endpoint": address,
-            "internal_ip": ("10.1.%d.1/%d" % (i, draw(st.sampled_from([16, 24, 32])))) if internal else None,
-            "pod_cidr": "10.2.%d.0/24" % i if draw(st.booleans()) or draw(st.booleans()) else None,
-            "public_key": key(i + 1),
-            "leader": draw(st.booleans()),
-            "persistent_keepalive": draw(st.sampled_from([0, 0, 25])),
-            "allowed_location_ips": draw(st.lists(st.sampled_from(ALIP_POOL), max_size=2)),
-            "discovered_endpoints": {},
-        })
+        nodes.append(
+            {
+                "name": "n%02d" % numbers[i],
+                "location": draw(st.sampled_from(locations)),
+                "endpoint": address,
+                "internal_ip": ("10.1.%d.1/%d" % (i, draw(st.sampled_from([16, 24, 32]))))
+                if internal
+                else None,
+                "pod_cidr": "10.2.%d.0/24" % i
+                if draw(st.booleans()) or draw(st.booleans())
+                else None,
+                "public_key": key(i + 1),
+                "leader": draw(st.booleans()),
+                "persistent_keepalive": draw(st.sampled_from([0, 0, 25])),
+                "allowed_location_ips": draw(st.lists(st.sampled_from(ALIP_POOL), max_size=2)),
+                "discovered_endpoints": {},
+            }
+        )
     names = [n["name"] for n in nodes]
     peers = []
     for j in range(draw(st.integers(min_value=0, max_value=3))):
-        peers.append({
-            "name": "peer-%d" % j,
-            "public_key": key(500 + j),
-            "allowed_ips": draw(st.lists(st.sampled_from(PEER_POOL), min_size=1, max_size=3)),
-            "endpoint": draw(st.sampled_from([None, "198.51.100.%d:51820" % (j + 1)])),
-            "persistent_keepalive": draw(st.sampled_from([0, 10])),
-            "preshared_key": draw(st.sampled_from([None, key(900 + j)])),
-        })
+        peers.append(
+            {
+                "name": "peer-%d" % j,
+                "public_key": key(500 + j),
+                "allowed_ips": draw(st.lists(st.sampled_from(PEER_POOL), min_size=1, max_size=3)),
+                "endpoint": draw(st.sampled_from([None, "198.51.100.%d:51820" % (j + 1)])),
+                "persistent_keepalive": draw(st.sampled_from([0, 10])),
+                "preshared_key": draw(st.sampled_from([None, key(900 + j)])),
+            }
+        )
     # some nodes report what they learned about others
     for item in nodes:
         if draw(st.booleans()):
             other = draw(st.sampled_from(nodes))
             if other is not item:
-                item["discovered_endpoints"] = {other["public_key"]: "198.51.100.%d:4%04d" % (len(names), 1)}
+                item["discovered_endpoints"] = {
+                    other["public_key"]: "198.51.100.%d:4%04d" % (len(names), 1)
+                }
     options = {
         "granularity": draw(st.sampled_from(["location", "full", "cross"])),
         "encapsulate": draw(st.sampled_from(["always", "crosssubnet", "never"])),
@@ -138,15 +155,21 @@ def test_every_leader_reachable(mesh):
                     continue
                 peer = by_key[other["public_key"]]
                 assert peer["allowed_ips"] == other["allowed_ips"] + other["allowed_location_ips"]
-                wg_routes = [r["dst"] for r in plan["routes"] if r["gateway"] == other["wireguard_ip"]]
+                wg_routes = [
+                    r["dst"] for r in plan["routes"] if r["gateway"] == other["wireguard_ip"]
+                ]
                 for member in other["members"]:
                     if member["pod_cidr"]:
                         assert member["pod_cidr"] in wg_routes
             assert plan["address"] == "%s/16" % seg["wireguard_ip"]
         else:
             assert plan["peers"] == [] and plan["address"] is None
-            leader_ip = own[seg["leader"]]["members"][seg["nodes"].index(seg["leader"])]["internal_ip"]
-            via_leader = set(r["dst"] for r in plan["routes"] if r["gateway"] == leader_ip and r["table"] == 254)
+            leader_ip = own[seg["leader"]]["members"][seg["nodes"].index(seg["leader"])][
+                "internal_ip"
+            ]
+            via_leader = set(
+                r["dst"] for r in plan["routes"] if r["gateway"] == leader_ip and r["table"] == 254
+            )
             for other in segments:
                 assert other["wireguard_ip"] + "/32" in via_leader
                 if other is seg:

@@ -34,7 +34,9 @@ def is_public(ip):
         return False
     if ip.version == 4:
         p = ip.packed
-        return not (p[0] == 10 or (p[0] == 172 and p[1] & 0xF0 == 0x10) or (p[0] == 192 and p[1] == 168))
+        return not (
+            p[0] == 10 or (p[0] == 172 and p[1] & 0xF0 == 0x10) or (p[0] == 192 and p[1] == 168)
+        )
     p = ip.packed
     return not (p[0] == 0xFD and p[1] == 0)
 
@@ -175,7 +177,9 @@ def update_endpoint(t, endpoint, key, ka):
 
 def encap_route(r, strat, subnet):
     # r: dict dst gw dev src
-    if strat == "always" or (strat == "crosssubnet" and subnet is not None and not contains(subnet.network, r["gw"])):
+    if strat == "always" or (
+        strat == "crosssubnet" and subnet is not None and not contains(subnet.network, r["gw"])
+    ):
         r["dev"] = "tunl0"
         if subnet is not None and r["src"] is None:
             r["src"] = subnet.ip
@@ -227,7 +231,9 @@ def routes(t, local, strat, iface="kilo0"):
                         continue
                     ngw = s.privs[i]
                     rs.append(encap_route(R(s.cidrs[i], ngw, "private"), strat, t.private))
-                    if strat == "always" or (strat == "crosssubnet" and not contains(t.private.network, s.privs[i])):
+                    if strat == "always" or (
+                        strat == "crosssubnet" and not contains(t.private.network, s.privs[i])
+                    ):
                         rs.append(R(one(s.privs[i]), ngw, "tunl0", t.private.ip, 1107))
                         rules.append((t.subnet, one(s.privs[i]), None))
                         rules.append((None, one(s.privs[i]), iface))
@@ -253,11 +259,26 @@ def conf(t):
     for s in t.segs:
         if s.location == t.location:
             continue
-        out.append((s.ldr.key, update_endpoint(t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.keepalive)[0],
-                    tuple(sorted(map(str, s.allowed + s.alips))), t.keepalive))
+        out.append(
+            (
+                s.ldr.key,
+                update_endpoint(t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.keepalive)[
+                    0
+                ],
+                tuple(sorted(map(str, s.allowed + s.alips))),
+                t.keepalive,
+            )
+        )
     for p, al in t.peers:
         ep = (p.endpoint[0], p.endpoint[1]) if p.endpoint else (None, None)
-        out.append((p.key, update_endpoint(t, ep, p.key, p.keepalive)[0], tuple(sorted(map(str, al))), t.keepalive))
+        out.append(
+            (
+                p.key,
+                update_endpoint(t, ep, p.key, p.keepalive)[0],
+                tuple(sorted(map(str, al))),
+                t.keepalive,
+            )
+        )
     return sorted(out, key=str)
 
 
@@ -268,7 +289,11 @@ def firewall(t, me, opts, nodes):
         if opts["forward_rules"] and t.leader:
             for s in t.segs:
                 if s.location == t.location:
-                    fwd |= set(map(str, s.cidrs)) | set(map(str, s.alips)) | set(str(one(p)) for p in s.privs)
+                    fwd |= (
+                        set(map(str, s.cidrs))
+                        | set(map(str, s.alips))
+                        | set(str(one(p)) for p in s.privs)
+                    )
         elif opts["forward_rules"]:
             fwd.add(str(t.subnet))
     exempt, nat_dst = set(), set()
@@ -291,15 +316,30 @@ def firewall(t, me, opts, nodes):
                 break
         if me.pod.num_addresses > 1:
             tun = "%s/%d" % (me.pod.network_address + 1, me.pod.max_prefixlen)
-    return {"nat_src": nat_src, "fwd": fwd, "exempt": exempt, "nat_dst": nat_dst, "ipip": ipip,
-            "ipip_src": srcs, "tun": tun}
+    return {
+        "nat_src": nat_src,
+        "fwd": fwd,
+        "exempt": exempt,
+        "nat_dst": nat_dst,
+        "ipip": ipip,
+        "ipip_src": srcs,
+        "tun": tun,
+    }
 
 
 def norm_routes(rs):
     out = []
     for r in rs:
-        out.append((str(r["dst"]), str(r["gw"]) if r["gw"] is not None else None, r["dev"],
-                    str(r["src"]) if r["src"] is not None else None, r["table"], r["onlink"]))
+        out.append(
+            (
+                str(r["dst"]),
+                str(r["gw"]) if r["gw"] is not None else None,
+                r["dev"],
+                str(r["src"]) if r["src"] is not None else None,
+                r["table"],
+                r["onlink"],
+            )
+        )
     return sorted(out, key=str)
 
 
@@ -316,8 +356,13 @@ def compare(nodes_in, peers_in, options):
         plan = result["plans"][me.name]
         rs, rules = routes(t, opts["local"], opts["encapsulate"], opts["interface"])
         want = norm_routes(rs)
-        got = sorted([(r["dst"], r["gateway"], r["device"], r["source"], r["table"], r["onlink"])
-                      for r in plan["routes"]], key=str)
+        got = sorted(
+            [
+                (r["dst"], r["gateway"], r["device"], r["source"], r["table"], r["onlink"])
+                for r in plan["routes"]
+            ],
+            key=str,
+        )
         if want != got:
             problems.append((me.name, "routes", want, got))
         wr = norm_rules(rules)
@@ -328,17 +373,33 @@ def compare(nodes_in, peers_in, options):
             problems.append((me.name, "leader", t.leader, plan["leader"]))
         if t.leader:
             wc = conf(t)
-            gc = sorted([(p["public_key"], p["endpoint"], tuple(sorted(p["allowed_ips"])), p["persistent_keepalive"])
-                         for p in plan["peers"]], key=str)
+            gc = sorted(
+                [
+                    (
+                        p["public_key"],
+                        p["endpoint"],
+                        tuple(sorted(p["allowed_ips"])),
+                        p["persistent_keepalive"],
+                    )
+                    for p in plan["peers"]
+                ],
+                key=str,
+            )
             if wc != gc:
                 problems.append((me.name, "conf", wc, gc))
             if plan["address"] != t.wgcidr:
                 problems.append((me.name, "address", t.wgcidr, plan["address"]))
         fw = firewall(t, me, opts, nodes)
         pf = plan["firewall"]
-        g = {"nat_src": set(pf["nat_sources"]), "fwd": set(pf["forward_accept"]),
-             "exempt": set(pf["nat_exempt_destinations"]), "nat_dst": set(pf["nat_destinations"]),
-             "ipip": pf["ipip_filter"], "ipip_src": set(pf["ipip_accept_sources"]), "tun": plan["tunnel_address"]}
+        g = {
+            "nat_src": set(pf["nat_sources"]),
+            "fwd": set(pf["forward_accept"]),
+            "exempt": set(pf["nat_exempt_destinations"]),
+            "nat_dst": set(pf["nat_destinations"]),
+            "ipip": pf["ipip_filter"],
+            "ipip_src": set(pf["ipip_accept_sources"]),
+            "tun": plan["tunnel_address"],
+        }
         if g != fw:
             problems.append((me.name, "firewall", fw, g))
     return problems
@@ -367,40 +428,93 @@ def random_mesh(rnd):
             int_ip = internal.split("/")[0]
             pod = "10.100.%d.0/24" % i
         kind = rnd.choice(["pub", "priv", "int", "dns", "pub6", "priv6"])
-        endpoint = {"pub": "203.0.113.%d:51820" % (i + 1), "priv": "172.16.0.%d:51820" % (i + 1),
-                    "int": int_ip + ":51820" if ":" not in int_ip else "[%s]:51820" % int_ip,
-                    "dns": "n%d.example.org:51820" % i, "pub6": "[2001:db8::%x]:51820" % (i + 1),
-                    "priv6": "[fd00::%x]:51820" % (i + 1)}[kind]
+        endpoint = {
+            "pub": "203.0.113.%d:51820" % (i + 1),
+            "priv": "172.16.0.%d:51820" % (i + 1),
+            "int": int_ip + ":51820" if ":" not in int_ip else "[%s]:51820" % int_ip,
+            "dns": "n%d.example.org:51820" % i,
+            "pub6": "[2001:db8::%x]:51820" % (i + 1),
+            "priv6": "[fd00::%x]:51820" % (i + 1),
+        }[kind]
         alips = []
         if rnd.random() < 0.3:
             own = int_ip + ("/128" if ":" in int_ip else "/32")
-            alips = rnd.sample(["192.168.50.0/24", "192.168.50.128/25", "10.100.1.0/24", "10.100.0.0/16",
-                                "10.9.0.0/24", "192.168.60.1/32", "10.4.0.2/32", "10.4.0.3/32", own],
-                               rnd.randint(1, 3))
+            alips = rnd.sample(
+                [
+                    "192.168.50.0/24",
+                    "192.168.50.128/25",
+                    "10.100.1.0/24",
+                    "10.100.0.0/16",
+                    "10.9.0.0/24",
+                    "192.168.60.1/32",
+                    "10.4.0.2/32",
+                    "10.4.0.3/32",
+                    own,
+                ],
+                rnd.randint(1, 3),
+            )
         disc = {}
         if rnd.random() < 0.3:
             for j in range(rnd.randint(1, 3)):
                 target = rnd.randrange(n + 3)
-                disc[key(target + 1)] = rnd.choice(["198.51.100.%d:4%d" % (target, j),
-                                                    "10.%d.0.%d:51820" % (target % 4, target + 1)])
-        nodes.append({"name": "n%d" % i, "location": loc, "endpoint": endpoint,
-                      "internal_ip": internal if has_int else None, "pod_cidr": pod, "public_key": key(i + 1),
-                      "leader": rnd.random() < 0.25, "persistent_keepalive": rnd.choice([0, 0, 25]),
-                      "allowed_location_ips": alips, "discovered_endpoints": disc})
+                disc[key(target + 1)] = rnd.choice(
+                    [
+                        "198.51.100.%d:4%d" % (target, j),
+                        "10.%d.0.%d:51820" % (target % 4, target + 1),
+                    ]
+                )
+        nodes.append(
+            {
+                "name": "n%d" % i,
+                "location": loc,
+                "endpoint": endpoint,
+                "internal_ip": internal if has_int else None,
+                "pod_cidr": pod,
+                "public_key": key(i + 1),
+                "leader": rnd.random() < 0.25,
+                "persistent_keepalive": rnd.choice([0, 0, 25]),
+                "allowed_location_ips": alips,
+                "discovered_endpoints": disc,
+            }
+        )
     peers = []
     for j in range(rnd.randint(0, 3)):
-        allowed = rnd.sample(["10.9.0.0/24", "10.9.0.1/32", "10.9.1.0/24", "10.100.1.0/24", "192.168.50.0/24",
-                              "fd99::/64", "10.0.0.%d/32" % j], rnd.randint(1, 3))
-        peers.append({"name": "p%d" % j, "public_key": key(1000 + j), "allowed_ips": allowed,
-                      "endpoint": rnd.choice([None, "198.51.100.%d:51820" % j, "peer%d.example.org:51820" % j]),
-                      "persistent_keepalive": rnd.choice([0, 10])})
+        allowed = rnd.sample(
+            [
+                "10.9.0.0/24",
+                "10.9.0.1/32",
+                "10.9.1.0/24",
+                "10.100.1.0/24",
+                "192.168.50.0/24",
+                "fd99::/64",
+                "10.0.0.%d/32" % j,
+            ],
+            rnd.randint(1, 3),
+        )
+        peers.append(
+            {
+                "name": "p%d" % j,
+                "public_key": key(1000 + j),
+                "allowed_ips": allowed,
+                "endpoint": rnd.choice(
+                    [None, "198.51.100.%d:51820" % j, "peer%d.example.org:51820" % j]
+                ),
+                "persistent_keepalive": rnd.choice([0, 10]),
+            }
+        )
         if rnd.random() < 0.3:
             # a discovered endpoint for this peer on some node
-            nodes[rnd.randrange(n)]["discovered_endpoints"][key(1000 + j)] = "198.51.100.%d:5555" % (100 + j)
-    options = {"granularity": rnd.choice(["location", "full"]),
-               "encapsulate": rnd.choice(["always", "crosssubnet", "never"]),
-               "local": rnd.random() < 0.7, "cni": rnd.random() < 0.8, "forward_rules": rnd.random() < 0.5,
-               "service_cidrs": rnd.choice([[], ["10.96.0.0/12"]])}
+            nodes[rnd.randrange(n)]["discovered_endpoints"][key(1000 + j)] = (
+                "198.51.100.%d:5555" % (100 + j)
+            )
+    options = {
+        "granularity": rnd.choice(["location", "full"]),
+        "encapsulate": rnd.choice(["always", "crosssubnet", "never"]),
+        "local": rnd.random() < 0.7,
+        "cni": rnd.random() < 0.8,
+        "forward_rules": rnd.random() < 0.5,
+        "service_cidrs": rnd.choice([[], ["10.96.0.0/12"]]),
+    }
     return nodes, peers, options
 
 

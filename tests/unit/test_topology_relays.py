@@ -35,7 +35,9 @@ def key(i):
 def relayed_mesh(rnd):
     """(nodes, peers, options, NAT'd locations) of a random mesh with locations behind NAT."""
     granularity = rnd.choice(["location", "full", "cross"])
-    kinds = (["relay"] * rnd.randint(1, 3) + ["public"] * rnd.randint(0, 2) + ["nat"] * rnd.randint(2, 5))
+    kinds = (
+        ["relay"] * rnd.randint(1, 3) + ["public"] * rnd.randint(0, 2) + ["nat"] * rnd.randint(2, 5)
+    )
     nodes, nat_keys, number = [], [], 0
     locations = []
     for li, kind in enumerate(kinds):
@@ -43,9 +45,14 @@ def relayed_mesh(rnd):
         locations.append((location, kind))
         for j in range(rnd.randint(1, 3)):
             number += 1
-            node = {"name": "n%02d" % number, "location": location, "public_key": key(number),
-                    "internal_ip": "10.%d.0.%d/24" % (li + 20, j + 1) if rnd.random() < 0.85 else None,
-                    "pod_cidr": "10.100.%d.0/24" % number, "leader": rnd.random() < 0.25}
+            node = {
+                "name": "n%02d" % number,
+                "location": location,
+                "public_key": key(number),
+                "internal_ip": "10.%d.0.%d/24" % (li + 20, j + 1) if rnd.random() < 0.85 else None,
+                "pod_cidr": "10.100.%d.0/24" % number,
+                "leader": rnd.random() < 0.25,
+            }
             if kind == "nat":
                 how = rnd.choice(["private", "internal", "none"])
                 if how == "private":
@@ -64,14 +71,29 @@ def relayed_mesh(rnd):
     for node in nodes:
         if node["location"].startswith("r") and rnd.random() < 0.4:
             node["discovered_endpoints"] = dict(
-                (k, "198.51.100.%d:4%04d" % (i % 250 + 1, i)) for i, k in enumerate(nat_keys) if rnd.random() < 0.5)
-    peers = [{"name": "p%d" % j, "public_key": key(900 + j), "allowed_ips": ["10.200.%d.0/24" % j],
-              "endpoint": "198.51.100.%d:51820" % (200 + j)} for j in range(rnd.randint(0, 2))]
+                (k, "198.51.100.%d:4%04d" % (i % 250 + 1, i))
+                for i, k in enumerate(nat_keys)
+                if rnd.random() < 0.5
+            )
+    peers = [
+        {
+            "name": "p%d" % j,
+            "public_key": key(900 + j),
+            "allowed_ips": ["10.200.%d.0/24" % j],
+            "endpoint": "198.51.100.%d:51820" % (200 + j),
+        }
+        for j in range(rnd.randint(0, 2))
+    ]
     relay_locations = [loc for loc, kind in locations if kind == "relay"]
     others = [loc for loc, kind in locations if kind == "public"]
-    options = {"granularity": granularity, "encapsulate": rnd.choice(["always", "crosssubnet", "never"]),
-               "cni": rnd.random() < 0.7,
-               "relays": relay_locations if others and rnd.random() < 0.7 else rnd.choice([[], relay_locations])}
+    options = {
+        "granularity": granularity,
+        "encapsulate": rnd.choice(["always", "crosssubnet", "never"]),
+        "cni": rnd.random() < 0.7,
+        "relays": relay_locations
+        if others and rnd.random() < 0.7
+        else rnd.choice([[], relay_locations]),
+    }
     return nodes, peers, options
 
 
@@ -90,15 +112,18 @@ class Longest(object):
             for text in nets_of(item):
                 candidate = net(text)
                 bits = candidate.max_prefixlen
-                self.by_len.setdefault((candidate.version, bits, candidate.prefixlen), {}).setdefault(
-                    int(candidate.network_address), item)
+                self.by_len.setdefault(
+                    (candidate.version, bits, candidate.prefixlen), {}
+                ).setdefault(int(candidate.network_address), item)
         self.order = sorted(self.by_len, key=lambda k: -k[2])
 
     def __call__(self, ip):
         value = int(ip)
         for version, bits, prefixlen in self.order:
             if version == ip.version:
-                item = self.by_len[(version, bits, prefixlen)].get(value >> (bits - prefixlen) << (bits - prefixlen))
+                item = self.by_len[(version, bits, prefixlen)].get(
+                    value >> (bits - prefixlen) << (bits - prefixlen)
+                )
                 if item is not None:
                     return item
         return None
@@ -113,7 +138,9 @@ class Mesh(object):
         self.segments = dict((s["key"], s) for s in self.result["segments"])
         for seg in self.result["segments"]:
             self.by_key[seg["public_key"]] = seg["leader"]
-        self.internal = dict((n["name"], n["internal_ip"].split("/")[0]) for n in nodes if n.get("internal_ip"))
+        self.internal = dict(
+            (n["name"], n["internal_ip"].split("/")[0]) for n in nodes if n.get("internal_ip")
+        )
         self.owner = dict((ip, name) for name, ip in self.internal.items())
         self._lookups = {}
 
@@ -126,8 +153,11 @@ class Mesh(object):
         reaches it), a discovered mapping of a NAT'd one."""
         if endpoint is None:
             return False
-        return (not self.unreachable(name) or endpoint != self.inputs[name].get("endpoint")
-                or self.inputs[sender]["location"] == self.inputs[name]["location"])
+        return (
+            not self.unreachable(name)
+            or endpoint != self.inputs[name].get("endpoint")
+            or self.inputs[sender]["location"] == self.inputs[name]["location"]
+        )
 
     def entry(self, name, public_key):
         return next((p for p in self.plans[name]["peers"] if p["public_key"] == public_key), None)
@@ -153,14 +183,21 @@ class Mesh(object):
         return any(ip in net(c) for c in own)
 
     def lan(self, a, b):
-        return a in self.internal and b in self.internal and self.inputs[a]["location"] == self.inputs[b]["location"]
+        return (
+            a in self.internal
+            and b in self.internal
+            and self.inputs[a]["location"] == self.inputs[b]["location"]
+        )
 
     def route(self, name, src, dst, iif):
         plan = self.plans[name]
         tables = [254]
         for rule in plan["rules"]:
-            if ((rule["src"] is None or src in net(rule["src"])) and (rule["dst"] is None or dst in net(rule["dst"]))
-                    and (rule["iif"] is None or rule["iif"] == iif)):
+            if (
+                (rule["src"] is None or src in net(rule["src"]))
+                and (rule["dst"] is None or dst in net(rule["dst"]))
+                and (rule["iif"] is None or rule["iif"] == iif)
+            ):
                 tables.insert(0, rule["table"])
                 break
         for table in tables:
@@ -175,9 +212,13 @@ class Mesh(object):
         if cached is None:
             plan = self.plans[name]
             if what == "peers":
-                cached = Longest([p for p in plan["peers"] if not p.get("probe")], lambda p: p["allowed_ips"])
+                cached = Longest(
+                    [p for p in plan["peers"] if not p.get("probe")], lambda p: p["allowed_ips"]
+                )
             else:
-                cached = Longest([r for r in plan["routes"] if r["table"] == what], lambda r: [r["dst"]])
+                cached = Longest(
+                    [r for r in plan["routes"] if r["table"] == what], lambda r: [r["dst"]]
+                )
             self._lookups[(name, what)] = cached
         return cached
 
@@ -191,30 +232,47 @@ class Mesh(object):
             found = self.route(here, src, dst, iif)
             if found is None:
                 target = self.owner.get(str(dst))
-                if target and (self.lan(here, target)
-                               or self.inputs[target].get("endpoint", "").startswith(str(dst) + ":")
-                               and self.reachable_at(here, target, self.inputs[target]["endpoint"])):
-                    return path + [(target, "underlay")], hops  # the LAN, or Kilo's endpoint by the underlay
+                if target and (
+                    self.lan(here, target)
+                    or self.inputs[target].get("endpoint", "").startswith(str(dst) + ":")
+                    and self.reachable_at(here, target, self.inputs[target]["endpoint"])
+                ):
+                    return path + [
+                        (target, "underlay")
+                    ], hops  # the LAN, or Kilo's endpoint by the underlay
                 raise AssertionError("%s: no route to %s (path %s)" % (here, dst, path))
             if found["device"] != IFACE:
                 target = self.owner.get(found["gateway"])
-                assert target and self.lan(here, target), "%s: gateway %s off the LAN" % (here, found["gateway"])
+                assert target and self.lan(here, target), "%s: gateway %s off the LAN" % (
+                    here,
+                    found["gateway"],
+                )
                 here, iif = target, found["device"]
                 path.append((here, found["device"]))
                 continue
             plan = self.plans[here]
             assert plan["leader"], "%s routes %s into WireGuard but leads nothing" % (here, dst)
             if iif == IFACE:
-                assert plan["firewall"].get("relay_accept"), "%s forwards %s back into WireGuard, unaccepted" % (
-                    here, dst)
+                assert plan["firewall"].get("relay_accept"), (
+                    "%s forwards %s back into WireGuard, unaccepted" % (here, dst)
+                )
             peer = self.lookup(here, "peers")(dst)
             assert peer is not None, "%s: no WireGuard peer for %s" % (here, dst)
             target = self.by_key.get(peer["public_key"])
-            assert target is not None, "%s: %s goes to the outside peer %s" % (here, dst, peer["name"])
-            assert self.link_up(here, target), "%s -> %s: no WireGuard link for %s" % (here, target, dst)
+            assert target is not None, "%s: %s goes to the outside peer %s" % (
+                here,
+                dst,
+                peer["name"],
+            )
+            assert self.link_up(here, target), "%s -> %s: no WireGuard link for %s" % (
+                here,
+                target,
+                dst,
+            )
             back = self.lookup(target, "peers")(src)
             assert back is not None and back["public_key"] == self.inputs[here]["public_key"], (
-                "%s drops %s from %s: source %s is not %s's" % (target, dst, here, src, here))
+                "%s drops %s from %s: source %s is not %s's" % (target, dst, here, src, here)
+            )
             hops += 1
             here, iif = target, IFACE
             path.append((here, IFACE))
@@ -247,10 +305,19 @@ def walk_all(mesh, what, counts):
         check_plan(plan, IFACE)
     for path in mesh.result.get("paths", ()):
         a, b = mesh.segments[path["a"]], mesh.segments[path["b"]]
-        if not a["reachable"] and not b["reachable"] and a["location"] == b["location"] and (
-                a["endpoint"] or b["endpoint"]):
-            assert path["path"] == "direct", "%s: %s" % (what, path)  # behind_nat: no *other* location reaches it
-            counts["one location behind NAT, direct"] = counts.get("one location behind NAT, direct", 0) + 1
+        if (
+            not a["reachable"]
+            and not b["reachable"]
+            and a["location"] == b["location"]
+            and (a["endpoint"] or b["endpoint"])
+        ):
+            assert path["path"] == "direct", "%s: %s" % (
+                what,
+                path,
+            )  # behind_nat: no *other* location reaches it
+            counts["one location behind NAT, direct"] = (
+                counts.get("one location behind NAT, direct", 0) + 1
+            )
     names = sorted(mesh.plans)
     for a in names:
         for b in names:
@@ -259,79 +326,164 @@ def walk_all(mesh, what, counts):
                     try:
                         dummy, hops = mesh.walk(a, src, dst)
                     except AssertionError as e:
-                        raise AssertionError("%s: %s -> %s (%s -> %s): %s" % (what, a, b, src, dst, e))
+                        raise AssertionError(
+                            "%s: %s -> %s (%s -> %s): %s" % (what, a, b, src, dst, e)
+                        )
                     assert hops <= 2, "%s: %s -> %s took %d hops" % (what, src, dst, hops)
                     counts["packets"] += 1
                     counts["through a relay"] = counts.get("through a relay", 0) + (hops == 2)
 
 
 def test_relay_entries_and_result():
-    nodes = [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.0.0.1/24",
-              "pod_cidr": "10.100.1.0/24", "public_key": key(1)},
-             {"name": "s", "location": "s", "endpoint": "203.0.113.2:51820", "internal_ip": "10.1.0.1/24",
-              "pod_cidr": "10.100.2.0/24", "public_key": key(2)},
-             {"name": "u", "location": "u", "endpoint": "10.2.0.1:51820", "behind_nat": True,
-              "internal_ip": "10.2.0.1/24", "pod_cidr": "10.100.3.0/24", "public_key": key(3)},
-             {"name": "v", "location": "v", "internal_ip": "10.3.0.1/24", "pod_cidr": "10.100.4.0/24",
-              "public_key": key(4), "persistent_keepalive": 7}]
+    nodes = [
+        {
+            "name": "r",
+            "location": "r",
+            "endpoint": "203.0.113.1:51820",
+            "internal_ip": "10.0.0.1/24",
+            "pod_cidr": "10.100.1.0/24",
+            "public_key": key(1),
+        },
+        {
+            "name": "s",
+            "location": "s",
+            "endpoint": "203.0.113.2:51820",
+            "internal_ip": "10.1.0.1/24",
+            "pod_cidr": "10.100.2.0/24",
+            "public_key": key(2),
+        },
+        {
+            "name": "u",
+            "location": "u",
+            "endpoint": "10.2.0.1:51820",
+            "behind_nat": True,
+            "internal_ip": "10.2.0.1/24",
+            "pod_cidr": "10.100.3.0/24",
+            "public_key": key(3),
+        },
+        {
+            "name": "v",
+            "location": "v",
+            "internal_ip": "10.3.0.1/24",
+            "pod_cidr": "10.100.4.0/24",
+            "public_key": key(4),
+            "persistent_keepalive": 7,
+        },
+    ]
     result = build_plans(nodes, [], {"relays": ["r", "s"]})
-    relay = rendezvous("location:u", "location:v", [type("S", (), {"key": k}) for k in ("location:r", "location:s")])
+    relay = rendezvous(
+        "location:u",
+        "location:v",
+        [type("S", (), {"key": k}) for k in ("location:r", "location:s")],
+    )
     relay_name = relay.key.split(":")[1]
     u = result["plans"]["u"]
     assert [p["name"] for p in u["peers"]] == ["location:r", "location:s"]
     carried = [p for p in u["peers"] if p.get("relayed")]
     assert [(p["name"], p["relayed"]) for p in carried] == [(relay.key, ["location:v"])]
-    assert "10.100.4.0/24" in carried[0]["allowed_ips"] and "10.3.0.1/32" in carried[0]["allowed_ips"]
+    assert (
+        "10.100.4.0/24" in carried[0]["allowed_ips"] and "10.3.0.1/32" in carried[0]["allowed_ips"]
+    )
     assert set(p["persistent_keepalive"] for p in u["peers"]) == {25}
     assert set(p["persistent_keepalive"] for p in result["plans"]["v"]["peers"]) == {7}
     for name in ("r", "s"):
         plan = result["plans"][name]
         assert plan["firewall"]["relay_accept"] is True
-        assert [p["endpoint"] for p in plan["peers"] if p["name"] in ("location:u", "location:v")] == [None, None]
+        assert [
+            p["endpoint"] for p in plan["peers"] if p["name"] in ("location:u", "location:v")
+        ] == [None, None]
         assert not any("relayed" in p for p in plan["peers"])
     assert "relay_accept" not in u["firewall"]
     assert [(s["key"], s["reachable"], s["relay"]) for s in result["segments"]] == [
-        ("location:r", True, True), ("location:s", True, True), ("location:u", False, False),
-        ("location:v", False, False)]
-    assert {"a": "location:u", "b": "location:v", "path": "relayed", "via": relay.key} in result["paths"]
+        ("location:r", True, True),
+        ("location:s", True, True),
+        ("location:u", False, False),
+        ("location:v", False, False),
+    ]
+    assert {"a": "location:u", "b": "location:v", "path": "relayed", "via": relay.key} in result[
+        "paths"
+    ]
     assert {"a": "location:r", "b": "location:u", "path": "direct", "via": None} in result["paths"]
     assert len(result["paths"]) == 5
     # only the named relays relay; a discovered mapping is the NAT'd leader's endpoint for everyone
     other = "s" if relay_name == "r" else "r"
     result = build_plans(nodes, [], {"relays": [other]})
-    assert [p["name"] for p in result["plans"]["u"]["peers"] if p.get("relayed")] == ["location:" + other]
+    assert [p["name"] for p in result["plans"]["u"]["peers"] if p.get("relayed")] == [
+        "location:" + other
+    ]
     assert "relay_accept" not in result["plans"][relay_name]["firewall"]
     nodes[0]["discovered_endpoints"] = {key(3): "198.51.100.9:40001"}
     plans = build_plans(nodes, [], {})["plans"]
-    assert [p["endpoint"] for p in plans["s"]["peers"] if p["name"] == "location:u"] == ["198.51.100.9:40001"]
+    assert [p["endpoint"] for p in plans["s"]["peers"] if p["name"] == "location:u"] == [
+        "198.51.100.9:40001"
+    ]
 
 
 def test_leader_is_reachable_first():
-    nodes = [{"name": "a", "location": "x", "endpoint": "203.0.113.1:51820", "internal_ip": "10.0.0.1/24",
-              "public_key": key(1)},
-             {"name": "b", "location": "y", "endpoint": "198.51.100.2:51820", "internal_ip": "10.1.0.1/24",
-              "public_key": key(2), "leader": True, "behind_nat": True},
-             {"name": "c", "location": "y", "endpoint": "10.1.0.2:51820", "internal_ip": "10.1.0.2/24",
-              "public_key": key(3)}]
+    nodes = [
+        {
+            "name": "a",
+            "location": "x",
+            "endpoint": "203.0.113.1:51820",
+            "internal_ip": "10.0.0.1/24",
+            "public_key": key(1),
+        },
+        {
+            "name": "b",
+            "location": "y",
+            "endpoint": "198.51.100.2:51820",
+            "internal_ip": "10.1.0.1/24",
+            "public_key": key(2),
+            "leader": True,
+            "behind_nat": True,
+        },
+        {
+            "name": "c",
+            "location": "y",
+            "endpoint": "10.1.0.2:51820",
+            "internal_ip": "10.1.0.2/24",
+            "public_key": key(3),
+        },
+    ]
     segments = build_plans(nodes, [])["segments"]
     assert [(s["leader"], s.get("reachable")) for s in segments] == [("a", None), ("c", None)]
-    assert "paths" not in build_plans(nodes, [])  # every segment reachable: Kilo's mesh, but for the leader
+    assert "paths" not in build_plans(
+        nodes, []
+    )  # every segment reachable: Kilo's mesh, but for the leader
     nodes[2]["behind_nat"] = True
     result = build_plans(nodes, [])
-    assert [(s["leader"], s["reachable"]) for s in result["segments"]] == [("a", True), ("b", False)]
+    assert [(s["leader"], s["reachable"]) for s in result["segments"]] == [
+        ("a", True),
+        ("b", False),
+    ]
 
 
 def test_refusals_name_the_segment_and_the_field():
-    nodes = [{"name": "a", "location": "x", "endpoint": "203.0.113.1:51820", "public_key": key(1),
-              "internal_ip": "10.0.0.1/24"},
-             {"name": "b", "location": "y", "behind_nat": True, "endpoint": "10.1.0.1:51820",
-              "internal_ip": "10.1.0.1/24", "public_key": key(2)},
-             {"name": "c", "location": "z", "internal_ip": "10.2.0.1/24", "public_key": key(3)}]
+    nodes = [
+        {
+            "name": "a",
+            "location": "x",
+            "endpoint": "203.0.113.1:51820",
+            "public_key": key(1),
+            "internal_ip": "10.0.0.1/24",
+        },
+        {
+            "name": "b",
+            "location": "y",
+            "behind_nat": True,
+            "endpoint": "10.1.0.1:51820",
+            "internal_ip": "10.1.0.1/24",
+            "public_key": key(2),
+        },
+        {"name": "c", "location": "z", "internal_ip": "10.2.0.1/24", "public_key": key(3)},
+    ]
     with pytest.raises(KiloError) as info:
         build_plans(nodes, [], {"relays": ["y"]})
     assert (info.value.subject, info.value.field) == ("options", "relays")
     assert "neither location:y nor location:z can be reached" in str(info.value)
-    assert str(info.value).endswith("y names no location with a reachable leader to relay between them: add one (x)")
+    assert str(info.value).endswith(
+        "y names no location with a reachable leader to relay between them: add one (x)"
+    )
     assert build_plans(nodes, [], {"relays": "x"})["paths"][-1]["via"] == "location:x"
     with pytest.raises(KiloError) as info:
         build_plans(nodes, [], {"relays": [1]})
@@ -355,14 +507,23 @@ def swap_relay(mesh):
     segments = dict((seg["key"], seg) for seg in mesh.result["segments"])
     for plan in mesh.plans.values():
         carrying = [p for p in plan["peers"] if p.get("relayed")]
-        others = [p for p in plan["peers"] if segments.get(p["name"], {}).get("relay") and not p.get("relayed")]
+        others = [
+            p
+            for p in plan["peers"]
+            if segments.get(p["name"], {}).get("relay") and not p.get("relayed")
+        ]
         if carrying and others:
             own = segments[carrying[0]["name"]]
             own = set(own["allowed_ips"] + own["allowed_location_ips"])
             moved = [c for c in carrying[0]["allowed_ips"] if c not in own]
-            plan["peers"] = [dict(p, allowed_ips=sorted(own)) if p is carrying[0] else
-                             dict(p, allowed_ips=p["allowed_ips"] + moved) if p is others[0] else p
-                             for p in plan["peers"]]
+            plan["peers"] = [
+                dict(p, allowed_ips=sorted(own))
+                if p is carrying[0]
+                else dict(p, allowed_ips=p["allowed_ips"] + moved)
+                if p is others[0]
+                else p
+                for p in plan["peers"]
+            ]
             return True
     return False
 
@@ -375,10 +536,19 @@ def test_the_walk_catches_broken_plans():
     every_walk(Mesh(nodes, peers, options))
     breakages = {
         # a relay that does not accept forwarding back into the interface
-        "relay_accept": lambda mesh: [plan["firewall"].pop("relay_accept", None) for plan in mesh.plans.values()],
+        "relay_accept": lambda mesh: [
+            plan["firewall"].pop("relay_accept", None) for plan in mesh.plans.values()
+        ],
         # the relayed CIDRs left where Kilo has them: no entry holds them
-        "moves": lambda mesh: [plan.update(peers=[dict(p, allowed_ips=p["allowed_ips"][:1]) if p.get("relayed") else p
-                                                  for p in plan["peers"]]) for plan in mesh.plans.values()],
+        "moves": lambda mesh: [
+            plan.update(
+                peers=[
+                    dict(p, allowed_ips=p["allowed_ips"][:1]) if p.get("relayed") else p
+                    for p in plan["peers"]
+                ]
+            )
+            for plan in mesh.plans.values()
+        ],
         "asymmetry": swap_relay,
     }
     for what, breaking in breakages.items():
@@ -392,12 +562,32 @@ def test_the_walk_catches_broken_plans():
 def test_endpoints_behind_nat_claim_nothing():
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
-    nodes = [{"name": "a", "location": "x", "endpoint": "203.0.113.1:51820", "public_key": key(1),
-              "internal_ip": "10.20.0.1/24"},
-             {"name": "b", "location": "y", "behind_nat": True, "endpoint": "192.168.1.2:51820",
-              "internal_ip": "10.21.0.1/24", "public_key": key(2)},
-             {"name": "c", "location": "z", "behind_nat": True, "endpoint": "192.168.1.2:51820",
-              "internal_ip": "10.22.0.1/24", "public_key": key(3)}]
+
+    nodes = [
+        {
+            "name": "a",
+            "location": "x",
+            "endpoint": "203.0.113.1:51820",
+            "public_key": key(1),
+            "internal_ip": "10.20.0.1/24",
+        },
+        {
+            "name": "b",
+            "location": "y",
+            "behind_nat": True,
+            "endpoint": "192.168.1.2:51820",
+            "internal_ip": "10.21.0.1/24",
+            "public_key": key(2),
+        },
+        {
+            "name": "c",
+            "location": "z",
+            "behind_nat": True,
+            "endpoint": "192.168.1.2:51820",
+            "internal_ip": "10.22.0.1/24",
+            "public_key": key(3),
+        },
+    ]
     check_conflicts(Topology(nodes, []))
     del nodes[1]["behind_nat"], nodes[2]["behind_nat"]
     with pytest.raises(KiloError, match="is also the endpoint of node 'b'"):
@@ -406,15 +596,41 @@ def test_endpoints_behind_nat_claim_nothing():
 
 def timed_mesh():
     """r and s relay; u and v behind NAT, their mappings seen by r."""
-    nodes = [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
-              "pod_cidr": "10.100.1.0/24", "public_key": key(1),
-              "discovered_endpoints": {key(3): "198.51.100.3:40003", key(4): "198.51.100.4:40004"}},
-             {"name": "s", "location": "s", "endpoint": "203.0.113.2:51820", "internal_ip": "10.21.0.1/24",
-              "pod_cidr": "10.100.2.0/24", "public_key": key(2)},
-             {"name": "u", "location": "u", "behind_nat": True, "endpoint": "10.22.0.1:51820",
-              "internal_ip": "10.22.0.1/24", "pod_cidr": "10.100.3.0/24", "public_key": key(3)},
-             {"name": "v", "location": "v", "internal_ip": "10.23.0.1/24", "pod_cidr": "10.100.4.0/24",
-              "public_key": key(4)}]
+    nodes = [
+        {
+            "name": "r",
+            "location": "r",
+            "endpoint": "203.0.113.1:51820",
+            "internal_ip": "10.20.0.1/24",
+            "pod_cidr": "10.100.1.0/24",
+            "public_key": key(1),
+            "discovered_endpoints": {key(3): "198.51.100.3:40003", key(4): "198.51.100.4:40004"},
+        },
+        {
+            "name": "s",
+            "location": "s",
+            "endpoint": "203.0.113.2:51820",
+            "internal_ip": "10.21.0.1/24",
+            "pod_cidr": "10.100.2.0/24",
+            "public_key": key(2),
+        },
+        {
+            "name": "u",
+            "location": "u",
+            "behind_nat": True,
+            "endpoint": "10.22.0.1:51820",
+            "internal_ip": "10.22.0.1/24",
+            "pod_cidr": "10.100.3.0/24",
+            "public_key": key(3),
+        },
+        {
+            "name": "v",
+            "location": "v",
+            "internal_ip": "10.23.0.1/24",
+            "pod_cidr": "10.100.4.0/24",
+            "public_key": key(4),
+        },
+    ]
     return nodes, dict((n["name"], n) for n in nodes)
 
 
@@ -433,18 +649,34 @@ def test_timed_inputs_count_only_at_a_time():
     # probing: a probe entry each way, with the mapping, nothing moved off the relay
     result = build_plans(nodes, [], {}, now=1000)
     probe = entries(result, "u")["location:v"]
-    assert probe == {"name": "location:v", "public_key": key(4), "endpoint": "198.51.100.4:40004", "allowed_ips": [],
-                     "persistent_keepalive": 25, "probe": True}
+    assert probe == {
+        "name": "location:v",
+        "public_key": key(4),
+        "endpoint": "198.51.100.4:40004",
+        "allowed_ips": [],
+        "persistent_keepalive": 25,
+        "probe": True,
+    }
     assert entries(result, "v")["location:u"]["endpoint"] == "198.51.100.3:40003"
     assert entries(result, "u")[relay]["relayed"] == ["location:v"]
-    assert result["paths"][-1] == {"a": "location:u", "b": "location:v", "path": "probing", "via": relay}
+    assert result["paths"][-1] == {
+        "a": "location:u",
+        "b": "location:v",
+        "path": "probing",
+        "via": relay,
+    }
     # direct 5 s after both ends saw a direct handshake
     by["u"]["path_state"] = {"direct": {"location:v": 990}}
     by["v"]["path_state"] = {"direct": {"location:u": 998}}
     result = build_plans(nodes, [], {}, now=1000)
     assert result["paths"][-1]["path"] == "probing" and result["next_change"] == 1003
     result = build_plans(nodes, [], {}, now=1003)
-    assert result["paths"][-1] == {"a": "location:u", "b": "location:v", "path": "direct", "via": None}
+    assert result["paths"][-1] == {
+        "a": "location:u",
+        "b": "location:v",
+        "path": "direct",
+        "via": None,
+    }
     direct = entries(result, "u")["location:v"]
     assert direct["endpoint"] == "198.51.100.4:40004" and "10.100.4.0/24" in direct["allowed_ips"]
     assert not any(p.get("relayed") or p.get("probe") for p in result["plans"]["u"]["peers"])
@@ -473,9 +705,16 @@ def test_timed_inputs_count_only_at_a_time():
     assert build_plans(nodes, [], {}, now=1005)["paths"][-1]["path"] == "relayed"
 
 
-@pytest.mark.parametrize("value, field", [
-    ("soon", "path_state"), ({"gone": {}}, "path_state.gone"), ({"down": []}, "path_state.down"),
-    ({"direct": {"location:v": -1}}, "path_state.direct[location:v]"), ({"held": {"x": True}}, "path_state.held[x]")])
+@pytest.mark.parametrize(
+    "value, field",
+    [
+        ("soon", "path_state"),
+        ({"gone": {}}, "path_state.gone"),
+        ({"down": []}, "path_state.down"),
+        ({"direct": {"location:v": -1}}, "path_state.direct[location:v]"),
+        ({"held": {"x": True}}, "path_state.held[x]"),
+    ],
+)
 def test_bad_path_state(value, field):
     nodes, by = timed_mesh()
     by["u"]["path_state"] = value
@@ -493,12 +732,13 @@ def test_packet_walk_with_probing_and_direct_pairs():
         unreachable = [s for s in result["segments"] if not s["reachable"]]
         first_relay = next(n for n in nodes if n["location"].startswith("r"))
         first_relay["discovered_endpoints"] = dict(
-            (s["public_key"], "198.51.100.%d:4%04d" % (i + 1, i)) for i, s in enumerate(unreachable))
+            (s["public_key"], "198.51.100.%d:4%04d" % (i + 1, i)) for i, s in enumerate(unreachable)
+        )
         by = dict((n["name"], n) for n in nodes)
         for seg in unreachable:
             by[seg["leader"]]["path_state"] = {"direct": {}, "held": {}}
         for i, a in enumerate(unreachable):
-            for b in unreachable[i + 1:]:
+            for b in unreachable[i + 1 :]:
                 pick = rnd.choice(["direct", "half", "held", "none"])
                 if pick in ("direct", "half", "held"):
                     by[a["leader"]]["path_state"]["direct"][b["key"]] = 900
@@ -511,7 +751,9 @@ def test_packet_walk_with_probing_and_direct_pairs():
         mesh.plans = mesh.result["plans"]
         counts["meshes"] += 1
         for path in mesh.result["paths"]:
-            if path["a"] in [s["key"] for s in unreachable] and path["b"] in [s["key"] for s in unreachable]:
+            if path["a"] in [s["key"] for s in unreachable] and path["b"] in [
+                s["key"] for s in unreachable
+            ]:
                 counts[path["path"]] += 1
         walk_all(mesh, "seed %d %s" % (seed, options), counts)
     print(counts)
@@ -521,36 +763,70 @@ def test_packet_walk_with_probing_and_direct_pairs():
 def test_dual_stack_relayed_pair():
     nodes = []
     for i, (loc, nat) in enumerate([("r", False), ("u", True), ("v", True)]):
-        node = {"name": loc, "location": loc, "public_key": key(i + 1),
-                "internal_ip": ["10.%d.0.1/24" % (20 + i), "fd00:%d::1/64" % (20 + i)],
-                "pod_cidr": ["10.100.%d.0/24" % i, "fd10:%d::/64" % i],
-                "endpoint": "10.%d.0.1:51820" % (20 + i) if nat else "203.0.113.1:51820", "behind_nat": nat}
+        node = {
+            "name": loc,
+            "location": loc,
+            "public_key": key(i + 1),
+            "internal_ip": ["10.%d.0.1/24" % (20 + i), "fd00:%d::1/64" % (20 + i)],
+            "pod_cidr": ["10.100.%d.0/24" % i, "fd10:%d::/64" % i],
+            "endpoint": "10.%d.0.1:51820" % (20 + i) if nat else "203.0.113.1:51820",
+            "behind_nat": nat,
+        }
         nodes.append(node)
     result = build_plans(nodes, [], {"subnet": ["10.4.0.0/16", "fd04::/64"]})
     u = result["plans"]["u"]
     assert [(p["name"], p["relayed"]) for p in u["peers"]] == [("location:r", ["location:v"])]
-    assert {"10.100.2.0/24", "fd10:2::/64", "10.22.0.1/32", "fd00:22::1/128", "10.4.0.3/32", "fd04::3/128"} <= set(
-        u["peers"][0]["allowed_ips"])
+    assert {
+        "10.100.2.0/24",
+        "fd10:2::/64",
+        "10.22.0.1/32",
+        "fd00:22::1/128",
+        "10.4.0.3/32",
+        "fd04::3/128",
+    } <= set(u["peers"][0]["allowed_ips"])
     routed = set(r["dst"] for r in u["routes"])
-    assert {"10.22.0.1/32", "fd00:22::1/128"} <= routed  # v's leader's own addresses too: its endpoint is none
+    assert {
+        "10.22.0.1/32",
+        "fd00:22::1/128",
+    } <= routed  # v's leader's own addresses too: its endpoint is none
     for plan in result["plans"].values():
         check_plan(plan, IFACE)
 
 
 # --- cases a review found (each failed before its fix) ----------------------------------------
 
+
 def routed(plan):
     """Every destination a plan routes into the WireGuard interface."""
-    return [d for r in plan["routes"] if r["device"] == IFACE for d in (r["dst"] if isinstance(r["dst"], list)
-                                                                        else [r["dst"]])]
+    return [
+        d
+        for r in plan["routes"]
+        if r["device"] == IFACE
+        for d in (r["dst"] if isinstance(r["dst"], list) else [r["dst"]])
+    ]
 
 
 def test_refusal_names_the_marked_host_and_its_variable():
     """The only location behind NAT: the refusal names the marked host a and its variable, not the
     hinted, unmarked, endpoint-less leader b with a field the key step never reports."""
     from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_topology
-    nodes = [{"name": "a", "location": "u", "internal_ip": "10.21.0.1/24", "behind_nat": True, "public_key": key(2)},
-             {"name": "b", "location": "u", "internal_ip": "10.21.0.2/24", "leader": True, "public_key": key(3)}]
+
+    nodes = [
+        {
+            "name": "a",
+            "location": "u",
+            "internal_ip": "10.21.0.1/24",
+            "behind_nat": True,
+            "public_key": key(2),
+        },
+        {
+            "name": "b",
+            "location": "u",
+            "internal_ip": "10.21.0.2/24",
+            "leader": True,
+            "public_key": key(3),
+        },
+    ]
     hostvars = {"a": {"kilo_behind_nat": True}, "b": {"kilo_leader": True}}
     with pytest.raises(KiloError) as info:
         check_topology(nodes, [], {}, hostvars, "a")
@@ -560,20 +836,48 @@ def test_refusal_names_the_marked_host_and_its_variable():
     del nodes[0]["behind_nat"], hostvars["a"]["kilo_behind_nat"]
     with pytest.raises(KiloError) as info:
         check_topology(nodes, [], {}, hostvars, "a")
-    assert (info.value.subject, info.value.field) == ("host 'b'", "endpoint (reported by kilo.mesh.key)")
+    assert (info.value.subject, info.value.field) == (
+        "host 'b'",
+        "endpoint (reported by kilo.mesh.key)",
+    )
     assert "location:u (no endpoint: a, b)" in str(info.value)
 
 
 def health_mesh():
     """y: b up but marked, c reachable but down; z: behind NAT; x: a public relay."""
-    return [{"name": "a", "location": "x", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
-             "public_key": key(1)},
-            {"name": "b", "location": "y", "endpoint": "10.21.0.2:51820", "internal_ip": "10.21.0.2/24",
-             "public_key": key(2), "behind_nat": True},
-            {"name": "c", "location": "y", "endpoint": "198.51.100.3:51820", "internal_ip": "10.21.0.3/24",
-             "public_key": key(3), "healthy": False},
-            {"name": "d", "location": "z", "endpoint": "10.22.0.1:51820", "internal_ip": "10.22.0.1/24",
-             "public_key": key(4), "behind_nat": True}]
+    return [
+        {
+            "name": "a",
+            "location": "x",
+            "endpoint": "203.0.113.1:51820",
+            "internal_ip": "10.20.0.1/24",
+            "public_key": key(1),
+        },
+        {
+            "name": "b",
+            "location": "y",
+            "endpoint": "10.21.0.2:51820",
+            "internal_ip": "10.21.0.2/24",
+            "public_key": key(2),
+            "behind_nat": True,
+        },
+        {
+            "name": "c",
+            "location": "y",
+            "endpoint": "198.51.100.3:51820",
+            "internal_ip": "10.21.0.3/24",
+            "public_key": key(3),
+            "healthy": False,
+        },
+        {
+            "name": "d",
+            "location": "z",
+            "endpoint": "10.22.0.1:51820",
+            "internal_ip": "10.22.0.1/24",
+            "public_key": key(4),
+            "behind_nat": True,
+        },
+    ]
 
 
 def test_a_mark_does_not_defeat_leader_health():
@@ -582,12 +886,17 @@ def test_a_mark_does_not_defeat_leader_health():
     result = build_plans(health_mesh(), [])
     leaders = dict((s["key"], (s["leader"], s["reachable"])) for s in result["segments"])
     assert leaders["location:y"] == ("b", False)
-    assert {"a": "location:y", "b": "location:z", "path": "relayed", "via": "location:x"} in result["paths"]
+    assert {"a": "location:y", "b": "location:z", "path": "relayed", "via": "location:x"} in result[
+        "paths"
+    ]
     every_walk(Mesh(health_mesh(), [], {}))
     # c up again: reachable first, as before
     nodes = health_mesh()
     nodes[2]["healthy"] = True
-    assert dict((s["key"], s["leader"]) for s in build_plans(nodes, [])["segments"])["location:y"] == "c"
+    assert (
+        dict((s["key"], s["leader"]) for s in build_plans(nodes, [])["segments"])["location:y"]
+        == "c"
+    )
 
 
 def test_health_never_refuses_the_mesh():
@@ -595,8 +904,13 @@ def test_health_never_refuses_the_mesh():
     down c keeps y (reachable, a location cut off until c returns) rather than every host refused."""
     nodes = health_mesh()[1:]
     result = build_plans(nodes, [])
-    assert [(s["leader"], s["reachable"]) for s in result["segments"]] == [("c", True), ("d", False)]
-    assert result["paths"] == [{"a": "location:y", "b": "location:z", "path": "direct", "via": None}]
+    assert [(s["leader"], s["reachable"]) for s in result["segments"]] == [
+        ("c", True),
+        ("d", False),
+    ]
+    assert result["paths"] == [
+        {"a": "location:y", "b": "location:z", "path": "direct", "via": None}
+    ]
     # a refusal that health does not cause stays one
     nodes[1]["behind_nat"] = True
     with pytest.raises(KiloError) as info:
@@ -606,10 +920,25 @@ def test_health_never_refuses_the_mesh():
 
 def firewalled(pod=True):
     """r relays; u has a public address behind a stateful firewall (endpoint = internal IP)."""
-    return [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
-             "public_key": key(1), "pod_cidr": "10.100.1.0/24"},
-            {"name": "u", "location": "u", "endpoint": "198.51.100.7:51820", "internal_ip": "198.51.100.7/24",
-             "behind_nat": True, "public_key": key(2), "pod_cidr": "10.100.2.0/24"}]
+    return [
+        {
+            "name": "r",
+            "location": "r",
+            "endpoint": "203.0.113.1:51820",
+            "internal_ip": "10.20.0.1/24",
+            "public_key": key(1),
+            "pod_cidr": "10.100.1.0/24",
+        },
+        {
+            "name": "u",
+            "location": "u",
+            "endpoint": "198.51.100.7:51820",
+            "internal_ip": "198.51.100.7/24",
+            "behind_nat": True,
+            "public_key": key(2),
+            "pod_cidr": "10.100.2.0/24",
+        },
+    ]
 
 
 def test_relay_does_not_route_the_address_its_peer_keeps_alive_from():
@@ -634,9 +963,17 @@ def test_relay_does_not_route_the_address_its_peer_keeps_alive_from():
 def test_a_probe_does_not_route_its_endpoint_into_the_tunnel():
     """u and v both firewalled, probing each other at their mappings: neither routes the other's
     address (the probe's endpoint) into kilo0; relayed (no probe), both go through the relay."""
-    nodes = firewalled() + [{"name": "v", "location": "v", "endpoint": "198.51.100.8:51820",
-                             "internal_ip": "198.51.100.8/24", "behind_nat": True, "public_key": key(3),
-                             "pod_cidr": "10.100.3.0/24"}]
+    nodes = firewalled() + [
+        {
+            "name": "v",
+            "location": "v",
+            "endpoint": "198.51.100.8:51820",
+            "internal_ip": "198.51.100.8/24",
+            "behind_nat": True,
+            "public_key": key(3),
+            "pod_cidr": "10.100.3.0/24",
+        }
+    ]
     nodes[0]["discovered_endpoints"] = {key(2): "198.51.100.7:51820", key(3): "198.51.100.8:51820"}
     nodes[1]["path_state"] = nodes[2]["path_state"] = {}
     result = build_plans(nodes, [], {}, now=1000)
@@ -653,24 +990,51 @@ def test_a_probe_does_not_route_its_endpoint_into_the_tunnel():
 def test_one_location_behind_nat_connects_directly_under_full():
     """Under full, two nodes of one NAT'd site reach each other at their endpoints (their LAN), as
     in Kilo; behind_nat says no *other* location can. Relayed only when neither has an endpoint."""
-    nodes = [{"name": "r", "location": "r", "endpoint": "203.0.113.1:51820", "internal_ip": "10.20.0.1/24",
-              "public_key": key(1)},
-             {"name": "h1", "location": "home", "endpoint": "10.3.1.2:51820", "internal_ip": "10.3.1.2/24",
-              "behind_nat": True, "public_key": key(2)},
-             {"name": "h2", "location": "home", "endpoint": "10.3.1.3:51820", "internal_ip": "10.3.1.3/24",
-              "behind_nat": True, "public_key": key(3)},
-             {"name": "h3", "location": "home", "internal_ip": "10.3.1.4/24", "public_key": key(4)}]
+    nodes = [
+        {
+            "name": "r",
+            "location": "r",
+            "endpoint": "203.0.113.1:51820",
+            "internal_ip": "10.20.0.1/24",
+            "public_key": key(1),
+        },
+        {
+            "name": "h1",
+            "location": "home",
+            "endpoint": "10.3.1.2:51820",
+            "internal_ip": "10.3.1.2/24",
+            "behind_nat": True,
+            "public_key": key(2),
+        },
+        {
+            "name": "h2",
+            "location": "home",
+            "endpoint": "10.3.1.3:51820",
+            "internal_ip": "10.3.1.3/24",
+            "behind_nat": True,
+            "public_key": key(3),
+        },
+        {"name": "h3", "location": "home", "internal_ip": "10.3.1.4/24", "public_key": key(4)},
+    ]
     result = build_plans(nodes, [], {"granularity": "full"})
-    assert [p for p in result["paths"] if p["a"].startswith("node:h") and p["b"].startswith("node:h")] == [
+    assert [
+        p for p in result["paths"] if p["a"].startswith("node:h") and p["b"].startswith("node:h")
+    ] == [
         {"a": "node:h1", "b": "node:h2", "path": "direct", "via": None},
         {"a": "node:h1", "b": "node:h3", "path": "direct", "via": None},
-        {"a": "node:h2", "b": "node:h3", "path": "direct", "via": None}]
+        {"a": "node:h2", "b": "node:h3", "path": "direct", "via": None},
+    ]
     h1, h3 = entries(result, "h1"), entries(result, "h3")
-    assert h1["node:h2"]["endpoint"] == "10.3.1.3:51820" and "10.3.1.3/32" in h1["node:h2"]["allowed_ips"]
+    assert (
+        h1["node:h2"]["endpoint"] == "10.3.1.3:51820"
+        and "10.3.1.3/32" in h1["node:h2"]["allowed_ips"]
+    )
     assert h1["node:h3"]["endpoint"] is None and h3["node:h1"]["endpoint"] == "10.3.1.2:51820"
     assert not any(p.get("relayed") for p in result["plans"]["h1"]["peers"])
     # the LAN carries each one's own address: the endpoint's, and the endpoint-less h3's it keeps alive from
-    assert "10.3.1.3/32" not in routed(result["plans"]["h1"]) and "10.3.1.4/32" not in routed(result["plans"]["h1"])
+    assert "10.3.1.3/32" not in routed(result["plans"]["h1"]) and "10.3.1.4/32" not in routed(
+        result["plans"]["h1"]
+    )
     assert "10.3.1.2/32" not in routed(result["plans"]["h3"])
     every_walk(Mesh(nodes, [], {"granularity": "full"}))
     # two nodes without an endpoint: no way to each other but a relay
@@ -702,7 +1066,12 @@ def test_kilo_agent_ends_keep_kilos_entries_and_never_relay():
     by["v"]["kg"] = True
     for now in (None, 1000):
         result = build_plans(nodes, [], {}, now=now)
-        assert result["paths"][-1] == {"a": "location:u", "b": "location:v", "path": "direct", "via": None}
+        assert result["paths"][-1] == {
+            "a": "location:u",
+            "b": "location:v",
+            "path": "direct",
+            "via": None,
+        }
         assert entries(result, "u")["location:v"]["endpoint"] == "198.51.100.4:40004"
         assert "10.100.4.0/24" in entries(result, "u")["location:v"]["allowed_ips"]
         assert not any(p.get("relayed") or p.get("probe") for p in result["plans"]["u"]["peers"])
@@ -711,10 +1080,28 @@ def test_kilo_agent_ends_keep_kilos_entries_and_never_relay():
 def test_a_relay_down_in_a_push_run_moves_only_its_own_pairs():
     """Push failover: ``relay_down`` (the run saw the relay down or stale) takes it out of the hash;
     the pairs of the other relay keep it; every relay down: all count again; leaders unchanged."""
-    nodes = [{"name": n, "location": n, "endpoint": "203.0.113.%d:51820" % (i + 1), "internal_ip": "10.%d.0.1/24" % (30 + i),
-              "pod_cidr": "10.101.%d.0/24" % i, "public_key": key(i + 1)} for i, n in enumerate(("r", "s", "t"))]
-    nodes += [{"name": n, "location": n, "behind_nat": True, "internal_ip": "10.%d.0.1/24" % (40 + i),
-               "pod_cidr": "10.102.%d.0/24" % i, "public_key": key(10 + i)} for i, n in enumerate("uvwx")]
+    nodes = [
+        {
+            "name": n,
+            "location": n,
+            "endpoint": "203.0.113.%d:51820" % (i + 1),
+            "internal_ip": "10.%d.0.1/24" % (30 + i),
+            "pod_cidr": "10.101.%d.0/24" % i,
+            "public_key": key(i + 1),
+        }
+        for i, n in enumerate(("r", "s", "t"))
+    ]
+    nodes += [
+        {
+            "name": n,
+            "location": n,
+            "behind_nat": True,
+            "internal_ip": "10.%d.0.1/24" % (40 + i),
+            "pod_cidr": "10.102.%d.0/24" % i,
+            "public_key": key(10 + i),
+        }
+        for i, n in enumerate("uvwx")
+    ]
     before = build_plans(nodes, [], {})
     via = dict(((p["a"], p["b"]), p["via"]) for p in before["paths"] if p["path"] == "relayed")
     assert len(via) == 6 and len(set(via.values())) >= 2
@@ -725,6 +1112,10 @@ def test_a_relay_down_in_a_push_run_moves_only_its_own_pairs():
     for pair, relay in via.items():
         assert moved[pair] == relay if relay != dead else moved[pair] != dead
     assert [s["leader"] for s in after["segments"]] == [s["leader"] for s in before["segments"]]
-    every = build_plans([dict(n, relay_down=True) if not n.get("behind_nat") else n for n in nodes], [], {})
-    assert dict(((p["a"], p["b"]), p["via"]) for p in every["paths"] if p["path"] == "relayed") == via
+    every = build_plans(
+        [dict(n, relay_down=True) if not n.get("behind_nat") else n for n in nodes], [], {}
+    )
+    assert (
+        dict(((p["a"], p["b"]), p["via"]) for p in every["paths"] if p["path"] == "relayed") == via
+    )
     every_walk(Mesh(marked, [], {}))  # every packet still arrives, through the other relays

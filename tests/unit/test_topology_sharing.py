@@ -1,4 +1,5 @@
 """Plans share what segment members share (issue 8): memory follows the distinct data."""
+
 import base64
 
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan, flat_routes
@@ -10,24 +11,42 @@ def key(i):
 
 
 def mesh(count=12, locations=3):
-    return [{"name": "n%02d" % i, "location": "l%d" % (i % locations), "public_key": key(i),
-             "endpoint": "203.0.113.%d:51820" % (i + 1), "internal_ip": "10.0.0.%d/24" % (i + 1),
-             "pod_cidr": "10.244.%d.0/24" % i} for i in range(count)]
+    return [
+        {
+            "name": "n%02d" % i,
+            "location": "l%d" % (i % locations),
+            "public_key": key(i),
+            "endpoint": "203.0.113.%d:51820" % (i + 1),
+            "internal_ip": "10.0.0.%d/24" % (i + 1),
+            "pod_cidr": "10.244.%d.0/24" % i,
+        }
+        for i in range(count)
+    ]
 
 
 def test_non_leaders_of_a_segment_share_their_route_lists():
-    result = build_plans(mesh(), [{"name": "p", "public_key": key(99), "allowed_ips": ["10.9.0.0/24"]}])
+    result = build_plans(
+        mesh(), [{"name": "p", "public_key": key(99), "allowed_ips": ["10.9.0.0/24"]}]
+    )
     plans = result["plans"]
     for segment in result["segments"]:
         others = [plans[n] for n in segment["nodes"] if n != segment["leader"]]
         assert len(others) >= 2
-        first, second = (max((r for r in plan["routes"] if isinstance(r["dst"], list)), key=lambda r: len(r["dst"]))
-                         for plan in others[:2])
+        first, second = (
+            max(
+                (r for r in plan["routes"] if isinstance(r["dst"], list)),
+                key=lambda r: len(r["dst"]),
+            )
+            for plan in others[:2]
+        )
         # one list object for every member, not a copy each
         assert first["dst"] is second["dst"]
         # the routes via the leader to other segments' WireGuard IPs, pods and internal IPs
         assert len(first["dst"]) > 6
-        assert others[0]["firewall"]["nat_exempt_destinations"] is others[1]["firewall"]["nat_exempt_destinations"]
+        assert (
+            others[0]["firewall"]["nat_exempt_destinations"]
+            is others[1]["firewall"]["nat_exempt_destinations"]
+        )
     leaders = [plans[s["leader"]] for s in result["segments"]]
     peer_lists = [dict((p["name"], p["allowed_ips"]) for p in plan["peers"]) for plan in leaders]
     assert peer_lists[0]["p"] is peer_lists[1]["p"]
@@ -44,8 +63,15 @@ def test_grouped_routes_expand_in_order_and_pass_the_check():
 
 
 def test_check_plan_names_the_bad_destination_of_a_group():
-    plan = {"name": "a", "segment": "location:x", "leader": False, "listen_port": 51820,
-            "routes": [{"dst": ["10.1.0.0/24", "nonsense"], "gateway": "10.0.0.1", "device": "private"}]}
+    plan = {
+        "name": "a",
+        "segment": "location:x",
+        "leader": False,
+        "listen_port": 51820,
+        "routes": [
+            {"dst": ["10.1.0.0/24", "nonsense"], "gateway": "10.0.0.1", "device": "private"}
+        ],
+    }
     try:
         check_plan(plan, "kilo0")
     except Exception as e:  # KiloError

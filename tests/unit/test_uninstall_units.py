@@ -2,6 +2,7 @@
 InstallState), the key file removed, the registry's hosts forgotten, the Node annotations a
 leaving node loses. Real nftables, real hosts and a real kube-apiserver: tests/host/test_uninstall.py
 and tests/kube/test_uninstall_kubernetes.py."""
+
 import json
 import os
 
@@ -32,10 +33,12 @@ def fake_nft(listing, rc=0, have_nft=True):
         if argv[:2] == ["nft", "-a"]:
             return rc, listing, "" if rc == 0 else "Error: No such file or directory"
         return 0, "", ""
+
     return runner, (lambda c: "/usr/sbin/nft" if have_nft and c == "nft" else None), calls
 
 
 # --- prepare: state absent ---------------------------------------------------------------------
+
 
 def test_absent_removes_the_boot_file_and_only_our_rules(tmp_path):
     conf = tmp_path / "90-kilo-mesh.conf"
@@ -44,17 +47,24 @@ def test_absent_removes_the_boot_file_and_only_our_rules(tmp_path):
 
     checked = P.unprepare(True, runner, which, str(conf))
     assert checked["changed"] and conf.exists()
-    assert checked["changes"] == ["remove %s" % conf, "nftables: delete rule handle 3 (port 51820/udp)",
-                                  "nftables: delete rule handle 4 (edited)"]
-    assert checked["diff"] == {"before": {"sysctl_file": "net.ipv4.ip_forward = 1\n", "nftables_ports": [51820, None]},
-                               "after": {"sysctl_file": None, "nftables_ports": []}}
+    assert checked["changes"] == [
+        "remove %s" % conf,
+        "nftables: delete rule handle 3 (port 51820/udp)",
+        "nftables: delete rule handle 4 (edited)",
+    ]
+    assert checked["diff"] == {
+        "before": {"sysctl_file": "net.ipv4.ip_forward = 1\n", "nftables_ports": [51820, None]},
+        "after": {"sysctl_file": None, "nftables_ports": []},
+    }
     assert not [c for c in calls if "delete" in c], "check mode deleted a rule"
 
     done = P.unprepare(False, runner, which, str(conf))
     assert done["changes"] == checked["changes"] and not conf.exists()
     deleted = [c for c in calls if "delete" in c]
-    assert deleted == [["nft", "delete", "rule", "inet", "filter", "input", "handle", "3"],
-                       ["nft", "delete", "rule", "inet", "filter", "input", "handle", "4"]]
+    assert deleted == [
+        ["nft", "delete", "rule", "inet", "filter", "input", "handle", "3"],
+        ["nft", "delete", "rule", "inet", "filter", "input", "handle", "4"],
+    ]
 
 
 def test_absent_with_nothing_of_ours_changes_nothing(tmp_path):
@@ -62,9 +72,14 @@ def test_absent_with_nothing_of_ours_changes_nothing(tmp_path):
     for listing, rc, have in (("table inet filter {\n}\n", 0, True), ("", 1, True), ("", 0, False)):
         runner, which, calls = fake_nft(listing, rc, have)
         out = P.unprepare(False, runner, which, str(conf))
-        assert out == {"changed": False, "changes": [],
-                       "diff": {"before": {"sysctl_file": None, "nftables_ports": []},
-                                "after": {"sysctl_file": None, "nftables_ports": []}}}
+        assert out == {
+            "changed": False,
+            "changes": [],
+            "diff": {
+                "before": {"sysctl_file": None, "nftables_ports": []},
+                "after": {"sysctl_file": None, "nftables_ports": []},
+            },
+        }
         assert not [c for c in calls if "delete" in c]
 
 
@@ -74,6 +89,7 @@ def test_absent_is_a_task_argument_only():
 
 # --- the key ---------------------------------------------------------------------------------
 
+
 def test_remove_key_then_its_empty_directory(tmp_path):
     path = str(tmp_path / "kilo" / "key")
     keys.ensure_key(path)
@@ -81,8 +97,10 @@ def test_remove_key_then_its_empty_directory(tmp_path):
     with open(stray, "w") as f:
         f.write("not a key of anyone\n")
     checked = keys.remove_key(path, check_mode=True)
-    assert checked == {"changed": True, "msg": "would remove key %s and 1 temporary file(s) of a key write cut short"
-                       % path}
+    assert checked == {
+        "changed": True,
+        "msg": "would remove key %s and 1 temporary file(s) of a key write cut short" % path,
+    }
     assert os.path.exists(path) and os.path.exists(stray)
     done = keys.remove_key(path)
     assert done["changed"] and "empty directory" in done["msg"]
@@ -101,6 +119,7 @@ def test_remove_key_keeps_a_directory_holding_other_files(tmp_path):
 
 # --- the registry ----------------------------------------------------------------------------
 
+
 def write(path, data):
     with open(path, "w") as f:
         json.dump(data, f)
@@ -108,11 +127,17 @@ def write(path, data):
 
 def test_forget_hosts_keeps_the_others_and_the_peers(tmp_path):
     path = str(tmp_path / "kilo-registry.json")
-    write(path, {"hosts": {"a": {"public_key": "x"}, "b": {"public_key": "y"}}, "peers": {"laptop": {}}})
+    write(
+        path,
+        {"hosts": {"a": {"public_key": "x"}, "b": {"public_key": "y"}}, "peers": {"laptop": {}}},
+    )
     assert inputs.forget_registry_hosts(path, ["a", "c"], check_mode=True) == ["a"]
     assert set(inputs.read_registry(path)["hosts"]) == {"a", "b"}, "check mode wrote"
     assert inputs.forget_registry_hosts(path, ["a", "c"]) == ["a"]
-    assert inputs.read_registry(path) == {"hosts": {"b": {"public_key": "y"}}, "peers": {"laptop": {}}}
+    assert inputs.read_registry(path) == {
+        "hosts": {"b": {"public_key": "y"}},
+        "peers": {"laptop": {}},
+    }
     assert inputs.forget_registry_hosts(path, ["b"]) == ["b"]
     assert inputs.read_registry(path)["peers"] == {"laptop": {}}, "the peer went with the hosts"
 
@@ -132,11 +157,21 @@ def test_a_registry_left_empty_is_removed_with_its_lock(tmp_path):
 
 # --- the Node's annotations ------------------------------------------------------------------
 
+
 def test_a_leaving_node_loses_kilos_agent_annotations_and_ours_but_not_the_operators():
-    current = {kn.KEY: "k", kn.LOCATION: "aws", kn.LEADER: "", kn.FORCE_ENDPOINT: "1.2.3.4:51820",
-               kn.WIREGUARD_IPS: "10.4.0.1/16,fd04::1/64", kn.UNREACHABLE_LEADERS: "b", kn.DEPOSED_AT: "1",
-               kn.NEXT_KEY: "x", "kilo.mesh/pod-cidrs": "10.1.0.0/24", "kilo.mesh/pod-cidr-source": "calico",
-               "other.example/keep": "yes"}
+    current = {
+        kn.KEY: "k",
+        kn.LOCATION: "aws",
+        kn.LEADER: "",
+        kn.FORCE_ENDPOINT: "1.2.3.4:51820",
+        kn.WIREGUARD_IPS: "10.4.0.1/16,fd04::1/64",
+        kn.UNREACHABLE_LEADERS: "b",
+        kn.DEPOSED_AT: "1",
+        kn.NEXT_KEY: "x",
+        "kilo.mesh/pod-cidrs": "10.1.0.0/24",
+        "kilo.mesh/pod-cidr-source": "calico",
+        "other.example/keep": "yes",
+    }
     out = kn.removed_when_leaving(current)
     ours = {kn.WIREGUARD_IPS, kn.UNREACHABLE_LEADERS, kn.DEPOSED_AT, kn.NEXT_KEY}
     assert set(out) == set(kn.AGENT_ANNOTATIONS) | ours
@@ -148,5 +183,12 @@ def test_a_leaving_node_loses_kilos_agent_annotations_and_ours_but_not_the_opera
 
 def test_the_agents_annotation_names_are_the_ones_it_writes():
     from ansible_collections.kilo.mesh.plugins.module_utils.agent import health, rotation
-    assert (health.UNREACHABLE, health.DEPOSED, rotation.NEXT_KEY, kn.RELAY, kn.PATH_STATE) == kn.OWN_AGENT_ANNOTATIONS
+
+    assert (
+        health.UNREACHABLE,
+        health.DEPOSED,
+        rotation.NEXT_KEY,
+        kn.RELAY,
+        kn.PATH_STATE,
+    ) == kn.OWN_AGENT_ANNOTATIONS
     assert all(name.startswith("kilo.mesh/") for name in kn.OWN_AGENT_ANNOTATIONS)

@@ -25,6 +25,7 @@ Echo requests from outside (reboot_run.py pings this VM's tunnel address from th
 WireGuard address) are waited for and counted here; reboot_run.py times them from its side.
 Lines "figure: ..." are the figures reboot_run.py prints again at the end.
 """
+
 import json
 import os
 import shutil
@@ -32,8 +33,18 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vmcheck import (Checker, TUNNEL_LABEL, link, live_routes, live_rules, nft_table, route_key,  # noqa: E402
-                     route_matches, run, tunnel_addrs)
+from vmcheck import (
+    Checker,
+    TUNNEL_LABEL,
+    link,
+    live_routes,
+    live_rules,
+    nft_table,
+    route_key,  # noqa: E402
+    route_matches,
+    run,
+    tunnel_addrs,
+)
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import boot  # noqa: E402
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH  # noqa: E402
@@ -49,10 +60,10 @@ UNIT_PATH = boot.unit_path()
 STORED_PLAN = boot.PLAN_PATH
 APP = boot.APP_PATH
 SYSCTLS = {"net.ipv4.ip_forward": 1}
-UNIT_WAIT = 240.0      # seconds a boot waits for the restore unit to finish
-OUTSIDE_WAIT = 90.0    # seconds a boot waits for echo requests from outside
+UNIT_WAIT = 240.0  # seconds a boot waits for the restore unit to finish
+OUTSIDE_WAIT = 90.0  # seconds a boot waits for echo requests from outside
 REBOOT, RESET = 100, 101  # exit codes init.sh's kv-test.service turns into a reboot, a reset
-COMMIT_WAIT = 8.0      # seconds between a converge and a hard reset: past ext4's 5 s commit
+COMMIT_WAIT = 8.0  # seconds between a converge and a hard reset: past ext4's 5 s commit
 
 
 def sh(*args):
@@ -71,6 +82,7 @@ def uptime():
 def converge(c, tag, inp, backend, state="present"):
     from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as host_converge
     from ansible_collections.kilo.mesh.plugins.plugin_utils import agent_zip
+
     s = dict(settings(backend), state=state)
     kw = {}
     if state == "present":
@@ -85,9 +97,15 @@ def converge(c, tag, inp, backend, state="present"):
         out = {"error": "%s: %s" % (type(e).__name__, e)}
     print("%s converge (%s, %s): %.1f s" % (tag, backend, state, time.monotonic() - t0))
     key = read(KEY_SRC) or "no key"
-    c.check("%s converge %s (%s): no key in its result" % (tag, state, backend), key not in json.dumps(out))
-    c.check("%s converge %s (%s) changed the host" % (tag, state, backend),
-            out.get("changed") is True and "error" not in out, out.get("error") or out.get("changes"))
+    c.check(
+        "%s converge %s (%s): no key in its result" % (tag, state, backend),
+        key not in json.dumps(out),
+    )
+    c.check(
+        "%s converge %s (%s) changed the host" % (tag, state, backend),
+        out.get("changed") is True and "error" not in out,
+        out.get("error") or out.get("changes"),
+    )
     return out
 
 
@@ -107,8 +125,15 @@ def setup_host(c, inp):
     r = sh("ifup", DEV)
     c.check("[boot 1] ifup %s" % DEV, r.returncode == 0, r.stderr)
     from ansible_collections.kilo.mesh.plugins.module_utils.host import prepare
-    out = prepare.prepare({"install_packages": False, "open_port": False, "sysctls": SYSCTLS}, False)
-    c.check("[boot 1] prepare wrote %s" % prepare.SYSCTL_FILE, os.path.exists(prepare.SYSCTL_FILE), out["changes"])
+
+    out = prepare.prepare(
+        {"install_packages": False, "open_port": False, "sysctls": SYSCTLS}, False
+    )
+    c.check(
+        "[boot 1] prepare wrote %s" % prepare.SYSCTL_FILE,
+        os.path.exists(prepare.SYSCTL_FILE),
+        out["changes"],
+    )
     os.makedirs(os.path.dirname(DEFAULT_KEY_PATH), mode=0o700, exist_ok=True)
     shutil.copyfile(KEY_SRC, DEFAULT_KEY_PATH)
     os.chmod(DEFAULT_KEY_PATH, 0o600)
@@ -118,7 +143,11 @@ def setup_host(c, inp):
 def wg(*args):
     """`wg show kilo0 WHAT` lines (never the private key: no `dump`, no `private-key`)."""
     r = sh("wg", "show", IFACE, *args)
-    return [line.split("\t") for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else None
+    return (
+        [line.split("\t") for line in r.stdout.splitlines() if line.strip()]
+        if r.returncode == 0
+        else None
+    )
 
 
 def icmp_out_echo_replies():
@@ -142,6 +171,7 @@ def ping(dst, source=None, count=5):
 
 def flat(plan):
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
+
     return flat_routes(plan["routes"])
 
 
@@ -173,10 +203,18 @@ def check_state(c, tag, inp, backend):
     nftables table, CNI file, sysctl."""
     plan = inp["plan"]
     info = link(IFACE)
-    c.check("%s %s up" % (tag, IFACE), info is not None and "UP" in info.get("flags", []), info and info["flags"])
+    c.check(
+        "%s %s up" % (tag, IFACE),
+        info is not None and "UP" in info.get("flags", []),
+        info and info["flags"],
+    )
     kind = ((info or {}).get("linkinfo") or {}).get("info_kind")
     want_kind = "wireguard" if backend == "kernel" else "tun"
-    c.check("%s %s is a %s link (%s backend)" % (tag, IFACE, want_kind, backend), kind == want_kind, kind)
+    c.check(
+        "%s %s is a %s link (%s backend)" % (tag, IFACE, want_kind, backend),
+        kind == want_kind,
+        kind,
+    )
     if backend == "userspace":
         pid, unit = userspace_daemon()
         # its ExecStartPost (a restore after a restart) may still run: wait for it to settle
@@ -187,51 +225,97 @@ def check_state(c, tag, inp, backend):
             if props.get("ActiveState") != "activating":
                 break
             time.sleep(0.5)
-        print("figure: %s %s %s after %.1f s of waiting, %.1f s after the kernel started"
-              % (tag, unit, props.get("ActiveState"), time.monotonic() - t0, uptime()))
+        print(
+            "figure: %s %s %s after %.1f s of waiting, %.1f s after the kernel started"
+            % (tag, unit, props.get("ActiveState"), time.monotonic() - t0, uptime())
+        )
         journal = sh("journalctl", "-b", "-u", unit, "--no-pager", "-o", "short-monotonic").stdout
-        lines = [line for line in journal.strip().splitlines() if not set(line) & set("│┌└")]  # its banner
+        lines = [
+            line for line in journal.strip().splitlines() if not set(line) & set("│┌└")
+        ]  # its banner
         for line in lines[-6:]:
             print("%s journal: %s" % (tag, line if len(line) < 240 else line[:240] + "..."))
-        c.check("%s wireguard-go serves %s from a unit that restarts it (%s)" % (tag, IFACE, unit),
-                pid is not None and unit.endswith(".service") and props.get("ActiveState") == "active"
-                and props.get("Restart", "no") != "no", (pid, unit, props))
+        c.check(
+            "%s wireguard-go serves %s from a unit that restarts it (%s)" % (tag, IFACE, unit),
+            pid is not None
+            and unit.endswith(".service")
+            and props.get("ActiveState") == "active"
+            and props.get("Restart", "no") != "no",
+            (pid, unit, props),
+        )
     addrs = [a for a, _ in tunnel_addrs(IFACE)]
     c.check("%s %s holds %s" % (tag, IFACE, plan["address"]), plan["address"] in addrs, addrs)
     pub = wg("public-key")
     c.check("%s %s has this host's key" % (tag, IFACE), pub == [[inp["vm_public_key"]]], pub)
     port = wg("listen-port")
-    c.check("%s %s listens on %d" % (tag, IFACE, plan["listen_port"]), port == [[str(plan["listen_port"])]], port)
+    c.check(
+        "%s %s listens on %d" % (tag, IFACE, plan["listen_port"]),
+        port == [[str(plan["listen_port"])]],
+        port,
+    )
     want = dict((p["public_key"], p) for p in plan["peers"])
     endpoints = dict(wg("endpoints") or [])
     allowed = dict((k, sorted(v.split())) for k, v in (wg("allowed-ips") or []))
-    c.check("%s peers are the plan's (%d)" % (tag, len(want)), sorted(endpoints) == sorted(want), sorted(endpoints))
+    c.check(
+        "%s peers are the plan's (%d)" % (tag, len(want)),
+        sorted(endpoints) == sorted(want),
+        sorted(endpoints),
+    )
     for key, p in want.items():
-        c.check("%s peer %s: endpoint %s" % (tag, p["name"], p["endpoint"]), endpoints.get(key) == p["endpoint"],
-                endpoints.get(key))
-        c.check("%s peer %s: allowed IPs %s" % (tag, p["name"], ",".join(p["allowed_ips"])),
-                allowed.get(key) == sorted(p["allowed_ips"]), allowed.get(key))
+        c.check(
+            "%s peer %s: endpoint %s" % (tag, p["name"], p["endpoint"]),
+            endpoints.get(key) == p["endpoint"],
+            endpoints.get(key),
+        )
+        c.check(
+            "%s peer %s: allowed IPs %s" % (tag, p["name"], ",".join(p["allowed_ips"])),
+            allowed.get(key) == sorted(p["allowed_ips"]),
+            allowed.get(key),
+        )
     routes = live_routes()
-    bad = [(route_key(r), routes.get(route_key(r))) for r in flat(plan)
-           if not route_matches(routes.get(route_key(r)), r, DEV)]
+    bad = [
+        (route_key(r), routes.get(route_key(r)))
+        for r in flat(plan)
+        if not route_matches(routes.get(route_key(r)), r, DEV)
+    ]
     tables = sorted(set(route_key(r)[1] for r in flat(plan)))
-    c.check("%s the plan's %d routes (tables %s)" % (tag, len(flat(plan)), ", ".join(tables)), not bad, bad)
-    c.check("%s no route of ours beyond the plan" % tag,
-            sorted(routes) == sorted(route_key(r) for r in flat(plan)), sorted(routes))
+    c.check(
+        "%s the plan's %d routes (tables %s)" % (tag, len(flat(plan)), ", ".join(tables)),
+        not bad,
+        bad,
+    )
+    c.check(
+        "%s no route of ours beyond the plan" % tag,
+        sorted(routes) == sorted(route_key(r) for r in flat(plan)),
+        sorted(routes),
+    )
     want_rules = set((r.get("src"), r.get("dst"), r.get("iif")) for r in plan["rules"])
-    c.check("%s the plan's %d table 1107 rules" % (tag, len(want_rules)), live_rules() == want_rules,
-            (sorted(live_rules(), key=str), sorted(want_rules, key=str)))
+    c.check(
+        "%s the plan's %d table 1107 rules" % (tag, len(want_rules)),
+        live_rules() == want_rules,
+        (sorted(live_rules(), key=str), sorted(want_rules, key=str)),
+    )
     tunl = link(TUNL)
-    c.check("%s %s up with %s labelled ours" % (tag, TUNL, plan["tunnel_address"]),
-            tunl is not None and "UP" in tunl.get("flags", [])
-            and (plan["tunnel_address"], TUNNEL_LABEL) in tunnel_addrs(TUNL), tunnel_addrs(TUNL))
+    c.check(
+        "%s %s up with %s labelled ours" % (tag, TUNL, plan["tunnel_address"]),
+        tunl is not None
+        and "UP" in tunl.get("flags", [])
+        and (plan["tunnel_address"], TUNNEL_LABEL) in tunnel_addrs(TUNL),
+        tunnel_addrs(TUNL),
+    )
     table = nft_table()
-    c.check("%s nftables table inet kilo_mesh, masquerading %s" % (tag, plan["pod_cidr"]),
-            table is not None and plan["pod_cidr"] in table and "masquerade" in table, (table or "")[:600])
+    c.check(
+        "%s nftables table inet kilo_mesh, masquerading %s" % (tag, plan["pod_cidr"]),
+        table is not None and plan["pod_cidr"] in table and "masquerade" in table,
+        (table or "")[:600],
+    )
     cni = read("/etc/cni/net.d/10-kilo.conflist") or ""
     c.check("%s CNI file names %s" % (tag, plan["pod_cidr"]), plan["pod_cidr"] in cni, cni[:300])
-    c.check("%s net.ipv4.ip_forward = 1 (the install's sysctl file)" % tag,
-            read("/proc/sys/net/ipv4/ip_forward") == "1", read("/proc/sys/net/ipv4/ip_forward"))
+    c.check(
+        "%s net.ipv4.ip_forward = 1 (the install's sysctl file)" % tag,
+        read("/proc/sys/net/ipv4/ip_forward") == "1",
+        read("/proc/sys/net/ipv4/ip_forward"),
+    )
 
 
 def check_files(c, tag):
@@ -246,9 +330,12 @@ def check_files(c, tag):
     c.check("%s no private key in the stored plan" % tag, bool(text) and key and key not in text)
     c.check("%s the app %s" % (tag, APP), os.path.exists(APP))
     props = show(UNIT, "After", "Wants", "Before", "ExecStart")
-    c.check("%s %s runs after network-online.target and wants it" % (tag, UNIT),
-            "network-online.target" in props.get("After", "") and "network-online.target" in props.get("Wants", ""),
-            props)
+    c.check(
+        "%s %s runs after network-online.target and wants it" % (tag, UNIT),
+        "network-online.target" in props.get("After", "")
+        and "network-online.target" in props.get("Wants", ""),
+        props,
+    )
 
 
 def wait_unit(c, tag):
@@ -257,22 +344,44 @@ def wait_unit(c, tag):
     deadline = time.monotonic() + UNIT_WAIT
     props = {}
     while time.monotonic() < deadline:
-        props = show(UNIT, "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus",
-                     "ExecMainStartTimestampMonotonic", "ExecMainExitTimestampMonotonic")
-        if props.get("LoadState") != "loaded" or props.get("ActiveState") == "failed" \
-                or int(props.get("ExecMainExitTimestampMonotonic") or 0) > 0:
+        props = show(
+            UNIT,
+            "LoadState",
+            "ActiveState",
+            "SubState",
+            "Result",
+            "ExecMainStatus",
+            "ExecMainStartTimestampMonotonic",
+            "ExecMainExitTimestampMonotonic",
+        )
+        if (
+            props.get("LoadState") != "loaded"
+            or props.get("ActiveState") == "failed"
+            or int(props.get("ExecMainExitTimestampMonotonic") or 0) > 0
+        ):
             break
         time.sleep(0.5)
     c.check("%s %s loaded at boot" % (tag, UNIT), props.get("LoadState") == "loaded", props)
-    c.check("%s %s ran and succeeded (no converge by the test)" % (tag, UNIT),
-            props.get("Result") == "success" and props.get("ExecMainStatus") == "0"
-            and int(props.get("ExecMainExitTimestampMonotonic") or 0) > 0, props)
+    c.check(
+        "%s %s ran and succeeded (no converge by the test)" % (tag, UNIT),
+        props.get("Result") == "success"
+        and props.get("ExecMainStatus") == "0"
+        and int(props.get("ExecMainExitTimestampMonotonic") or 0) > 0,
+        props,
+    )
     start = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
     end = int(props.get("ExecMainExitTimestampMonotonic") or 0) / 1e6
-    userspace = sh("systemctl", "show", "-p", "UserspaceTimestampMonotonic").stdout.strip().split("=", 1)[-1]
+    userspace = (
+        sh("systemctl", "show", "-p", "UserspaceTimestampMonotonic")
+        .stdout.strip()
+        .split("=", 1)[-1]
+    )
     if end:
-        print("figure: %s %s ran %.2f s (started %.1f s, done %.1f s after the kernel started; "
-              "systemd started at %.1f s)" % (tag, UNIT, end - start, start, end, int(userspace or 0) / 1e6))
+        print(
+            "figure: %s %s ran %.2f s (started %.1f s, done %.1f s after the kernel started; "
+            "systemd started at %.1f s)"
+            % (tag, UNIT, end - start, start, end, int(userspace or 0) / 1e6)
+        )
     journal = sh("journalctl", "-b", "-u", UNIT, "--no-pager", "-o", "short-monotonic").stdout
     for line in journal.strip().splitlines()[-8:]:
         print("%s journal: %s" % (tag, line if len(line) < 240 else line[:240] + "..."))
@@ -287,19 +396,32 @@ def traffic(c, tag, inp):
     own = inp["plan"]["address"].split("/")[0]
     rx0 = packets(IFACE, "rx")
     ok, out = ping(peer["wireguard_ip"], source=own)
-    print("%s ping %s -> %s done %.1f s after the kernel started" % (tag, own, peer["wireguard_ip"], uptime()))
-    c.check("%s VM %s -> peer %s answers through %s (rx +%d)"
-            % (tag, own, peer["wireguard_ip"], IFACE, packets(IFACE, "rx") - rx0),
-            ok and packets(IFACE, "rx") - rx0 >= 1, out)
+    print(
+        "%s ping %s -> %s done %.1f s after the kernel started"
+        % (tag, own, peer["wireguard_ip"], uptime())
+    )
+    c.check(
+        "%s VM %s -> peer %s answers through %s (rx +%d)"
+        % (tag, own, peer["wireguard_ip"], IFACE, packets(IFACE, "rx") - rx0),
+        ok and packets(IFACE, "rx") - rx0 >= 1,
+        out,
+    )
     tx0 = packets(IFACE, "tx")
     ok, out = ping(peer["pod_ip"])
-    c.check("%s VM -> peer's pod %s answers, out by the route through %s (tx +%d)"
-            % (tag, peer["pod_ip"], IFACE, packets(IFACE, "tx") - tx0), ok and packets(IFACE, "tx") - tx0 >= 5, out)
+    c.check(
+        "%s VM -> peer's pod %s answers, out by the route through %s (tx +%d)"
+        % (tag, peer["pod_ip"], IFACE, packets(IFACE, "tx") - tx0),
+        ok and packets(IFACE, "tx") - tx0 >= 5,
+        out,
+    )
     deadline = time.monotonic() + OUTSIDE_WAIT
     while icmp_out_echo_replies() < 5 and time.monotonic() < deadline:
         time.sleep(0.5)
-    c.check("%s echo requests from outside answered (%d replies since boot)" % (tag, icmp_out_echo_replies()),
-            icmp_out_echo_replies() >= 5)
+    c.check(
+        "%s echo requests from outside answered (%d replies since boot)"
+        % (tag, icmp_out_echo_replies()),
+        icmp_out_echo_replies() >= 5,
+    )
 
 
 # ------------------------------------------------------------------ boots
@@ -325,9 +447,15 @@ def restored(c, tag, inp, backend):
         # that second restore must wait and find everything in place, not converge alongside
         unit = userspace_daemon()[1]
         journal = sh("journalctl", "-b", "-u", unit or "none", "--no-pager", "-o", "cat").stdout
-        second = [line for line in journal.splitlines() if "kilo-mesh restore: %s:" % STORED_PLAN in line]
-        c.check("%s the daemon's own restore waited for the boot restore (%d run, all 'already in place')"
-                % (tag, len(second)), all("already in place" in line for line in second), second)
+        second = [
+            line for line in journal.splitlines() if "kilo-mesh restore: %s:" % STORED_PLAN in line
+        ]
+        c.check(
+            "%s the daemon's own restore waited for the boot restore (%d run, all 'already in place')"
+            % (tag, len(second)),
+            all("already in place" in line for line in second),
+            second,
+        )
     traffic(c, tag, inp)
     # reboot_run.py counts the outside pings of this boot up to here: what the restore brought back
     print("KVB-RESTORED %s" % os.environ.get("KV_BOOT"))
@@ -338,9 +466,13 @@ def boot2(c, inp):
     if inp.get("userspace"):
         tag = "[boot 2, to wireguard-go]"
         converge(c, tag, inp, "kernel", state="absent")
-        c.check("%s state absent removed the unit, the stored plan and %s" % (tag, IFACE),
-                not os.path.exists(UNIT_PATH) and not os.path.exists(STORED_PLAN) and link(IFACE) is None,
-                (os.path.exists(UNIT_PATH), os.path.exists(STORED_PLAN)))
+        c.check(
+            "%s state absent removed the unit, the stored plan and %s" % (tag, IFACE),
+            not os.path.exists(UNIT_PATH)
+            and not os.path.exists(STORED_PLAN)
+            and link(IFACE) is None,
+            (os.path.exists(UNIT_PATH), os.path.exists(STORED_PLAN)),
+        )
         converge(c, tag, inp, "userspace")
         done = time.monotonic()
         check_files(c, tag)
@@ -372,15 +504,27 @@ def crash(c, inp):
         if new not in (None, pid) and props.get("ActiveState") == "active":
             break
         time.sleep(0.2)
-    print("figure: %s systemd restarted it and its restore ran in %.1f s (restarts %s)"
-          % (tag, time.monotonic() - t0, props.get("NRestarts")))
-    c.check("%s systemd started a new wireguard-go" % tag, new not in (None, pid), (pid, new, props))
+    print(
+        "figure: %s systemd restarted it and its restore ran in %.1f s (restarts %s)"
+        % (tag, time.monotonic() - t0, props.get("NRestarts"))
+    )
+    c.check(
+        "%s systemd started a new wireguard-go" % tag, new not in (None, pid), (pid, new, props)
+    )
     journal = sh("journalctl", "-b", "-u", unit, "--no-pager", "-o", "cat").stdout
-    lines = [line for line in journal.splitlines() if "kilo-mesh restore: %s:" % STORED_PLAN in line]
-    c.check("%s the unit's restore put the plan back (its last line: changes, not 'already in place')" % tag,
-            bool(lines) and "changes in" in lines[-1], lines[-3:])
-    c.check("%s no \"can't open file\" in the daemon's journal (the restore waits for the app)" % tag,
-            "can't open file" not in journal)
+    lines = [
+        line for line in journal.splitlines() if "kilo-mesh restore: %s:" % STORED_PLAN in line
+    ]
+    c.check(
+        "%s the unit's restore put the plan back (its last line: changes, not 'already in place')"
+        % tag,
+        bool(lines) and "changes in" in lines[-1],
+        lines[-3:],
+    )
+    c.check(
+        "%s no \"can't open file\" in the daemon's journal (the restore waits for the app)" % tag,
+        "can't open file" not in journal,
+    )
     check_state(c, tag, inp, "userspace")
     traffic(c, tag, inp)
     print("figure: %s traffic back %.1f s after the kill" % (tag, time.monotonic() - t0))
@@ -400,7 +544,11 @@ BOOTS = {1: boot1, 2: boot2, 3: boot3}
 def main():
     c = Checker()
     boot = int(os.environ.get("KV_BOOT") or 0)
-    if os.environ.get("KV_VM") != "1" or not os.path.isdir("/run/systemd/system") or not os.path.isdir("/kv/disk"):
+    if (
+        os.environ.get("KV_VM") != "1"
+        or not os.path.isdir("/run/systemd/system")
+        or not os.path.isdir("/kv/disk")
+    ):
         c.check("in the VM with systemd and the persistent disk (reboot_run.py)", False)
         print("%d passed, %d failed" % (c.passed, c.failed))
         return 1

@@ -28,6 +28,7 @@ outage, checks that each boot answered, adds the VM's PASS/FAIL lines to its own
 `N passed, N failed` last. Everything it made (namespaces, tap, wireguard-go, ping, qemu) is
 removed on every exit path, by PID for processes.
 """
+
 import argparse
 import fcntl
 import json
@@ -58,13 +59,15 @@ NODES = {
     "vm2": ("a", "203.0.113.11/24", "10.40.2.0/24", False),
     "peer": ("b", "203.0.113.20/24", "10.41.1.0/24", True),
 }
-POD_GATEWAY, POD_IP = "10.41.1.1/24", "10.41.1.2/24"   # the peer's side of its pod's veth, the pod
+POD_GATEWAY, POD_IP = "10.41.1.1/24", "10.41.1.2/24"  # the peer's side of its pod's veth, the pod
 WG_SOCKET = "/var/run/wireguard/%s.sock" % PEER_WG
 
 
 def run(*args, **kw):
     kw.setdefault("check", True)
-    return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, **kw)
+    return subprocess.run(
+        list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, **kw
+    )
 
 
 def in_peer(*args, **kw):
@@ -75,8 +78,9 @@ def wg_key(private=None):
     """(private, public) keys from wg(8); the private key only ever sits in files of the temp dir."""
     if private is None:
         private = run("wg", "genkey").stdout.strip()
-    return private, subprocess.run(["wg", "pubkey"], input=private, stdout=subprocess.PIPE,
-                                   universal_newlines=True, check=True).stdout.strip()
+    return private, subprocess.run(
+        ["wg", "pubkey"], input=private, stdout=subprocess.PIPE, universal_newlines=True, check=True
+    ).stdout.strip()
 
 
 def build_plans(tmp, public):
@@ -84,10 +88,22 @@ def build_plans(tmp, public):
     os.makedirs(os.path.join(base, "ansible_collections", "kilo"))
     os.symlink(REPO, os.path.join(base, "ansible_collections", "kilo", "mesh"))
     sys.path.insert(0, base)
-    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans as engine
-    inventory = [{"name": name, "location": loc, "internal_ip": ip, "pod_cidr": pod, "leader": leader,
-                  "endpoint": "%s:%d" % (ip.split("/")[0], PORT), "public_key": public[name]}
-                 for name, (loc, ip, pod, leader) in sorted(NODES.items())]
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
+        build_plans as engine,
+    )
+
+    inventory = [
+        {
+            "name": name,
+            "location": loc,
+            "internal_ip": ip,
+            "pod_cidr": pod,
+            "leader": leader,
+            "endpoint": "%s:%d" % (ip.split("/")[0], PORT),
+            "public_key": public[name],
+        }
+        for name, (loc, ip, pod, leader) in sorted(NODES.items())
+    ]
     return engine(inventory, [], {})["plans"]
 
 
@@ -122,7 +138,21 @@ class Outside(object):
             run("ip", "-n", ns, "link", "set", "lo", "up")
         run("ip", "-n", HOST_NS, "link", "add", BRIDGE, "type", "bridge")
         run("ip", "-n", HOST_NS, "tuntap", "add", "dev", TAP, "mode", "tap")
-        run("ip", "link", "add", VETH, "netns", HOST_NS, "type", "veth", "peer", "name", "eth0", "netns", PEER_NS)
+        run(
+            "ip",
+            "link",
+            "add",
+            VETH,
+            "netns",
+            HOST_NS,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            PEER_NS,
+        )
         for dev in (TAP, VETH):
             run("ip", "-n", HOST_NS, "link", "set", dev, "master", BRIDGE)
             run("ip", "-n", HOST_NS, "link", "set", dev, "up")
@@ -130,7 +160,21 @@ class Outside(object):
         run("ip", "-n", PEER_NS, "addr", "add", NODES["peer"][1], "dev", "eth0")
         run("ip", "-n", PEER_NS, "link", "set", "eth0", "up")
         # a pod of the peer's range, in a namespace of its own behind a veth
-        run("ip", "link", "add", "pod", "netns", PEER_NS, "type", "veth", "peer", "name", "eth0", "netns", POD_NS)
+        run(
+            "ip",
+            "link",
+            "add",
+            "pod",
+            "netns",
+            PEER_NS,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            POD_NS,
+        )
         run("ip", "-n", PEER_NS, "addr", "add", POD_GATEWAY, "dev", "pod")
         run("ip", "-n", PEER_NS, "link", "set", "pod", "up")
         run("ip", "-n", POD_NS, "addr", "add", POD_IP, "dev", "eth0")
@@ -140,23 +184,54 @@ class Outside(object):
         # no wireguard module on this machine: wireguard-go, in the peer's namespace
         env = dict(os.environ, WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD="1")
         with open(os.path.join(self.tmp, "wireguard-go.log"), "w") as log:
-            self.daemon = subprocess.Popen(["ip", "netns", "exec", PEER_NS, "wireguard-go", "-f", PEER_WG],
-                                           stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.daemon = subprocess.Popen(
+                ["ip", "netns", "exec", PEER_NS, "wireguard-go", "-f", PEER_WG],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         deadline = time.monotonic() + 15
         while not self._socket_alive():
             if time.monotonic() > deadline or self.daemon.poll() is not None:
                 raise RuntimeError("wireguard-go did not open %s" % WG_SOCKET)
             time.sleep(0.1)
         (peer,) = peer_plan["peers"]
-        in_peer("wg", "set", PEER_WG, "private-key", peer_key_file, "listen-port", str(peer_plan["listen_port"]),
-                "peer", peer["public_key"], "endpoint", peer["endpoint"], "allowed-ips", ",".join(peer["allowed_ips"]))
+        in_peer(
+            "wg",
+            "set",
+            PEER_WG,
+            "private-key",
+            peer_key_file,
+            "listen-port",
+            str(peer_plan["listen_port"]),
+            "peer",
+            peer["public_key"],
+            "endpoint",
+            peer["endpoint"],
+            "allowed-ips",
+            ",".join(peer["allowed_ips"]),
+        )
         run("ip", "-n", PEER_NS, "addr", "add", peer_plan["address"], "dev", PEER_WG)
         run("ip", "-n", PEER_NS, "link", "set", PEER_WG, "up")
         from ansible_collections.kilo.mesh.plugins.module_utils.plan import flat_routes
+
         for r in flat_routes(peer_plan["routes"]):
             assert r["table"] == 254 and r["device"] == peer_plan["interface"], r
-            run("ip", "-n", PEER_NS, "route", "add", r["dst"], "via", r["gateway"], "dev", PEER_WG, "onlink",
-                "src", r["source"])
+            run(
+                "ip",
+                "-n",
+                PEER_NS,
+                "route",
+                "add",
+                r["dst"],
+                "via",
+                r["gateway"],
+                "dev",
+                PEER_WG,
+                "onlink",
+                "src",
+                r["source"],
+            )
 
     def transfer(self):
         r = in_peer("wg", "show", PEER_WG, "transfer", check=False)
@@ -181,9 +256,27 @@ class Pinger(object):
     def __init__(self, src, dst):
         self.dst = dst
         self.replies = []
-        self.proc = subprocess.Popen(["ip", "netns", "exec", PEER_NS, "ping", "-D", "-n", "-i", "0.2", "-W", "1",
-                                      "-I", src, dst], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     universal_newlines=True)
+        self.proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                PEER_NS,
+                "ping",
+                "-D",
+                "-n",
+                "-i",
+                "0.2",
+                "-W",
+                "1",
+                "-I",
+                src,
+                dst,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            universal_newlines=True,
+        )
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -226,7 +319,9 @@ class Serial(object):
                     buf += chunk
                     *whole, buf = buf.split(b"\n")
                     now = time.time()
-                    self.lines.extend((now, line.decode("utf-8", "replace").rstrip("\r")) for line in whole)
+                    self.lines.extend(
+                        (now, line.decode("utf-8", "replace").rstrip("\r")) for line in whole
+                    )
                 elif self.done.is_set():
                     break
                 else:
@@ -234,8 +329,11 @@ class Serial(object):
 
     def marks(self, word):
         """[(time, argument)] of the lines "WORD ARG" (KV-BEGIN, KV-REBOOT, KV-RESET, KV-EXIT)."""
-        return [(t, line.split()[1] if len(line.split()) > 1 else "") for t, line in self.lines
-                if line.split()[:1] == [word]]
+        return [
+            (t, line.split()[1] if len(line.split()) > 1 else "")
+            for t, line in self.lines
+            if line.split()[:1] == [word]
+        ]
 
 
 class QMP(object):
@@ -268,7 +366,9 @@ class QMP(object):
                 continue
             if "event" in msg:
                 ts = msg["timestamp"]
-                self.events.append((ts["seconds"] + ts["microseconds"] / 1e6, msg["event"], msg.get("data", {})))
+                self.events.append(
+                    (ts["seconds"] + ts["microseconds"] / 1e6, msg["event"], msg.get("data", {}))
+                )
 
     def resets(self):
         """[(time, data)] of the machine's resets: a reboot raises RESET two or three times
@@ -293,8 +393,10 @@ def main():
         return 2
     for tool in ("ip", "wg", "wireguard-go", "ping", "qemu-system-x86_64"):
         if not shutil.which(tool):
-            print("reboot_run: missing %s (apt-get install iproute2 wireguard-tools wireguard-go iputils-ping "
-                  "qemu-system-x86)" % tool)
+            print(
+                "reboot_run: missing %s (apt-get install iproute2 wireguard-tools wireguard-go iputils-ping "
+                "qemu-system-x86)" % tool
+            )
             return 2
     userspace = not args.no_userspace
     boots = 3
@@ -308,7 +410,12 @@ def main():
         sys.stdout.flush()
         fcntl.flock(lock, fcntl.LOCK_EX)
     # the image first, outside the namespaces (a first build downloads)
-    if subprocess.call(["bash", os.path.join(HERE, "build.sh")], env=dict(os.environ, KV_SYSTEMD="1")) != 0:
+    if (
+        subprocess.call(
+            ["bash", os.path.join(HERE, "build.sh")], env=dict(os.environ, KV_SYSTEMD="1")
+        )
+        != 0
+    ):
         print("reboot_run: building the VM image failed")
         return 1
 
@@ -320,7 +427,10 @@ def main():
     try:
         keys = dict((name, wg_key()) for name in NODES)
         os.makedirs(os.path.join(tmp, "in"))  # what the VM finds in /kv/reboot
-        for path, name in ((os.path.join(tmp, "in", "vm.key"), "vm"), (os.path.join(tmp, "peer.key"), "peer")):
+        for path, name in (
+            (os.path.join(tmp, "in", "vm.key"), "vm"),
+            (os.path.join(tmp, "peer.key"), "peer"),
+        ):
             with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                 f.write(keys[name][0] + "\n")
         plans = build_plans(tmp, dict((name, k[1]) for name, k in keys.items()))
@@ -328,8 +438,13 @@ def main():
         vm_wg = vm_plan["address"].split("/")[0]
         vm_tunnel = vm_plan["tunnel_address"].split("/")[0]
         peer_wg = peer_plan["address"].split("/")[0]
-        inputs = {"plan": vm_plan, "vm_public_key": keys["vm"][1], "address": NODES["vm"][1],
-                  "peer": {"wireguard_ip": peer_wg, "pod_ip": POD_IP.split("/")[0]}, "userspace": userspace}
+        inputs = {
+            "plan": vm_plan,
+            "vm_public_key": keys["vm"][1],
+            "address": NODES["vm"][1],
+            "peer": {"wireguard_ip": peer_wg, "pod_ip": POD_IP.split("/")[0]},
+            "userspace": userspace,
+        }
         with open(os.path.join(tmp, "in", "inputs.json"), "w") as f:
             json.dump(inputs, f, indent=1)
 
@@ -343,10 +458,27 @@ def main():
         qmp_sock = os.path.join(tmp, "qmp.sock")
         serial = Serial(out_log)
         qmp = QMP(qmp_sock)
-        cmd = ["bash", os.path.join(HERE, "run.sh"), "--systemd", "--pyroute2", "debian", "--timeout",
-               str(args.timeout), "--disk", os.path.join(tmp, "disk.img"), "--reboot", "--net",
-               "%s:%s" % (HOST_NS, TAP), "--qmp", qmp_sock, "--out", out_log,
-               "--add", "%s:/kv/reboot" % os.path.join(tmp, "in"), "tests/vm/reboot_check.py"]
+        cmd = [
+            "bash",
+            os.path.join(HERE, "run.sh"),
+            "--systemd",
+            "--pyroute2",
+            "debian",
+            "--timeout",
+            str(args.timeout),
+            "--disk",
+            os.path.join(tmp, "disk.img"),
+            "--reboot",
+            "--net",
+            "%s:%s" % (HOST_NS, TAP),
+            "--qmp",
+            qmp_sock,
+            "--out",
+            out_log,
+            "--add",
+            "%s:/kv/reboot" % os.path.join(tmp, "in"),
+            "tests/vm/reboot_check.py",
+        ]
         print("reboot_run: %s" % " ".join(cmd))
         sys.stdout.flush()
         vm = subprocess.Popen(cmd, cwd=REPO, start_new_session=True)
@@ -391,14 +523,23 @@ def report(c, serial, qmp, pingers, boots, rc, ended, outside):
     for line in vm_fail:
         print("  " + line[:300])
     begins = serial.marks("KV-BEGIN")
-    c.check("outside: the VM booted %d times (KV-BEGIN %s)" % (boots, " ".join(b for _, b in begins)),
-            [b for _, b in begins] == [str(n) for n in range(1, boots + 1)], begins)
+    c.check(
+        "outside: the VM booted %d times (KV-BEGIN %s)" % (boots, " ".join(b for _, b in begins)),
+        [b for _, b in begins] == [str(n) for n in range(1, boots + 1)],
+        begins,
+    )
     resets = qmp.resets()
-    c.check("outside: qemu reset the machine %d times, each asked by the guest" % (boots - 1),
-            len(resets) == boots - 1 and all(d.get("guest") for _, d in resets), resets)
+    c.check(
+        "outside: qemu reset the machine %d times, each asked by the guest" % (boots - 1),
+        len(resets) == boots - 1 and all(d.get("guest") for _, d in resets),
+        resets,
+    )
     exits = serial.marks("KV-EXIT")
-    c.check("outside: the last boot powered off with exit 0", exits[-1:] and exits[-1][1] == "0" and rc == 0,
-            (exits, rc))
+    c.check(
+        "outside: the last boot powered off with exit 0",
+        exits[-1:] and exits[-1][1] == "0" and rc == 0,
+        (exits, rc),
+    )
     # a boot's window for the outside pings: from qemu's reset (boot 1: qemu's start) to the end
     # of the VM's checks of what the restore brought back (KVB-RESTORED; boot 1: its reboot)
     ends = dict((b, t) for t, b in serial.marks("KV-REBOOT") + serial.marks("KV-RESET") + exits)
@@ -415,17 +556,27 @@ def report(c, serial, qmp, pingers, boots, rc, ended, outside):
             continue
         for p in pingers:
             first = p.first_in(begin, end)
-            c.check("outside: boot %d: the peer's pings to %s answered through the tunnel%s"
-                    % (n, p.dst, "" if n == 1 else " (restored, no converge by the test)"), first is not None)
+            c.check(
+                "outside: boot %d: the peer's pings to %s answered through the tunnel%s"
+                % (n, p.dst, "" if n == 1 else " (restored, no converge by the test)"),
+                first is not None,
+            )
             if first is None:
                 continue
             if n == 1:
-                figures.append("boot 1 (the converge): first reply from %s %.1f s after qemu started"
-                               % (p.dst, first - begin))
+                figures.append(
+                    "boot 1 (the converge): first reply from %s %.1f s after qemu started"
+                    % (p.dst, first - begin)
+                )
                 continue
             how = asked.get(str(n - 1), (None, "?"))
             before = p.last_in(0, begin)
-            line = ("boot %d (after %s): first reply from %s %.1f s after qemu's reset" % (n, how[1], p.dst, first - begin))
+            line = "boot %d (after %s): first reply from %s %.1f s after qemu's reset" % (
+                n,
+                how[1],
+                p.dst,
+                first - begin,
+            )
             if how[0]:
                 line += ", %.1f s after the reboot was asked" % (first - how[0])
             if before:
@@ -434,7 +585,7 @@ def report(c, serial, qmp, pingers, boots, rc, ended, outside):
     print("reboot_run: peer %s transfer (rx, tx bytes): %s" % (PEER_WG, outside.transfer()))
     for _, line in serial.lines:
         if line.startswith("figure: "):
-            figures.append(line[len("figure: "):])
+            figures.append(line[len("figure: ") :])
     print("reboot_run: figures")
     for line in figures:
         print("  " + line)

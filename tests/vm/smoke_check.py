@@ -6,6 +6,7 @@ path carries traffic between two WireGuard peers, nftables works, and the projec
 imports at its collection path. Everything happens in network namespaces prefixed "kvs"
 that this script creates and removes. Prints "N passed, N failed" last; exits 1 on failure.
 """
+
 import importlib
 import os
 import pkgutil
@@ -22,8 +23,10 @@ def sh(*argv, ns=None, stdin=None):
         argv = ("ip", "netns", "exec", ns) + argv
     proc = subprocess.run(argv, input=stdin, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s" % (" ".join(argv), proc.returncode,
-                                                 (proc.stderr or proc.stdout).strip()))
+        raise RuntimeError(
+            "%s: exit %d: %s"
+            % (" ".join(argv), proc.returncode, (proc.stderr or proc.stdout).strip())
+        )
     return proc.stdout
 
 
@@ -31,6 +34,7 @@ def check(name):
     def register(fn):
         CHECKS.append((name, fn))
         return fn
+
     return register
 
 
@@ -52,9 +56,11 @@ def run_checks():
 def pyroute2_version():
     """Debian's 0.7.2 reports __version__ 'unknown'; its package metadata knows."""
     import pyroute2
+
     version = getattr(pyroute2, "__version__", "unknown")
     if version == "unknown":
         from importlib import metadata
+
         version = metadata.version("pyroute2")
     return version
 
@@ -99,15 +105,31 @@ def _():
         private = sh("wg", "genkey").strip()
         keys[ns] = (private, sh("wg", "pubkey", stdin=private + "\n").strip())
     sh("ip", "link", "add", "kvwg1", "type", "wireguard", ns=NS_B)
-    plan = [(NS_A, "kvwg0", "10.99.0.1/24", 51820, NS_B, "203.0.113.2:51821", "10.99.0.2/32"),
-            (NS_B, "kvwg1", "10.99.0.2/24", 51821, NS_A, "203.0.113.1:51820", "10.99.0.1/32")]
+    plan = [
+        (NS_A, "kvwg0", "10.99.0.1/24", 51820, NS_B, "203.0.113.2:51821", "10.99.0.2/32"),
+        (NS_B, "kvwg1", "10.99.0.2/24", 51821, NS_A, "203.0.113.1:51820", "10.99.0.1/32"),
+    ]
     for ns, dev, addr, port, peer, endpoint, allowed in plan:
         keyfile = "/run/kvs-%s.key" % ns
         fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(keys[ns][0] + "\n")
-        sh("wg", "set", dev, "listen-port", str(port), "private-key", keyfile,
-           "peer", keys[peer][1], "endpoint", endpoint, "allowed-ips", allowed, ns=ns)
+        sh(
+            "wg",
+            "set",
+            dev,
+            "listen-port",
+            str(port),
+            "private-key",
+            keyfile,
+            "peer",
+            keys[peer][1],
+            "endpoint",
+            endpoint,
+            "allowed-ips",
+            allowed,
+            ns=ns,
+        )
         os.unlink(keyfile)
         sh("ip", "addr", "add", addr, "dev", dev, ns=ns)
         sh("ip", "link", "set", dev, "up", ns=ns)
@@ -128,10 +150,17 @@ def _():
 
 @check("nftables: inet table with nat chain")
 def _():
-    sh("nft", "-f", "-", ns=NS_A, stdin=(
-        "table inet kvs_smoke {\n"
-        " chain post { type nat hook postrouting priority srcnat; oif \"kvsv0\" masquerade; }\n"
-        "}\n"))
+    sh(
+        "nft",
+        "-f",
+        "-",
+        ns=NS_A,
+        stdin=(
+            "table inet kvs_smoke {\n"
+            ' chain post { type nat hook postrouting priority srcnat; oif "kvsv0" masquerade; }\n'
+            "}\n"
+        ),
+    )
     out = sh("nft", "list", "table", "inet", "kvs_smoke", ns=NS_A)
     if "masquerade" not in out:
         raise RuntimeError("masquerade rule missing: %s" % out)
@@ -150,6 +179,7 @@ def _():
 def _():
     import pyroute2
     from pyroute2 import NetNS
+
     ns = NetNS(NS_A)
     try:
         idx = ns.link_lookup(ifname="kvwg0")
@@ -168,13 +198,16 @@ def _():
 @check("project host code imports at ansible_collections.kilo.mesh.plugins.module_utils")
 def _():
     package = importlib.import_module("ansible_collections.kilo.mesh.plugins.module_utils")
-    names = sorted(m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
-                   if not m.ispkg)
+    names = sorted(
+        m.name
+        for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+        if not m.ispkg
+    )
     if package.__name__ + ".host.wireguard" not in names:
         raise RuntimeError("module_utils has no host.wireguard module: %s" % names)
     for name in names:
         importlib.import_module(name)
-    return ", ".join(n[len(package.__name__) + 1:] for n in names)
+    return ", ".join(n[len(package.__name__) + 1 :] for n in names)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Helpers shared by the VM check scripts (copied into the VM beside them by run.sh)."""
+
 import ipaddress
 import json
 import subprocess
@@ -25,8 +26,9 @@ class Checker(object):
 
 def run(*args, **kw):
     kw.setdefault("check", True)
-    return subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, **kw)
+    return subprocess.run(
+        list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, **kw
+    )
 
 
 # --- what the host holds, read back (prefix: ("ip", "netns", "exec", NS) to read a namespace) ---
@@ -42,7 +44,9 @@ def _out(prefix, *args):
 def live_routes(prefix=()):
     """(dst, table) -> route dict of the IPv4 routes of protocol 107 (ours), every table."""
     out = {}
-    for r in json.loads(_out(prefix, "ip", "-j", "route", "show", "table", "all", "proto", "107") or "[]"):
+    for r in json.loads(
+        _out(prefix, "ip", "-j", "route", "show", "table", "all", "proto", "107") or "[]"
+    ):
         dst = str(ipaddress.ip_network(r["dst"]))
         out[(dst, str(r.get("table", "main")))] = r
     return out
@@ -71,8 +75,11 @@ def tunnel_addrs(dev, prefix=()):
     text = _out(prefix, "ip", "-j", "addr", "show", "dev", dev)
     if not text:
         return []
-    return [("%s/%s" % (a["local"], a["prefixlen"]), a.get("label"))
-            for a in json.loads(text)[0].get("addr_info", []) if a.get("family") == "inet"]
+    return [
+        ("%s/%s" % (a["local"], a["prefixlen"]), a.get("label"))
+        for a in json.loads(text)[0].get("addr_info", [])
+        if a.get("family") == "inet"
+    ]
 
 
 def nft_table(prefix=()):
@@ -82,14 +89,20 @@ def nft_table(prefix=()):
 
 def route_key(want):
     """The live_routes key of one plan route (after plan.flat_routes)."""
-    return str(ipaddress.ip_network(want["dst"])), "main" if want["table"] == 254 else str(want["table"])
+    return str(ipaddress.ip_network(want["dst"])), "main" if want["table"] == 254 else str(
+        want["table"]
+    )
 
 
 def route_matches(live, want, private_dev):
     """Whether a live route (live_routes) is the plan route ``want``; the plan's device
     "private" is the host's interface ``private_dev``."""
     dev = {"private": private_dev}.get(want["device"], want["device"])
-    return (live is not None and live.get("dev") == dev
-            and (live.get("gateway") or None) == (want.get("gateway") or None)
-            and (live.get("prefsrc") or None) == (want.get("source") or None)
-            and ("onlink" in (live.get("flags") or [])) == bool(want.get("onlink") and want.get("gateway")))
+    return (
+        live is not None
+        and live.get("dev") == dev
+        and (live.get("gateway") or None) == (want.get("gateway") or None)
+        and (live.get("prefsrc") or None) == (want.get("source") or None)
+        and ("onlink" in (live.get("flags") or []))
+        == bool(want.get("onlink") and want.get("gateway"))
+    )

@@ -48,7 +48,9 @@ class DirectPaths(object):
     Not thread-safe on its own: the agent holds its probe lock around each call."""
 
     def __init__(self, prober=None):
-        self.prober = prober or health.Prober(dead_after=DEAD_AFTER, hold_down=0, ident=2, first_answer=FIRST_ANSWER)
+        self.prober = prober or health.Prober(
+            dead_after=DEAD_AFTER, hold_down=0, ident=2, first_answer=FIRST_ANSWER
+        )
         self.direct = {}  # segment -> since (published)
         self.held = {}  # segment -> until (published)
         self.failures = {}  # segment -> failures in a row
@@ -61,7 +63,9 @@ class DirectPaths(object):
         """Take the engine's answer ``computed`` and our plan: probe entries, direct pairs (pinged),
         pairs back on the relay (their ``since`` goes: a new attempt starts over)."""
         segments = (computed or {}).get("segments") or []
-        mine = [s["key"] for s in segments if s.get("leader") == own and s.get("reachable") is False]
+        mine = [
+            s["key"] for s in segments if s.get("leader") == own and s.get("reachable") is False
+        ]
         states = {}
         if mine:
             for path in (computed or {}).get("paths") or []:
@@ -72,7 +76,11 @@ class DirectPaths(object):
             del self.direct[seg]
         targets = {}
         for seg, state in states.items():
-            if state == "direct" and by_key.get(seg, {}).get("wireguard_ip") and by_key[seg].get("reachable") is False:
+            if (
+                state == "direct"
+                and by_key.get(seg, {}).get("wireguard_ip")
+                and by_key[seg].get("reachable") is False
+            ):
                 targets[seg] = node_table.first_of(by_key[seg]["wireguard_ip"])
                 self.up_since.setdefault(seg, now)
             else:
@@ -82,10 +90,15 @@ class DirectPaths(object):
         for peer in (plan or {}).get("peers") or []:
             if peer.get("probe"):
                 old = self.probes.get(peer["public_key"])
-                probes[peer["public_key"]] = [peer["name"], peer.get("persistent_keepalive") or 0,
-                                              old[2] if old and old[0] == peer["name"] else now]
+                probes[peer["public_key"]] = [
+                    peer["name"],
+                    peer.get("persistent_keepalive") or 0,
+                    old[2] if old and old[0] == peer["name"] else now,
+                ]
         self.probes = probes
-        self.roaming = set(p["public_key"] for p in (plan or {}).get("peers") or [] if p.get("roaming"))
+        self.roaming = set(
+            p["public_key"] for p in (plan or {}).get("peers") or [] if p.get("roaming")
+        )
 
     def tick(self, now, current, answered):
         """One round: ``current`` our interface's reading (``WireGuardBackend.current``),
@@ -116,15 +129,20 @@ class DirectPaths(object):
             self.failures[seg] = self.failures.get(seg, 0) + 1
             self.held[seg] = int(math.ceil(now + hold_for(self.failures[seg])))
             self.direct.pop(seg, None)
-            self.prober.set_targets(dict((k, v) for k, v in self.prober.targets.items() if k != seg), now)
+            self.prober.set_targets(
+                dict((k, v) for k, v in self.prober.targets.items() if k != seg), now
+            )
             self.prober.last_dead.pop(seg, None)
             changed = True
         for seg in [s for s, until in self.held.items() if until <= now]:
             del self.held[seg]
             changed = True
         # the relays' side: a roaming peer's learned endpoint moved (a NAT's new mapping)
-        learned = dict((k, p.get("endpoint")) for k, p in peers.items()
-                       if k in self.roaming and p.get("endpoint") and p.get("latest_handshake"))
+        learned = dict(
+            (k, p.get("endpoint"))
+            for k, p in peers.items()
+            if k in self.roaming and p.get("endpoint") and p.get("latest_handshake")
+        )
         if self.learned is not None and learned != self.learned:
             changed = True
         self.learned = learned

@@ -73,7 +73,10 @@ def deposed(leaders, reports):
     """The leaders to depose. ``leaders``: names of the leaders of the mesh computed with every
     node healthy (the judges); ``reports``: {node name: set of names it publishes as dead}."""
     judges = set(leaders)
-    named = dict((leader, set(j for j in judges - {leader} if leader in reports.get(j, ()))) for leader in judges)
+    named = dict(
+        (leader, set(j for j in judges - {leader} if leader in reports.get(j, ())))
+        for leader in judges
+    )
     out = set(leader for leader, by in named.items() if len(by) >= 2 and by == judges - {leader})
     if out and out == judges:
         return set()
@@ -164,8 +167,11 @@ class Prober(object):
             self.last_ok[name] = max(when, self.last_ok.get(name, 0))
         for name in self.targets:
             ok = self.last_ok.get(name)
-            if (now - self.since[name] > self.first_answer) if ok is None else (now - max(ok, self.since[name])
-                                                                                > self.dead_after):
+            if (
+                (now - self.since[name] > self.first_answer)
+                if ok is None
+                else (now - max(ok, self.since[name]) > self.dead_after)
+            ):
                 self.last_dead[name] = now
 
     def dead(self, now):
@@ -175,7 +181,9 @@ class Prober(object):
 
     def down(self, now):
         """{name: until}: those ``dead`` names, each until ``hold_down`` after it was last seen dead."""
-        return dict((name, int(math.ceil(self.last_dead[name] + self.hold_down))) for name in self.dead(now))
+        return dict(
+            (name, int(math.ceil(self.last_dead[name] + self.hold_down))) for name in self.dead(now)
+        )
 
     def probe(self):
         """One round of ICMP echoes to every target; returns the names that answered."""
@@ -206,10 +214,15 @@ class Prober(object):
                     break
                 data, source = sock.recvfrom(2048)
                 if version == 4:
-                    data = data[(data[0] & 0x0F) * 4:]  # raw IPv4 sockets hand over the IP header
+                    data = data[(data[0] & 0x0F) * 4 :]  # raw IPv4 sockets hand over the IP header
                 if len(data) >= 8:
                     kind, _code, _sum, ident, seq = struct.unpack("!BBHHH", data[:8])
-                    if kind == reply and ident == self._ident and seq == self._seq and source[0] in names:
+                    if (
+                        kind == reply
+                        and ident == self._ident
+                        and seq == self._seq
+                        and source[0] in names
+                    ):
                         answered.add(names[source[0]])
         finally:
             sock.close()
@@ -239,8 +252,13 @@ class HandshakeWatch(Prober):
 def _handshake_times(interface):
     """{public key: epoch of the latest handshake} of our WireGuard interface."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host import report
+
     current = report.wireguard_reading(interface)[0]
-    return dict((p["public_key"], p["latest_handshake"]) for p in current.get("peers", []) if p.get("latest_handshake"))
+    return dict(
+        (p["public_key"], p["latest_handshake"])
+        for p in current.get("peers", [])
+        if p.get("latest_handshake")
+    )
 
 
 def _echo(kind, ident, seq):
@@ -249,7 +267,7 @@ def _echo(kind, ident, seq):
     if kind == 128:
         return header + payload  # the kernel fills in the ICMPv6 checksum
     data = header + payload
-    total = sum(struct.unpack("!%dH" % (len(data) // 2), data[:len(data) // 2 * 2]))
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data[: len(data) // 2 * 2]))
     if len(data) % 2:
         total += data[-1] << 8
     total = (total >> 16) + (total & 0xFFFF)

@@ -95,8 +95,18 @@ class Informer(object):
     ``synced`` is set once the first list has arrived; ``error`` holds the last failure, if any.
     """
 
-    def __init__(self, kind, call, on_change=None, log=None, timeout=WATCH_TIMEOUT, backoff_max=BACKOFF_MAX,
-                 page=500, on_error=None, relevant=None):
+    def __init__(
+        self,
+        kind,
+        call,
+        on_change=None,
+        log=None,
+        timeout=WATCH_TIMEOUT,
+        backoff_max=BACKOFF_MAX,
+        page=500,
+        on_error=None,
+        relevant=None,
+    ):
         self.kind = kind
         self.call = call
         self.on_change = on_change or (lambda kind: None)
@@ -159,12 +169,17 @@ class Informer(object):
                 self._reopening = False
                 backoff = 1.0
             except Gone:
-                self.log("%s: watch from version %s is gone (410): listing again" % (self.kind, self.version))
+                self.log(
+                    "%s: watch from version %s is gone (410): listing again"
+                    % (self.kind, self.version)
+                )
                 self.version = None
             except NotInstalled:
                 if self.installed:
-                    self.log("%s: not served by the API server (404): treated as none; checking again every %ds"
-                             % (self.kind, int(self.backoff_max)))
+                    self.log(
+                        "%s: not served by the API server (404): treated as none; checking again every %ds"
+                        % (self.kind, int(self.backoff_max))
+                    )
                 self.installed = False
                 self._replace({})
                 self.synced.set()
@@ -236,8 +251,13 @@ class Informer(object):
         # A read timeout past the server's own end of the watch: a connection that died without a
         # word (a partition, a lost FIN) would otherwise block this read for ever, the copy frozen
         # and `connected` still True (every other node then looks dead to liveness).
-        response = self._request(watch=True, resource_version=self.version, timeout_seconds=self.timeout,
-                                 allow_watch_bookmarks=True, _request_timeout=(CONNECT_TIMEOUT, self.timeout + 30))
+        response = self._request(
+            watch=True,
+            resource_version=self.version,
+            timeout_seconds=self.timeout,
+            allow_watch_bookmarks=True,
+            _request_timeout=(CONNECT_TIMEOUT, self.timeout + 30),
+        )
         self._response = response
         self._reached()
         self.watches += 1
@@ -270,7 +290,12 @@ class Informer(object):
                     self._echoed()
                 if changed:
                     self.error = None
-                    if kind == "DELETED" or old is None or self.relevant is None or self.relevant(old, obj):
+                    if (
+                        kind == "DELETED"
+                        or old is None
+                        or self.relevant is None
+                        or self.relevant(old, obj)
+                    ):
                         self.on_change(self.kind)
         finally:
             self._response = None
@@ -313,7 +338,9 @@ class Informer(object):
         with self._lock:
             self._echo = None
         if self.connected:
-            self.lost_at = max(t for t in (self.proven_at, self.connected_since, self.lost_at) if t is not None)
+            self.lost_at = max(
+                t for t in (self.proven_at, self.connected_since, self.lost_at) if t is not None
+            )
         self.connected = False
         self.error = reason
         self.reopened += 1
@@ -344,10 +371,14 @@ def _without(obj, annotations):
     meta = dict(obj.get("metadata") or {})
     meta.pop("resourceVersion", None)
     meta.pop("managedFields", None)
-    meta["annotations"] = dict((k, v) for k, v in (meta.get("annotations") or {}).items() if k not in annotations)
+    meta["annotations"] = dict(
+        (k, v) for k, v in (meta.get("annotations") or {}).items() if k not in annotations
+    )
     status = dict(obj.get("status") or {})
-    status["conditions"] = [dict(c, lastHeartbeatTime=None) if isinstance(c, dict) else c
-                            for c in status.get("conditions") or []]
+    status["conditions"] = [
+        dict(c, lastHeartbeatTime=None) if isinstance(c, dict) else c
+        for c in status.get("conditions") or []
+    ]
     return dict(obj, metadata=meta, status=status)
 
 

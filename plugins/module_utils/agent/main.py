@@ -75,6 +75,7 @@ def load_config(path):
     config.setdefault("kubernetes", {})
     # every option the config leaves out takes the table's default, as in a push run
     from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+
     for part, scope in (("options", "mesh"), ("settings", "host"), ("key", "key")):
         filled = defaults(scope)
         filled.update((k, v) for k, v in (config.get(part) or {}).items() if v is not None)
@@ -104,20 +105,38 @@ class Agent(object):
         self.stop_event = threading.Event()
         core, custom = k8s.CoreV1Api(client), k8s.CustomObjectsApi(client)
         self.informers = [
-            Informer("nodes", core.list_node, self.changed, log, on_error=self.api_error, relevant=self.node_changed),
-            Informer("peers", functools.partial(custom.list_cluster_custom_object, "kilo.squat.ai", "v1alpha1", "peers"),
-                     self.changed, log, on_error=self.api_error),
+            Informer(
+                "nodes",
+                core.list_node,
+                self.changed,
+                log,
+                on_error=self.api_error,
+                relevant=self.node_changed,
+            ),
+            Informer(
+                "peers",
+                functools.partial(
+                    custom.list_cluster_custom_object, "kilo.squat.ai", "v1alpha1", "peers"
+                ),
+                self.changed,
+                log,
+                on_error=self.api_error,
+            ),
         ]
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+
         # beyond Kilo: the objects of the mesh's IPAM source, watched as Nodes are, so a
         # block that moves reaches the plan on the next event
         self.ipam = {}
         source = config.get("pod_cidr_source")
         if source in kube_node.IPAM_KINDS:
-            self.ipam[source] = Informer(kube_node.IPAM_KINDS[source][2],
-                                         functools.partial(custom.list_cluster_custom_object,
-                                                           *kube_node.IPAM_KINDS[source]),
-                                         self.changed, log, on_error=self.api_error)
+            self.ipam[source] = Informer(
+                kube_node.IPAM_KINDS[source][2],
+                functools.partial(custom.list_cluster_custom_object, *kube_node.IPAM_KINDS[source]),
+                self.changed,
+                log,
+                on_error=self.api_error,
+            )
             self.informers.append(self.ipam[source])
         self.applied = None  # digest of the plan last converged
         self.next_checkin = 0.0  # when last-seen is written again (Kilo's agent: every 30 s)
@@ -132,7 +151,9 @@ class Agent(object):
         self._probe_lock = threading.Lock()
         self._probe_field = "wireguard_ip"
         self._deposed = set()  # the leaders deposed in the last reconcile (our own mark follows)
-        self._rotated = False  # our interface runs another key than our key file: announce, then switch
+        self._rotated = (
+            False  # our interface runs another key than our key file: announce, then switch
+        )
         # beyond Kilo, relays (engine/relays.py): when this node started relaying (its agent's
         # start, again at each reconnect of its watch), and the watch's start it counts from
         self.relay_since = None
@@ -142,19 +163,29 @@ class Agent(object):
         self.next_change = None  # when the engine's timed decisions flip next (a reconcile then)
         # relay failover: a leader behind NAT probes its relays every second (agent/health.py)
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health as _health
-        self.relay_prober = _health.Prober(dead_after=_health.RELAY_DEAD_AFTER, hold_down=_health.RELAY_DOWN, ident=1,
-                                           first_answer=_health.RELAY_FIRST_ANSWER)
+
+        self.relay_prober = _health.Prober(
+            dead_after=_health.RELAY_DEAD_AFTER,
+            hold_down=_health.RELAY_DOWN,
+            ident=1,
+            first_answer=_health.RELAY_FIRST_ANSWER,
+        )
         # direct paths between leaders behind NAT (agent/direct.py): probes' handshakes, fallback
         # pings, the learned endpoints of roaming peers (a relay's mappings)
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.direct import DirectPaths
+
         self.direct = DirectPaths()
         if config.get("leader_health"):
             from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
+
             self.settle = health.Settle()
             if config.get("leader_handshake_timeout"):
                 # handshake ages alone: no probe leaves the host
-                self.prober = health.HandshakeWatch(config["key"]["interface"], config["leader_handshake_timeout"],
-                                                    hold_down=self.name_hold(config))
+                self.prober = health.HandshakeWatch(
+                    config["key"]["interface"],
+                    config["leader_handshake_timeout"],
+                    hold_down=self.name_hold(config),
+                )
                 self._probe_field = "public_key"
             else:
                 self.prober = health.Prober(hold_down=self.name_hold(config))
@@ -165,6 +196,7 @@ class Agent(object):
         mark lands, and at least as long as a node dark to the API still counts as live (it
         cannot write its mark; without the names it would be elected again and again)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
+
         return max(health.NAME_HOLD, float(config.get("liveness") or 0))
 
     # -- events ----------------------------------------------------------------------------------
@@ -175,8 +207,11 @@ class Agent(object):
         """Whether a changed Node needs a reconcile: not when a node in the mesh only checked in
         (last-seen; next_expiry wakes us before it goes stale). Among 1,000 Nodes that is ~33
         events a second, each a full reconcile before (bench/bench_agent.py)."""
-        from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import only_checked_in
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import (
+            only_checked_in,
+        )
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+
         name = (new.get("metadata") or {}).get("name")
         return name in self.skipped or not only_checked_in(old, new, (kube_node.LAST_SEEN,))
 
@@ -192,7 +227,10 @@ class Agent(object):
         """The host as the last converge left it (``host/boot.py``), before the API server is asked
         anything: after a reboot the node is back in the mesh while the API server is away."""
         from ansible_collections.kilo.mesh.plugins.module_utils.host import boot
-        if not (self.config.get("settings") or {}).get("boot_restore", True) or not os.path.exists(boot.PLAN_PATH):
+
+        if not (self.config.get("settings") or {}).get("boot_restore", True) or not os.path.exists(
+            boot.PLAN_PATH
+        ):
             return False
         try:
             result = boot.restore(boot.PLAN_PATH)
@@ -202,12 +240,18 @@ class Agent(object):
             return False
         changes = result.get("changes") or {}
         self._in_place = not changes
-        log("restored the last plan (%s)" % ("; ".join("%s: %d" % (k, len(v)) for k, v in sorted(changes.items()))
-                                             or "already in place"))
+        log(
+            "restored the last plan (%s)"
+            % (
+                "; ".join("%s: %d" % (k, len(v)) for k, v in sorted(changes.items()))
+                or "already in place"
+            )
+        )
         return True
 
     def run(self):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
+
         self.restore()
         for informer in self.informers:
             informer.start()
@@ -215,9 +259,16 @@ class Agent(object):
             thread = threading.Thread(target=self.probe_loop, name="probe")
             thread.daemon = True
             thread.start()
-        from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import RELAY_PROBE_INTERVAL
-        thread = threading.Thread(target=functools.partial(self.probe_loop, "relay_prober", RELAY_PROBE_INTERVAL,
-                                                           "relays"), name="relay-probe")
+        from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import (
+            RELAY_PROBE_INTERVAL,
+        )
+
+        thread = threading.Thread(
+            target=functools.partial(
+                self.probe_loop, "relay_prober", RELAY_PROBE_INTERVAL, "relays"
+            ),
+            name="relay-probe",
+        )
         thread.daemon = True
         thread.start()
         thread = threading.Thread(target=self.direct_loop, name="direct")
@@ -228,7 +279,10 @@ class Agent(object):
         # the first lists, in short waits so that a stop request is seen at once
         while not self.stop_event.is_set() and not wait_synced(self.informers, 0.5):
             if deadline and self.clock() > deadline:
-                log("the API server did not answer within %ds; keeping the host as it is until it does" % period)
+                log(
+                    "the API server did not answer within %ds; keeping the host as it is until it does"
+                    % period
+                )
                 deadline = None
         next_resync = self.clock()
         # After a pass that failed or could not run, a deadline already past (a check-in that
@@ -260,7 +314,10 @@ class Agent(object):
             if not self.informers[0].connected:
                 # The API server is away: keep the host as the last reconcile left it (no node
                 # can be judged, and nothing new can be learned) until the watch is back.
-                self.metrics.health = (False, "API server unreachable: %s" % self.informers[0].error)
+                self.metrics.health = (
+                    False,
+                    "API server unreachable: %s" % self.informers[0].error,
+                )
                 floor = RETRY
                 continue
             floor = 0.0 if self.reconcile(force=resync) else RETRY
@@ -272,7 +329,10 @@ class Agent(object):
         watching = self.informers[0]
         sent = watching.echo_due()
         if sent is not None and now - sent > ECHO_TIMEOUT:
-            watching.reopen("our check-in of %.0f s ago never came back on the watch (silently dead)" % (now - sent))
+            watching.reopen(
+                "our check-in of %.0f s ago never came back on the watch (silently dead)"
+                % (now - sent)
+            )
 
     def reconcile(self, force=False):
         """One pass: compute this node's plan, converge when it differs (or on resync), write
@@ -293,7 +353,9 @@ class Agent(object):
             if self._rotated:
                 # ours: announced first, switched at the moment, then Kilo's key annotation (write_back)
                 switch_at = self.clock() + rotation.LEAD
-                self.check_in({rotation.NEXT_KEY: rotation.announcement(facts["public_key"], switch_at)})
+                self.check_in(
+                    {rotation.NEXT_KEY: rotation.announcement(facts["public_key"], switch_at)}
+                )
             peer_objects = self.informers[1].snapshot()
             options = self.config["options"]
             watching = self.informers[0]
@@ -302,19 +364,31 @@ class Agent(object):
             ipam, ipam_errors = {}, {}
             for source, informer in self.ipam.items():
                 if informer.installed:
-                    ipam[source] = kube_node.IPAM_READERS[source](informer.snapshot().values(), ipam_errors)
+                    ipam[source] = kube_node.IPAM_READERS[source](
+                        informer.snapshot().values(), ipam_errors
+                    )
             from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families
+
             if watching.connected_since != self._relay_watch:
                 # a relay counts from its agent's start, and again from a reconnect of its watch
                 # (kube_node.RELAY): both ends of a pair then take it back from the same instant
                 self.relay_since = self.relay_start(node_objects.get(self.name), now)
                 self._relay_watch = watching.connected_since
-            nodes, skipped = mesh.mesh_nodes(node_objects, self.name, facts, options["port"],
-                                             self.config["topology_label"], now, self.config["liveness"],
-                                             watching.connected_since if watching.connected else None,
-                                             watching.lost_at, ipam=ipam, pod_source=self.config.get("pod_cidr_source"),
-                                             dual=bool(mesh_families(options.get("subnet"))),
-                                             own_marks=self.relay_marks(now))
+            nodes, skipped = mesh.mesh_nodes(
+                node_objects,
+                self.name,
+                facts,
+                options["port"],
+                self.config["topology_label"],
+                now,
+                self.config["liveness"],
+                watching.connected_since if watching.connected else None,
+                watching.lost_at,
+                ipam=ipam,
+                pod_source=self.config.get("pod_cidr_source"),
+                dual=bool(mesh_families(options.get("subnet"))),
+                own_marks=self.relay_marks(now),
+            )
             peers, peer_errors = kube_node.peers_of(peer_objects.values())
             skipped.update(("peer " + name, str(e)) for name, e in peer_errors)
             for name, reason in ipam_errors.items():
@@ -322,13 +396,23 @@ class Agent(object):
                 # (an object naming no node is only reported)
                 skipped[name] = "its pod ranges: %s" % reason
             nodes = [n for n in nodes if n["name"] not in ipam_errors]
-            self.next_expiry = (self.expiry(node_objects, now, watching.connected_since, watching.lost_at)
-                                if watching.connected else None)
-            reports = mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None
+            self.next_expiry = (
+                self.expiry(node_objects, now, watching.connected_since, watching.lost_at)
+                if watching.connected
+                else None
+            )
+            reports = (
+                mesh.reports_of(node_objects, [n["name"] for n in nodes]) if self.prober else None
+            )
             settle = functools.partial(self.settle, now=now) if self.prober else None
-            held = health.held(mesh.marks_of(node_objects, [n["name"] for n in nodes]), now) if self.prober else ()
-            plan, preshared, computed, deposed = mesh.own_plan(nodes, peers, self.name, options, reports, skipped,
-                                                               settle, held, now=now)
+            held = (
+                health.held(mesh.marks_of(node_objects, [n["name"] for n in nodes]), now)
+                if self.prober
+                else ()
+            )
+            plan, preshared, computed, deposed = mesh.own_plan(
+                nodes, peers, self.name, options, reports, skipped, settle, held, now=now
+            )
             # a relay counted, a pair going direct, a down relay back: the engine says when
             self.next_change = (computed or {}).get("next_change")
             with self._probe_lock:
@@ -339,21 +423,30 @@ class Agent(object):
             nodes = [n for n in nodes if n["name"] not in skipped]
             peers = [p for p in peers if "peer " + str(p.get("name")) not in skipped]
             if self.prober:
-                self.note("leaders deposed (every other leader sees them dead): %s"
-                          % (", ".join(sorted(deposed)) or "none"))
+                self.note(
+                    "leaders deposed (every other leader sees them dead): %s"
+                    % (", ".join(sorted(deposed)) or "none")
+                )
                 self.prober_targets(mesh.probe_targets(computed, self.name, self._probe_field))
             if plan is None:
-                self.metrics.health = (False, "node %s is not in the mesh: %s" % (
-                    self.name, skipped.get(self.name, "no Node of that name")))
+                self.metrics.health = (
+                    False,
+                    "node %s is not in the mesh: %s"
+                    % (self.name, skipped.get(self.name, "no Node of that name")),
+                )
                 self.note(self.metrics.health[1])
                 return False
             self.keep_plan(plan)
-            self._peer_names = dict((p["public_key"], p.get("name") or "") for p in plan.get("peers", []))
+            self._peer_names = dict(
+                (p["public_key"], p.get("name") or "") for p in plan.get("peers", [])
+            )
             # the own key is in the digest: a key the agent just rotated is converged in this pass,
             # before write_back tells the other nodes (they must switch after this host does)
             digest = _digest(plan, preshared, self.config["settings"], facts.get("public_key"))
             if force or digest != self.applied:
-                result = converge(plan, self.config["settings"], preshared_keys=preshared, switch_at=switch_at)
+                result = converge(
+                    plan, self.config["settings"], preshared_keys=preshared, switch_at=switch_at
+                )
                 if result["changed"]:
                     log("converged: %s" % json.dumps(result["changes"], sort_keys=True))
                 self.applied = digest
@@ -380,9 +473,12 @@ class Agent(object):
         already carries: that relay never stopped, and a new start would move its pairs to another
         relay for the 5 s it takes to count again, and back."""
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+
         if self._relay_watch is None and self._in_place:
             try:
-                return int(((node or {}).get("metadata") or {}).get("annotations", {})[kube_node.RELAY])
+                return int(
+                    ((node or {}).get("metadata") or {}).get("annotations", {})[kube_node.RELAY]
+                )
             except (KeyError, TypeError, ValueError):
                 pass
         return int(now)
@@ -400,8 +496,10 @@ class Agent(object):
         # a dark relay is seen dead again every round: its ``until`` moves on only in steps of
         # DOWN_STEP, or every agent would reconcile each second for our Node's new annotation
         published = self._down
-        self._down = dict((name, published[name] if until - published.get(name, 0) < DOWN_STEP else until)
-                          for name, until in down.items())
+        self._down = dict(
+            (name, published[name] if until - published.get(name, 0) < DOWN_STEP else until)
+            for name, until in down.items()
+        )
         with self._probe_lock:
             direct, held = self.direct.state()
         return {"down": dict(self._down), "direct": direct, "held": held}
@@ -415,6 +513,7 @@ class Agent(object):
         RELAY_PROBE_INTERVAL with ``relay_prober``: a leader behind NAT its relays); a change of
         who is dead wakes the loop (to publish it, and to leave a dead relay)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import PROBE_INTERVAL
+
         seen = set()
         while not self.stop_event.wait(interval or PROBE_INTERVAL):
             try:
@@ -429,7 +528,10 @@ class Agent(object):
                 self.note("probe of %s failed: %s: %s" % (what, type(e).__name__, e))
                 continue
             if dead != seen:
-                log("%s seen dead through the tunnels: %s" % (what, ", ".join(sorted(dead)) or "none"))
+                log(
+                    "%s seen dead through the tunnels: %s"
+                    % (what, ", ".join(sorted(dead)) or "none")
+                )
                 seen = dead
                 self.wakeup.set()
 
@@ -438,9 +540,14 @@ class Agent(object):
         handshakes, learned endpoints), re-arm quiet probes; a change wakes the reconcile."""
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import direct
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+            WireGuardBackend,
+        )
+
         # only the interface, as kilo.mesh.key reads it (agents made by unit tests have no key part)
-        backend = WireGuardBackend(host_settings({"interface": (self.config.get("key") or {}).get("interface")}))
+        backend = WireGuardBackend(
+            host_settings({"interface": (self.config.get("key") or {}).get("interface")})
+        )
         while not self.stop_event.wait(direct.INTERVAL):
             try:
                 with self._probe_lock:
@@ -459,12 +566,15 @@ class Agent(object):
                 self.note("direct paths: %s: %s" % (type(e).__name__, e))
                 continue
             if changed:
-                log("direct paths: direct %s, held %s" % (json.dumps(state[0], sort_keys=True),
-                                                          json.dumps(state[1], sort_keys=True)))
+                log(
+                    "direct paths: direct %s, held %s"
+                    % (json.dumps(state[0], sort_keys=True), json.dumps(state[1], sort_keys=True))
+                )
                 self.wakeup.set()
 
     def keep_plan(self, plan):
         from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
+
         text = json.dumps(plan, sort_keys=True, indent=1) + "\n"
         if self.config.get("plan_file") and text != self._kept:
             write_atomic(self.config["plan_file"], text, 0o600, make_dirs=0o755)
@@ -475,32 +585,53 @@ class Agent(object):
         per-peer metrics)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.host import report
         from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key
+
         key_options = self.config["key"]
         # kilo_key_max_age: the agent rotates its own key; reconcile announces it (agent/rotation.py),
         # converges the interface to it at the announced moment, then writes the Node's key annotation
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.rotation import spread
+
         max_age = 0 if hold_rotation else spread(key_options.get("key_max_age") or 0, self.name)
         key = ensure_key(key_options["key_path"], max_age=max_age)
         if key.get("rotated"):
-            log("rotated the WireGuard key (older than kilo_key_max_age): new public key %s" % key["public_key"])
+            log(
+                "rotated the WireGuard key (older than kilo_key_max_age): new public key %s"
+                % key["public_key"]
+            )
         ips, mtu, _host = report.addresses(key_options)
         try:
             current, discovered, _handshakes = report.wireguard_reading(key_options["interface"])
         except Exception as e:  # pylint: disable=broad-exception-caught
             # no interface yet (the first converge makes it), or a broken one: the plan decides
             current, discovered = None, {}
-            self.note("WireGuard reading of %s: %s: %s" % (key_options["interface"], type(e).__name__, e))
+            self.note(
+                "WireGuard reading of %s: %s: %s" % (key_options["interface"], type(e).__name__, e)
+            )
         # the interface runs another key than the file: rotated now, or by a pass or a push run cut
         # short; announced before the switch either way
         self._rotated = report.switching_from(current, key["public_key"]) is not None
         self.metrics.wireguard.peers = [
-            (self._peer_names.get(p["public_key"], ""), p["public_key"], p.get("latest_handshake") or 0,
-             p.get("rx_bytes") or 0,
-             p.get("tx_bytes") or 0) for p in (current or {}).get("peers", [])]
+            (
+                self._peer_names.get(p["public_key"], ""),
+                p["public_key"],
+                p.get("latest_handshake") or 0,
+                p.get("rx_bytes") or 0,
+                p.get("tx_bytes") or 0,
+            )
+            for p in (current or {}).get("peers", [])
+        ]
         # the public part of what kilo.mesh.key would report, in the same shape the push run uses
         from ansible_collections.kilo.mesh.plugins.module_utils.nodes import facts_from_result
-        return facts_from_result(dict(public_key=key["public_key"], internal_ip=ips["internal_ip"],
-                                      external_ip=ips["external_ip"], discovered_endpoints=discovered, mtu=mtu))
+
+        return facts_from_result(
+            dict(
+                public_key=key["public_key"],
+                internal_ip=ips["internal_ip"],
+                external_ip=ips["external_ip"],
+                discovered_endpoints=discovered,
+                mtu=mtu,
+            )
+        )
 
     def expiry(self, node_objects, now, watching_since, lost_at=None):
         """When the next live node's last-seen goes stale (a reconcile then drops it)."""
@@ -509,6 +640,7 @@ class Agent(object):
             return None
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.mesh import stale_at
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+
         times = []
         for name, obj in node_objects.items():
             if name == self.name:
@@ -532,7 +664,10 @@ class Agent(object):
         """Log each object left out once per reason, not at every pass."""
         for name, reason in sorted(skipped.items()):
             if self.skipped.get(name) != reason:
-                log("left out %s: %s" % (name if name.startswith("peer ") else "node " + name, reason))
+                log(
+                    "left out %s: %s"
+                    % (name if name.startswith("peer ") else "node " + name, reason)
+                )
         for name in sorted(set(self.skipped) - set(skipped)):
             log("%s is back in the mesh" % (name if name.startswith("peer ") else "node " + name))
         self.skipped = dict(skipped)
@@ -541,26 +676,42 @@ class Agent(object):
         """Our Node's agent annotations; patched when they differ, and last-seen every check-in."""
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import rotation
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
+
         own = [n for n in nodes if n["name"] == self.name][0]
         node = self.informers[0].snapshot().get(self.name) or {}
-        have = (node.get("metadata", {}).get("annotations") or {})
-        wanted = kube_node.node_annotations(own, plan, self.config["options"]["granularity"], int(now), have)
+        have = node.get("metadata", {}).get("annotations") or {}
+        wanted = kube_node.node_annotations(
+            own, plan, self.config["options"]["granularity"], int(now), have
+        )
         if self.prober:
-            from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import UNREACHABLE, format_names
+            from ansible_collections.kilo.mesh.plugins.module_utils.agent.health import (
+                UNREACHABLE,
+                format_names,
+            )
+
             with self._probe_lock:
                 wanted[UNREACHABLE] = format_names(self.prober.dead(now)) or None
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
+
         if self.prober:
-            wanted[health.DEPOSED] = health.mark(self.name, self._deposed, have.get(health.DEPOSED), now)
+            wanted[health.DEPOSED] = health.mark(
+                self.name, self._deposed, have.get(health.DEPOSED), now
+            )
         else:
             # leader health off: what an earlier configuration published goes (a None only
             # patches when the annotation is there)
             wanted[health.UNREACHABLE] = wanted[health.DEPOSED] = None
-        wanted[rotation.NEXT_KEY] = None  # a rotation this node announced is done: its key is written
+        wanted[rotation.NEXT_KEY] = (
+            None  # a rotation this node announced is done: its key is written
+        )
         # relays: a node behind NAT publishes its path state, any other may relay (engine/relays.py)
         behind = bool(own.get("behind_nat"))
-        wanted[kube_node.PATH_STATE] = kube_node.path_state_text(self.path_state(now)) if behind else None
-        wanted[kube_node.RELAY] = None if behind or self.relay_since is None else str(self.relay_since)
+        wanted[kube_node.PATH_STATE] = (
+            kube_node.path_state_text(self.path_state(now)) if behind else None
+        )
+        wanted[kube_node.RELAY] = (
+            None if behind or self.relay_since is None else str(self.relay_since)
+        )
         changes, refreshed = kube_node.annotation_changes(wanted, have)
         # as Kilo's agent: written at once when anything but last-seen differs (newly learned
         # endpoints too, which are no change of the node), last-seen at every check-in
@@ -575,26 +726,35 @@ class Agent(object):
         """Patch our Node's annotations; the watch of Nodes must then echo the new version
         within ECHO_TIMEOUT (``check_echo``)."""
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
+
         sent = self.clock()
-        after = kube_client.merge_patch_node(self.client, self.name, {"metadata": {"annotations": annotations}})
+        after = kube_client.merge_patch_node(
+            self.client, self.name, {"metadata": {"annotations": annotations}}
+        )
         version = ((after or {}).get("metadata") or {}).get("resourceVersion")
         if version:
             self.informers[0].expect_echo(self.name, version, sent)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="kilo-mesh-agent", description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser = argparse.ArgumentParser(
+        prog="kilo-mesh-agent", description=__doc__.split("\n\n", maxsplit=1)[0]
+    )
     parser.add_argument("--config", default="/etc/kilo-mesh/agent.json")
-    parser.add_argument("--once", action="store_true", help="one reconcile, then exit (for tests and debugging)")
+    parser.add_argument(
+        "--once", action="store_true", help="one reconcile, then exit (for tests and debugging)"
+    )
     args = parser.parse_args(argv)
     # before anything imports the client: only the classes the agent uses get imported (Debian's
     # client imports every API and model class: a third of the agent's memory)
     from ansible_collections.kilo.mesh.plugins.module_utils.kube import lazy_client
+
     lazy_client.install()
     try:
         config = load_config(args.config)
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.metrics import Metrics, serve
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
+
         client = kube_client.api_client(config["kubernetes"])
         metrics = Metrics()
         agent = Agent(config, client, metrics)
@@ -603,9 +763,12 @@ def main(argv=None):
         return 2
     if args.once:
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
+
         for informer in agent.informers:
             informer.start()
-        ok = wait_synced(agent.informers, float(config["resync_period"])) and agent.reconcile(force=True)
+        ok = wait_synced(agent.informers, float(config["resync_period"])) and agent.reconcile(
+            force=True
+        )
         for informer in agent.informers:
             informer.stop()
         return 0 if ok else 1

@@ -20,7 +20,10 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 from ansible_collections.kilo.mesh.plugins.module_utils import nodes as node_table
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming, split_preshared_keys
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
+    mark_roaming,
+    split_preshared_keys,
+)
 
 
 def live(facts, now, window, watching_since=None, lost_at=None):
@@ -47,8 +50,21 @@ def stale_at(seen, window, watching_since, lost_at):
     return (max(seen, watching_since) if graced else seen) + window
 
 
-def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window=0, watching_since=None,
-               lost_at=None, ipam=None, pod_source=None, dual=False, own_marks=None):
+def mesh_nodes(
+    node_objects,
+    own,
+    own_facts,
+    port,
+    topology_label,
+    now=0,
+    window=0,
+    watching_since=None,
+    lost_at=None,
+    ipam=None,
+    pod_source=None,
+    dual=False,
+    own_marks=None,
+):
     """(nodes, skipped) of the Node objects: engine nodes, and {name: reason} of those left out.
     ``ipam`` and ``pod_source``: the pod ranges of the IPAM objects watched ({source: {node: [CIDR]}},
     ``kube_node.host_vars``) and the mesh's source of pod ranges (``pod_cidr_source``); ``dual``:
@@ -69,12 +85,19 @@ def mesh_nodes(node_objects, own, own_facts, port, topology_label, now=0, window
                 if facts is None:
                     skipped[name] = "no key or endpoint written on the Node yet"
                     continue
-                if not live(hvars.get("kilo_kubernetes_node"), now, window, watching_since, lost_at):
+                if not live(
+                    hvars.get("kilo_kubernetes_node"), now, window, watching_since, lost_at
+                ):
                     skipped[name] = "last-seen older than %ds" % window
                     continue
-            node = node_table.node_from_host(name, hvars, facts, "", port, pod_source=pod_source, dual=dual)
-            node.update(own_marks if name == own and own_marks is not None
-                        else kube_node.relay_marks(hvars["kilo_kubernetes_node"]))
+            node = node_table.node_from_host(
+                name, hvars, facts, "", port, pod_source=pod_source, dual=dual
+            )
+            node.update(
+                own_marks
+                if name == own and own_marks is not None
+                else kube_node.relay_marks(hvars["kilo_kubernetes_node"])
+            )
             nodes.append(node)
         except KiloError as e:
             skipped[name] = str(e)
@@ -94,7 +117,9 @@ def without_conflicts(nodes, peers, own, options, skipped=None, now=None):
             if kind == "node" and name == own and e.field == "public_key":
                 # another node or peer took our key: it is the one left out
                 key = dict((n["name"], n.get("public_key")) for n in nodes).get(own)
-                drop_nodes = set(n["name"] for n in nodes if n["name"] != own and n.get("public_key") == key)
+                drop_nodes = set(
+                    n["name"] for n in nodes if n["name"] != own and n.get("public_key") == key
+                )
                 drop_peers = set(p.get("name") for p in peers if p.get("public_key") == key)
             elif kind == "node" and name and name != own:
                 drop_nodes, drop_peers = set([name]), set()
@@ -113,7 +138,9 @@ def without_conflicts(nodes, peers, own, options, skipped=None, now=None):
                 skipped.update(("peer " + p, str(e)) for p in drop_peers)
 
 
-def own_plan(nodes, peers, own, options, reports=None, skipped=None, settle=None, held=(), now=None):
+def own_plan(
+    nodes, peers, own, options, reports=None, skipped=None, settle=None, held=(), now=None
+):
     """(plan, preshared keys, computed, deposed) of node ``own``, as the push run hands it to the
     host: roaming peers marked, preshared keys split off; plan is None when ``own`` is not a node.
     Other nodes and peers the engine rejects are left out (``without_conflicts``, into ``skipped``).
@@ -149,7 +176,9 @@ def deposed_leaders(nodes, peers, own, options, computed, reports, held=(), now=
         computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own], now=now)
     while True:
         # a deposed node still leads where its location has nobody else; it judges nobody all the same
-        judges = [s["leader"] for s in computed["segments"] if s.get("leader") and s["leader"] not in out]
+        judges = [
+            s["leader"] for s in computed["segments"] if s.get("leader") and s["leader"] not in out
+        ]
         more = health.deposed(judges, reports) - out
         if not more:
             return out
@@ -188,8 +217,11 @@ def probe_targets(computed, own, field="wireguard_ip"):
     if not any(s.get("leader") == own for s in segments):
         return {}
     # a dual-stack segment has a WireGuard IP of each family: probes go to the primary's (Kilo's one)
-    return dict((s["leader"], node_table.first_of(s[field])) for s in segments
-                if s.get("leader") and s["leader"] != own and s.get(field))
+    return dict(
+        (s["leader"], node_table.first_of(s[field]))
+        for s in segments
+        if s.get("leader") and s["leader"] != own and s.get(field)
+    )
 
 
 def relay_targets(computed, own):
@@ -198,5 +230,8 @@ def relay_targets(computed, own):
     segments = (computed or {}).get("segments") or []
     if not any(s.get("leader") == own and s.get("reachable") is False for s in segments):
         return {}
-    return dict((s["key"], node_table.first_of(s["wireguard_ip"])) for s in segments
-                if s.get("relay") and s.get("leader") and s.get("wireguard_ip"))
+    return dict(
+        (s["key"], node_table.first_of(s["wireguard_ip"]))
+        for s in segments
+        if s.get("relay") and s.get("leader") and s.get("wireguard_ip")
+    )

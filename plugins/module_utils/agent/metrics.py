@@ -19,7 +19,13 @@ import threading
 import time
 
 try:
-    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, CONTENT_TYPE_LATEST
+    from prometheus_client import (
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        generate_latest,
+        CONTENT_TYPE_LATEST,
+    )
     from prometheus_client.core import GaugeMetricFamily, CounterMetricFamily
 except ImportError:  # the host lacks python3-prometheus-client: Metrics() says so
     HAS_PROMETHEUS_CLIENT = False
@@ -43,13 +49,21 @@ class PeerCollector(object):
         self.peers = []  # [(name, public key, latest handshake (unix s, 0 never), rx, tx)]
 
     def collect(self):
-        age = GaugeMetricFamily("kilo_peer_handshake_age_seconds",
-                                "Seconds since the latest WireGuard handshake with a peer (-1: never)",
-                                labels=["peer", "public_key"])
-        rx = CounterMetricFamily("kilo_peer_receive_bytes", "Bytes received from a WireGuard peer",
-                                 labels=["peer", "public_key"])
-        tx = CounterMetricFamily("kilo_peer_transmit_bytes", "Bytes sent to a WireGuard peer",
-                                 labels=["peer", "public_key"])
+        age = GaugeMetricFamily(
+            "kilo_peer_handshake_age_seconds",
+            "Seconds since the latest WireGuard handshake with a peer (-1: never)",
+            labels=["peer", "public_key"],
+        )
+        rx = CounterMetricFamily(
+            "kilo_peer_receive_bytes",
+            "Bytes received from a WireGuard peer",
+            labels=["peer", "public_key"],
+        )
+        tx = CounterMetricFamily(
+            "kilo_peer_transmit_bytes",
+            "Bytes sent to a WireGuard peer",
+            labels=["peer", "public_key"],
+        )
         now = time.time()
         for name, key, handshake, rx_bytes, tx_bytes in self.peers:
             age.add_metric([name, key], (now - handshake) if handshake else -1)
@@ -75,12 +89,16 @@ class PathCollector(object):
 
     def collect(self):
         from ansible_collections.kilo.mesh.plugins.module_utils.host import status
+
         plan, settings, current = self.plan, self.settings, self.current
         if not plan:
             return []
         found = []
-        rows = status.path_samples(status.label_peers(status.host_status(current, time.time()), plan)) \
-            if current else []
+        rows = (
+            status.path_samples(status.label_peers(status.host_status(current, time.time()), plan))
+            if current
+            else []
+        )
         if rows:
             name, text, labels = status.PATH_METRIC
             family = GaugeMetricFamily(name, text, labels=labels)
@@ -102,19 +120,33 @@ class Metrics(object):
 
     def __init__(self):
         if not HAS_PROMETHEUS_CLIENT:
-            raise KiloError("the agent needs the Prometheus client library on the host"
-                            " (Debian: python3-prometheus-client; kilo.mesh.key with prepare installs it)")
+            raise KiloError(
+                "the agent needs the Prometheus client library on the host"
+                " (Debian: python3-prometheus-client; kilo.mesh.key with prepare installs it)"
+            )
         self.registry = CollectorRegistry(auto_describe=True)
         self.nodes = Gauge("kilo_nodes", "Number of nodes in the mesh", registry=self.registry)
-        self.peers = Gauge("kilo_peers", "Number of outside peers in the mesh", registry=self.registry)
-        self.leader = Gauge("kilo_leader", "Leadership status of this node (1 leads its segment)",
-                            registry=self.registry)
-        self.reconciles = Counter("kilo_reconciles", "Number of reconciliation attempts",
-                                  registry=self.registry)
-        self.errors = Counter("kilo_errors", "Number of errors that occurred while reconciling or talking to the API",
-                              registry=self.registry)
-        self.last_reconcile = Gauge("kilo_last_reconcile_timestamp_seconds",
-                                    "Unix time of the last successful reconciliation", registry=self.registry)
+        self.peers = Gauge(
+            "kilo_peers", "Number of outside peers in the mesh", registry=self.registry
+        )
+        self.leader = Gauge(
+            "kilo_leader",
+            "Leadership status of this node (1 leads its segment)",
+            registry=self.registry,
+        )
+        self.reconciles = Counter(
+            "kilo_reconciles", "Number of reconciliation attempts", registry=self.registry
+        )
+        self.errors = Counter(
+            "kilo_errors",
+            "Number of errors that occurred while reconciling or talking to the API",
+            registry=self.registry,
+        )
+        self.last_reconcile = Gauge(
+            "kilo_last_reconcile_timestamp_seconds",
+            "Unix time of the last successful reconciliation",
+            registry=self.registry,
+        )
         self.wireguard = PeerCollector()
         self.registry.register(self.wireguard)
         self.paths = PathCollector()
@@ -145,7 +177,11 @@ def serve(metrics, listen):
                 body, ctype, code = metrics.exposition(), CONTENT_TYPE_LATEST, 200
             elif path in ("/healthz", "/health"):
                 ok, reason = metrics.health
-                body, ctype, code = (reason + "\n").encode(), "text/plain; charset=utf-8", 200 if ok else 503
+                body, ctype, code = (
+                    (reason + "\n").encode(),
+                    "text/plain; charset=utf-8",
+                    200 if ok else 503,
+                )
             else:
                 body, ctype, code = b"not found\n", "text/plain; charset=utf-8", 404
             self.send_response(code)

@@ -19,7 +19,9 @@ __metaclass__ = type
 import zlib
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
-from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import NEXT_KEY  # our own annotation, never Kilo's
+from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
+    NEXT_KEY,
+)  # our own annotation, never Kilo's
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import SWITCH_STEP
 

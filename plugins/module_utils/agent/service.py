@@ -34,14 +34,37 @@ import signal
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
-    file_digest, install_verified, read_bytes, write_atomic)
+    file_digest,
+    install_verified,
+    read_bytes,
+    write_atomic,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import STORE_DIR, UNIT_NAME as BOOT_UNIT
+from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import (
+    STORE_DIR,
+    UNIT_NAME as BOOT_UNIT,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
-    RUNTIME_UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl, systemctl_checked, systemd_running)
-from ansible_collections.kilo.mesh.plugins.module_utils.host.process import RUN_DIR, OwnedProcess, alive, cmdline
+    RUNTIME_UNIT_DIR,
+    install_unit,
+    is_enabled,
+    remove_unit,
+    systemctl,
+    systemctl_checked,
+    systemd_running,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.host.process import (
+    RUN_DIR,
+    OwnedProcess,
+    alive,
+    cmdline,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
-    DEFAULT_AGENT_APP, DEFAULT_AGENT_CONFIG, DEFAULT_AGENT_KUBECONFIG, DEFAULT_KEY_PATH)
+    DEFAULT_AGENT_APP,
+    DEFAULT_AGENT_CONFIG,
+    DEFAULT_AGENT_KUBECONFIG,
+    DEFAULT_KEY_PATH,
+)
 
 UNIT_NAME = "kilo-mesh-agent.service"
 UNIT_PATH = "/etc/systemd/system/" + UNIT_NAME
@@ -67,12 +90,14 @@ class AgentError(KiloError):
 
 # --- files -----------------------------------------------------------------------------------
 
+
 def config_text(config):
     """The configuration file's text: sorted keys, so equal configurations are equal bytes."""
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
 # --- the kubeconfig and its token --------------------------------------------------------------
+
 
 def jwt_claims(token):
     """The claims of a JWT (its middle part), unverified; None when it is not one."""
@@ -116,10 +141,17 @@ def kubeconfig_cluster(wanted):
 
 def kubeconfig_text(wanted, token):
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "kilo-mesh-agent",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "kilo-mesh-agent",
         "clusters": [{"name": "kilo-mesh", "cluster": kubeconfig_cluster(wanted)}],
         "users": [{"name": "kilo-mesh-agent", "user": {"token": token}}],
-        "contexts": [{"name": "kilo-mesh-agent", "context": {"cluster": "kilo-mesh", "user": "kilo-mesh-agent"}}],
+        "contexts": [
+            {
+                "name": "kilo-mesh-agent",
+                "context": {"cluster": "kilo-mesh", "user": "kilo-mesh-agent"},
+            }
+        ],
     }
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
@@ -161,14 +193,17 @@ def kubeconfig_shown(path):
     claims = jwt_claims(token) or {}
     shown = dict(cluster)
     if "certificate-authority-data" in shown:
-        shown["certificate-authority-data"] = "sha256:" + hashlib.sha256(
-            shown["certificate-authority-data"].encode()).hexdigest()[:16]
+        shown["certificate-authority-data"] = (
+            "sha256:"
+            + hashlib.sha256(shown["certificate-authority-data"].encode()).hexdigest()[:16]
+        )
     shown["subject"], shown["uid"] = token_identity(claims)
     shown["token_expires"] = claims.get("exp")
     return shown
 
 
 # --- the systemd unit ----------------------------------------------------------------------------
+
 
 def writable_paths(config):
     """What the agent writes: the key's and the CNI configuration's directories, the run dirs."""
@@ -192,51 +227,53 @@ def unit_text(app, config_path, config, python=PYTHON):
     """The systemd unit of the agent."""
     rw = " ".join("-" + p for p in writable_paths(config))
     caps = " ".join(CAPABILITIES)
-    return "\n".join([
-        "# Written by the Ansible module kilo.mesh.agent; changes here are undone by its next run.",
-        "[Unit]",
-        "Description=kilo.mesh agent: keeps this node in the WireGuard mesh",
-        "Documentation=https://github.com/squat/kilo",
-        "Wants=network-online.target",
-        # after the boot restore where push runs left one: one converge at a time either way
-        "After=network-online.target %s" % BOOT_UNIT,
-        "",
-        "[Service]",
-        "Type=simple",
-        "ExecStart=%s %s --config %s" % (python, app, config_path),
-        "Restart=always",
-        "RestartSec=2",
-        "KillMode=mixed",
-        "TimeoutStopSec=%d" % int(STOP_TIMEOUT),
-        "CapabilityBoundingSet=%s" % caps,
-        "AmbientCapabilities=%s" % caps,
-        "NoNewPrivileges=yes",
-        "SecureBits=noroot-locked",
-        "ProtectSystem=strict",
-        "ReadWritePaths=%s" % rw,
-        # /run is a tmpfs: after a reboot /run/kilo and /run/wireguard are gone, and under
-        # ProtectSystem=strict the agent could not make them (the plan file, wireguard-go's socket)
-        "RuntimeDirectory=%s" % " ".join(os.path.relpath(p, "/run") for p in WRITABLE),
-        "RuntimeDirectoryPreserve=yes",
-        "ProtectHome=yes",
-        "PrivateTmp=yes",
-        "ProtectKernelLogs=yes",
-        "ProtectControlGroups=yes",
-        "ProtectClock=yes",
-        "ProtectHostname=yes",
-        "DevicePolicy=closed",
-        "DeviceAllow=/dev/net/tun rw",
-        "RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET AF_INET6",
-        "RestrictNamespaces=yes",
-        "RestrictRealtime=yes",
-        "RestrictSUIDSGID=yes",
-        "LockPersonality=yes",
-        "SystemCallArchitectures=native",
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Written by the Ansible module kilo.mesh.agent; changes here are undone by its next run.",
+            "[Unit]",
+            "Description=kilo.mesh agent: keeps this node in the WireGuard mesh",
+            "Documentation=https://github.com/squat/kilo",
+            "Wants=network-online.target",
+            # after the boot restore where push runs left one: one converge at a time either way
+            "After=network-online.target %s" % BOOT_UNIT,
+            "",
+            "[Service]",
+            "Type=simple",
+            "ExecStart=%s %s --config %s" % (python, app, config_path),
+            "Restart=always",
+            "RestartSec=2",
+            "KillMode=mixed",
+            "TimeoutStopSec=%d" % int(STOP_TIMEOUT),
+            "CapabilityBoundingSet=%s" % caps,
+            "AmbientCapabilities=%s" % caps,
+            "NoNewPrivileges=yes",
+            "SecureBits=noroot-locked",
+            "ProtectSystem=strict",
+            "ReadWritePaths=%s" % rw,
+            # /run is a tmpfs: after a reboot /run/kilo and /run/wireguard are gone, and under
+            # ProtectSystem=strict the agent could not make them (the plan file, wireguard-go's socket)
+            "RuntimeDirectory=%s" % " ".join(os.path.relpath(p, "/run") for p in WRITABLE),
+            "RuntimeDirectoryPreserve=yes",
+            "ProtectHome=yes",
+            "PrivateTmp=yes",
+            "ProtectKernelLogs=yes",
+            "ProtectControlGroups=yes",
+            "ProtectClock=yes",
+            "ProtectHostname=yes",
+            "DevicePolicy=closed",
+            "DeviceAllow=/dev/net/tun rw",
+            "RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET AF_INET6",
+            "RestrictNamespaces=yes",
+            "RestrictRealtime=yes",
+            "RestrictSUIDSGID=yes",
+            "LockPersonality=yes",
+            "SystemCallArchitectures=native",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
 
 
 def unit_state():
@@ -249,6 +286,7 @@ def unit_state():
 
 # --- the supervisor (no systemd) ------------------------------------------------------------------
 
+
 class Supervisor(object):
     """The supervisor of ``app`` started by us, found by its PID file and its command line."""
 
@@ -257,7 +295,9 @@ class Supervisor(object):
         self.config_path = config_path
         self.python = python
         self.run_dir = run_dir or RUN_DIR
-        self.process = OwnedProcess(NAME, lambda args: self.runs_app(args) and b"--supervise" in args, self.run_dir)
+        self.process = OwnedProcess(
+            NAME, lambda args: self.runs_app(args) and b"--supervise" in args, self.run_dir
+        )
 
     @property
     def pidfile(self):
@@ -310,8 +350,10 @@ class Supervisor(object):
         while time.time() < deadline:
             if proc.poll() is not None:
                 self.process.forget(log=False)
-                raise AgentError("the agent's supervisor exited at once (rc %s): %s"
-                                 % (proc.returncode, self.process.log_tail(600)))
+                raise AgentError(
+                    "the agent's supervisor exited at once (rc %s): %s"
+                    % (proc.returncode, self.process.log_tail(600))
+                )
             time.sleep(0.1)
         return proc.pid
 
@@ -338,10 +380,13 @@ class Supervisor(object):
 
 # --- present and absent ---------------------------------------------------------------------------
 
+
 def paths_of(params):
-    return dict(app=params.get("app_path") or DEFAULT_AGENT_APP,
-                config=params.get("config_path") or DEFAULT_AGENT_CONFIG,
-                kubeconfig=params.get("kubeconfig_path") or DEFAULT_AGENT_KUBECONFIG)
+    return dict(
+        app=params.get("app_path") or DEFAULT_AGENT_APP,
+        config=params.get("config_path") or DEFAULT_AGENT_CONFIG,
+        kubeconfig=params.get("kubeconfig_path") or DEFAULT_AGENT_KUBECONFIG,
+    )
 
 
 def use_systemd(manager):
@@ -412,11 +457,18 @@ def present(params, check_mode=False, now=None):
     missing_dirs = [p for p in writable_paths(config) if not os.path.isdir(p)] if systemd else []
     changes.extend("create directory %s" % p for p in missing_dirs)
 
-    before = dict(app=app_old, config=(config_old or b"").decode("utf-8", "replace") or None,
-                  kubeconfig=kubeconfig_shown(paths["kubeconfig"]), running=running)
+    before = dict(
+        app=app_old,
+        config=(config_old or b"").decode("utf-8", "replace") or None,
+        kubeconfig=kubeconfig_shown(paths["kubeconfig"]),
+        running=running,
+    )
     after = dict(app=params["app_digest"], config=config_new, running=True)
     if systemd:
-        before["unit"], after["unit"] = (unit_old or b"").decode("utf-8", "replace") or None, unit_new
+        before["unit"], after["unit"] = (
+            (unit_old or b"").decode("utf-8", "replace") or None,
+            unit_new,
+        )
 
     restarted = False
     if not check_mode:
@@ -428,10 +480,16 @@ def present(params, check_mode=False, now=None):
         if config_changed:
             write_atomic(paths["config"], config_new, 0o600, make_dirs=0o700)
         if kube_why:
-            write_atomic(paths["kubeconfig"], kubeconfig_text(params["kubeconfig"], params["token"]), 0o600,
-                         make_dirs=0o700)
+            write_atomic(
+                paths["kubeconfig"],
+                kubeconfig_text(params["kubeconfig"], params["token"]),
+                0o600,
+                make_dirs=0o700,
+            )
         if systemd:
-            key_dir = os.path.dirname(os.path.abspath((config.get("key") or {}).get("key_path") or DEFAULT_KEY_PATH))
+            key_dir = os.path.dirname(
+                os.path.abspath((config.get("key") or {}).get("key_path") or DEFAULT_KEY_PATH)
+            )
             for path in missing_dirs:
                 os.makedirs(path, 0o700 if path in (key_dir, STORE_DIR) else 0o755)
             if unit_changed:
@@ -451,16 +509,33 @@ def present(params, check_mode=False, now=None):
             if not running or files_changed:
                 sup.start()
             pid = sup.pid()
-    after["kubeconfig"] = kubeconfig_shown(paths["kubeconfig"]) if not check_mode else (
-        dict(before["kubeconfig"] or {}, note="a new token") if kube_why else before["kubeconfig"])
-    return dict(changed=bool(changes), changes=changes, service="systemd" if systemd else "supervisor",
-                pid=pid, restarted=restarted, need=[], diff=dict(before=before, after=after))
+    after["kubeconfig"] = (
+        kubeconfig_shown(paths["kubeconfig"])
+        if not check_mode
+        else (
+            dict(before["kubeconfig"] or {}, note="a new token")
+            if kube_why
+            else before["kubeconfig"]
+        )
+    )
+    return dict(
+        changed=bool(changes),
+        changes=changes,
+        service="systemd" if systemd else "supervisor",
+        pid=pid,
+        restarted=restarted,
+        need=[],
+        diff=dict(before=before, after=after),
+    )
 
 
 def installed(params=None):
     """Whether anything of the agent is on this host (its configuration, unit or supervisor)."""
     paths = paths_of(params or {})
-    return any(os.path.exists(p) for p in (paths["config"], UNIT_PATH, os.path.join(RUN_DIR, NAME + ".pid")))
+    return any(
+        os.path.exists(p)
+        for p in (paths["config"], UNIT_PATH, os.path.join(RUN_DIR, NAME + ".pid"))
+    )
 
 
 def absent(params, check_mode=False):
@@ -474,7 +549,11 @@ def absent(params, check_mode=False):
         changes.append("stop and disable %s" % UNIT_NAME)
     if sup.pid() is not None:
         changes.append("stop the agent's supervisor")
-    files = [p for p in (paths["app"], paths["kubeconfig"], sup.logfile, sup.pidfile, paths["config"]) if os.path.exists(p)]
+    files = [
+        p
+        for p in (paths["app"], paths["kubeconfig"], sup.logfile, sup.pidfile, paths["config"])
+        if os.path.exists(p)
+    ]
     changes.extend("remove %s" % p for p in files + ([UNIT_PATH] if unit else []))
     if not check_mode:
         if unit:
@@ -489,5 +568,11 @@ def absent(params, check_mode=False):
             except OSError:
                 pass
     before = dict(installed=bool(changes), kubeconfig=kubeconfig_shown(paths["kubeconfig"]))
-    return dict(changed=bool(changes), changes=changes, need=[], pid=None, restarted=False,
-                diff=dict(before=before, after=dict(installed=False, kubeconfig=None)))
+    return dict(
+        changed=bool(changes),
+        changes=changes,
+        need=[],
+        pid=None,
+        restarted=False,
+        diff=dict(before=before, after=dict(installed=False, kubeconfig=None)),
+    )

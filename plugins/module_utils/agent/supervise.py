@@ -26,7 +26,9 @@ STOP_TIMEOUT = 10.0
 
 
 def log(message):
-    sys.stderr.write("%s kilo-mesh-agent supervisor: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), message))
+    sys.stderr.write(
+        "%s kilo-mesh-agent supervisor: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), message)
+    )
     sys.stderr.flush()
 
 
@@ -68,7 +70,10 @@ class Supervise(object):
                 break
             ran = self.clock() - started
             delay = RESTART_DELAY if ran >= STABLE else delay
-            log("agent exited (rc %s) after %.0f s; starting it again in %.0f s" % (self.child.returncode, ran, delay))
+            log(
+                "agent exited (rc %s) after %.0f s; starting it again in %.0f s"
+                % (self.child.returncode, ran, delay)
+            )
             self.pause(delay)
             delay = RESTART_DELAY if ran >= STABLE else min(MAX_DELAY, delay * 2)
         log("stopped")

@@ -30,11 +30,23 @@ from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import node_subject, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    OPTIONS_SUBJECT, TopologyError, parse_peer, relation)
+    OPTIONS_SUBJECT,
+    TopologyError,
+    parse_peer,
+    relation,
+)
 
 # Kinds of claim; which pairs conflict is CONFLICTS; who is named as at fault, SUBJECT_RANK (lower first).
 PEER, ALIP, POD, CNI, INTERNAL, SERVICE, SUBNET, WIREGUARD = (
-    "peer", "alip", "pod", "cni", "internal", "service", "subnet", "wireguard")
+    "peer",
+    "alip",
+    "pod",
+    "cni",
+    "internal",
+    "service",
+    "subnet",
+    "wireguard",
+)
 SUBJECT_RANK = {PEER: 0, ALIP: 1, POD: 2, CNI: 3, INTERNAL: 4, SERVICE: 5, SUBNET: 6, WIREGUARD: 7}
 
 
@@ -49,7 +61,11 @@ class Claim(object):
         self.kind, self.owner, self.field, self.version = kind, owner, field, net.version
         self.text = str(net)
         if hasattr(net, "network_address"):
-            self.start, self.end, self.prefixlen = int(net.network_address), int(net.broadcast_address), net.prefixlen
+            self.start, self.end, self.prefixlen = (
+                int(net.network_address),
+                int(net.broadcast_address),
+                net.prefixlen,
+            )
         else:  # one address
             self.start = self.end = int(net)
             self.prefixlen = net.max_prefixlen
@@ -62,7 +78,11 @@ class Claim(object):
         if self.kind == POD:
             return "the pod range %s of node %r" % (self.text, owner.name)
         if self.kind == ALIP:
-            return "the allowed location IP %s of node %r (location %r)" % (self.text, owner.name, owner.location)
+            return "the allowed location IP %s of node %r (location %r)" % (
+                self.text,
+                owner.name,
+                owner.location,
+            )
         if self.kind == CNI:
             return "the CNI compatibility IP %s of node %r" % (self.text, owner.name)
         if self.kind == SUBNET:
@@ -70,7 +90,11 @@ class Claim(object):
         if self.kind == SERVICE:
             return "the service CIDR %s" % self.text
         if self.kind == WIREGUARD:
-            return "the WireGuard IP %s of segment %s (led by node %r)" % (self.text, owner.key, owner.leader.name)
+            return "the WireGuard IP %s of segment %s (led by node %r)" % (
+                self.text,
+                owner.key,
+                owner.leader.name,
+            )
         return "the allowed IP %s of peer %r" % (self.text, owner.name)
 
     def subject(self):
@@ -85,14 +109,18 @@ def _conflict(a, b):
     """Do claims ``a`` and ``b`` (overlapping networks) conflict?"""
     kinds = frozenset((a.kind, b.kind))
     if a.owner is b.owner and a.kind == b.kind:
-        return False  # a node's own ranges are the engine's check; a peer repeating itself is harmless
+        return (
+            False  # a node's own ranges are the engine's check; a peer repeating itself is harmless
+        )
     if kinds == frozenset((INTERNAL,)) or kinds == frozenset((POD,)) or kinds == frozenset((CNI,)):
         return True  # two nodes
     if kinds == frozenset((ALIP,)) or kinds == frozenset((ALIP, INTERNAL)):
         # a location's ranges may hold its own nodes' internal IPs (its LAN); not another location's
         return a.owner.location != b.owner.location
     if PEER in kinds:
-        return not kinds & frozenset((SUBNET, CNI))  # a peer meets the subnet at its WireGuard IPs alone
+        return not kinds & frozenset(
+            (SUBNET, CNI)
+        )  # a peer meets the subnet at its WireGuard IPs alone
     if SUBNET in kinds:
         return bool(kinds & frozenset((INTERNAL, POD, ALIP, SERVICE, CNI)))
     if SERVICE in kinds:
@@ -110,8 +138,11 @@ def _raise(a, b):
     else:
         own, other = (a, b) if ra < rb else (b, a)
     equal = (own.start, own.end) == (other.start, other.end)
-    raise TopologyError("%s %s %s" % (
-        own.text, relation(equal, own.prefixlen, other.prefixlen), other.said()), own.subject(), own.field)
+    raise TopologyError(
+        "%s %s %s" % (own.text, relation(equal, own.prefixlen, other.prefixlen), other.said()),
+        own.subject(),
+        own.field,
+    )
 
 
 def claims(topology, peers, standins):
@@ -139,8 +170,16 @@ def claims(topology, peers, standins):
 
 def check_overlaps(found):
     """Raise for the first pair of conflicting claims in address order (one sweep per IP family)."""
-    order = sorted(found, key=lambda c: (c.version, c.start, -c.end, SUBJECT_RANK[c.kind],
-                                         getattr(c.owner, "name", "") or ""))
+    order = sorted(
+        found,
+        key=lambda c: (
+            c.version,
+            c.start,
+            -c.end,
+            SUBJECT_RANK[c.kind],
+            getattr(c.owner, "name", "") or "",
+        ),
+    )
     open_claims, version = [], None
     for claim in order:
         if claim.version != version:
@@ -171,26 +210,44 @@ def check_endpoints(topology, peers, standins):
         if node.endpoint is None or node.behind_nat or "endpoint" in standins.get(node.name, ()):
             continue  # a node behind NAT is reached at its mapping, never at its endpoint (engine/relays.py)
         if node.endpoint in seen:
-            raise TopologyError("%s is also the endpoint of node %r"
-                                % (node.endpoint, seen[node.endpoint].name), node_subject(node.name), "endpoint")
+            raise TopologyError(
+                "%s is also the endpoint of node %r" % (node.endpoint, seen[node.endpoint].name),
+                node_subject(node.name),
+                "endpoint",
+            )
         seen[node.endpoint] = node
         subnet = _in_subnet(topology, node.endpoint_ip)
         if subnet is not None:
-            raise TopologyError("%s lies inside the mesh's subnet %s (the WireGuard"
-                                " IPs come from it)" % (node.endpoint, subnet), node_subject(node.name), "endpoint")
+            raise TopologyError(
+                "%s lies inside the mesh's subnet %s (the WireGuard"
+                " IPs come from it)" % (node.endpoint, subnet),
+                node_subject(node.name),
+                "endpoint",
+            )
         owner = internals.get(node.endpoint_ip)
         if owner is not None and owner is not node:
-            raise TopologyError("%s is at the internal IP %s of node %r"
-                                % (node.endpoint, node.endpoint_ip, owner.name), node_subject(node.name), "endpoint")
+            raise TopologyError(
+                "%s is at the internal IP %s of node %r"
+                % (node.endpoint, node.endpoint_ip, owner.name),
+                node_subject(node.name),
+                "endpoint",
+            )
     for index, item in enumerate(peers):
         peer = parse_peer(item, index)
         if peer.endpoint is not None and peer.endpoint[0] in seen:
-            raise TopologyError("%s is the endpoint of node %r"
-                                % (peer.endpoint[0], seen[peer.endpoint[0]].name), peer_subject(peer.name), "endpoint")
+            raise TopologyError(
+                "%s is the endpoint of node %r" % (peer.endpoint[0], seen[peer.endpoint[0]].name),
+                peer_subject(peer.name),
+                "endpoint",
+            )
         subnet = _in_subnet(topology, peer.endpoint[1]) if peer.endpoint is not None else None
         if subnet is not None:
-            raise TopologyError("%s lies inside the mesh's subnet %s (the WireGuard"
-                                " IPs come from it)" % (peer.endpoint[0], subnet), peer_subject(peer.name), "endpoint")
+            raise TopologyError(
+                "%s lies inside the mesh's subnet %s (the WireGuard"
+                " IPs come from it)" % (peer.endpoint[0], subnet),
+                peer_subject(peer.name),
+                "endpoint",
+            )
 
 
 def check_conflicts(topology, peers=None, standins=None):

@@ -27,7 +27,12 @@ __metaclass__ = type
 
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, dedup, host_subject, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    dedup,
+    host_subject,
+    split_endpoint,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_two_families, one_or_list
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
@@ -49,8 +54,11 @@ def via_segment(topology, via, subject):
     name = via if via else names[0]
     node = topology.by_name.get(name)
     if node is None:
-        raise KiloError("no node %r in the mesh (nodes: %s)" % (name, ", ".join(names[:10])), subject,
-                        "kilo_connect_via")
+        raise KiloError(
+            "no node %r in the mesh (nodes: %s)" % (name, ", ".join(names[:10])),
+            subject,
+            "kilo_connect_via",
+        )
     return node.segment.key
 
 
@@ -71,7 +79,9 @@ def _route_net(route, hop):
     try:
         if dst != "default":
             return ipaddress.ip_network(dst, strict=False)
-        family = route.get("family") or (ipaddress.ip_address(hop["gateway"]).version if hop.get("gateway") else None)
+        family = route.get("family") or (
+            ipaddress.ip_address(hop["gateway"]).version if hop.get("gateway") else None
+        )
     except (KeyError, TypeError, ValueError):
         return None
     return {4: ipaddress.ip_network("0.0.0.0/0"), 6: ipaddress.ip_network("::/0")}.get(family)
@@ -82,7 +92,10 @@ def best_path(ip, main_routes):
     then lowest metric; None when the table has none. ``main_routes`` is `ip -j route show`."""
     best = None
     for route in main_routes or []:
-        if str(route.get("protocol")) in OUR_ROUTE_PROTOCOLS or route.get("type", "unicast") != "unicast":
+        if (
+            str(route.get("protocol")) in OUR_ROUTE_PROTOCOLS
+            or route.get("type", "unicast") != "unicast"
+        ):
             continue
         hop = (route.get("nexthops") or [route])[0]  # a multipath route: its first hop
         net = _route_net(route, hop)
@@ -112,10 +125,22 @@ def pinned_routes(entries, covered, main_routes, interface, subject):
         table = main_routes() if table is None else table
         path = best_path(ip, table)
         if path is None or path[1] == interface:
-            raise KiloError("no route of this machine's own reaches leader endpoint %s of %s, so the tunnel"
-                            " would carry its own packets" % (ip, entry["name"]), subject, "kilo_connect_allowed_ips")
-        routes.append({"dst": str(ipaddress.ip_network(ip)), "gateway": path[0], "device": path[1],
-                       "source": None, "table": MAIN_TABLE, "onlink": False})
+            raise KiloError(
+                "no route of this machine's own reaches leader endpoint %s of %s, so the tunnel"
+                " would carry its own packets" % (ip, entry["name"]),
+                subject,
+                "kilo_connect_allowed_ips",
+            )
+        routes.append(
+            {
+                "dst": str(ipaddress.ip_network(ip)),
+                "gateway": path[0],
+                "device": path[1],
+                "source": None,
+                "table": MAIN_TABLE,
+                "onlink": False,
+            }
+        )
     return routes
 
 
@@ -123,8 +148,12 @@ def peer_address(allowed_ip, subject):
     """This peer's own address (kgctl's --allowed-ip): one host address, in CIDR form."""
     address = _networks([allowed_ip], subject, "kilo_connect_allowed_ip")[0]
     if address.prefixlen != address.max_prefixlen:
-        raise KiloError("%s is a network; give this peer's own address (/%d)" % (allowed_ip, address.max_prefixlen),
-                        subject, "kilo_connect_allowed_ip")
+        raise KiloError(
+            "%s is a network; give this peer's own address (/%d)"
+            % (allowed_ip, address.max_prefixlen),
+            subject,
+            "kilo_connect_allowed_ip",
+        )
     return address
 
 
@@ -135,22 +164,30 @@ def peer_addresses(allowed_ip, subject, families=()):
     values = list(allowed_ip) if isinstance(allowed_ip, (list, tuple)) else [allowed_ip]
     field = "kilo_connect_allowed_ip"
     if not 1 <= len(values) <= 2:
-        raise KiloError("%d addresses; give one, or in a dual-stack mesh one of each IP family" % len(values),
-                        subject, field)
+        raise KiloError(
+            "%d addresses; give one, or in a dual-stack mesh one of each IP family" % len(values),
+            subject,
+            field,
+        )
     addresses = [peer_address(value, subject) for value in values]
     if len(addresses) == 2:
         check_two_families(addresses, subject, field, "two addresses are one of each IP family")
         if not families:
             # the mesh routes one family only: the second would reach no node, so refuse it here
             # rather than hand the leaders an allowed IP their mesh cannot route
-            raise KiloError("%s and %s: two IP families, but the mesh is single-stack (kilo_subnet is one CIDR);"
-                            " give one address" % (addresses[0], addresses[1]), subject, field)
+            raise KiloError(
+                "%s and %s: two IP families, but the mesh is single-stack (kilo_subnet is one CIDR);"
+                " give one address" % (addresses[0], addresses[1]),
+                subject,
+                field,
+            )
         addresses.sort(key=lambda a: list(families).index(a.version))
     return addresses
 
 
-def connect_plan(nodes, peers, options, host, name, allowed_ip, extra=None, via=None, port=None,
-                 main_routes=None):
+def connect_plan(
+    nodes, peers, options, host, name, allowed_ip, extra=None, via=None, port=None, main_routes=None
+):
     """The plan of peer ``name`` (inventory host ``host``) and its [Peer] entries.
 
     ``options`` are the mesh's (the mesh group's first host's); ``interface`` among them is the
@@ -165,18 +202,34 @@ def connect_plan(nodes, peers, options, host, name, allowed_ip, extra=None, via=
     try:
         entries = topology.peer_config(name)
     except TopologyError:
-        raise KiloError("no peer %r in the mesh: register it first (kilo.mesh.peer)" % name, subject, "kilo_connect_name")
+        raise KiloError(
+            "no peer %r in the mesh: register it first (kilo.mesh.peer)" % name,
+            subject,
+            "kilo_connect_name",
+        )
     key = via_segment(topology, via, subject) if extra else None
-    entries = [dict(e, allowed_ips=dedup(list(e["allowed_ips"]) + ([str(n) for n in extra] if e["name"] == key else [])))
-               for e in entries]
+    entries = [
+        dict(
+            e,
+            allowed_ips=dedup(
+                list(e["allowed_ips"]) + ([str(n) for n in extra] if e["name"] == key else [])
+            ),
+        )
+        for e in entries
+    ]
     interface = options["interface"]
     dsts = []
     for entry in entries:
         for net in _networks(entry["allowed_ips"], subject, "peers"):
             dsts.extend(str(n) for n in halves(net))
     dsts = dedup(dsts)
-    pins = pinned_routes(entries, [ipaddress.ip_network(d) for d in dsts], main_routes or (lambda: []),
-                         interface, subject)
+    pins = pinned_routes(
+        entries,
+        [ipaddress.ip_network(d) for d in dsts],
+        main_routes or (lambda: []),
+        interface,
+        subject,
+    )
     # an endpoint that is itself an allowed IP (a leader reached at its internal IP) goes direct
     pinned = set(r["dst"] for r in pins)
     # each family's routes leave from this peer's address of that family (none: the kernel picks)
@@ -185,13 +238,31 @@ def connect_plan(nodes, peers, options, host, name, allowed_ip, extra=None, via=
     for family in (4, 6):
         same = [d for d in dsts if ipaddress.ip_network(d).version == family and d not in pinned]
         if same:
-            routes.append({"dst": same, "gateway": None, "device": interface, "source": sources.get(family),
-                           "table": MAIN_TABLE, "onlink": False})
+            routes.append(
+                {
+                    "dst": same,
+                    "gateway": None,
+                    "device": interface,
+                    "source": sources.get(family),
+                    "table": MAIN_TABLE,
+                    "onlink": False,
+                }
+            )
     routes.extend(pins)
     plan = {
-        "name": host, "leader": True, "segment": "peer:%s" % name, "interface": interface,
-        "address": one_or_list(str(ipaddress.ip_interface(str(a))) for a in addresses), "internal_ip": None,
-        "listen_port": port, "tunnel_address": None, "pod_cidr": None, "cni": False,
-        "peers": entries, "routes": routes, "rules": [], "firewall": {},
+        "name": host,
+        "leader": True,
+        "segment": "peer:%s" % name,
+        "interface": interface,
+        "address": one_or_list(str(ipaddress.ip_interface(str(a))) for a in addresses),
+        "internal_ip": None,
+        "listen_port": port,
+        "tunnel_address": None,
+        "pod_cidr": None,
+        "cni": False,
+        "peers": entries,
+        "routes": routes,
+        "rules": [],
+        "firewall": {},
     }
     return plan

@@ -71,7 +71,12 @@ from __future__ import absolute_import, division, print_function
 
 import hashlib
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import Subject, is_public, node_subject, text_list
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    Subject,
+    is_public,
+    node_subject,
+    text_list,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import TopologyError
 
 # an unreachable leader's keepalive when it sets none (seconds)
@@ -90,7 +95,9 @@ def choose_leader(members, find_leader, health=True):
     """The leader of a segment with a mark or without any endpoint (see the module's doc);
     ``find_leader`` is Kilo's choice (``topology.find_leader``). ``health`` False: reachable
     members first whatever their health (``plan``'s way out of a refusal)."""
-    pool = [node for node in members if node.healthy and node.endpoint is not None] if health else []
+    pool = (
+        [node for node in members if node.healthy and node.endpoint is not None] if health else []
+    )
     pool = pool or members
     usable = [node for node in pool if reachable(node)]
     if usable:
@@ -110,7 +117,9 @@ def pair_key(a, b):
 def one_site(a, b):
     """Segments ``a`` and ``b`` of one location reach each other directly when either leader has
     an endpoint: ``behind_nat`` says no *other* location can reach it (their LAN, Kilo's ``full``)."""
-    return a.location == b.location and (a.leader.endpoint is not None or b.leader.endpoint is not None)
+    return a.location == b.location and (
+        a.leader.endpoint is not None or b.leader.endpoint is not None
+    )
 
 
 def rendezvous(a, b, relays):
@@ -135,9 +144,14 @@ def unreachable_cause(seg):
     no endpoint (nor has any member); ``text`` says it of every member that counts."""
     marked = [node.name for node in seg.members if node.behind_nat]
     bare = [node.name for node in seg.members if node.endpoint is None]
-    text = "; ".join(part for part in (
-        "behind_nat: %s" % ", ".join(marked) if marked else "",
-        "no endpoint: %s" % ", ".join(bare) if bare else "") if part)
+    text = "; ".join(
+        part
+        for part in (
+            "behind_nat: %s" % ", ".join(marked) if marked else "",
+            "no endpoint: %s" % ", ".join(bare) if bare else "",
+        )
+        if part
+    )
     if marked:
         return node_subject(marked[0]), "behind_nat", text
     return node_subject(seg.leader.name), "endpoint", text
@@ -173,9 +187,15 @@ class Relays(object):
             usable = [r for r in self.eligible if r.group != a.group and r.group != b.group]
             usable = [r for r in usable if r.leader.healthy and not r.leader.relay_down] or usable
             if self.now is not None:
-                usable = [r for r in usable if not self._later(r.leader.relay_since + SETTLE)] or usable
-                down = set(name for seg in (a, b) for name, until in self._published(seg, "down").items()
-                           if self._later(until))
+                usable = [
+                    r for r in usable if not self._later(r.leader.relay_since + SETTLE)
+                ] or usable
+                down = set(
+                    name
+                    for seg in (a, b)
+                    for name, until in self._published(seg, "down").items()
+                    if self._later(until)
+                )
                 usable = [r for r in usable if r.key not in down] or usable
             found = self._relay_of[pair] = rendezvous(a.key, b.key, usable)
         return found
@@ -203,8 +223,15 @@ class Relays(object):
             if a.leader.kg or b.leader.kg:
                 # Kilo's agent at an end knows nothing of relays: both ends keep Kilo's entries
                 found = DIRECT
-            elif self.now is not None and a.leader.path_state is not None and b.leader.path_state is not None:
-                held = [self._later(self._published(x, "held").get(y.key, 0)) for x, y in ((a, b), (b, a))]
+            elif (
+                self.now is not None
+                and a.leader.path_state is not None
+                and b.leader.path_state is not None
+            ):
+                held = [
+                    self._later(self._published(x, "held").get(y.key, 0))
+                    for x, y in ((a, b), (b, a))
+                ]
                 since = [self._published(x, "direct").get(y.key) for x, y in ((a, b), (b, a))]
                 if not any(held):
                     if None not in since and not self._later(max(since) + SETTLE):
@@ -217,8 +244,14 @@ class Relays(object):
     def relayed(self, seg, viewer):
         """Whether the leader ``viewer`` reaches segment ``seg`` through a relay (probing or not)."""
         own = viewer.segment if viewer is not None else None
-        return (own is not None and seg.key in self.unreachable and own.key in self.unreachable
-                and seg.group != own.group and not one_site(seg, own) and self.state(seg, own) != DIRECT)
+        return (
+            own is not None
+            and seg.key in self.unreachable
+            and own.key in self.unreachable
+            and seg.group != own.group
+            and not one_site(seg, own)
+            and self.state(seg, own) != DIRECT
+        )
 
     def endpoint(self, seg, viewer, kilo):
         """``segment_endpoint``'s answer ``kilo`` for an unreachable segment: (the endpoint of the
@@ -237,8 +270,15 @@ class Relays(object):
             if leader.endpoint is not None:
                 return leader.endpoint, leader.endpoint_ip
             # an endpoint-less leader keeps alive from its address on the viewer's network, if any
-            return None, next((internal.ip for internal in leader.internals
-                               if viewer.endpoint_ip is not None and viewer.endpoint_ip in internal.interface.network), None)
+            return None, next(
+                (
+                    internal.ip
+                    for internal in leader.internals
+                    if viewer.endpoint_ip is not None
+                    and viewer.endpoint_ip in internal.interface.network
+                ),
+                None,
+            )
         if self.relayed(seg, viewer) and self.state(seg, viewer.segment) == RELAYED:
             return None, None
         found = self.mapping(seg, viewer)
@@ -256,7 +296,11 @@ class Relays(object):
         moves, through = {}, {}  # relay key -> [relayed segments]; segment key -> its relay
         for entry in entries:
             seg = by_key.get(entry["name"])
-            if seg is not None and seg.leader.key == entry["public_key"] and self.relayed(seg, node):
+            if (
+                seg is not None
+                and seg.leader.key == entry["public_key"]
+                and self.relayed(seg, node)
+            ):
                 moves.setdefault(self.relay(own, seg).key, []).append(seg)
                 through[seg.key] = seg
         if not moves:
@@ -267,16 +311,25 @@ class Relays(object):
             if seg is not None and seg.leader.key == entry["public_key"]:
                 if seg.key in through:
                     if self.state(own, seg) == PROBING:
-                        out.append({"name": seg.key, "public_key": seg.leader.key,
-                                    "endpoint": self.mapping(seg, node)[0], "allowed_ips": [],
-                                    "persistent_keepalive": node.keepalive, "probe": True})
+                        out.append(
+                            {
+                                "name": seg.key,
+                                "public_key": seg.leader.key,
+                                "endpoint": self.mapping(seg, node)[0],
+                                "allowed_ips": [],
+                                "persistent_keepalive": node.keepalive,
+                                "probe": True,
+                            }
+                        )
                     continue
                 carried = moves.get(seg.key)
                 if carried:
                     allowed = list(entry["allowed_ips"])
                     for other in carried:
                         allowed.extend(other.wg_allowed)
-                    entry = dict(entry, allowed_ips=allowed, relayed=[other.key for other in carried])
+                    entry = dict(
+                        entry, allowed_ips=allowed, relayed=[other.key for other in carried]
+                    )
             out.append(entry)
         return out
 
@@ -298,13 +351,21 @@ class Relays(object):
         segments = self.topology.segments
         out = []
         for i, a in enumerate(segments):
-            for b in segments[i + 1:]:
-                if a.group == b.group or (a.key not in self.unreachable and b.key not in self.unreachable):
+            for b in segments[i + 1 :]:
+                if a.group == b.group or (
+                    a.key not in self.unreachable and b.key not in self.unreachable
+                ):
                     continue
                 if a.key in self.unreachable and b.key in self.unreachable and not one_site(a, b):
                     path = self.state(a, b)
-                    out.append({"a": a.key, "b": b.key, "path": path,
-                                "via": None if path == DIRECT else self.relay(a, b).key})
+                    out.append(
+                        {
+                            "a": a.key,
+                            "b": b.key,
+                            "path": path,
+                            "via": None if path == DIRECT else self.relay(a, b).key,
+                        }
+                    )
                 else:
                     out.append({"a": a.key, "b": b.key, "path": DIRECT, "via": None})
         return out
@@ -319,7 +380,11 @@ class Relays(object):
 def plan(topology, find_leader):
     """The relayed topology of ``topology`` (its segments formed, leaders chosen by Kilo's rule,
     None for a segment without any endpoint), or None when every segment is reachable."""
-    marked = [seg for seg in topology.segments if seg.leader is None or any(node.behind_nat for node in seg.members)]
+    marked = [
+        seg
+        for seg in topology.segments
+        if seg.leader is None or any(node.behind_nat for node in seg.members)
+    ]
     if not marked:
         return None
     for seg in marked:
@@ -345,14 +410,18 @@ def plan(topology, find_leader):
         # keeps alive towards every peer, so each learns its mapping (WireGuard roaming)
         if seg.leader.keepalive <= 0:
             seg.leader.keepalive = DEFAULT_KEEPALIVE
-    return Relays(topology, set(seg.key for seg in unreachable), _eligible(topology.segments, names))
+    return Relays(
+        topology, set(seg.key for seg in unreachable), _eligible(topology.segments, names)
+    )
 
 
 def _eligible(segments, names):
     """The segments that may relay: reachable ones of a location ``names`` lists ([]: any). In agent
     mode not one led by Kilo's own agent (``kg``: its Node has no ``kilo.mesh/relay``), but while
     none of ours is marked yet (their agents starting) every one counts, so the mesh computes."""
-    out = [seg for seg in segments if reachable(seg.leader) and (not names or seg.location in names)]
+    out = [
+        seg for seg in segments if reachable(seg.leader) and (not names or seg.location in names)
+    ]
     return [seg for seg in out if not seg.leader.kg] or out
 
 
@@ -369,22 +438,48 @@ def _refusal(segments, names):
         return TopologyError(
             "no segment of the mesh is reachable (every node is behind_nat or has no endpoint), so %s (%s) has no"
             " leader to connect to or relay through: give a node an endpoint the others can reach"
-            % (unreachable[0].key, why), subject, field)
+            % (unreachable[0].key, why),
+            subject,
+            field,
+        )
     eligible = _eligible(segments, names)
     for i, a in enumerate(unreachable):
-        for b in unreachable[i + 1:]:
-            if (a.group == b.group or one_site(a, b)
-                    or any(r.group != a.group and r.group != b.group for r in eligible)):
+        for b in unreachable[i + 1 :]:
+            if (
+                a.group == b.group
+                or one_site(a, b)
+                or any(r.group != a.group and r.group != b.group for r in eligible)
+            ):
                 continue
-            between = "neither %s nor %s can be reached (every node of each is behind_nat or has no endpoint)" % (
-                a.key, b.key)
+            between = (
+                "neither %s nor %s can be reached (every node of each is behind_nat or has no endpoint)"
+                % (a.key, b.key)
+            )
             if any(r.group != a.group and r.group != b.group for r in usable):
                 return TopologyError(
                     "%s, and %s names no location with a reachable leader to relay between them: add one (%s)"
-                    % (between, ", ".join(names), ", ".join(sorted(set(
-                        r.location for r in usable if r.group != a.group and r.group != b.group)))), Subject("options"), "relays")
+                    % (
+                        between,
+                        ", ".join(names),
+                        ", ".join(
+                            sorted(
+                                set(
+                                    r.location
+                                    for r in usable
+                                    if r.group != a.group and r.group != b.group
+                                )
+                            )
+                        ),
+                    ),
+                    Subject("options"),
+                    "relays",
+                )
             subject, field, why = unreachable_cause(b)
             return TopologyError(
                 "%s, and no other segment has a reachable leader to relay between them: give a node of one of"
-                " them an endpoint the others can reach (without behind_nat; %s: %s)" % (between, b.key, why), subject, field)
+                " them an endpoint the others can reach (without behind_nat; %s: %s)"
+                % (between, b.key, why),
+                subject,
+                field,
+            )
     return None

@@ -99,10 +99,22 @@ import itertools
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, KILO_TABLE, MAIN_TABLE, PRIVATE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
+    FLANNEL,
+    KILO_TABLE,
+    MAIN_TABLE,
+    PRIVATE,
+    TUNNEL,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine import relays
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
-    OPTIONS_SUBJECT, TopologyError, node_subject, parse_inputs, parse_node, parse_options)
+    OPTIONS_SUBJECT,
+    TopologyError,
+    node_subject,
+    parse_inputs,
+    parse_node,
+    parse_options,
+)
 
 
 def find_leader(members):
@@ -113,7 +125,9 @@ def find_leader(members):
     healthy unless kilo_leader_health marked it, so Kilo's choice is unchanged by default).
     """
     healthy = [node.healthy for node in members]
-    if not all(healthy) and any(ok and node.endpoint is not None for ok, node in zip(healthy, members)):
+    if not all(healthy) and any(
+        ok and node.endpoint is not None for ok, node in zip(healthy, members)
+    ):
         index = find_leader([node for node in members if node.healthy])
         return [i for i, ok in enumerate(healthy) if ok][index]
     hinted = public = None
@@ -138,9 +152,27 @@ def find_leader(members):
 
 
 class Segment(object):
-    __slots__ = ("key", "location", "group", "members", "leader", "index", "wg_ip", "wg_str", "wg_host",
-                 "wg_ips", "wg_by", "allowed", "alips", "alip_strs", "wg_allowed", "privates", "remote_dsts",
-                 "_leader_dsts", "pod_texts")
+    __slots__ = (
+        "key",
+        "location",
+        "group",
+        "members",
+        "leader",
+        "index",
+        "wg_ip",
+        "wg_str",
+        "wg_host",
+        "wg_ips",
+        "wg_by",
+        "allowed",
+        "alips",
+        "alip_strs",
+        "wg_allowed",
+        "privates",
+        "remote_dsts",
+        "_leader_dsts",
+        "pod_texts",
+    )
 
     def leader_dsts(self, endpoint_ip):
         """Destinations a leader elsewhere routes to this segment over WireGuard, in Kilo's order.
@@ -176,7 +208,9 @@ class Topology(object):
 
     def __init__(self, nodes, peers, options=None, now=None):
         self.opts, self.nodes, self.peers = parse_inputs(nodes, peers, options)
-        self.now = now  # beyond Kilo: the time timed inputs count at (engine/relays.py); None: none count
+        self.now = (
+            now  # beyond Kilo: the time timed inputs count at (engine/relays.py); None: none count
+        )
         self.compat = self.opts["compatibility"]
         # a dual-stack mesh routes each IP family on its own, primary first; a single-stack mesh
         # routes as Kilo does, whatever the families of its addresses (family None: unsplit)
@@ -270,8 +304,12 @@ class Topology(object):
         for subnet in self.opts["subnets"]:
             capacity = subnet.num_addresses - 1  # network+1 .. last address, no skipping (Kilo)
             if len(self.segments) > capacity:
-                raise TopologyError("%s holds %d WireGuard IPs, %d segments need one each"
-                                    % (subnet, capacity, len(self.segments)), OPTIONS_SUBJECT, "subnet")
+                raise TopologyError(
+                    "%s holds %d WireGuard IPs, %d segments need one each"
+                    % (subnet, capacity, len(self.segments)),
+                    OPTIONS_SUBJECT,
+                    "subnet",
+                )
             base = subnet.network_address
             bits = subnet.max_prefixlen
             self.wg_prefixes.append(subnet.prefixlen)
@@ -398,16 +436,23 @@ class Topology(object):
             "leader": leader,
             "segment": seg.key,
             "interface": opts["interface"],
-            "address": one_or_list("%s/%d" % (text, prefix) for (dummy, text, dummy), prefix
-                                   in zip(seg.wg_ips, self.wg_prefixes)) if leader else None,
+            "address": one_or_list(
+                "%s/%d" % (text, prefix)
+                for (dummy, text, dummy), prefix in zip(seg.wg_ips, self.wg_prefixes)
+            )
+            if leader
+            else None,
             "internal_ip": one_or_list(internal.text for internal in node.internals),
             "listen_port": node.port,
         }
         rules = []
         routes = []
         for family in self.families:  # a dual-stack mesh: each family's routes, the primary's first
-            routes.extend(self._leader_routes(node, rules, family) if leader
-                          else self._nonleader_routes(node, rules, family))
+            routes.extend(
+                self._leader_routes(node, rules, family)
+                if leader
+                else self._nonleader_routes(node, rules, family)
+            )
         plan["peers"] = self._wireguard_peers(node) if leader else []
         plan["routes"] = routes
         plan["rules"] = rules
@@ -415,12 +460,20 @@ class Topology(object):
         if self.relays is not None:
             self.relays.firewall(node, plan["firewall"])
         # Kilo's enc.Set(): flannel's does nothing
-        encapsulating = opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
+        encapsulating = (
+            opts["encapsulate"] != "never" and opts["local"] and self.compat != "flannel"
+        )
         # IPIP carries IPv4 only: a dual-stack mesh's tunl0 takes its address from the first IPv4 range
-        pod = next((net for net, dummy in node.pods if net.version == 4), None) if self.dual else node.pod
+        pod = (
+            next((net for net, dummy in node.pods if net.version == 4), None)
+            if self.dual
+            else node.pod
+        )
         plan["tunnel_address"] = (
             "%s/%d" % (pod.network_address + 1, pod.max_prefixlen)
-            if encapsulating and pod is not None and pod.prefixlen < pod.max_prefixlen else None)
+            if encapsulating and pod is not None and pod.prefixlen < pod.max_prefixlen
+            else None
+        )
         plan["pod_cidr"] = pod_cidr_value([text for dummy, text in node.pods])
         plan["cni"] = bool(opts["cni"])
         plan["compatibility"] = self.compat
@@ -435,13 +488,15 @@ class Topology(object):
         keepalive = node.keepalive
         out = []
         for seg in self._remote_segments(node):
-            out.append({
-                "name": seg.key,
-                "public_key": seg.leader.key,
-                "endpoint": self.segment_endpoint(seg, node)[0],
-                "allowed_ips": seg.wg_allowed,
-                "persistent_keepalive": keepalive,
-            })
+            out.append(
+                {
+                    "name": seg.key,
+                    "public_key": seg.leader.key,
+                    "endpoint": self.segment_endpoint(seg, node)[0],
+                    "allowed_ips": seg.wg_allowed,
+                    "persistent_keepalive": keepalive,
+                }
+            )
         for peer in self.peers:
             entry = {
                 "name": peer.name,
@@ -475,7 +530,10 @@ class Topology(object):
         cache_key = (id(cidrs), family)
         hit = self._family_cache.get(cache_key)
         if hit is None or hit[0] is not cidrs:  # the list is kept, so its id is not reused
-            hit = self._family_cache[cache_key] = (cidrs, [c for c in cidrs if (6 if ":" in c else 4) == family])
+            hit = self._family_cache[cache_key] = (
+                cidrs,
+                [c for c in cidrs if (6 if ":" in c else 4) == family],
+            )
         return hit[1]
 
     def _check_gateways(self):
@@ -496,19 +554,31 @@ class Topology(object):
                     if _has(member, family):
                         raise TopologyError(
                             "leads segment %s, whose node %r routes IPv%s through it: it needs an IPv%s internal IP"
-                            % (seg.key, member.name, family, family), node_subject(leader.name), "internal_ip")
-                    _need_internal(member, family, "routes them through its leader %r" % leader.name)
+                            % (seg.key, member.name, family, family),
+                            node_subject(leader.name),
+                            "internal_ip",
+                        )
+                    _need_internal(
+                        member, family, "routes them through its leader %r" % leader.name
+                    )
         for members in groups.values():
             if len(members) < 2 or not local:
                 continue
             for member in members:
                 for family in self.families:
                     if not _has(member, family):
-                        _need_internal(member, family, "its location's nodes route them over the private network")
+                        _need_internal(
+                            member,
+                            family,
+                            "its location's nodes route them over the private network",
+                        )
                         if cross and any(_has(other, family) for other in members):
                             raise TopologyError(
                                 "its location's nodes reach its IPv%s WireGuard IP over the private network: it"
-                                " needs an IPv%s internal IP" % (family, family), node_subject(member.name), "internal_ip")
+                                " needs an IPv%s internal IP" % (family, family),
+                                node_subject(member.name),
+                                "internal_ip",
+                            )
 
     def _gateway(self, member, family=None):
         """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
@@ -521,8 +591,12 @@ class Topology(object):
         if self.compat == "cilium" and member.cni_ip is not None:
             return member.cni_ip
         if member.pod is None:
-            raise TopologyError("compatibility %s routes to this node through its pod network address;"
-                                " it needs a pod CIDR" % self.compat, node_subject(member.name), "pod_cidr")
+            raise TopologyError(
+                "compatibility %s routes to this node through its pod network address;"
+                " it needs a pod CIDR" % self.compat,
+                node_subject(member.name),
+                "pod_cidr",
+            )
         return member.pod.network_address
 
     def _encapsulates(self, node, gateway_ip, family=None):
@@ -565,14 +639,41 @@ class Topology(object):
                 except TopologyError as e:
                     cached.errors.append((text, e))
                 pods = [pod for net, pod in member.pods if family is None or net.version == family]
-                cached.members.append((text, gateway, gateway_ip, gateway_ip is side.ip, side.ip, pods, side.host,
-                                       self._wg(member.segment, family)[2]))
-                cached.add(text, "encapsulated", [(gateway, pod, MAIN_TABLE) for pod in pods]
-                           + [(gateway, side.host, KILO_TABLE)])
+                cached.members.append(
+                    (
+                        text,
+                        gateway,
+                        gateway_ip,
+                        gateway_ip is side.ip,
+                        side.ip,
+                        pods,
+                        side.host,
+                        self._wg(member.segment, family)[2],
+                    )
+                )
+                cached.add(
+                    text,
+                    "encapsulated",
+                    [(gateway, pod, MAIN_TABLE) for pod in pods]
+                    + [(gateway, side.host, KILO_TABLE)],
+                )
                 cached.add(text, "pods", [(gateway, pod) for pod in pods])
                 cached.add(text, "hosts", [side.host])
-                cached.add(text, "direct", [{"dst": pod, "gateway": gateway, "device": PRIVATE, "source": None,
-                                             "table": MAIN_TABLE, "onlink": True} for pod in pods])
+                cached.add(
+                    text,
+                    "direct",
+                    [
+                        {
+                            "dst": pod,
+                            "gateway": gateway,
+                            "device": PRIVATE,
+                            "source": None,
+                            "table": MAIN_TABLE,
+                            "onlink": True,
+                        }
+                        for pod in pods
+                    ],
+                )
             self._locals_cache[(seg.key, family)] = cached
         return cached
 
@@ -597,19 +698,50 @@ class Topology(object):
             if strategy != "always":
                 routes.extend(local.others("direct", me))
             elif not (own_pods or leader):
-                routes.extend([{"dst": pod, "gateway": gateway, "device": tunnel, "source": me, "table": MAIN_TABLE,
-                                "onlink": True} for gateway, pod in local.others("pods", me)])
+                routes.extend(
+                    [
+                        {
+                            "dst": pod,
+                            "gateway": gateway,
+                            "device": tunnel,
+                            "source": me,
+                            "table": MAIN_TABLE,
+                            "onlink": True,
+                        }
+                        for gateway, pod in local.others("pods", me)
+                    ]
+                )
             else:
-                routes.extend([{"dst": dst, "gateway": gateway, "device": tunnel, "source": me, "table": table,
-                                "onlink": True} for gateway, dst, table in local.others("encapsulated", me)])
+                routes.extend(
+                    [
+                        {
+                            "dst": dst,
+                            "gateway": gateway,
+                            "device": tunnel,
+                            "source": me,
+                            "table": table,
+                            "onlink": True,
+                        }
+                        for gateway, dst, table in local.others("encapsulated", me)
+                    ]
+                )
                 sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
                 if len(sources) == 1:
-                    (src, iif), = sources
-                    rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                                  for host in local.others("hosts", me)])
+                    ((src, iif),) = sources
+                    rules.extend(
+                        [
+                            {"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
+                            for host in local.others("hosts", me)
+                        ]
+                    )
                 else:
-                    rules.extend([{"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                                  for host in local.others("hosts", me) for src, iif in sources])
+                    rules.extend(
+                        [
+                            {"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
+                            for host in local.others("hosts", me)
+                            for src, iif in sources
+                        ]
+                    )
             return
         for text, gateway, gateway_ip, direct, ip, pods, host, wg_host in local.members:
             if text == me:
@@ -624,14 +756,38 @@ class Topology(object):
             device, source = (tunnel, me) if encap else (PRIVATE, None)
             if cross:
                 # beyond Kilo: the member's WireGuard IP answers over the private network too
-                routes.append({"dst": wg_host, "gateway": gateway, "device": device,
-                               "source": source, "table": MAIN_TABLE, "onlink": True})
+                routes.append(
+                    {
+                        "dst": wg_host,
+                        "gateway": gateway,
+                        "device": device,
+                        "source": source,
+                        "table": MAIN_TABLE,
+                        "onlink": True,
+                    }
+                )
             for pod in pods:
-                routes.append({"dst": pod, "gateway": gateway, "device": device,
-                               "source": source, "table": MAIN_TABLE, "onlink": True})
+                routes.append(
+                    {
+                        "dst": pod,
+                        "gateway": gateway,
+                        "device": device,
+                        "source": source,
+                        "table": MAIN_TABLE,
+                        "onlink": True,
+                    }
+                )
             if via_tunnel and (own_pods or leader):
-                routes.append({"dst": host, "gateway": gateway, "device": tunnel, "source": me,
-                               "table": KILO_TABLE, "onlink": True})
+                routes.append(
+                    {
+                        "dst": host,
+                        "gateway": gateway,
+                        "device": tunnel,
+                        "source": me,
+                        "table": KILO_TABLE,
+                        "onlink": True,
+                    }
+                )
                 for pod in own_pods:
                     rules.append({"src": pod, "dst": host, "iif": None, "table": KILO_TABLE})
                 if leader:
@@ -651,8 +807,16 @@ class Topology(object):
             if gateway_ip == internal.ip:
                 continue
             dst = internal.host
-            routes.append({"dst": dst, "gateway": str(gateway_ip), "device": self.tunnel_device, "source": None,
-                           "table": KILO_TABLE, "onlink": True})
+            routes.append(
+                {
+                    "dst": dst,
+                    "gateway": str(gateway_ip),
+                    "device": self.tunnel_device,
+                    "source": None,
+                    "table": KILO_TABLE,
+                    "onlink": True,
+                }
+            )
             rules.append({"src": None, "dst": dst, "iif": iface, "table": KILO_TABLE})
 
     def _leader_routes(self, node, rules, family=None):
@@ -670,12 +834,22 @@ class Topology(object):
                     # a member without an internal IP of a dual-stack family has no ranges of it
                     # (_check_gateways); a single-stack member always has one
                     self._local_routes(node, seg, routes, rules, True, cross, family)
-                elif (self.compat != "none" and not opts["local"] and node.internals
-                      and opts["encapsulate"] != "never"):
+                elif (
+                    self.compat != "none"
+                    and not opts["local"]
+                    and node.internals
+                    and opts["encapsulate"] != "never"
+                ):
                     self._unmanaged_local_routes(node, seg, routes, rules)
                 continue
-            _group(routes, self._of_family(seg.leader_dsts(self.segment_endpoint(seg, node)[1]), family),
-                   self._wg(seg, family)[1], iface, source, True)
+            _group(
+                routes,
+                self._of_family(seg.leader_dsts(self.segment_endpoint(seg, node)[1]), family),
+                self._wg(seg, family)[1],
+                iface,
+                source,
+                True,
+            )
         _group(routes, self._of_family(self.peer_allowed, family), None, iface, source, False)
         return routes
 
@@ -750,29 +924,46 @@ class Topology(object):
     def segments_out(self):
         out = []
         for seg in self.segments:
-            out.append({
-                "key": seg.key,
-                "location": seg.location,
-                "leader": seg.leader.name,
-                "nodes": [n.name for n in seg.members],
-                "wireguard_ip": one_or_list(text for dummy, text, dummy in seg.wg_ips),
-                "allowed_ips": list(seg.allowed),
-                "allowed_location_ips": list(seg.alip_strs),
-                "endpoint": seg.leader.endpoint,
-                "public_key": seg.leader.key,
-                "persistent_keepalive": seg.leader.keepalive,
-                "group": seg.group,
-                "members": [{"name": n.name, "pod_cidr": pod_cidr_value([text for dummy, text in n.pods]),
-                             "internal_ip": one_or_list(internal.ip_text for internal in n.internals),
-                             "endpoint": n.endpoint} for n in seg.members],
-            })
+            out.append(
+                {
+                    "key": seg.key,
+                    "location": seg.location,
+                    "leader": seg.leader.name,
+                    "nodes": [n.name for n in seg.members],
+                    "wireguard_ip": one_or_list(text for dummy, text, dummy in seg.wg_ips),
+                    "allowed_ips": list(seg.allowed),
+                    "allowed_location_ips": list(seg.alip_strs),
+                    "endpoint": seg.leader.endpoint,
+                    "public_key": seg.leader.key,
+                    "persistent_keepalive": seg.leader.keepalive,
+                    "group": seg.group,
+                    "members": [
+                        {
+                            "name": n.name,
+                            "pod_cidr": pod_cidr_value([text for dummy, text in n.pods]),
+                            "internal_ip": one_or_list(
+                                internal.ip_text for internal in n.internals
+                            ),
+                            "endpoint": n.endpoint,
+                        }
+                        for n in seg.members
+                    ],
+                }
+            )
         return out
 
     def peers_out(self):
         """Peers without their preshared keys (for graphs and reports)."""
-        return [{"name": p.name, "public_key": p.key, "endpoint": p.endpoint[0] if p.endpoint else None,
-                 "allowed_ips": list(p.allowed_strs), "persistent_keepalive": p.keepalive}
-                for p in self.peers]
+        return [
+            {
+                "name": p.name,
+                "public_key": p.key,
+                "endpoint": p.endpoint[0] if p.endpoint else None,
+                "allowed_ips": list(p.allowed_strs),
+                "persistent_keepalive": p.keepalive,
+            }
+            for p in self.peers
+        ]
 
     def peer_config(self, name):
         """Like ``kgctl showconf peer NAME``: the [Peer] sections of that peer's own config."""
@@ -784,15 +975,27 @@ class Topology(object):
             raise TopologyError("no such peer", peer_subject(name), "name")
         out = []
         for seg in self.segments:
-            entry = {"name": seg.key, "public_key": seg.leader.key, "endpoint": self.segment_endpoint(seg)[0],
-                     "allowed_ips": list(seg.wg_allowed), "persistent_keepalive": me.keepalive}
+            entry = {
+                "name": seg.key,
+                "public_key": seg.leader.key,
+                "endpoint": self.segment_endpoint(seg)[0],
+                "allowed_ips": list(seg.wg_allowed),
+                "persistent_keepalive": me.keepalive,
+            }
             if me.psk:
                 entry["preshared_key"] = me.psk
             out.append(entry)
         for peer in self.peers:
             if peer is not me:
-                out.append({"name": peer.name, "public_key": peer.key, "endpoint": self.peer_endpoint(peer),
-                            "allowed_ips": list(peer.allowed_strs), "persistent_keepalive": me.keepalive})
+                out.append(
+                    {
+                        "name": peer.name,
+                        "public_key": peer.key,
+                        "endpoint": self.peer_endpoint(peer),
+                        "allowed_ips": list(peer.allowed_strs),
+                        "persistent_keepalive": me.keepalive,
+                    }
+                )
         return out
 
 
@@ -827,15 +1030,23 @@ class _Locals(object):
         span = self.spans.get(me, {}).get(name)
         if span is None:
             return flat
-        return flat[:span[0]] + flat[span[1]:]
+        return flat[: span[0]] + flat[span[1] :]
 
 
 def _group(routes, dsts, gateway, device, source, onlink):
     """One main-table route entry for every destination in ``dsts`` (shared, never copied:
     the members of a segment route the same destinations, so their plans share one list)."""
     if dsts:
-        routes.append({"dst": dsts, "gateway": gateway, "device": device, "source": source,
-                       "table": MAIN_TABLE, "onlink": onlink})
+        routes.append(
+            {
+                "dst": dsts,
+                "gateway": gateway,
+                "device": device,
+                "source": source,
+                "table": MAIN_TABLE,
+                "onlink": onlink,
+            }
+        )
 
 
 def _need_internal(node, family, why):
@@ -843,7 +1054,11 @@ def _need_internal(node, family, why):
     pods = [text for net, text in node.pods if net.version == family]
     if pods:
         raise TopologyError(
-            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP" % (family, pods[0], why, family), node_subject(node.name), "internal_ip")
+            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP"
+            % (family, pods[0], why, family),
+            node_subject(node.name),
+            "internal_ip",
+        )
 
 
 def _has(node, family):
@@ -878,9 +1093,15 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
             if name not in topology.by_name:
                 raise TopologyError("no such node", node_subject(name), "only")
         plans = dict((name, topology.plan(name)) for name in names)
-        result = {"plans": plans, "segments": topology.segments_out(), "peers": topology.peers_out(),
-                  "subnet": one_or_list(str(net) for net in topology.opts["subnets"])}
-        if topology.relays is not None:  # beyond Kilo: a relayed mesh says which pairs go through whom
+        result = {
+            "plans": plans,
+            "segments": topology.segments_out(),
+            "peers": topology.peers_out(),
+            "subnet": one_or_list(str(net) for net in topology.opts["subnets"]),
+        }
+        if (
+            topology.relays is not None
+        ):  # beyond Kilo: a relayed mesh says which pairs go through whom
             topology.relays.segments_out(result["segments"])
             result["paths"] = topology.relays.paths()
             result["next_change"] = topology.relays.next_change()

@@ -41,9 +41,11 @@ FORMATS = ("dot", "svg", "png", "pdf")
 # What a node that reported nothing yet says in a preview's picture (its key and addresses are stand-ins).
 STAND_IN_LABEL = "(no key yet: after its first run)"
 HUB_ID = "wireguard/mesh"
-INSTALL_HINT = ("Graphviz's dot is not installed on the controller: apt install graphviz (Debian, Ubuntu),"
-                " dnf install graphviz (Fedora, EL), pacman -S graphviz (Arch), brew install graphviz (macOS);"
-                " or write the DOT text only (format dot, a .dot file)")
+INSTALL_HINT = (
+    "Graphviz's dot is not installed on the controller: apt install graphviz (Debian, Ubuntu),"
+    " dnf install graphviz (Fedora, EL), pacman -S graphviz (Arch), brew install graphviz (macOS);"
+    " or write the DOT text only (format dot, a .dot file)"
+)
 
 
 class GraphError(KiloError):
@@ -77,7 +79,9 @@ def to_dot(result, mesh_edges="auto"):
     lines = ["digraph kilo {"]
     if result.get("subnet"):
         subnet = result["subnet"]  # a dual-stack mesh's two, primary first
-        lines.append("\tlabel=%s;" % _quote(", ".join(subnet) if isinstance(subnet, list) else subnet))
+        lines.append(
+            "\tlabel=%s;" % _quote(", ".join(subnet) if isinstance(subnet, list) else subnet)
+        )
     lines.extend(["\tlabelloc=t;", "\toutputorder=nodesfirst;", "\toverlap=false;"])
     if hub:
         # a hint Graphviz follows when no engine is named (dot -Tsvg FILE); -K overrides it
@@ -99,8 +103,11 @@ def to_dot(result, mesh_edges="auto"):
             is_leader = member["name"] == seg["leader"]
             pods = member.get("pod_cidr")
             # a node of several pod ranges: one line each
-            parts = [seg["key"], member["name"]] + (list(pods) if isinstance(pods, list) else [pods]) + [
-                member.get("internal_ip")]
+            parts = (
+                [seg["key"], member["name"]]
+                + (list(pods) if isinstance(pods, list) else [pods])
+                + [member.get("internal_ip")]
+            )
             attrs = ["shape=ellipse"]
             styles = []
             if is_leader:
@@ -118,7 +125,9 @@ def to_dot(result, mesh_edges="auto"):
                 parts.append(STAND_IN_LABEL)
                 styles.append("dashed")
             if styles:
-                attrs.append("style=%s" % (styles[0] if len(styles) == 1 else _quote(",".join(styles))))
+                attrs.append(
+                    "style=%s" % (styles[0] if len(styles) == 1 else _quote(",".join(styles)))
+                )
             node_id = _quote("node/" + member["name"])
             lines.append("\t\t%s [label=%s, %s];" % (node_id, _label(parts), ", ".join(attrs)))
             if not is_leader:
@@ -128,21 +137,29 @@ def to_dot(result, mesh_edges="auto"):
     hub_id = _quote(HUB_ID)
     if hub:
         cross = any(group != seg["key"] for seg, (dummy, group, dummy2) in zip(segments, leaders))
-        what = "between leaders of different locations" if cross else "between all %d leaders" % len(leaders)
-        lines.append('\t%s [label=%s, shape=box, style="rounded,filled", fillcolor="#fff3c4"];'
-                     % (hub_id, _label(["WireGuard mesh", result.get("subnet"), what])))
+        what = (
+            "between leaders of different locations"
+            if cross
+            else "between all %d leaders" % len(leaders)
+        )
+        lines.append(
+            '\t%s [label=%s, shape=box, style="rounded,filled", fillcolor="#fff3c4"];'
+            % (hub_id, _label(["WireGuard mesh", result.get("subnet"), what]))
+        )
         # plain lines: thirty arrowheads would pile up on the hub
         for leader_id, dummy, dummy2 in leaders:
             edges.append("\t%s -> %s [dir=none, penwidth=2];" % (leader_id, hub_id))
     for i, (left, left_group, left_key) in enumerate(leaders):
-        for right, right_group, right_key in leaders[i + 1:]:
+        for right, right_group, right_key in leaders[i + 1 :]:
             if left_group == right_group:
                 continue
             via = relayed.get((left_key, right_key))
             if via is not None:
                 relay = by_key.get(via) or {}
-                edges.append("\t%s -> %s [dir=both, style=dashed, label=%s];"
-                             % (left, right, _quote("via " + str(relay.get("location") or via))))
+                edges.append(
+                    "\t%s -> %s [dir=both, style=dashed, label=%s];"
+                    % (left, right, _quote("via " + str(relay.get("location") or via)))
+                )
             elif not hub:
                 edges.append("\t%s -> %s [dir=both];" % (left, right))
     if peers:
@@ -151,7 +168,10 @@ def to_dot(result, mesh_edges="auto"):
         lines.append('\t\tstyle="dashed,rounded";')
         for peer in peers:
             peer_id = _quote("peer/" + peer["name"])
-            lines.append("\t\t%s [label=%s, shape=ellipse];" % (peer_id, _label([peer["name"], peer.get("endpoint")])))
+            lines.append(
+                "\t\t%s [label=%s, shape=ellipse];"
+                % (peer_id, _label([peer["name"], peer.get("endpoint")]))
+            )
             if hub:
                 edges.append("\t%s -> %s [dir=none, style=dashed];" % (hub_id, peer_id))
             else:
@@ -184,8 +204,14 @@ def format_of(path, fmt=None):
     ext = os.path.splitext(path)[1].lstrip(".").lower()
     named = "dot" if ext == "gv" else ext if ext in FORMATS else None
     if named is None:
-        raise GraphError("%s: the extension %s names no format this module writes: end the name with %s" % (
-            path, repr("." + ext) if ext else "(none)", ", ".join("." + f for f in FORMATS + ("gv",))))
+        raise GraphError(
+            "%s: the extension %s names no format this module writes: end the name with %s"
+            % (
+                path,
+                repr("." + ext) if ext else "(none)",
+                ", ".join("." + f for f in FORMATS + ("gv",)),
+            )
+        )
     if fmt and fmt != named:
         raise GraphError("%s: format %s, but the extension says %s" % (path, fmt, named))
     return named

@@ -13,12 +13,29 @@ are kept in canonical base64 (the spelling Kilo prints).
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE, PORT_RANGE, Subject, check_interface_name, did_you_mean, node_subject, peer_subject, parse_key,
-    to_bool, to_int)
+    KEEPALIVE_RANGE,
+    PORT_RANGE,
+    Subject,
+    check_interface_name,
+    did_you_mean,
+    node_subject,
+    peer_subject,
+    parse_key,
+    to_bool,
+    to_int,
+)
+
 # The value parsers and the error live with the node table; the engine's importers find them here too.
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
-    FIELDS, NO_INTERNAL, TopologyError, parse_endpoint, parse_interface, parse_network, parse_network_list,
-    parse_subnets)
+    FIELDS,
+    NO_INTERNAL,
+    TopologyError,
+    parse_endpoint,
+    parse_interface,
+    parse_network,
+    parse_network_list,
+    parse_subnets,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, engine_defaults
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import relay_locations
 
@@ -39,13 +56,19 @@ def check_fields(item, known, subject, what):
     closest known one."""
     for key in sorted(str(k) for k in item):
         if key != "name" and key not in known:
-            raise TopologyError("unknown field of %s%s" % (what, did_you_mean(key, ["name"] + list(known))), subject, key)
+            raise TopologyError(
+                "unknown field of %s%s" % (what, did_you_mean(key, ["name"] + list(known))),
+                subject,
+                key,
+            )
 
 
 def _name(item, kind, index):
     name = item.get("name") if isinstance(item, dict) else None
     if not isinstance(name, str) or not name:
-        raise TopologyError("missing or not a string", Subject(kind, None, "%s #%d" % (kind, index + 1)), "name")
+        raise TopologyError(
+            "missing or not a string", Subject(kind, None, "%s #%d" % (kind, index + 1)), "name"
+        )
     return name
 
 
@@ -58,21 +81,38 @@ def parse_options(options):
             opts[key] = value
     subject = OPTIONS_SUBJECT
     if opts["granularity"] not in GRANULARITIES:
-        raise TopologyError("%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)), subject, "granularity")
+        raise TopologyError(
+            "%r unknown; one of %s" % (opts["granularity"], ", ".join(GRANULARITIES)),
+            subject,
+            "granularity",
+        )
     if opts["encapsulate"] not in ENCAPSULATIONS:
-        raise TopologyError("%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)), subject, "encapsulate")
+        raise TopologyError(
+            "%r unknown; one of %s" % (opts["encapsulate"], ", ".join(ENCAPSULATIONS)),
+            subject,
+            "encapsulate",
+        )
     if opts["compatibility"] == "":
         opts["compatibility"] = "none"  # Kilo's flag default: the IPIP encapsulator
     if opts["compatibility"] not in COMPATIBILITIES:
-        raise TopologyError("%r unknown; one of %s"
-                            % (opts["compatibility"], ", ".join(COMPATIBILITIES)), subject, "compatibility")
+        raise TopologyError(
+            "%r unknown; one of %s" % (opts["compatibility"], ", ".join(COMPATIBILITIES)),
+            subject,
+            "compatibility",
+        )
     opts["subnets"] = parse_subnets(opts["subnet"], subject)
     # the first subnet is the primary: Kilo's one WireGuard IP per segment comes from it
     opts["subnet"] = opts["subnets"][0]
     if len(opts["subnets"]) == 2 and opts["compatibility"] != "none":
-        raise TopologyError("%s in a dual-stack mesh: its encapsulation is modelled for"
-                            " one IP family only; use none" % opts["compatibility"], subject, "compatibility")
-    opts["port"] = to_int(opts["port"], subject, "port", *PORT_RANGE, default=OPTIONS["port"]["default"])
+        raise TopologyError(
+            "%s in a dual-stack mesh: its encapsulation is modelled for"
+            " one IP family only; use none" % opts["compatibility"],
+            subject,
+            "compatibility",
+        )
+    opts["port"] = to_int(
+        opts["port"], subject, "port", *PORT_RANGE, default=OPTIONS["port"]["default"]
+    )
     check_interface_name(opts["interface"], subject, "interface")
     for key in ("local", "cni", "forward_rules"):
         opts[key] = to_bool(opts[key], subject, key)
@@ -83,9 +123,16 @@ def parse_options(options):
 
 # Node attributes of the table's fields where the engine's name differs from the field's; any
 # other field of the table (nodes.FIELDS) is kept on the Node under its own name, as parsed.
-ATTRIBUTES = {"internal_ip": "internals", "pod_cidr": "pods", "cni_compatibility_ip": "cni_ip", "public_key": "key",
-              "leader": "leader_hint", "persistent_keepalive": "keepalive", "allowed_location_ips": "alips",
-              "discovered_endpoints": "discovered"}
+ATTRIBUTES = {
+    "internal_ip": "internals",
+    "pod_cidr": "pods",
+    "cni_compatibility_ip": "cni_ip",
+    "public_key": "key",
+    "leader": "leader_hint",
+    "persistent_keepalive": "keepalive",
+    "allowed_location_ips": "alips",
+    "discovered_endpoints": "discovered",
+}
 
 
 class Node(object):
@@ -94,7 +141,8 @@ class Node(object):
     ``port``, and where the engine put it (``segment``, ``index``)."""
 
     __slots__ = ("name", "endpoint_ip", "port", "segment", "index") + tuple(
-        ATTRIBUTES.get(name, name) for name in FIELDS)
+        ATTRIBUTES.get(name, name) for name in FIELDS
+    )
 
     @property
     def first(self):
@@ -165,16 +213,24 @@ def _check_families(node, subnets, subject):
     if len(node.internals) == 2:
         mesh = ("subnet %s" % subnets[0]) if subnets else "one subnet"
         second = node.internals[1]
-        raise TopologyError("%s is IPv%d but the mesh is single-stack (%s): a second IP family"
-                            " needs a second subnet" % (second, second.version, mesh), subject, "internal_ip")
+        raise TopologyError(
+            "%s is IPv%d but the mesh is single-stack (%s): a second IP family"
+            " needs a second subnet" % (second, second.version, mesh),
+            subject,
+            "internal_ip",
+        )
 
 
 def _check_pod_family(pods, subject):
     """A node's pod ranges are of one IP family (a second family is a dual-stack mesh's)."""
     for net in pods[1:]:
         if net.version != pods[0].version:
-            raise TopologyError("%s is IPv%d but %s is IPv%d: a node's pod ranges are of one"
-                                " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version), subject, "pod_cidr")
+            raise TopologyError(
+                "%s is IPv%d but %s is IPv%d: a node's pod ranges are of one"
+                " family in a single-stack mesh" % (net, net.version, pods[0], pods[0].version),
+                subject,
+                "pod_cidr",
+            )
 
 
 def relation(equal, prefixlen, other_prefixlen):
@@ -190,16 +246,33 @@ def check_pod_overlaps(nodes):
     inside another's range): each range is a route to exactly one node. Two nodes of one range
     each are Kilo's case, and Kilo takes them as they are: so does this check (Kilo's output is
     matched on every input it accepts); a node of several ranges (an IPAM's blocks) is ours."""
-    ranges = sorted(((int(net.network_address), -net.prefixlen, net.version, net, node)
-                     for node in nodes for net, dummy in node.pods), key=lambda r: r[:3])
+    ranges = sorted(
+        (
+            (int(net.network_address), -net.prefixlen, net.version, net, node)
+            for node in nodes
+            for net, dummy in node.pods
+        ),
+        key=lambda r: r[:3],
+    )
     last = {}  # version -> (last address covered so far, its network, its node)
     for start, dummy, version, net, node in ranges:
         seen = last.get(version)
-        if seen is not None and start <= seen[0] and (seen[2] is node or len(node.pods) > 1 or len(seen[2].pods) > 1):
-            other = "its own pod range %s" % seen[1] if seen[2] is node else "the pod range %s of node %r" % (
-                seen[1], seen[2].name)
-            raise TopologyError("%s %s %s" % (
-                net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other), node_subject(node.name), "pod_cidr")
+        if (
+            seen is not None
+            and start <= seen[0]
+            and (seen[2] is node or len(node.pods) > 1 or len(seen[2].pods) > 1)
+        ):
+            other = (
+                "its own pod range %s" % seen[1]
+                if seen[2] is node
+                else "the pod range %s of node %r" % (seen[1], seen[2].name)
+            )
+            raise TopologyError(
+                "%s %s %s"
+                % (net, relation(net == seen[1], net.prefixlen, seen[1].prefixlen), other),
+                node_subject(node.name),
+                "pod_cidr",
+            )
         end = start | ((1 << (net.max_prefixlen - net.prefixlen)) - 1)  # its broadcast address
         if seen is None or end > seen[0]:
             last[version] = (end, net, node)
@@ -219,7 +292,9 @@ def parse_peer(item, index):
     if item.get("endpoint") not in (None, ""):
         peer.endpoint = parse_endpoint(item["endpoint"], subject, "endpoint")
     # Kilo tells "unset" (nil) from 0; both mean: never replace the endpoint by a discovered one.
-    peer.keepalive = to_int(item.get("persistent_keepalive"), subject, "persistent_keepalive", *KEEPALIVE_RANGE)
+    peer.keepalive = to_int(
+        item.get("persistent_keepalive"), subject, "persistent_keepalive", *KEEPALIVE_RANGE
+    )
     peer.psk = parse_key(item.get("preshared_key"), subject, "preshared_key", required=False)
     return peer
 
@@ -229,7 +304,9 @@ def _parse_all(items, kind, parse, subject, keys):
     parsed, names = [], set()
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            raise TopologyError("expected a mapping", Subject(kind, None, "%s #%d" % (kind, index + 1)), kind)
+            raise TopologyError(
+                "expected a mapping", Subject(kind, None, "%s #%d" % (kind, index + 1)), kind
+            )
         obj = parse(item, index)
         if obj.name in names:
             raise TopologyError("duplicate %s name" % kind, subject(obj.name), "name")
@@ -251,8 +328,13 @@ def parse_inputs(nodes, peers, options):
     if not isinstance(peers, (list, tuple)):
         raise TopologyError("expected a list of peers", "peers", "peers")
     keys = {}
-    parsed_nodes = _parse_all(nodes, "node", lambda item, index: parse_node(item, index, opts["port"], opts["subnets"]),
-                              node_subject, keys)
+    parsed_nodes = _parse_all(
+        nodes,
+        "node",
+        lambda item, index: parse_node(item, index, opts["port"], opts["subnets"]),
+        node_subject,
+        keys,
+    )
     parsed_peers = _parse_all(peers, "peer", parse_peer, peer_subject, keys)
     parsed_nodes.sort(key=lambda n: n.name)
     check_pod_overlaps(parsed_nodes)

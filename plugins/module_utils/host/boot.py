@@ -35,13 +35,32 @@ import sys
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
-    file_digest, install_verified, read_text, write_atomic)
+    file_digest,
+    install_verified,
+    read_text,
+    write_atomic,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
-    Backend, Busy, backends_for, converge, converge_lock, host_settings)
+    Backend,
+    Busy,
+    backends_for,
+    converge,
+    converge_lock,
+    host_settings,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
-    UNIT_DIR, install_unit, is_enabled, remove_unit, systemctl_checked, systemd_running)
-from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_BOOT_APP, DEFAULT_INTERFACE
+    UNIT_DIR,
+    install_unit,
+    is_enabled,
+    remove_unit,
+    systemctl_checked,
+    systemd_running,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (
+    DEFAULT_BOOT_APP,
+    DEFAULT_INTERFACE,
+)
 
 STORE_DIR = "/var/lib/kilo"
 APP_PATH = DEFAULT_BOOT_APP
@@ -75,7 +94,10 @@ def unit_path():
 def stored_text(plan, settings):
     """The stored plan's text: sorted keys, so the same plan and settings are the same bytes."""
     kept = dict((k, v) for k, v in sorted(settings.items()) if k not in TRANSIENT)
-    return json.dumps({"format": FORMAT, "plan": plan, "settings": kept}, sort_keys=True, indent=1) + "\n"
+    return (
+        json.dumps({"format": FORMAT, "plan": plan, "settings": kept}, sort_keys=True, indent=1)
+        + "\n"
+    )
 
 
 def comparable(text):
@@ -97,28 +119,31 @@ def psk_text(preshared_keys):
 
 def unit_text(app, plan_path=PLAN_PATH, python=PYTHON):
     """The boot unit: once at boot, after the network, before kubelet; never holds the boot."""
-    return "\n".join([
-        "# Written by the Ansible module kilo.mesh.converge; changes here are undone by its next run.",
-        "[Unit]",
-        "Description=kilo.mesh: this host's WireGuard mesh as its last converge left it",
-        "Documentation=https://github.com/squat/kilo",
-        "Wants=network-online.target",
-        "After=network-online.target",
-        "Before=kubelet.service",
-        "",
-        "[Service]",
-        "Type=oneshot",
-        "RemainAfterExit=yes",
-        "ExecStart=%s %s --restore %s" % (python, app, plan_path),
-        "TimeoutStartSec=%d" % START_TIMEOUT,
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Written by the Ansible module kilo.mesh.converge; changes here are undone by its next run.",
+            "[Unit]",
+            "Description=kilo.mesh: this host's WireGuard mesh as its last converge left it",
+            "Documentation=https://github.com/squat/kilo",
+            "Wants=network-online.target",
+            "After=network-online.target",
+            "Before=kubelet.service",
+            "",
+            "[Service]",
+            "Type=oneshot",
+            "RemainAfterExit=yes",
+            "ExecStart=%s %s --restore %s" % (python, app, plan_path),
+            "TimeoutStartSec=%d" % START_TIMEOUT,
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
 
 
 # --- the restore ---------------------------------------------------------------------------------
+
 
 def read_store(path, psk_path=None):
     """(plan, settings, preshared keys) of the stored plan at ``path``; RestoreError names the file."""
@@ -129,11 +154,20 @@ def read_store(path, psk_path=None):
         raise RestoreError("cannot read the stored plan: %s" % (e.strerror or e), path)
     except (ValueError, UnicodeError) as e:
         raise RestoreError("not a stored plan (invalid JSON: %s)" % e, path)
-    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict) or not isinstance(data.get("settings"), dict):
-        raise RestoreError("not a stored plan (an object with 'plan' and 'settings' expected)", path)
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("plan"), dict)
+        or not isinstance(data.get("settings"), dict)
+    ):
+        raise RestoreError(
+            "not a stored plan (an object with 'plan' and 'settings' expected)", path
+        )
     if data.get("format") != FORMAT:
-        raise RestoreError("stored in format %r, this restore reads format %d: run the collection again"
-                           % (data.get("format"), FORMAT), path)
+        raise RestoreError(
+            "stored in format %r, this restore reads format %d: run the collection again"
+            % (data.get("format"), FORMAT),
+            path,
+        )
     keys = {}
     psk_path = psk_path or os.path.join(os.path.dirname(path), os.path.basename(PSK_PATH))
     if os.path.exists(psk_path):
@@ -154,8 +188,12 @@ def after_restart_command(app, path=PLAN_PATH, python=PYTHON):
     A shell checks that the app is there: the first converge starts the daemon (the WireGuard
     backend) before the boot backend installs the app, and python3 would log "can't open file"
     for a restore that has nothing to do yet. No "$" in it: systemd expands those."""
-    return ["/bin/sh", "-c", "test -e %s || exit 0; exec %s %s --restore %s --after-restart"
-            % tuple(shlex.quote(a) for a in (app, python, app, path))]
+    return [
+        "/bin/sh",
+        "-c",
+        "test -e %s || exit 0; exec %s %s --restore %s --after-restart"
+        % tuple(shlex.quote(a) for a in (app, python, app, path)),
+    ]
 
 
 def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
@@ -166,6 +204,7 @@ def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
     does not resolve (DNS not up yet at boot) is configured without one, with a warning, rather
     than keeping the whole host out of the mesh."""
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
+
     plan, settings, keys = read_store(path)
     # every host option, the stored values over the defaults: a setting left out of the file (one
     # run's request such as route_conflict, or an option added since) takes its default
@@ -180,16 +219,25 @@ def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
         for backend in backends:
             backend.lenient_endpoints = True
     if not own or check_mode or locked:
-        return converge(plan, settings, check_mode=check_mode, preshared_keys=keys, backends=backends)
+        return converge(
+            plan, settings, check_mode=check_mode, preshared_keys=keys, backends=backends
+        )
     with converge_lock():
         return converge(plan, settings, preshared_keys=keys, backends=backends)
 
 
 def _wait_for_socket(path, timeout=15.0):
     """After a restart, until the daemon's UAPI socket of the stored plan's interface answers."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import socket_path, wait_for_socket
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import (
+        socket_path,
+        wait_for_socket,
+    )
+
     plan, settings, _keys = read_store(path)
-    wait_for_socket(socket_path(settings.get("interface") or plan.get("interface") or DEFAULT_INTERFACE), timeout)
+    wait_for_socket(
+        socket_path(settings.get("interface") or plan.get("interface") or DEFAULT_INTERFACE),
+        timeout,
+    )
 
 
 def main(argv, out=None):
@@ -232,15 +280,24 @@ def _report(path, start, out, locked=False):
         return 1
     changes = result.get("changes") or {}
     count = sum(len(v) for v in changes.values())
-    out.write("kilo-mesh restore: %s: %s in %.2f s%s\n" % (
-        path, "%d changes" % count if count else "already in place", time.time() - start,
-        "".join("\n  %s: %s" % (name, "; ".join(items)) for name, items in sorted(changes.items()))))
+    out.write(
+        "kilo-mesh restore: %s: %s in %.2f s%s\n"
+        % (
+            path,
+            "%d changes" % count if count else "already in place",
+            time.time() - start,
+            "".join(
+                "\n  %s: %s" % (name, "; ".join(items)) for name, items in sorted(changes.items())
+            ),
+        )
+    )
     for warning in result.get("warnings") or ():
         out.write("kilo-mesh restore: warning: %s\n" % warning)
     return 0
 
 
 # --- the backend -----------------------------------------------------------------------------------
+
 
 class BootBackend(Backend):
     """The stored plan, the preshared keys, and (``app`` given) the app and the boot unit.
@@ -251,8 +308,15 @@ class BootBackend(Backend):
 
     name = "boot"
 
-    def __init__(self, settings, preshared_keys=None, app=None, plan_path=PLAN_PATH, psk_path=PSK_PATH,
-                 app_path=APP_PATH):
+    def __init__(
+        self,
+        settings,
+        preshared_keys=None,
+        app=None,
+        plan_path=PLAN_PATH,
+        psk_path=PSK_PATH,
+        app_path=APP_PATH,
+    ):
         super(BootBackend, self).__init__(settings, preshared_keys)
         self.preshared_keys = preshared_keys or {}
         self.app = app
@@ -279,16 +343,23 @@ class BootBackend(Backend):
         text = stored_text(plan, self.settings)
         if current["plan"] is not None and comparable(current["plan"]) == comparable(text):
             text = current["plan"]  # only a roaming peer's endpoint moved: nothing to keep anew
-        want = {"plan": text, "psk": psk_text(self.preshared_keys),
-                "unit": current["unit"], "enabled": current["enabled"], "app": current["app"]}
+        want = {
+            "plan": text,
+            "psk": psk_text(self.preshared_keys),
+            "unit": current["unit"],
+            "enabled": current["enabled"],
+            "app": current["app"],
+        }
         if self.app is not None:
             want["unit"] = unit_text(self.app_path, self.plan_path)
             want["enabled"] = self.systemd
             if not self.systemd and current["unit"] is None:
                 # said once, when the files are first written: re-runs stay quiet
-                self.warnings = ["boot_restore: this host does not run systemd, so nothing restores %s "
-                                 "at boot; have its init system run '%s %s --restore' after the network "
-                                 "is up" % (self.plan_path, PYTHON, self.app_path)]
+                self.warnings = [
+                    "boot_restore: this host does not run systemd, so nothing restores %s "
+                    "at boot; have its init system run '%s %s --restore' after the network "
+                    "is up" % (self.plan_path, PYTHON, self.app_path)
+                ]
             want["app"] = self.app["digest"]
             if current["app"] != self.app["digest"] and not self.app.get("src"):
                 self.need = ["app"]
@@ -297,10 +368,14 @@ class BootBackend(Backend):
     def changes(self, current, desired):
         out = []
         if current["app"] != desired["app"]:
-            out.append("write %s" % self.app_path if desired["app"] else "remove %s" % self.app_path)
+            out.append(
+                "write %s" % self.app_path if desired["app"] else "remove %s" % self.app_path
+            )
         for key, path in (("plan", self.plan_path), ("psk", self.psk_path), ("unit", unit_path())):
             if current[key] != desired[key]:
-                out.append(("write %s" % path) if desired[key] is not None else ("remove %s" % path))
+                out.append(
+                    ("write %s" % path) if desired[key] is not None else ("remove %s" % path)
+                )
         if current["enabled"] != desired["enabled"]:
             out.append("%s %s" % ("enable" if desired["enabled"] else "disable", UNIT_NAME))
         return out
@@ -340,12 +415,20 @@ class BootBackend(Backend):
             except ValueError:
                 stored = state["plan"]
             keys = json.loads(state["psk"]) if state["psk"] else {}
-            return {"stored_plan": stored, "preshared_keys": "%d (not shown)" % len(keys) if keys else None,
-                    "unit": state["unit"], "enabled": state["enabled"], "app": state["app"]}
+            return {
+                "stored_plan": stored,
+                "preshared_keys": "%d (not shown)" % len(keys) if keys else None,
+                "unit": state["unit"],
+                "enabled": state["enabled"],
+                "app": state["app"],
+            }
+
         return shown(current), shown(desired)
 
     def owns(self, current):
         return any(current[k] for k in ("plan", "psk", "unit", "enabled", "app"))
 
     def remove(self, current):
-        self.apply(current, {"plan": None, "psk": None, "unit": None, "enabled": False, "app": None})
+        self.apply(
+            current, {"plan": None, "psk": None, "unit": None, "enabled": False, "app": None}
+        )

@@ -115,8 +115,12 @@ def range_set_subnets(data):
     for ipam in _ipams(data):
         ranges = ipam.get("ranges")
         if isinstance(ranges, list) and ranges:
-            return [_norm(rangeset[0].get("subnet")) if isinstance(rangeset, list) and rangeset
-                    and isinstance(rangeset[0], dict) else None for rangeset in ranges]
+            return [
+                _norm(rangeset[0].get("subnet"))
+                if isinstance(rangeset, list) and rangeset and isinstance(rangeset[0], dict)
+                else None
+                for rangeset in ranges
+            ]
     return []
 
 
@@ -140,7 +144,11 @@ def with_subnet(data, subnet):
     out = copy.deepcopy(data)
     for ipam in _ipams(out):
         ipam.pop("subnet", None)
-        ipam["ranges"] = [[{"subnet": one}] for one in subnet] if isinstance(subnet, list) else [[{"subnet": subnet}]]
+        ipam["ranges"] = (
+            [[{"subnet": one}] for one in subnet]
+            if isinstance(subnet, list)
+            else [[{"subnet": subnet}]]
+        )
     return out
 
 
@@ -150,7 +158,14 @@ def render(data):
 
 def read(path):
     """What is at ``path``: existence, parsed data, whether it is ours, its subnet."""
-    state = {"path": path, "exists": False, "data": None, "ours": False, "subnet": None, "problem": None}
+    state = {
+        "path": path,
+        "exists": False,
+        "data": None,
+        "ours": False,
+        "subnet": None,
+        "problem": None,
+    }
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -164,7 +179,11 @@ def read(path):
     except ValueError:
         state["problem"] = "is not JSON"
         return state
-    if not isinstance(data, dict) or data.get("name") != NETWORK or not isinstance(data.get("plugins"), list):
+    if (
+        not isinstance(data, dict)
+        or data.get("name") != NETWORK
+        or not isinstance(data.get("plugins"), list)
+    ):
         name = data.get("name") if isinstance(data, dict) else None
         state["problem"] = "is not a conflist of network %r (name %r)" % (NETWORK, name)
         return state
@@ -199,13 +218,32 @@ class CNIBackend(Backend):
         subnet = subnets[0] if len(subnets) == 1 else subnets
         if not subnet:
             # cni off or no pod CIDR: not managed, whatever is there stays
-            return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
+            return {
+                "path": self.path,
+                "data": current["data"],
+                "subnet": current["subnet"],
+                "managed": False,
+            }
         if not current["exists"]:
-            return {"path": self.path, "data": kilo_conflist(subnet), "subnet": subnet, "managed": True}
+            return {
+                "path": self.path,
+                "data": kilo_conflist(subnet),
+                "subnet": subnet,
+                "managed": True,
+            }
         if current["problem"]:
             self._warn(current["problem"])
-            return {"path": self.path, "data": current["data"], "subnet": current["subnet"], "managed": False}
-        data = current["data"] if self._held(current, subnet) == subnet else with_subnet(current["data"], subnet)
+            return {
+                "path": self.path,
+                "data": current["data"],
+                "subnet": current["subnet"],
+                "managed": False,
+            }
+        data = (
+            current["data"]
+            if self._held(current, subnet) == subnet
+            else with_subnet(current["data"], subnet)
+        )
         return {"path": self.path, "data": data, "subnet": subnet, "managed": True}
 
     @staticmethod
@@ -224,7 +262,11 @@ class CNIBackend(Backend):
     def changes(self, current, desired):
         if not desired["managed"]:
             return []
-        shown = ", ".join(desired["subnet"]) if isinstance(desired["subnet"], list) else desired["subnet"]
+        shown = (
+            ", ".join(desired["subnet"])
+            if isinstance(desired["subnet"], list)
+            else desired["subnet"]
+        )
         if not current["exists"]:
             return ["write %s (subnet %s)" % (self.path, shown)]
         held = self._held(current, desired["subnet"])
@@ -242,7 +284,10 @@ class CNIBackend(Backend):
         if desired is None:
             after = {"path": self.path, "conflist": None}
         else:
-            after = {"path": self.path, "conflist": desired["data"] if desired["managed"] else before["conflist"]}
+            after = {
+                "path": self.path,
+                "conflist": desired["data"] if desired["managed"] else before["conflist"],
+            }
         return before, after
 
     def owns(self, current):

@@ -19,7 +19,10 @@ import fcntl
 import os
 import time
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, check_interface_name
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    check_interface_name,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
@@ -78,8 +81,13 @@ def backends_for(settings, preshared_keys=None, app=None, takeover=False):
 
     # boot last: the stored plan is written only once every other backend applied it
     routes = dict(settings, route_conflict="replace") if takeover else settings
-    return [WireGuardBackend(settings, preshared_keys), NetStateBackend(routes), FirewallBackend(settings),
-            CNIBackend(settings), BootBackend(settings, preshared_keys, app)]
+    return [
+        WireGuardBackend(settings, preshared_keys),
+        NetStateBackend(routes),
+        FirewallBackend(settings),
+        CNIBackend(settings),
+        BootBackend(settings, preshared_keys, app),
+    ]
 
 
 def host_settings(given):
@@ -111,6 +119,7 @@ class Busy(KiloError):
 def converge_lock(timeout=LOCK_TIMEOUT):
     """Wait for (at most ``timeout`` s; 0: not at all) and hold the host's converge lock; Busy otherwise."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
+
     if not os.path.isdir(wireguard_daemon.RUN_DIR):
         os.makedirs(wireguard_daemon.RUN_DIR, 0o700)
     path = os.path.join(wireguard_daemon.RUN_DIR, LOCK_NAME)
@@ -123,7 +132,9 @@ def converge_lock(timeout=LOCK_TIMEOUT):
                 break
             except (IOError, OSError):
                 if time.time() >= deadline:
-                    raise Busy("another converge of this host has held %s for %d s" % (path, timeout))
+                    raise Busy(
+                        "another converge of this host has held %s for %d s" % (path, timeout)
+                    )
                 time.sleep(0.1)
         yield
     finally:
@@ -137,9 +148,12 @@ def refuse_tunnel_changes(steps):
     for backend, current, desired in steps:
         moved += getattr(backend, "tunnel_changes", lambda c, d: None)(current, desired) or []
     if moved:
-        raise KiloError("the interface runs other tunnels than the plan says (%s); a takeover in place would change"
-                        " them, so nothing was changed: the plan must be the mesh the interface's agent computed"
-                        " (the kilo_* options as its flags)" % "; ".join(moved), "takeover")
+        raise KiloError(
+            "the interface runs other tunnels than the plan says (%s); a takeover in place would change"
+            " them, so nothing was changed: the plan must be the mesh the interface's agent computed"
+            " (the kilo_* options as its flags)" % "; ".join(moved),
+            "takeover",
+        )
 
 
 def wait_for(switch_at, now=None, sleep=time.sleep):
@@ -153,8 +167,18 @@ def wait_for(switch_at, now=None, sleep=time.sleep):
     return round(max(0.0, -ahead), 3)
 
 
-def converge(plan, settings=None, check_mode=False, backends=None, preshared_keys=None, switch_at=None,
-             pending_public_key=None, app=None, locked=False, takeover=False):
+def converge(
+    plan,
+    settings=None,
+    check_mode=False,
+    backends=None,
+    preshared_keys=None,
+    switch_at=None,
+    pending_public_key=None,
+    app=None,
+    locked=False,
+    takeover=False,
+):
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
@@ -188,12 +212,41 @@ def converge(plan, settings=None, check_mode=False, backends=None, preshared_key
     """
     if backends is None and not check_mode and not locked:
         with converge_lock():
-            return _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app,
-                             takeover)
-    return _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app, takeover)
+            return _converge(
+                plan,
+                settings,
+                check_mode,
+                backends,
+                preshared_keys,
+                switch_at,
+                pending_public_key,
+                app,
+                takeover,
+            )
+    return _converge(
+        plan,
+        settings,
+        check_mode,
+        backends,
+        preshared_keys,
+        switch_at,
+        pending_public_key,
+        app,
+        takeover,
+    )
 
 
-def _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, pending_public_key, app, takeover):
+def _converge(
+    plan,
+    settings,
+    check_mode,
+    backends,
+    preshared_keys,
+    switch_at,
+    pending_public_key,
+    app,
+    takeover,
+):
     settings = host_settings(settings)
     if check_mode and pending_public_key:
         # the key step's stand-in for a key it would make or rotate: the comparison shows the switch
@@ -204,12 +257,14 @@ def _converge(plan, settings, check_mode, backends, preshared_keys, switch_at, p
             raise KiloError("required when state is present", "plan")
         plan = check_plan(plan, settings["interface"])
     if backends is None:
-        backends = backends_for(settings, preshared_keys or {}, app, takeover=takeover and not absent)
+        backends = backends_for(
+            settings, preshared_keys or {}, app, takeover=takeover and not absent
+        )
 
     result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
     steps = []
     # Removal runs in reverse: firewall and routes go before the interface they point at.
-    for backend in (reversed(backends) if absent else backends):
+    for backend in reversed(backends) if absent else backends:
         current = backend.current(None if absent else plan)
         if absent:
             desired = None

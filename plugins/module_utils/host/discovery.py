@@ -29,7 +29,11 @@ import socket
 from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import open_reader
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, MAIN_TABLE, TUNNEL
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
+    CILIUM_TUNNEL,
+    MAIN_TABLE,
+    TUNNEL,
+)
 
 DEFAULT_MTU = 1420
 WIREGUARD_OVERHEAD = 80
@@ -70,6 +74,7 @@ def read_host():
 def read_host_pyroute2():
     """read_host() through pyroute2 (0.7.2 and 0.9.x), as on a kernel without strict checking."""
     from pyroute2 import IPRoute
+
     with IPRoute() as ipr:
         return snapshot(ipr, lambda family: _default_routes(ipr, False, family))
 
@@ -88,7 +93,10 @@ def snapshot(ipr, default_routes):
     gives the main table's default routes of a family."""
     links = {}
     for link in list(ipr.get_links()):
-        links[link["index"]] = {"name": link.get_attr("IFLA_IFNAME"), "mtu": link.get_attr("IFLA_MTU")}
+        links[link["index"]] = {
+            "name": link.get_attr("IFLA_IFNAME"),
+            "mtu": link.get_attr("IFLA_MTU"),
+        }
     addrs = []
     for a in list(ipr.get_addr()):
         ip = a.get_attr("IFA_ADDRESS")
@@ -96,8 +104,13 @@ def snapshot(ipr, default_routes):
             ip = a.get_attr("IFA_LOCAL")  # on point-to-point links IFA_ADDRESS is the peer
         if ip is None:
             continue
-        addrs.append({"index": a["index"], "ifname": links.get(a["index"], {}).get("name"),
-                      "cidr": "%s/%d" % (ip.split("%")[0], a["prefixlen"])})
+        addrs.append(
+            {
+                "index": a["index"],
+                "ifname": links.get(a["index"], {}).get("name"),
+                "cidr": "%s/%d" % (ip.split("%")[0], a["prefixlen"]),
+            }
+        )
     default_index = None
     for family in (socket.AF_INET, socket.AF_INET6):
         for route in list(default_routes(family)):
@@ -140,7 +153,14 @@ def parse_cidrs(values, field="internal_cidrs"):
     return out
 
 
-def choose_ips(host, hostname=None, ignore_interfaces=(), allowed_cidrs=(), prioritise_private=False, families=()):
+def choose_ips(
+    host,
+    hostname=None,
+    ignore_interfaces=(),
+    allowed_cidrs=(),
+    prioritise_private=False,
+    families=(),
+):
     """Pure selection over a read_host() snapshot; see the module docstring.
 
     Returns {'internal_ip': CIDR or None, 'external_ip': IP or None,

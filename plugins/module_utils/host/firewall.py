@@ -78,8 +78,11 @@ def normalize_lists(fw):
 # produced from our model and parsed back from `nft -j`, so an unchanged run compares equal and a
 # foreign edit inside our table shows up as a difference.
 _SET_NAMES = {
-    "nat_sources": "nat_src", "nat_destinations": "nat_dst", "nat_exempt_destinations": "nat_exempt",
-    "forward_accept": "fwd", "ipip_accept_sources": "ipip_src",
+    "nat_sources": "nat_src",
+    "nat_destinations": "nat_dst",
+    "nat_exempt_destinations": "nat_exempt",
+    "forward_accept": "fwd",
+    "ipip_accept_sources": "ipip_src",
 }
 _CHAINS = {
     # name: (type, hook, priority number, priority keyword)
@@ -155,8 +158,13 @@ def nft_script(model):
     lines.append("table %s %s {" % (NFT_FAMILY, NFT_TABLE))
     for name in sorted(model["sets"]):
         typ, elems = model["sets"][name]
-        lines += ["\tset %s {" % name, "\t\ttype %s" % typ, "\t\tflags interval",
-                  "\t\telements = { %s }" % ", ".join(elems), "\t}"]
+        lines += [
+            "\tset %s {" % name,
+            "\t\ttype %s" % typ,
+            "\t\tflags interval",
+            "\t\telements = { %s }" % ", ".join(elems),
+            "\t}",
+        ]
     for name in ("postrouting", "nat", "forward", "input"):
         if name not in model["chains"]:
             continue
@@ -164,8 +172,9 @@ def nft_script(model):
         lines.append("\tchain %s {" % name)
         if base:
             kind, hook = base[0], base[1]
-            lines.append("\t\ttype %s hook %s priority %s; policy accept;"
-                         % (kind, hook, _CHAINS[name][3]))
+            lines.append(
+                "\t\ttype %s hook %s priority %s; policy accept;" % (kind, hook, _CHAINS[name][3])
+            )
         lines += ["\t\t%s" % r for r in rules]
         lines.append("\t}")
     lines.append("}")
@@ -190,7 +199,7 @@ def _expr_str(expr):
     """One nft JSON statement -> our canonical text; unknown shapes stay visible as JSON."""
     if not isinstance(expr, dict) or len(expr) != 1:
         return json.dumps(expr, sort_keys=True)
-    (kind, body), = expr.items()
+    ((kind, body),) = expr.items()
     if kind in ("accept", "drop", "return", "masquerade") and not body:
         return kind
     if kind == "counter":
@@ -228,8 +237,10 @@ def nft_parse(doc):
             nets = []
             for e in s.get("elem", []):
                 nets += _elem_nets(e)
-            model["sets"][s["name"]] = (s.get("type"), [str(n) for n in sorted(
-                ipaddress.collapse_addresses(nets))] if nets else [])
+            model["sets"][s["name"]] = (
+                s.get("type"),
+                [str(n) for n in sorted(ipaddress.collapse_addresses(nets))] if nets else [],
+            )
         elif "chain" in item:
             c = item["chain"]
             base = None
@@ -275,8 +286,9 @@ class _Nftables(object):
         if rc != 0:
             if "No such file or directory" in err:
                 return None
-            raise FirewallError("%s list table %s %s failed: %s"
-                                % (NFT, NFT_FAMILY, NFT_TABLE, err.strip()))
+            raise FirewallError(
+                "%s list table %s %s failed: %s" % (NFT, NFT_FAMILY, NFT_TABLE, err.strip())
+            )
         return nft_parse(json.loads(out))
 
     @staticmethod
@@ -286,12 +298,16 @@ class _Nftables(object):
     @staticmethod
     def relay_counter(interface):
         """(packets, bytes) the relay rule counted, or None without one."""
-        rc, out, dummy = run([NFT, "-j", "list", "chain", NFT_FAMILY, NFT_TABLE, "forward"], ok_codes=(0, 1))
+        rc, out, dummy = run(
+            [NFT, "-j", "list", "chain", NFT_FAMILY, NFT_TABLE, "forward"], ok_codes=(0, 1)
+        )
         if rc != 0:
             return None
         for item in json.loads(out).get("nftables", []):
             rule = item.get("rule")
-            if rule and " ".join(_expr_str(e) for e in rule.get("expr", [])) == relay_rule(interface):
+            if rule and " ".join(_expr_str(e) for e in rule.get("expr", [])) == relay_rule(
+                interface
+            ):
                 for e in rule["expr"]:
                     if isinstance(e, dict) and "counter" in e:
                         return e["counter"].get("packets", 0), e["counter"].get("bytes", 0)
@@ -343,6 +359,7 @@ def ipt_model(lists, v, ipip_filter=False, relay=None):
     """{table: {'chains': {chain: [rule lines]}, 'jumps': [rule lines]}} for one IP version.
 
     ``relay``: the WireGuard interface a relay forwards back into, else None."""
+
     def nets(name):
         return lists.get((name, v)) or []
 
@@ -372,9 +389,16 @@ def ipt_model(lists, v, ipip_filter=False, relay=None):
         filt["jumps"].append("-A INPUT -p 4 %s -j %s" % (_CMT, IPIP_CHAIN))
     if filt["chains"]:
         model["filter"] = filt
-    return dict((t, {"chains": dict((c, [_ipt_norm(x) for x in r]) for c, r in m["chains"].items()),
-                     "jumps": sorted(_ipt_norm(x) for x in m["jumps"])})
-                for t, m in model.items())
+    return dict(
+        (
+            t,
+            {
+                "chains": dict((c, [_ipt_norm(x) for x in r]) for c, r in m["chains"].items()),
+                "jumps": sorted(_ipt_norm(x) for x in m["jumps"]),
+            },
+        )
+        for t, m in model.items()
+    )
 
 
 def ipt_parse(text):
@@ -394,9 +418,12 @@ def ipt_parse(text):
             target = words[words.index("-j") + 1] if "-j" in words[:-1] else None
             if chain in _OURS:
                 model.setdefault(table, {"chains": {}, "jumps": []})["chains"].setdefault(
-                    chain, []).append(_ipt_norm(line))
+                    chain, []
+                ).append(_ipt_norm(line))
             elif target in _OURS:
-                model.setdefault(table, {"chains": {}, "jumps": []})["jumps"].append(_ipt_norm(line))
+                model.setdefault(table, {"chains": {}, "jumps": []})["jumps"].append(
+                    _ipt_norm(line)
+                )
     for m in model.values():
         m["jumps"].sort()
     return model
@@ -452,8 +479,13 @@ class _Iptables(object):
         # IPv4 only when forced: IPv6 tables may be missing and IPIP over IPv6 is not used here;
         # the relay rule in ip6tables only where the mesh has IPv6 (some list of that family)
         v6 = any(nets for (dummy, v), nets in lists.items() if v == 6)
-        return dict(("ipv%d" % v, ipt_model(lists, v, ipip_filter and v == 4, relay if v == 4 or v6 else None))
-                    for v in (4, 6))
+        return dict(
+            (
+                "ipv%d" % v,
+                ipt_model(lists, v, ipip_filter and v == 4, relay if v == 4 or v6 else None),
+            )
+            for v in (4, 6)
+        )
 
     def relay_counter(self, interface):
         """(packets, bytes) the relay rule counted (IPv4 and IPv6 together), or None without one."""
@@ -462,7 +494,9 @@ class _Iptables(object):
             rc, out, dummy = run(["%s-save" % IPTABLES[v], "-c", "-t", "filter"], ok_codes=(0, 1))
             for line in out.splitlines() if rc == 0 else ():
                 counts, sep, rule = line.partition(" ")
-                if counts.startswith("[") and _ipt_norm(rule) == _ipt_norm(ipt_relay_rule(interface)):
+                if counts.startswith("[") and _ipt_norm(rule) == _ipt_norm(
+                    ipt_relay_rule(interface)
+                ):
                     packets, nbytes = counts.strip("[]").split(":")
                     found = tuple(a + int(b) for a, b in zip(found or (0, 0), (packets, nbytes)))
         return found
@@ -477,7 +511,10 @@ class _Iptables(object):
                 want = desired[fam].get(table)
                 if have == want:
                     continue
-                run(["%s-restore" % IPTABLES[v], "-w", "--noflush"], stdin=ipt_restore_script(table, have, want))
+                run(
+                    ["%s-restore" % IPTABLES[v], "-w", "--noflush"],
+                    stdin=ipt_restore_script(table, have, want),
+                )
 
     @staticmethod
     def render(state):
@@ -518,10 +555,15 @@ class FirewallBackend(Backend):
         super(FirewallBackend, self).__init__(settings)
         self.kind = settings["firewall"]
         if self.kind not in KINDS + ("none",):
-            raise FirewallError("%r is not one of %s" % (self.kind, ", ".join(KINDS + ("none",))),
-                                "options", "firewall")
+            raise FirewallError(
+                "%r is not one of %s" % (self.kind, ", ".join(KINDS + ("none",))),
+                "options",
+                "firewall",
+            )
         self.impl = _IMPLS[self.kind]() if self.kind in _IMPLS else None
-        self.others = dict((kind, cls()) for kind, cls in sorted(_IMPLS.items()) if kind != self.kind)
+        self.others = dict(
+            (kind, cls()) for kind, cls in sorted(_IMPLS.items()) if kind != self.kind
+        )
 
     def _leftovers(self):
         found = {}
@@ -536,25 +578,37 @@ class FirewallBackend(Backend):
 
     def current(self, plan):
         """Our table or chains, and what the other implementation still holds of ours."""
-        return {"kind": self.kind, "rules": self.impl.current() if self.impl else None,
-                "leftovers": self._leftovers()}
+        return {
+            "kind": self.kind,
+            "rules": self.impl.current() if self.impl else None,
+            "leftovers": self._leftovers(),
+        }
 
     def desired(self, plan, current):
         rules = None
         if self.impl:
             fw = plan["firewall"]
-            rules = self.impl.desired(normalize_lists(fw), ipip_filter=fw["ipip_filter"],
-                                      relay=self.interface if fw.get("relay_accept") else None)
+            rules = self.impl.desired(
+                normalize_lists(fw),
+                ipip_filter=fw["ipip_filter"],
+                relay=self.interface if fw.get("relay_accept") else None,
+            )
         return {"kind": self.kind, "rules": rules, "leftovers": {}}
 
     def changes(self, current, desired):
-        out = ["firewall (%s): remove what an earlier run made with firewall=%s" % (kind, kind)
-               for kind in sorted(current["leftovers"])]
+        out = [
+            "firewall (%s): remove what an earlier run made with firewall=%s" % (kind, kind)
+            for kind in sorted(current["leftovers"])
+        ]
         if not self.impl or current["rules"] == desired["rules"]:
             return out
         before, after = self.impl.render(current["rules"]), self.impl.render(desired["rules"])
-        lines = ["firewall (%s): remove %s" % (self.kind, line) for line in before if line not in after]
-        lines += ["firewall (%s): add %s" % (self.kind, line) for line in after if line not in before]
+        lines = [
+            "firewall (%s): remove %s" % (self.kind, line) for line in before if line not in after
+        ]
+        lines += [
+            "firewall (%s): add %s" % (self.kind, line) for line in after if line not in before
+        ]
         return out + (lines or ["firewall (%s): reorder rules" % self.kind])
 
     def apply(self, current, desired):

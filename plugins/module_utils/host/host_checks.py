@@ -17,8 +17,10 @@ import ipaddress
 import os
 
 # The fix for a call that does not run as root, as the failure and the docs say it.
-BECOME_HINT = ("log in as root, or let Ansible become root: -b on the command line or ansible_become: true"
-               " in the inventory (with ansible_become_password when sudo asks for a password)")
+BECOME_HINT = (
+    "log in as root, or let Ansible become root: -b on the command line or ansible_become: true"
+    " in the inventory (with ansible_become_password when sudo asks for a password)"
+)
 
 
 def not_root():
@@ -30,13 +32,16 @@ def not_root():
         return None
     try:
         import pwd
+
         user = pwd.getpwuid(uid).pw_name
     except (ImportError, KeyError):
         user = "uid %d" % uid
     else:
         user = "%s (uid %d)" % (user, uid)
-    return ("runs as %s, not as root: kilo.mesh changes the host's network (WireGuard, routes, rules,"
-            " firewall, sysctls) and keeps its key in a root-only file; %s" % (user, BECOME_HINT))
+    return (
+        "runs as %s, not as root: kilo.mesh changes the host's network (WireGuard, routes, rules,"
+        " firewall, sysctls) and keeps its key in a root-only file; %s" % (user, BECOME_HINT)
+    )
 
 
 def require_root(module):
@@ -55,7 +60,11 @@ def subnet_conflicts(addrs, subnet, interface):
         if a["ifname"] == interface:
             continue
         iface = ipaddress.ip_interface(a["cidr"])
-        if iface.version == net.version and iface.network.overlaps(net) and not iface.ip.is_loopback:
+        if (
+            iface.version == net.version
+            and iface.network.overlaps(net)
+            and not iface.ip.is_loopback
+        ):
             out.append("%s on %s" % (a["cidr"], a["ifname"]))
     return out
 
@@ -120,13 +129,17 @@ def host_problems(host, interface, subnet, port, force_internal_ip):
     for net in subnet if isinstance(subnet, (list, tuple)) else [subnet]:
         overlap = subnet_conflicts(host["addrs"], net, interface)
         if overlap:
-            errors.append("kilo_subnet: %s overlaps a network this host is on (%s); choose another subnet"
-                          % (net, ", ".join(overlap)))
+            errors.append(
+                "kilo_subnet: %s overlaps a network this host is on (%s); choose another subnet"
+                % (net, ", ".join(overlap))
+            )
     present = any(link["name"] == interface for link in host["links"].values())
     holders = port_holders(port, present)
     if holders:
         errors.append("kilo_port: UDP port %d is already in use by %s" % (port, ", ".join(holders)))
-    forced_ips = force_internal_ip if isinstance(force_internal_ip, (list, tuple)) else [force_internal_ip]
+    forced_ips = (
+        force_internal_ip if isinstance(force_internal_ip, (list, tuple)) else [force_internal_ip]
+    )
     for forced in forced_ips:
         forced = str(forced or "").strip()
         if not forced or forced == "-":
@@ -135,7 +148,9 @@ def host_problems(host, interface, subnet, port, force_internal_ip):
             want = ipaddress.ip_interface(forced).ip
         except ValueError:
             want = None  # the controller names a malformed value; nothing to look for here
-        if want is not None and not any(ipaddress.ip_interface(a["cidr"]).ip == want for a in host["addrs"]):
+        if want is not None and not any(
+            ipaddress.ip_interface(a["cidr"]).ip == want for a in host["addrs"]
+        ):
             # Kilo accepts it too: the routes via the private interface will not resolve
             warnings.append("kilo_force_internal_ip: no interface of this host has %s" % want)
     return errors, warnings

@@ -121,7 +121,9 @@ def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False, rotate=False, max_age=0)
     if cut_short:
         result["changed"] = True
         result["msg"] += "; %s %d temporary file(s) of a key write cut short" % (
-            "would remove" if check_mode else "removed", cut_short)
+            "would remove" if check_mode else "removed",
+            cut_short,
+        )
     return result
 
 
@@ -136,7 +138,9 @@ def remove_key(path=DEFAULT_KEY_PATH, check_mode=False):
     directory = os.path.dirname(os.path.abspath(path))
     msg = "%s key %s" % ("would remove" if check_mode else "removed", path)
     if len(found) > 1 or found[0] != path:
-        msg += " and %d temporary file(s) of a key write cut short" % (len(found) - (found[0] == path))
+        msg += " and %d temporary file(s) of a key write cut short" % (
+            len(found) - (found[0] == path)
+        )
     if check_mode:
         return {"changed": True, "msg": msg}
     try:
@@ -180,28 +184,56 @@ def _ensure_key(path, check_mode, rotate, max_age):
             old = public_key(priv)
             del priv
             verb = "would rotate" if check_mode else "rotated"
-            msg = "%s key %s (%s)" % (verb, path, "requested" if why == "requested" else "older than kilo_key_max_age")
+            msg = "%s key %s (%s)" % (
+                verb,
+                path,
+                "requested" if why == "requested" else "older than kilo_key_max_age",
+            )
             if check_mode:
-                return {"public_key": public_key(generate_private_key()), "pending": True, "changed": True,
-                        "rotated": why, "previous_public_key": old, "msg": msg}
+                return {
+                    "public_key": public_key(generate_private_key()),
+                    "pending": True,
+                    "changed": True,
+                    "rotated": why,
+                    "previous_public_key": old,
+                    "msg": msg,
+                }
             new = generate_private_key()
             write_atomic(path, new + "\n", 0o600)
-            return {"public_key": public_key(new), "changed": True, "rotated": why, "previous_public_key": old,
-                    "msg": msg}
+            return {
+                "public_key": public_key(new),
+                "changed": True,
+                "rotated": why,
+                "previous_public_key": old,
+                "msg": msg,
+            }
         changed = False
         mode = os.stat(path).st_mode & 0o777
         if mode & 0o077:
             changed = True
             if not check_mode:
                 os.chmod(path, 0o600)
-        return {"public_key": public_key(priv), "changed": changed,
-                "msg": ("would tighten mode of %s to 0600" if check_mode and changed else
-                        "tightened mode of %s to 0600" if changed else "key %s exists") % path}
+        return {
+            "public_key": public_key(priv),
+            "changed": changed,
+            "msg": (
+                "would tighten mode of %s to 0600"
+                if check_mode and changed
+                else "tightened mode of %s to 0600"
+                if changed
+                else "key %s exists"
+            )
+            % path,
+        }
     if check_mode:
         # A stand-in public key, never written anywhere, lets the controller compute honest
         # plans for a host that has not run yet; `pending` marks it as such.
-        return {"public_key": public_key(generate_private_key()), "pending": True, "changed": True,
-                "msg": "would create key %s" % path}
+        return {
+            "public_key": public_key(generate_private_key()),
+            "pending": True,
+            "changed": True,
+            "msg": "would create key %s" % path,
+        }
     directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o700)

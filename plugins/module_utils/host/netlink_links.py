@@ -24,10 +24,22 @@ import errno
 import socket
 import struct
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import RouteMessage as Message
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import (
-    NETLINK_ROUTE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSGHDR, StrictCheckUnsupported, attributes,
-    dump_routes, ends, open_strict, run_dump)
+    RouteMessage as Message,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import (
+    NETLINK_ROUTE,
+    NLM_F_DUMP,
+    NLM_F_DUMP_INTR,
+    NLM_F_REQUEST,
+    NLMSGHDR,
+    StrictCheckUnsupported,
+    attributes,
+    dump_routes,
+    ends,
+    open_strict,
+    run_dump,
+)
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWADDR, RTM_GETADDR = 20, 22
@@ -36,14 +48,25 @@ BUFSIZE = 1 << 16
 
 _IFINFOMSG = struct.Struct("=BBHiII")  # family, pad, type, index, flags, change
 _IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
-_FIBRULEHDR = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, res1, res2, action, flags
+_FIBRULEHDR = struct.Struct(
+    "=BBBBBBBBI"
+)  # family, dst_len, src_len, tos, table, res1, res2, action, flags
 
 # attribute tables as netlink_routes.attributes reads them
 _LINKINFO_ATTRS = {1: ("IFLA_INFO_KIND", "str")}
-_LINK_ATTRS = {3: ("IFLA_IFNAME", "str"), 4: ("IFLA_MTU", "u32"), 18: ("IFLA_LINKINFO", _LINKINFO_ATTRS)}
+_LINK_ATTRS = {
+    3: ("IFLA_IFNAME", "str"),
+    4: ("IFLA_MTU", "u32"),
+    18: ("IFLA_LINKINFO", _LINKINFO_ATTRS),
+}
 _ADDR_ATTRS = {1: ("IFA_ADDRESS", "ip"), 2: ("IFA_LOCAL", "ip"), 3: ("IFA_LABEL", "str")}
-_RULE_ATTRS = {1: ("FRA_DST", "ip"), 2: ("FRA_SRC", "ip"), 3: ("FRA_IIFNAME", "str"), 6: ("FRA_PRIORITY", "u32"),
-               15: ("FRA_TABLE", "u32")}
+_RULE_ATTRS = {
+    1: ("FRA_DST", "ip"),
+    2: ("FRA_SRC", "ip"),
+    3: ("FRA_IIFNAME", "str"),
+    6: ("FRA_PRIORITY", "u32"),
+    15: ("FRA_TABLE", "u32"),
+}
 
 
 def messages(buf, size, seq):
@@ -64,6 +87,7 @@ def messages(buf, size, seq):
 
 def _dump(mtype, body, decode):
     """decode(buf, type, offset, end) of every message of one dump request (None: left out)."""
+
     def parse(buf, size, seq, out):
         got, done = messages(buf, size, seq)
         interrupted = False
@@ -78,7 +102,9 @@ def _dump(mtype, body, decode):
     try:
         sock.bind((0, 0))
         header = NLMSGHDR.size + len(body), mtype, NLM_F_REQUEST | NLM_F_DUMP
-        return run_dump(sock, lambda seq: NLMSGHDR.pack(*(header + (seq, 0))) + body, parse, BUFSIZE)
+        return run_dump(
+            sock, lambda seq: NLMSGHDR.pack(*(header + (seq, 0))) + body, parse, BUFSIZE
+        )
     finally:
         sock.close()
 
@@ -88,8 +114,10 @@ def decode_link(buf, mtype, start, end):
     if mtype != RTM_NEWLINK or end - start < _IFINFOMSG.size:
         return None
     family, dummy, iftype, index, flags, dummy = _IFINFOMSG.unpack_from(buf, start)
-    return Message({"family": family, "ifi_type": iftype, "index": index, "flags": flags},
-                   attributes(buf, start + _IFINFOMSG.size, end, _LINK_ATTRS))
+    return Message(
+        {"family": family, "ifi_type": iftype, "index": index, "flags": flags},
+        attributes(buf, start + _IFINFOMSG.size, end, _LINK_ATTRS),
+    )
 
 
 def decode_address(buf, mtype, start, end):
@@ -100,20 +128,33 @@ def decode_address(buf, mtype, start, end):
     family, prefixlen, flags, scope, index = _IFADDRMSG.unpack_from(buf, start)
     if family not in (socket.AF_INET, socket.AF_INET6):
         return None
-    return Message({"family": family, "prefixlen": prefixlen, "flags": flags, "scope": scope, "index": index},
-                   attributes(buf, start + _IFADDRMSG.size, end, _ADDR_ATTRS, family))
+    return Message(
+        {"family": family, "prefixlen": prefixlen, "flags": flags, "scope": scope, "index": index},
+        attributes(buf, start + _IFADDRMSG.size, end, _ADDR_ATTRS, family),
+    )
 
 
 def decode_rule(buf, mtype, start, end):
     """Message(family, dst_len, src_len, tos, table, action, flags; FRA_*) of an RTM_NEWRULE."""
     if mtype != RTM_NEWRULE or end - start < _FIBRULEHDR.size:
         return None
-    family, dst_len, src_len, tos, table, dummy, dummy, action, flags = _FIBRULEHDR.unpack_from(buf, start)
+    family, dst_len, src_len, tos, table, dummy, dummy, action, flags = _FIBRULEHDR.unpack_from(
+        buf, start
+    )
     if family not in (socket.AF_INET, socket.AF_INET6):
         return None
-    return Message({"family": family, "dst_len": dst_len, "src_len": src_len, "tos": tos, "table": table,
-                    "action": action, "flags": flags},
-                   attributes(buf, start + _FIBRULEHDR.size, end, _RULE_ATTRS, family))
+    return Message(
+        {
+            "family": family,
+            "dst_len": dst_len,
+            "src_len": src_len,
+            "tos": tos,
+            "table": table,
+            "action": action,
+            "flags": flags,
+        },
+        attributes(buf, start + _FIBRULEHDR.size, end, _RULE_ATTRS, family),
+    )
 
 
 class NetlinkReader(object):
@@ -127,7 +168,9 @@ class NetlinkReader(object):
         return _dump(RTM_GETLINK, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0), decode_link)
 
     def get_addr(self, family=socket.AF_UNSPEC):
-        return _dump(RTM_GETADDR, _IFADDRMSG.pack(family or socket.AF_UNSPEC, 0, 0, 0, 0), decode_address)
+        return _dump(
+            RTM_GETADDR, _IFADDRMSG.pack(family or socket.AF_UNSPEC, 0, 0, 0, 0), decode_address
+        )
 
     def get_rules(self, family):
         return _dump(RTM_GETRULE, _FIBRULEHDR.pack(family, 0, 0, 0, 0, 0, 0, 0, 0), decode_rule)
@@ -154,7 +197,7 @@ def open_reader(iproute=None):
     except StrictCheckUnsupported:
         pass
     if iproute is None:
-        from pyroute2 import IPRoute as iproute  # noqa: deferred, only old kernels pay its import
+        from pyroute2 import IPRoute as iproute  # noqa: N813  deferred, only old kernels pay its import
     return iproute(), False
 
 
@@ -164,6 +207,10 @@ def link(name, ipr=None):
     for msg in (ipr or NetlinkReader(strict=False)).get_links():
         if msg.get_attr("IFLA_IFNAME") == name:
             info = msg.get_attr("IFLA_LINKINFO")
-            return {"index": msg["index"], "kind": info.get_attr("IFLA_INFO_KIND") if info is not None else None,
-                    "up": bool(msg["flags"] & 1), "mtu": msg.get_attr("IFLA_MTU")}
+            return {
+                "index": msg["index"],
+                "kind": info.get_attr("IFLA_INFO_KIND") if info is not None else None,
+                "up": bool(msg["flags"] & 1),
+                "mtu": msg.get_attr("IFLA_MTU"),
+            }
     return None

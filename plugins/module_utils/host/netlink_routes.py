@@ -34,13 +34,23 @@ NLM_F_DUMP = 0x300
 RTM_NEWROUTE = 24
 RTM_GETROUTE = 26
 RT_TABLE_COMPAT = 252  # rtm_table of a route in a table above 255: RTA_TABLE has the real one
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_MULTIPATH, RTA_TABLE = 1, 4, 5, 6, 7, 9, 15
-NLA_TYPE_MASK = 0x3fff  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_MULTIPATH, RTA_TABLE = (
+    1,
+    4,
+    5,
+    6,
+    7,
+    9,
+    15,
+)
+NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 BUFSIZE = 1 << 20  # the kernel fills at most ~32 KiB per datagram: never truncated
 RETRIES = 3  # a dump the kernel marks interrupted (changing meanwhile) is read again
 
 NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
+_RTMSG = struct.Struct(
+    "=BBBBBBBBI"
+)  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
 _RTATTR = struct.Struct("=HH")
 _RTNEXTHOP = struct.Struct("=HBBi")  # len, flags, hops, ifindex
 _U32 = struct.Struct("=I")
@@ -48,9 +58,15 @@ _I32 = struct.Struct("=i")
 _HEAD = NLMSGHDR.size + _RTMSG.size
 # attribute number -> (pyroute2's name, how to read it): "ip" an address of the message's family,
 # "u32", "str", "nexthops" (RTA_MULTIPATH), or a table like this one for nested attributes
-_ROUTE_ATTRS = {RTA_DST: ("RTA_DST", "ip"), RTA_GATEWAY: ("RTA_GATEWAY", "ip"), RTA_PREFSRC: ("RTA_PREFSRC", "ip"),
-                RTA_OIF: ("RTA_OIF", "u32"), RTA_PRIORITY: ("RTA_PRIORITY", "u32"), RTA_TABLE: ("RTA_TABLE", "u32"),
-                RTA_MULTIPATH: ("RTA_MULTIPATH", "nexthops")}
+_ROUTE_ATTRS = {
+    RTA_DST: ("RTA_DST", "ip"),
+    RTA_GATEWAY: ("RTA_GATEWAY", "ip"),
+    RTA_PREFSRC: ("RTA_PREFSRC", "ip"),
+    RTA_OIF: ("RTA_OIF", "u32"),
+    RTA_PRIORITY: ("RTA_PRIORITY", "u32"),
+    RTA_TABLE: ("RTA_TABLE", "u32"),
+    RTA_MULTIPATH: ("RTA_MULTIPATH", "nexthops"),
+}
 
 
 class StrictCheckUnsupported(OSError):
@@ -76,7 +92,10 @@ def request(seq, family, table=0, proto=0, rtype=0):
     dst_len, src_len, tos, scope or flags set."""
     attrs = _RTATTR.pack(8, RTA_TABLE) + _U32.pack(table) if table else b""
     body = _RTMSG.pack(family, 0, 0, 0, 0, proto, 0, rtype, 0) + attrs
-    return NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+    return (
+        NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
+        + body
+    )
 
 
 def key_index(family, keys):
@@ -103,7 +122,7 @@ def attributes(buf, pos, end, names, family=None):
         known = names.get(atype & NLA_TYPE_MASK)
         if known is not None and known[0] not in out:
             name, kind = known
-            raw = bytes(buf[pos + _RTATTR.size:pos + alen])
+            raw = bytes(buf[pos + _RTATTR.size : pos + alen])
             if kind == "str":
                 out[name] = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
             elif kind == "u32" and len(raw) == 4:
@@ -121,7 +140,12 @@ def attributes(buf, pos, end, names, family=None):
 def _decode(buf, off, length, family):
     """RouteMessage of the route message at ``off``: the header and the attributes used."""
     head = _RTMSG.unpack_from(buf, off + NLMSGHDR.size)
-    header = dict(zip(("family", "dst_len", "src_len", "tos", "table", "proto", "scope", "type", "flags"), head))
+    header = dict(
+        zip(
+            ("family", "dst_len", "src_len", "tos", "table", "proto", "scope", "type", "flags"),
+            head,
+        )
+    )
     return RouteMessage(header, attributes(buf, off + _HEAD, off + length, _ROUTE_ATTRS, family))
 
 
@@ -226,8 +250,11 @@ def dump_routes(family, keys, table=0, proto=0, rtype=0):
     index = key_index(family, keys) if keys is not None else None
     sock = open_strict()
     try:
-        return run_dump(sock, lambda seq: request(seq, family, table, proto, rtype),
-                        lambda buf, size, seq, out: parse(buf, size, seq, family, index, out))
+        return run_dump(
+            sock,
+            lambda seq: request(seq, family, table, proto, rtype),
+            lambda buf, size, seq, out: parse(buf, size, seq, family, index, out),
+        )
     except OSError as exc:
         if table and exc.errno == errno.ENOENT:
             return []  # the table does not exist yet, so nothing is in it

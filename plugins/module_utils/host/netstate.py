@@ -37,7 +37,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject, kernel_module_available
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    host_subject,
+    kernel_module_available,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_addresses as addresses
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_redirects as redirects
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as routes
@@ -47,7 +50,11 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_tun
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import open_reader
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
-    NetStateError, by_name, iproute_class, read_links)
+    NetStateError,
+    by_name,
+    iproute_class,
+    read_links,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_routes import route_str
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_rules import rule_str
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import PRIVATE, TUNNEL, as_list
@@ -83,7 +90,9 @@ class NetStateBackend(Backend):
         wg_index = by_name(links, self.interface)
         host_addrs = addresses.global_addresses(reader)
         plan_routes = (plan or {}).get("routes") or []
-        ours, foreign = routes.read(reader, strict, links, set((r["dst"], r["table"]) for r in plan_routes))
+        ours, foreign = routes.read(
+            reader, strict, links, set((r["dst"], r["table"]) for r in plan_routes)
+        )
         device = tunnel.tunnel_device(links, plan)
         tunl, tunnel_address = tunnel.read(reader, links, device)
         # the private interface of each family: in a dual-stack plan the IPv4 and the IPv6
@@ -92,7 +101,11 @@ class NetStateBackend(Backend):
         ipip = tunl is not None
         # devices the plan routes through that must exist already (flannel.1): we never make them
         names = set(link["name"] for link in links.values())
-        absent = sorted(set(r["device"] for r in plan_routes) - names - set((PRIVATE, TUNNEL, device, self.interface)))
+        absent = sorted(
+            set(r["device"] for r in plan_routes)
+            - names
+            - set((PRIVATE, TUNNEL, device, self.interface))
+        )
         if not ipip and plan and tunnel.tunnel_needed(plan):
             # side-effect free (modprobe -n), so check mode sees a host without IPIP too
             ipip = kernel_module_available("ipip")
@@ -107,7 +120,9 @@ class NetStateBackend(Backend):
             "tunnel_address": tunnel_address,
             # what desired() and changes() need to know of the host beyond what we own: foreign
             # routes at plan destinations not ours yet
-            "foreign": sorted(foreign, key=lambda r: (r["table"], r["family"], r["dst"], r["proto"])),
+            "foreign": sorted(
+                foreign, key=lambda r: (r["table"], r["family"], r["dst"], r["proto"])
+            ),
             "private_devices": private,
             "absent_devices": absent,
             "ipip": ipip,
@@ -149,9 +164,13 @@ class NetStateBackend(Backend):
         mode fails where the real run would."""
         ssh.check(current, desired)
         taken = routes.taken(current, desired, self.route_conflict)
-        return (addresses.changes(self.interface, current, desired) + tunnel.changes(current, desired)
-                + routes.changes(current, desired, taken) + rules.changes(current["rules"], desired["rules"])
-                + redirects.changes(current.get("redirects") or {}, desired.get("redirects") or {}))
+        return (
+            addresses.changes(self.interface, current, desired)
+            + tunnel.changes(current, desired)
+            + routes.changes(current, desired, taken)
+            + rules.changes(current["rules"], desired["rules"])
+            + redirects.changes(current.get("redirects") or {}, desired.get("redirects") or {})
+        )
 
     @staticmethod
     def render(state):
@@ -162,8 +181,11 @@ class NetStateBackend(Backend):
             "rules": sorted(rule_str(r) for r in state["rules"]),
         }
         if state.get("tunl0"):
-            out["tunl0"] = "%s %s mtu %s" % (state.get("tunnel_device") or TUNNEL,
-                                             "up" if state["tunl0"]["up"] else "down", state["tunl0"]["mtu"])
+            out["tunl0"] = "%s %s mtu %s" % (
+                state.get("tunnel_device") or TUNNEL,
+                "up" if state["tunl0"]["up"] else "down",
+                state["tunl0"]["mtu"],
+            )
         if state.get("tunnel_address"):
             out["tunnel_address"] = state["tunnel_address"]
         if state.get("redirects"):
@@ -171,8 +193,15 @@ class NetStateBackend(Backend):
         return out
 
     def _empty(self):
-        return {"interface": self.interface, "subject": None, "addresses": [], "routes": [], "rules": [],
-                "tunl0": None, "tunnel_address": None}
+        return {
+            "interface": self.interface,
+            "subject": None,
+            "addresses": [],
+            "routes": [],
+            "rules": [],
+            "tunl0": None,
+            "tunnel_address": None,
+        }
 
     def diff(self, current, desired):
         """(before, after); removing (desired None) leaves nothing of ours."""
@@ -182,8 +211,15 @@ class NetStateBackend(Backend):
     def owns(current):
         """Whether ``current`` holds anything remove() would delete. tunl0 itself and the
         interface are not ours to remove."""
-        return bool(current and (current["addresses"] or current["routes"] or current["rules"]
-                                 or current.get("tunnel_address")))
+        return bool(
+            current
+            and (
+                current["addresses"]
+                or current["routes"]
+                or current["rules"]
+                or current.get("tunnel_address")
+            )
+        )
 
     def remove(self, current):
         """Remove our routes, rules, the addresses on our interface and our tunl0 address."""
@@ -195,10 +231,14 @@ class NetStateBackend(Backend):
         ipr = self._ipr()
         try:
             wg_index = by_name(read_links(ipr), self.interface)
-            needs_wg = desired["addresses"] or any(r["device"] == self.interface for r in desired["routes"])
+            needs_wg = desired["addresses"] or any(
+                r["device"] == self.interface for r in desired["routes"]
+            )
             if wg_index is None and needs_wg:
-                raise NetStateError("interface %s does not exist; the WireGuard backend must "
-                                    "create it before addresses and routes" % self.interface)
+                raise NetStateError(
+                    "interface %s does not exist; the WireGuard backend must "
+                    "create it before addresses and routes" % self.interface
+                )
             # tunl0 first: a host without IPIP fails before anything else was changed
             tunnel.apply(ipr, current, desired)
             if wg_index is not None:

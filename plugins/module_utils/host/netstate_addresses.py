@@ -11,7 +11,10 @@ __metaclass__ = type
 import ipaddress
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import RT_SCOPE_UNIVERSE, NetStateError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
+    RT_SCOPE_UNIVERSE,
+    NetStateError,
+)
 
 
 def global_addresses(reader, index=None):

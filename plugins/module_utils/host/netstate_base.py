@@ -34,10 +34,11 @@ def iproute_class():
     """pyroute2's IPRoute, imported only when something changes (or an old kernel reads): a
     missing pyroute2 is then named with the package to install."""
     try:
-        from pyroute2 import IPRoute  # noqa: deferred so unit tests need no netlink
+        from pyroute2 import IPRoute  # noqa: F401  deferred so unit tests need no netlink
     except ImportError:
-        raise NetStateError("python module pyroute2 is missing on this host "
-                            "(Debian: apt install python3-pyroute2)")
+        raise NetStateError(
+            "python module pyroute2 is missing on this host (Debian: apt install python3-pyroute2)"
+        )
     return IPRoute
 
 

@@ -19,7 +19,10 @@ __metaclass__ = type
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import NetStateError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import read_sysctl, write_sysctl
+from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import (
+    read_sysctl,
+    write_sysctl,
+)
 
 ALL = "net.ipv4.conf.all.send_redirects"
 
@@ -46,8 +49,11 @@ def desired(interface, plan):
 
 
 def changes(current, wanted):
-    return ["sysctl %s = %s (was %s)" % (key, value, current.get(key))
-            for key, value in sorted(wanted.items()) if current.get(key) != value]
+    return [
+        "sysctl %s = %s (was %s)" % (key, value, current.get(key))
+        for key, value in sorted(wanted.items())
+        if current.get(key) != value
+    ]
 
 
 def apply(current, wanted, proc_sys=None):

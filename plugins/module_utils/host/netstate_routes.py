@@ -19,9 +19,25 @@ import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import NetlinkReader
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
-    FAMILIES, RT_SCOPE_LINK, RT_SCOPE_NOWHERE, RT_SCOPE_UNIVERSE, RTN_UNICAST, RTNH_F_ONLINK, NetStateError, by_name,
-    family_of, table_name, version_of)
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import FLANNEL, PRIVATE, ROUTE_PROTO, TUNNEL, as_list
+    FAMILIES,
+    RT_SCOPE_LINK,
+    RT_SCOPE_NOWHERE,
+    RT_SCOPE_UNIVERSE,
+    RTN_UNICAST,
+    RTNH_F_ONLINK,
+    NetStateError,
+    by_name,
+    family_of,
+    table_name,
+    version_of,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
+    FLANNEL,
+    PRIVATE,
+    ROUTE_PROTO,
+    TUNNEL,
+    as_list,
+)
 
 RTM_GETROUTE = 26
 NLM_F_REQUEST = 1
@@ -64,8 +80,11 @@ def clashing(foreign, route):
     """Foreign routes at ``route``'s (dst, table) that 'route replace' of ours would overwrite
     (same metric: ours carry none, which is 0 for IPv4 and 1024 for IPv6)."""
     default = 1024 if route["family"] == 6 else 0
-    return [f for f in (foreign or []) if route_key(f) == route_key(route)
-            and (f.get("priority") or default) == default]
+    return [
+        f
+        for f in (foreign or [])
+        if route_key(f) == route_key(route) and (f.get("priority") or default) == default
+    ]
 
 
 def sorted_routes(routes):
@@ -79,7 +98,8 @@ def dump(reader, family, table=0, proto=0, rtype=0):
     IPRoute (strict or not: without strict checking the kernel returns every route)."""
     if isinstance(reader, NetlinkReader):
         return reader.routes(family, table=table, proto=proto, rtype=rtype)
-    from pyroute2.netlink.rtnl.rtmsg import rtmsg  # noqa: deferred like IPRoute
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg  # noqa: F401  deferred like IPRoute
+
     msg = rtmsg()
     for field in ("dst_len", "src_len", "tos", "table", "scope", "flags"):
         msg[field] = 0  # strict checking refuses a dump request with any of them set
@@ -185,19 +205,33 @@ def desired(plan, current, tunnel, subject):
             if holder is None:
                 same = [a for a in internal if ipaddress.ip_interface(a).version == family]
                 if not same:
-                    raise NetStateError("'%s' needs an IPv%d internal_ip, but the plan has none" % (PRIVATE, family),
-                                        subject, field + ".device")
+                    raise NetStateError(
+                        "'%s' needs an IPv%d internal_ip, but the plan has none"
+                        % (PRIVATE, family),
+                        subject,
+                        field + ".device",
+                    )
                 raise NetStateError(
                     "'%s' needs the interface holding internal_ip %s, but no interface of this host "
-                    "has that address" % (PRIVATE, same[0]), subject, field + ".device")
+                    "has that address" % (PRIVATE, same[0]),
+                    subject,
+                    field + ".device",
+                )
             device = holder["name"]
         elif device == TUNNEL:
             device = tunnel
         elif device in current.get("absent_devices", ()):
-            hint = (" (compatibility flannel routes through Flannel's VXLAN device: is Flannel running"
-                    " on this host?)" if device == FLANNEL else "")
-            raise NetStateError("device %s does not exist on this host%s" % (device, hint),
-                                subject, field + ".device")
+            hint = (
+                " (compatibility flannel routes through Flannel's VXLAN device: is Flannel running"
+                " on this host?)"
+                if device == FLANNEL
+                else ""
+            )
+            raise NetStateError(
+                "device %s does not exist on this host%s" % (device, hint),
+                subject,
+                field + ".device",
+            )
         route = {
             "family": family,
             "dst": r["dst"],
@@ -213,9 +247,12 @@ def desired(plan, current, tunnel, subject):
         key = route_key(route)
         if key in seen:
             if route_attrs(seen[key]) != route_attrs(route):
-                raise NetStateError("a second, different route to %s in table %s (first: %s)"
-                                    % (route["dst"], table_name(route["table"]), seen[key]["field"]),
-                                    subject, field)
+                raise NetStateError(
+                    "a second, different route to %s in table %s (first: %s)"
+                    % (route["dst"], table_name(route["table"]), seen[key]["field"]),
+                    subject,
+                    field,
+                )
             continue
         seen[key] = route
         routes.append(route)
@@ -235,7 +272,9 @@ def taken(current, desired, route_conflict):
             raise NetStateError(
                 "a foreign route (%s) already holds %s in table %s; remove it or set route_conflict: replace"
                 % (foreign_str(clash[0]), r["dst"], table_name(r["table"])),
-                desired.get("subject"), r.get("field"))
+                desired.get("subject"),
+                r.get("field"),
+            )
         out[route_key(r)] = clash
     return out
 
@@ -249,7 +288,9 @@ def changes(current, desired, taken_over):
         if key not in have:
             extra = ""
             if key in taken_over:
-                extra = " (taking over foreign route %s)" % "; ".join(foreign_str(f) for f in taken_over[key])
+                extra = " (taking over foreign route %s)" % "; ".join(
+                    foreign_str(f) for f in taken_over[key]
+                )
             out.append("add route %s%s" % (route_str(want[key]), extra))
         elif route_attrs(have[key]) != route_attrs(want[key]):
             out.append("replace route %s -> %s" % (route_str(have[key]), route_str(want[key])))

@@ -11,7 +11,11 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
-    FAMILIES, NetStateError, family_of, version_of)
+    FAMILIES,
+    NetStateError,
+    family_of,
+    version_of,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import KILO_TABLE
 
 RULE_PRIORITY = 32000  # before main (32766); fixed so a re-run compares equal
@@ -45,14 +49,20 @@ def read(reader):
                 continue
             src = msg.get_attr("FRA_SRC")
             dst = msg.get_attr("FRA_DST")
-            rules.append({
-                "family": version_of(family),
-                "src": str(ipaddress.ip_network("%s/%d" % (src, msg["src_len"]))) if src else None,
-                "dst": str(ipaddress.ip_network("%s/%d" % (dst, msg["dst_len"]))) if dst else None,
-                "iif": msg.get_attr("FRA_IIFNAME"),
-                "table": table,
-                "priority": msg.get_attr("FRA_PRIORITY") or 0,
-            })
+            rules.append(
+                {
+                    "family": version_of(family),
+                    "src": str(ipaddress.ip_network("%s/%d" % (src, msg["src_len"])))
+                    if src
+                    else None,
+                    "dst": str(ipaddress.ip_network("%s/%d" % (dst, msg["dst_len"])))
+                    if dst
+                    else None,
+                    "iif": msg.get_attr("FRA_IIFNAME"),
+                    "table": table,
+                    "priority": msg.get_attr("FRA_PRIORITY") or 0,
+                }
+            )
     return rules
 
 
@@ -78,8 +88,9 @@ def changes(have, want):
     """Change lines of our rules."""
     have_k = set(rule_key(r) for r in have)
     want_k = set(rule_key(r) for r in want)
-    return (["add rule %s" % rule_str(r) for r in want if rule_key(r) not in have_k]
-            + ["remove rule %s" % rule_str(r) for r in have if rule_key(r) not in want_k])
+    return ["add rule %s" % rule_str(r) for r in want if rule_key(r) not in have_k] + [
+        "remove rule %s" % rule_str(r) for r in have if rule_key(r) not in want_k
+    ]
 
 
 def apply(ipr, have, want):

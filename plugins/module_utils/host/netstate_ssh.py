@@ -13,8 +13,15 @@ import ipaddress
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import ssh_client_address
 from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
-    RTN_UNICAST, NetStateError, family_of)
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_routes import route_attrs, route_key, route_str
+    RTN_UNICAST,
+    NetStateError,
+    family_of,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_routes import (
+    route_attrs,
+    route_key,
+    route_str,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
 
 
@@ -26,12 +33,20 @@ def read(reader, plan):
     if client is None:
         return None
     ip = ipaddress.ip_address(client)
-    if not any(r["table"] == MAIN_TABLE and ip in ipaddress.ip_network(r["dst"]) for r in plan.get("routes") or []):
+    if not any(
+        r["table"] == MAIN_TABLE and ip in ipaddress.ip_network(r["dst"])
+        for r in plan.get("routes") or []
+    ):
         return None
     best = (-1, None)
-    for msg in netstate_routes.dump(reader, family_of(ip.version), table=MAIN_TABLE, rtype=RTN_UNICAST):
-        if msg["type"] != RTN_UNICAST or msg["dst_len"] <= best[0] \
-                or (msg.get_attr("RTA_TABLE") or msg["table"]) != MAIN_TABLE:
+    for msg in netstate_routes.dump(
+        reader, family_of(ip.version), table=MAIN_TABLE, rtype=RTN_UNICAST
+    ):
+        if (
+            msg["type"] != RTN_UNICAST
+            or msg["dst_len"] <= best[0]
+            or (msg.get_attr("RTA_TABLE") or msg["table"]) != MAIN_TABLE
+        ):
             continue  # (a kernel without strict checking returns every table)
         dst = msg.get_attr("RTA_DST") or ("0.0.0.0" if ip.version == 4 else "::")
         if ip in ipaddress.ip_network("%s/%d" % (dst, msg["dst_len"]), strict=False):
@@ -52,10 +67,17 @@ def check(current, desired):
     for r in desired["routes"]:
         net = ipaddress.ip_network(r["dst"])
         old = have.get(route_key(r))
-        if r["table"] != MAIN_TABLE or ip not in net or (old and route_attrs(old) == route_attrs(r)):
+        if (
+            r["table"] != MAIN_TABLE
+            or ip not in net
+            or (old and route_attrs(old) == route_attrs(r))
+        ):
             continue
         if net.prefixlen >= ssh["prefixlen"]:
             raise NetStateError(
                 "route %s would carry this run's SSH connection (from %s) into the mesh; keep the management"
                 " network out of allowed IPs and pod CIDRs, add a more specific route to it, or set"
-                " ssh_guard: false" % (route_str(r), ssh["client"]), desired.get("subject"), r.get("field"))
+                " ssh_guard: false" % (route_str(r), ssh["client"]),
+                desired.get("subject"),
+                r.get("field"),
+            )

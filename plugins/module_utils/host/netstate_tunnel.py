@@ -11,14 +11,20 @@ __metaclass__ = type
 import ipaddress
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import NetStateError, by_name, read_links
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
+    NetStateError,
+    by_name,
+    read_links,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import CILIUM_TUNNEL, TUNNEL
 
 IPIP_HEADER = 20
 # The label marks the tunl0 address as ours, so removal needs no plan; "<dev>:" keeps `ip` happy.
 TUNL_LABEL = TUNNEL + ":kilo"
-IPIP_HINT = ("host lacks IPIP (%s) support: load the ipip module (modprobe ipip) "
-             "or set encapsulate: never" % TUNNEL)
+IPIP_HINT = (
+    "host lacks IPIP (%s) support: load the ipip module (modprobe ipip) "
+    "or set encapsulate: never" % TUNNEL
+)
 
 
 def addr_list(value):
@@ -77,7 +83,9 @@ def read(reader, links, tunnel):
         return None, None
     ours = labelled_addresses(reader, index)
     # more than one only after a foreign edit; a list keeps every one visible
-    return {"up": links[index]["up"], "mtu": links[index]["mtu"]}, (ours[0] if len(ours) == 1 else (ours or None))
+    return {"up": links[index]["up"], "mtu": links[index]["mtu"]}, (
+        ours[0] if len(ours) == 1 else (ours or None)
+    )
 
 
 def desired(plan, current, subject):
@@ -182,6 +190,8 @@ def _apply_address(ipr, want, name=TUNNEL):
         if a not in want:
             iface = ipaddress.ip_interface(a)
             try:
-                ipr.addr("del", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
+                ipr.addr(
+                    "del", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen
+                )
             except Exception as exc:
                 raise NetStateError("cannot remove address %s from %s: %s" % (a, name, exc))

@@ -21,9 +21,19 @@ import shutil
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    PORT_RANGE, KiloError, kernel_module_available, run_checked, run_command, to_bool, to_int)
+    PORT_RANGE,
+    KiloError,
+    kernel_module_available,
+    run_checked,
+    run_command,
+    to_bool,
+    to_int,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import COMMENT as NFT_COMMENT
-from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_AGENT_CONFIG as AGENT_CONFIG, DEFAULT_PORT
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (
+    DEFAULT_AGENT_CONFIG as AGENT_CONFIG,
+    DEFAULT_PORT,
+)
 
 # Where sysctls are read and written at runtime, and the file that sets them at boot.
 PROC_SYS = "/proc/sys"
@@ -65,6 +75,7 @@ class PrepareError(KiloError):
 
 # --- packages -------------------------------------------------------------------------------
 
+
 def package_manager(which=shutil.which):
     """apt, dnf or pacman (the first present), or None."""
     for name, command in PACKAGE_MANAGERS:
@@ -98,7 +109,9 @@ def missing_packages(pkg_mgr, wanted, runner=run_command):
     if pkg_mgr == "apt":
         # one line per known package; "deinstall ok config-files" is a removed one
         out = runner(["dpkg-query", "-W", "-f=${Package} ${Status}\n"] + wanted)[1]
-        installed = set(line.split(" ", 1)[0] for line in out.splitlines() if line.endswith(" ok installed"))
+        installed = set(
+            line.split(" ", 1)[0] for line in out.splitlines() if line.endswith(" ok installed")
+        )
     elif pkg_mgr == "dnf":
         # a name per installed package, "package X is not installed" for the others
         out = runner(["rpm", "-q", "--qf", "%{NAME}\n"] + wanted)[1]
@@ -198,6 +211,7 @@ def sysctl_plan(sysctls, proc_sys=None, sysctl_file=None):
 
 # --- firewall -------------------------------------------------------------------------------
 
+
 def detect_firewall(runner=run_command, which=shutil.which):
     """firewalld, ufw or nftables (the first active one), or None."""
     if which("firewall-cmd") and runner(["firewall-cmd", "--state"])[0] == 0:
@@ -252,9 +266,14 @@ def port_plan(firewall, port, runner=run_command):
     if firewall == "firewalld":
         if runner(["firewall-cmd", "-q", "--query-port=" + spec])[0] == 0:
             return True, [], []
-        return False, ["firewalld: open port %s" % spec], [
-            ["firewall-cmd", "-q", "--add-port=" + spec],
-            ["firewall-cmd", "-q", "--permanent", "--add-port=" + spec]]
+        return (
+            False,
+            ["firewalld: open port %s" % spec],
+            [
+                ["firewall-cmd", "-q", "--add-port=" + spec],
+                ["firewall-cmd", "-q", "--permanent", "--add-port=" + spec],
+            ],
+        )
     if firewall == "ufw":
         rc, out, err = runner(["ufw", "status"])
         if rc != 0:
@@ -265,13 +284,19 @@ def port_plan(firewall, port, runner=run_command):
     if firewall == "nftables":
         rc, out, err = runner(["nft", "-a", "list", "chain"] + list(NFT_CHAIN))
         if rc != 0:
-            raise PrepareError("nft list chain %s failed: %s" % (" ".join(NFT_CHAIN), err.strip()), field="open_port")
+            raise PrepareError(
+                "nft list chain %s failed: %s" % (" ".join(NFT_CHAIN), err.strip()),
+                field="open_port",
+            )
         add, delete = nft_port_plan(out, port)
         changes, commands = [], []
         if add:
             changes.append("nftables: open port %s" % spec)
-            commands.append(["nft", "insert", "rule"] + list(NFT_CHAIN)
-                            + ["udp", "dport", str(port), "accept", "comment", '"%s"' % NFT_COMMENT])
+            commands.append(
+                ["nft", "insert", "rule"]
+                + list(NFT_CHAIN)
+                + ["udp", "dport", str(port), "accept", "comment", '"%s"' % NFT_COMMENT]
+            )
         for handle in delete:
             changes.append("nftables: delete stale rule handle %d" % handle)
             commands.append(["nft", "delete", "rule"] + list(NFT_CHAIN) + ["handle", str(handle)])
@@ -281,7 +306,10 @@ def port_plan(firewall, port, runner=run_command):
 
 # --- all together ---------------------------------------------------------------------------
 
-def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys=None, sysctl_file=None):
+
+def prepare(
+    params, check_mode, runner=run_command, which=shutil.which, proc_sys=None, sysctl_file=None
+):
     """Probe and prepare the host; write nothing in check mode.
 
     ``params``: install_packages, open_port, sysctls, backend, port. Returns pkg_mgr,
@@ -305,16 +333,26 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
     missing = []
     if install:
         if pkg_mgr is None:
-            raise PrepareError("no supported package manager (apt, dnf, pacman) found", field="install_packages")
+            raise PrepareError(
+                "no supported package manager (apt, dnf, pacman) found", field="install_packages"
+            )
         agent = to_bool(params.get("agent"), field="agent", default=False)
-        missing = missing_packages(pkg_mgr, wanted_packages(pkg_mgr, backend, kernel_module, agent), runner)
+        missing = missing_packages(
+            pkg_mgr, wanted_packages(pkg_mgr, backend, kernel_module, agent), runner
+        )
 
     values, current, unknown, file_before, file_after = sysctl_plan(sysctls, proc_sys, sysctl_file)
     changes = []
-    file_changed = (file_before or "") != (file_after or "") or (file_after is None and file_before is not None)
+    file_changed = (file_before or "") != (file_after or "") or (
+        file_after is None and file_before is not None
+    )
     if file_changed:
         changes.append(("write %s" if file_after is not None else "remove %s") % sysctl_file)
-    to_set = [key for key in values if current[key] is not None and not same_value(current[key], values[key])]
+    to_set = [
+        key
+        for key in values
+        if current[key] is not None and not same_value(current[key], values[key])
+    ]
     changes.extend("sysctl %s = %s" % (key, values[key]) for key in to_set)
 
     firewall = detect_firewall(runner, which)
@@ -339,8 +377,10 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
             run_checked(argv, PrepareError, "open_port", runner=runner)
 
     before = {"sysctls": dict((key, current[key]) for key in values), "sysctl_file": file_before}
-    after = {"sysctls": dict((key, values[key] if current[key] is not None else None) for key in values),
-             "sysctl_file": file_after}
+    after = {
+        "sysctls": dict((key, values[key] if current[key] is not None else None) for key in values),
+        "sysctl_file": file_after,
+    }
     if open_port and firewall:
         before["port"] = {"firewall": firewall, "port": port, "open": bool(port_open)}
         after["port"] = {"firewall": firewall, "port": port, "open": True}
@@ -361,6 +401,7 @@ def prepare(params, check_mode, runner=run_command, which=shutil.which, proc_sys
 
 
 # --- state absent: what the install step leaves that is ours --------------------------------------
+
 
 class InstallState(object):
     """What ``prepare`` leaves on a host that is ours to remove, in the shape of converge's
@@ -394,13 +435,18 @@ class InstallState(object):
 
     def changes(self, current):
         out = ["remove %s" % self.sysctl_file] if current["sysctl_file"] is not None else []
-        out.extend("nftables: delete rule handle %d (%s)" % (handle, "port %d/udp" % port if port else "edited")
-                   for port, handle in current["nft_rules"])
+        out.extend(
+            "nftables: delete rule handle %d (%s)"
+            % (handle, "port %d/udp" % port if port else "edited")
+            for port, handle in current["nft_rules"]
+        )
         return out
 
     def diff(self, current):
-        before = {"sysctl_file": current["sysctl_file"],
-                  "nftables_ports": [port for port, dummy in current["nft_rules"]]}
+        before = {
+            "sysctl_file": current["sysctl_file"],
+            "nftables_ports": [port for port, dummy in current["nft_rules"]],
+        }
         return before, {"sysctl_file": None, "nftables_ports": []}
 
     def remove(self, current):
@@ -412,8 +458,12 @@ class InstallState(object):
             except OSError as e:
                 raise PrepareError("cannot remove %s: %s" % (self.sysctl_file, e), field="state")
         for dummy, handle in current["nft_rules"]:
-            run_checked(["nft", "delete", "rule"] + list(NFT_CHAIN) + ["handle", str(handle)], PrepareError, "state",
-                        runner=self.runner)
+            run_checked(
+                ["nft", "delete", "rule"] + list(NFT_CHAIN) + ["handle", str(handle)],
+                PrepareError,
+                "state",
+                runner=self.runner,
+            )
 
 
 def unprepare(check_mode, runner=run_command, which=shutil.which, sysctl_file=None):
@@ -425,10 +475,15 @@ def unprepare(check_mode, runner=run_command, which=shutil.which, sysctl_file=No
     before, after = state.diff(current)
     if changes and not check_mode:
         state.remove(current)
-    return {"changed": bool(changes), "changes": changes, "diff": {"before": before, "after": after}}
+    return {
+        "changed": bool(changes),
+        "changes": changes,
+        "diff": {"before": before, "after": after},
+    }
 
 
 # --- for the modules that run it (kilo.mesh.prepare, kilo.mesh.key with prepare) ----------------
+
 
 def prepare_module_host(module):
     """prepare() with an AnsibleModule's options and check mode: a KiloError fails the module,

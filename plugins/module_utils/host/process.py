@@ -82,8 +82,16 @@ class OwnedProcess(object):
             os.makedirs(self.run_dir, 0o700)
         with open(self.logfile, "ab" if append else "wb") as log:
             try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=cwd,
-                                        close_fds=True, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    cwd=cwd,
+                    close_fds=True,
+                    start_new_session=True,
+                )
             except OSError:
                 if not append:
                     os.unlink(self.logfile)

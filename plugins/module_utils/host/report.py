@@ -22,12 +22,17 @@ def addresses(params):
     subnet: a dual-stack mesh's two make the internal IP one of each family)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
     from ansible_collections.kilo.mesh.plugins.module_utils.nodes import mesh_families
+
     families = mesh_families(params.get("subnet"))
     host = discovery.read_host()
-    ips = discovery.choose_ips(host, hostname=socket.gethostname(),
-                               ignore_interfaces=list(params.get("ignore_interfaces") or []) + [params["interface"]],
-                               allowed_cidrs=params.get("internal_cidrs") or [],
-                               prioritise_private=params.get("prioritise_private_addresses"), families=families)
+    ips = discovery.choose_ips(
+        host,
+        hostname=socket.gethostname(),
+        ignore_interfaces=list(params.get("ignore_interfaces") or []) + [params["interface"]],
+        allowed_cidrs=params.get("internal_cidrs") or [],
+        prioritise_private=params.get("prioritise_private_addresses"),
+        families=families,
+    )
     return ips, discovery.default_route_mtu(host), host
 
 
@@ -38,13 +43,19 @@ def wireguard_reading(interface, current=None):
     seconds since each peer's latest handshake, None for never. Raises what the reading raises."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
     from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+
     backend = WireGuardBackend(host_settings({"interface": interface}))
     if current is None:
         current = backend.current()
     discovered = backend.discovered_endpoints(current)
     now = time.time()
-    handshakes = dict((peer["public_key"], int(now - peer["latest_handshake"]) if peer.get("latest_handshake") else None)
-                      for peer in current.get("peers", []))
+    handshakes = dict(
+        (
+            peer["public_key"],
+            int(now - peer["latest_handshake"]) if peer.get("latest_handshake") else None,
+        )
+        for peer in current.get("peers", [])
+    )
     return current, discovered, handshakes
 
 

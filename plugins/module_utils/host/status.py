@@ -29,12 +29,17 @@ def peer_status(peer, now, stale_after):
     """One live peer as reported: public data and counters, handshake age, stale or not."""
     latest = peer.get("latest_handshake") or 0
     age = int(max(0, now - latest)) if latest else None
-    return {"public_key": peer["public_key"], "endpoint": peer.get("endpoint"),
-            "allowed_ips": list(peer.get("allowed_ips") or []),
-            "persistent_keepalive": int(peer.get("persistent_keepalive") or 0),
-            "latest_handshake": int(latest) if latest else None, "handshake_age": age,
-            "rx_bytes": int(peer.get("rx_bytes") or 0), "tx_bytes": int(peer.get("tx_bytes") or 0),
-            "stale": age is None or age > stale_after}
+    return {
+        "public_key": peer["public_key"],
+        "endpoint": peer.get("endpoint"),
+        "allowed_ips": list(peer.get("allowed_ips") or []),
+        "persistent_keepalive": int(peer.get("persistent_keepalive") or 0),
+        "latest_handshake": int(latest) if latest else None,
+        "handshake_age": age,
+        "rx_bytes": int(peer.get("rx_bytes") or 0),
+        "tx_bytes": int(peer.get("tx_bytes") or 0),
+        "stale": age is None or age > stale_after,
+    }
 
 
 def host_status(state, now, stale_after=DEFAULT_STALE_AFTER, addresses=None):
@@ -45,11 +50,19 @@ def host_status(state, now, stale_after=DEFAULT_STALE_AFTER, addresses=None):
     """
     peers = [peer_status(p, now, stale_after) for p in state.get("peers", [])]
     present = bool(state.get("present"))
-    return {"interface": state.get("interface"), "backend": state.get("backend"), "in_mesh": present,
-            "leader": present and bool(state.get("up")), "up": bool(state.get("up")),
-            "public_key": state.get("public_key"), "listen_port": state.get("listen_port"),
-            "addresses": list(addresses or []), "stale_after": stale_after, "peers": peers,
-            "stale": [p["public_key"] for p in peers if p["stale"]]}
+    return {
+        "interface": state.get("interface"),
+        "backend": state.get("backend"),
+        "in_mesh": present,
+        "leader": present and bool(state.get("up")),
+        "up": bool(state.get("up")),
+        "public_key": state.get("public_key"),
+        "listen_port": state.get("listen_port"),
+        "addresses": list(addresses or []),
+        "stale_after": stale_after,
+        "peers": peers,
+        "stale": [p["public_key"] for p in peers if p["stale"]],
+    }
 
 
 def stored_plan(paths):
@@ -99,7 +112,9 @@ def label_peers(status, plan):
     status["plan_segment"] = plan.get("segment")
     rows = path_rows(status)
     if rows:
-        status["own_paths"] = [dict(a=a, b=b, path=path, via=via, handshake_age=age) for a, b, path, via, age in rows]
+        status["own_paths"] = [
+            dict(a=a, b=b, path=path, via=via, handshake_age=age) for a, b, path, via, age in rows
+        ]
     return status
 
 
@@ -115,18 +130,30 @@ def path_rows(status):
     for peer in status["peers"]:
         for far in peer.get("relayed") or ():
             probe = probes.get(far)
-            rows.append((own, far, "probing" if probe else "relayed", peer.get("name"),
-                         (probe or peer)["handshake_age"]))
+            rows.append(
+                (
+                    own,
+                    far,
+                    "probing" if probe else "relayed",
+                    peer.get("name"),
+                    (probe or peer)["handshake_age"],
+                )
+            )
     return rows
 
 
 # Beyond Kilo, relays: the two metrics the push textfile (``metrics``) and the agent's /metrics
 # (agent/metrics.py) both export, of one definition: names, help texts, label names.
-PATH_METRIC = ("kilo_path", "1 per far segment: its path (relayed, probing) and the relay it goes through.",
-               ("segment", "path", "via"))
-FORWARDED_METRIC = ("kilo_relay_forwarded_bytes_total",
-                    "Bytes this relay forwarded between its WireGuard peers (the relay rule's counter).",
-                    ("interface",))
+PATH_METRIC = (
+    "kilo_path",
+    "1 per far segment: its path (relayed, probing) and the relay it goes through.",
+    ("segment", "path", "via"),
+)
+FORWARDED_METRIC = (
+    "kilo_relay_forwarded_bytes_total",
+    "Bytes this relay forwarded between its WireGuard peers (the relay rule's counter).",
+    ("interface",),
+)
 
 
 def path_samples(status):
@@ -136,20 +163,32 @@ def path_samples(status):
 
 def path_metrics_samples(status):
     """kilo_path{segment, path, via} samples of the textfile (escaped): 1 per far segment."""
-    return [(tuple(zip(PATH_METRIC[2], (_label(v) for v in values))), 1) for values in path_samples(status)]
+    return [
+        (tuple(zip(PATH_METRIC[2], (_label(v) for v in values))), 1)
+        for values in path_samples(status)
+    ]
 
 
 def relay_forwarded(plan, settings, interface):
     """Bytes the relay rule counted (``FirewallBackend.relay_counter``), when ``plan`` makes this host
     a relay (``relay_accept``); else None. The firewall kind of ``settings``, else each kind tried."""
-    if not (plan and (plan.get("firewall") or {}).get("relay_accept")) or (settings or {}).get("firewall") == "none":
+    if (
+        not (plan and (plan.get("firewall") or {}).get("relay_accept"))
+        or (settings or {}).get("firewall") == "none"
+    ):
         return None
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import KINDS, FirewallBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import (
+        KINDS,
+        FirewallBackend,
+    )
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
+
     kinds = [settings["firewall"]] if (settings or {}).get("firewall") in KINDS else list(KINDS)
     for kind in kinds:
         try:
-            counted = FirewallBackend(host_settings({"firewall": kind, "interface": interface})).relay_counter()
+            counted = FirewallBackend(
+                host_settings({"firewall": kind, "interface": interface})
+            ).relay_counter()
         except Exception:  # pylint: disable=broad-exception-caught
             counted = None  # that firewall's tool is missing: the other kind's rule, or none
         if counted is not None:
@@ -184,33 +223,69 @@ def metrics(status, nodes=None, peers=None, relay_forwarded=None):
         out.append("# TYPE %s %s" % (name, kind))
         for labels, value in samples:
             inner = ",".join('%s="%s"' % (k, v) for k, v in labels)
-            out.append("%s{%s} %s" % (name, inner, _number(value)) if inner else "%s %s" % (name, _number(value)))
+            out.append(
+                "%s{%s} %s" % (name, inner, _number(value))
+                if inner
+                else "%s %s" % (name, _number(value))
+            )
 
-    family("kilo_leader", "gauge", "Leadership status of the node.", [((), 1 if status["leader"] else 0)])
+    family(
+        "kilo_leader",
+        "gauge",
+        "Leadership status of the node.",
+        [((), 1 if status["leader"] else 0)],
+    )
     if nodes is not None:
         family("kilo_nodes", "gauge", "Number of nodes in the mesh.", [((), nodes)])
     if peers is not None:
         family("kilo_peers", "gauge", "Number of peers in the mesh.", [((), peers)])
-    family("kilo_interface_up", "gauge", "Whether the WireGuard interface exists and is up.",
-           [((("interface", iface),), 1 if status["up"] else 0)])
+    family(
+        "kilo_interface_up",
+        "gauge",
+        "Whether the WireGuard interface exists and is up.",
+        [((("interface", iface),), 1 if status["up"] else 0)],
+    )
     rows = [(("interface", iface), ("peer", _label(p["public_key"]))) for p in status["peers"]]
-    family("kilo_peer_handshake_age_seconds", "gauge", "Seconds since the latest handshake with the peer (+Inf: never).",
-           [(r, p["handshake_age"]) for r, p in zip(rows, status["peers"])])
-    family("kilo_peer_stale", "gauge", "1 when the latest handshake is older than %d s or never happened."
-           % status["stale_after"], [(r, 1 if p["stale"] else 0) for r, p in zip(rows, status["peers"])])
-    family("kilo_peer_receive_bytes_total", "counter", "Bytes received from the peer.",
-           [(r, p["rx_bytes"]) for r, p in zip(rows, status["peers"])])
-    family("kilo_peer_transmit_bytes_total", "counter", "Bytes sent to the peer.",
-           [(r, p["tx_bytes"]) for r, p in zip(rows, status["peers"])])
+    family(
+        "kilo_peer_handshake_age_seconds",
+        "gauge",
+        "Seconds since the latest handshake with the peer (+Inf: never).",
+        [(r, p["handshake_age"]) for r, p in zip(rows, status["peers"])],
+    )
+    family(
+        "kilo_peer_stale",
+        "gauge",
+        "1 when the latest handshake is older than %d s or never happened." % status["stale_after"],
+        [(r, 1 if p["stale"] else 0) for r, p in zip(rows, status["peers"])],
+    )
+    family(
+        "kilo_peer_receive_bytes_total",
+        "counter",
+        "Bytes received from the peer.",
+        [(r, p["rx_bytes"]) for r, p in zip(rows, status["peers"])],
+    )
+    family(
+        "kilo_peer_transmit_bytes_total",
+        "counter",
+        "Bytes sent to the peer.",
+        [(r, p["tx_bytes"]) for r, p in zip(rows, status["peers"])],
+    )
     # beyond Kilo: the paths of a leader behind NAT, and what a relay forwarded
     paths = path_metrics_samples(status)
     if paths:
         family(PATH_METRIC[0], "gauge", PATH_METRIC[1], paths)
     if relay_forwarded is not None:
-        family(FORWARDED_METRIC[0], "counter", FORWARDED_METRIC[1], [(((FORWARDED_METRIC[2][0], iface),), relay_forwarded)])
+        family(
+            FORWARDED_METRIC[0],
+            "counter",
+            FORWARDED_METRIC[1],
+            [(((FORWARDED_METRIC[2][0], iface),), relay_forwarded)],
+        )
     return "\n".join(out) + "\n"
 
 
 # One sample line of the text format (no timestamps written here).
-SAMPLE_RE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? '
-                       r'([-+]?[0-9.eE+-]+|[+-]Inf|NaN)$')
+SAMPLE_RE = re.compile(
+    r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? '
+    r"([-+]?[0-9.eE+-]+|[+-]Inf|NaN)$"
+)

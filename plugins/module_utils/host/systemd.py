@@ -11,7 +11,11 @@ __metaclass__ = type
 import os
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import update_file
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, run_checked, run_command
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    run_checked,
+    run_command,
+)
 
 UNIT_DIR = "/etc/systemd/system"
 # units that must not outlive a boot (the userspace daemon's: the boot restore starts it again)

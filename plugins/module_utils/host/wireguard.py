@@ -33,12 +33,28 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
 from ansible_collections.kilo.mesh.plugins.module_utils.host import keys as keymod
 from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KiloError, format_endpoint, host_subject, kernel_module_available, parse_key, split_endpoint)
+    KiloError,
+    format_endpoint,
+    host_subject,
+    kernel_module_available,
+    parse_key,
+    split_endpoint,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import RUN_DIR, START_TIMEOUT, Daemon
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import (
+    RUN_DIR,
+    START_TIMEOUT,
+    Daemon,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_kernel import KernelWG
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import (
-    SOCKET_DIR, UAPIClient, UAPIError, build_set, hex_to_b64, socket_path)
+    SOCKET_DIR,
+    UAPIClient,
+    UAPIError,
+    build_set,
+    hex_to_b64,
+    socket_path,
+)
 
 # RUN_DIR, START_TIMEOUT (wireguard_daemon) and SOCKET_DIR (wireguard_uapi) are imported as
 # attributes of this module and read at call time, so a test moves them here (backendtools'
@@ -55,6 +71,7 @@ class WireGuardError(KiloError):
 
 
 # ---------------------------------------------------------------- helpers (pure)
+
 
 def psk_digest(b64):
     """One-way tag of a (canonical base64) preshared key: states compare it, never the key."""
@@ -97,14 +114,28 @@ def resolve_endpoint(endpoint):
 
 
 def _absent_state(interface, backend):
-    return {"interface": interface, "backend": backend, "present": False, "up": False,
-            "mtu": None, "listen_port": None, "fwmark": None, "public_key": None, "peers": []}
+    return {
+        "interface": interface,
+        "backend": backend,
+        "present": False,
+        "up": False,
+        "mtu": None,
+        "listen_port": None,
+        "fwmark": None,
+        "public_key": None,
+        "peers": [],
+    }
 
 
 def _peer_state(public_key, endpoint, allowed_ips, keepalive, psk_b64=None):
-    return {"public_key": public_key, "endpoint": endpoint, "allowed_ips": allowed_ips,
-            "persistent_keepalive": int(keepalive or 0), "preshared_key": bool(psk_b64),
-            "preshared_key_digest": psk_digest(psk_b64)}
+    return {
+        "public_key": public_key,
+        "endpoint": endpoint,
+        "allowed_ips": allowed_ips,
+        "persistent_keepalive": int(keepalive or 0),
+        "preshared_key": bool(psk_b64),
+        "preshared_key_digest": psk_digest(psk_b64),
+    }
 
 
 def _roamed(desired, current):
@@ -112,14 +143,22 @@ def _roamed(desired, current):
     endpoint for it: keep that one. Resetting it to the configured address would cut the
     tunnel until the next keepalive, and the next run would learn it back (flip-flop)."""
     handshake = current.get("latest_handshake") or 0
-    return bool(desired.get("roaming")) and bool(current.get("endpoint")) and time.time() - handshake < LIVE_HANDSHAKE
+    return (
+        bool(desired.get("roaming"))
+        and bool(current.get("endpoint"))
+        and time.time() - handshake < LIVE_HANDSHAKE
+    )
 
 
 def _keeps_live_endpoint(desired, current):
     """Whether apply() leaves the endpoint WireGuard holds for this peer as it is."""
     if not current.get("endpoint"):
         return False
-    return not desired.get("endpoint") or current["endpoint"] in desired.get("resolved", ()) or _roamed(desired, current)
+    return (
+        not desired.get("endpoint")
+        or current["endpoint"] in desired.get("resolved", ())
+        or _roamed(desired, current)
+    )
 
 
 def render(state):
@@ -130,8 +169,11 @@ def render(state):
     out = dict((k, v) for k, v in state.items() if k != "fwmark")
     peers = []
     for p in state.get("peers", []):
-        q = dict((k, v) for k, v in p.items()
-                 if k not in STAT_FIELDS and k not in ("preshared_key_digest", "resolved", "roaming"))
+        q = dict(
+            (k, v)
+            for k, v in p.items()
+            if k not in STAT_FIELDS and k not in ("preshared_key_digest", "resolved", "roaming")
+        )
         q["preshared_key"] = "(set)" if p.get("preshared_key") else None
         peers.append(q)
     out["peers"] = peers
@@ -140,7 +182,9 @@ def render(state):
 
 def _freed(current, removed):
     """{allowed IP: the current peer holding it} of the current peers whose keys are in ``removed``."""
-    return dict((ip, p) for p in current["peers"] if p["public_key"] in removed for ip in p["allowed_ips"])
+    return dict(
+        (ip, p) for p in current["peers"] if p["public_key"] in removed for ip in p["allowed_ips"]
+    )
 
 
 def _learned_endpoints(current, wanted):
@@ -150,18 +194,26 @@ def _learned_endpoints(current, wanted):
     the one learned for the old key, so this host can start the handshake under the new key at
     once (``_nudge``) instead of waiting for the machine's retry (5 s, past WireGuard's queue)."""
     removed = set(p["public_key"] for p in current["peers"]) - wanted
-    return dict((ip, p["endpoint"]) for ip, p in _freed(current, removed).items() if p.get("endpoint"))
+    return dict(
+        (ip, p["endpoint"]) for ip, p in _freed(current, removed).items() if p.get("endpoint")
+    )
 
 
 def rekeyed(current, peer_ops):
     """The peer ops adding a peer in place of one they remove (allowed IPs in common): a node
     that changed its key, as a key rotation does."""
     freed = _freed(current, set(op["public_key"] for op in peer_ops if op.get("remove")))
-    return [op for op in peer_ops if not op.get("remove") and not op.get("update_only")
-            and freed.keys() & set(op.get("allowed_ips") or ())]
+    return [
+        op
+        for op in peer_ops
+        if not op.get("remove")
+        and not op.get("update_only")
+        and freed.keys() & set(op.get("allowed_ips") or ())
+    ]
 
 
 # ---------------------------------------------------------------- backend
+
 
 class WireGuardBackend(Backend):
     """The WireGuard interface of a host; the state shape is ``_absent_state``'s.
@@ -200,9 +252,16 @@ class WireGuardBackend(Backend):
         if self.settings.get("boot_restore"):
             # a daemon systemd restarted comes back empty: the stored plan fills it again
             from ansible_collections.kilo.mesh.plugins.module_utils.host import boot
+
             after_start = boot.after_restart_command(boot.APP_PATH)
-        return Daemon(self.interface, self.settings["userspace_command"], self._socket(),
-                      run_dir=RUN_DIR, start_timeout=START_TIMEOUT, after_start=after_start)
+        return Daemon(
+            self.interface,
+            self.settings["userspace_command"],
+            self._socket(),
+            run_dir=RUN_DIR,
+            start_timeout=START_TIMEOUT,
+            after_start=after_start,
+        )
 
     def implementation(self, link, strict=True):
         """'kernel' or 'userspace' for this interface, given its live link (or None).
@@ -213,13 +272,20 @@ class WireGuardBackend(Backend):
         want = self.settings["backend"]
         if link is not None and link["kind"] == "wireguard":
             if want == "userspace" and strict:
-                raise WireGuardError("a kernel WireGuard interface, but the backend setting is userspace",
-                                     self.subject, "backend")
+                raise WireGuardError(
+                    "a kernel WireGuard interface, but the backend setting is userspace",
+                    self.subject,
+                    "backend",
+                )
             return "kernel"
         if link is not None or os.path.exists(self._socket()):
             if want == "kernel" and strict:
-                raise WireGuardError("exists and is not a kernel WireGuard interface (kind %s), but the backend"
-                                     " setting is kernel" % (link or {}).get("kind"), self.subject, "backend")
+                raise WireGuardError(
+                    "exists and is not a kernel WireGuard interface (kind %s), but the backend"
+                    " setting is kernel" % (link or {}).get("kind"),
+                    self.subject,
+                    "backend",
+                )
             return "userspace"
         if want != "auto":
             return want
@@ -256,9 +322,16 @@ class WireGuardBackend(Backend):
         del priv
         peers = []
         for p in dev["peers"]:
-            peer = _peer_state(p["public_key"], p["endpoint"], sort_cidrs(p["allowed_ips"]),
-                               p["persistent_keepalive"], p["preshared_key_b64"])
-            peer.update(latest_handshake=p["last_handshake"], rx_bytes=p["rx_bytes"], tx_bytes=p["tx_bytes"])
+            peer = _peer_state(
+                p["public_key"],
+                p["endpoint"],
+                sort_cidrs(p["allowed_ips"]),
+                p["persistent_keepalive"],
+                p["preshared_key_b64"],
+            )
+            peer.update(
+                latest_handshake=p["last_handshake"], rx_bytes=p["rx_bytes"], tx_bytes=p["tx_bytes"]
+            )
             peers.append(peer)
         state["peers"] = sorted(peers, key=lambda p: p["public_key"])
         return state
@@ -268,8 +341,11 @@ class WireGuardBackend(Backend):
         traversal: the leader shares these like Kilo's discovered-endpoints annotation."""
         if current is None:
             current = self.current()
-        return dict((p["public_key"], p["endpoint"]) for p in current.get("peers", [])
-                    if p.get("endpoint") and p.get("latest_handshake"))
+        return dict(
+            (p["public_key"], p["endpoint"])
+            for p in current.get("peers", [])
+            if p.get("endpoint") and p.get("latest_handshake")
+        )
 
     # ---- desired
 
@@ -291,31 +367,52 @@ class WireGuardBackend(Backend):
             field = "plan.peers[%d]" % i
             pub = p["public_key"]
             if pub in seen:
-                raise WireGuardError("peer %s: public_key is also used by peer %s" % (p["name"], seen[pub]),
-                                     subject, field + ".public_key")
+                raise WireGuardError(
+                    "peer %s: public_key is also used by peer %s" % (p["name"], seen[pub]),
+                    subject,
+                    field + ".public_key",
+                )
             if pub == own_pub:
-                raise WireGuardError("peer %s: public_key is this host's own key" % p["name"],
-                                     subject, field + ".public_key")
+                raise WireGuardError(
+                    "peer %s: public_key is this host's own key" % p["name"],
+                    subject,
+                    field + ".public_key",
+                )
             seen[pub] = p["name"]
-            peer = _peer_state(pub, p["endpoint"], sort_cidrs(p["allowed_ips"]), p["persistent_keepalive"],
-                               self.preshared_keys.get(pub))
+            peer = _peer_state(
+                pub,
+                p["endpoint"],
+                sort_cidrs(p["allowed_ips"]),
+                p["persistent_keepalive"],
+                self.preshared_keys.get(pub),
+            )
             peer.update(name=p["name"], roaming=p["roaming"], resolved=[])
             if p["endpoint"]:
                 try:
                     peer["resolved"] = resolve_endpoint(p["endpoint"])
                 except WireGuardError as e:
                     if not getattr(self, "lenient_endpoints", False):
-                        raise WireGuardError("peer %s: %s" % (p["name"], e.message), subject, field + ".endpoint")
+                        raise WireGuardError(
+                            "peer %s: %s" % (p["name"], e.message), subject, field + ".endpoint"
+                        )
                     # the boot restore: DNS may not be up yet; the peer waits for the other end
                     # (or the next run) rather than the whole host staying out of the mesh
                     peer["endpoint"] = None
                     self.warnings = list(getattr(self, "warnings", ())) + [
-                        "peer %s: %s; configured without an endpoint" % (p["name"], e.message)]
+                        "peer %s: %s; configured without an endpoint" % (p["name"], e.message)
+                    ]
             peers.append(peer)
-        return {"interface": self.interface, "backend": current["backend"], "present": True,
-                "up": plan["leader"], "mtu": discovery.wireguard_mtu(self.settings["mtu"]),
-                "listen_port": plan["listen_port"], "fwmark": None, "public_key": own_pub,
-                "peers": sorted(peers, key=lambda p: p["public_key"])}
+        return {
+            "interface": self.interface,
+            "backend": current["backend"],
+            "present": True,
+            "up": plan["leader"],
+            "mtu": discovery.wireguard_mtu(self.settings["mtu"]),
+            "listen_port": plan["listen_port"],
+            "fwmark": None,
+            "public_key": own_pub,
+            "peers": sorted(peers, key=lambda p: p["public_key"]),
+        }
 
     # ---- difference
 
@@ -325,31 +422,55 @@ class WireGuardBackend(Backend):
         ops = []
         iface = self.interface
         if not current["present"]:
-            ops.append(("create WireGuard interface %s (%s)" % (iface, desired["backend"]), ("create", None)))
+            ops.append(
+                (
+                    "create WireGuard interface %s (%s)" % (iface, desired["backend"]),
+                    ("create", None),
+                )
+            )
             current = _absent_state(iface, desired["backend"])
         if current["public_key"] != desired["public_key"]:
-            ops.append(("set private key (public key %s)" % desired["public_key"], ("device", "private_key")))
+            ops.append(
+                (
+                    "set private key (public key %s)" % desired["public_key"],
+                    ("device", "private_key"),
+                )
+            )
         if current["listen_port"] != desired["listen_port"]:
-            ops.append(("set listen_port %s (was %s)" % (desired["listen_port"], current["listen_port"]),
-                        ("device", "listen_port")))
+            ops.append(
+                (
+                    "set listen_port %s (was %s)"
+                    % (desired["listen_port"], current["listen_port"]),
+                    ("device", "listen_port"),
+                )
+            )
         cur = dict((p["public_key"], p) for p in current["peers"])
         wanted = set(d["public_key"] for d in desired["peers"])
         learned = _learned_endpoints(current, wanted)
         for p in current["peers"]:
             if p["public_key"] not in wanted:
-                ops.append(("remove peer %s" % p["public_key"],
-                            ("peer", {"public_key": p["public_key"], "remove": True})))
+                ops.append(
+                    (
+                        "remove peer %s" % p["public_key"],
+                        ("peer", {"public_key": p["public_key"], "remove": True}),
+                    )
+                )
         for d in desired["peers"]:
             pub = d["public_key"]
             label = "%s (%s)" % (d["name"], pub[:8]) if d.get("name") else pub
             c = cur.get(pub)
             if c is None:
-                op = {"public_key": pub, "allowed_ips": d["allowed_ips"],
-                      "persistent_keepalive": d["persistent_keepalive"]}
+                op = {
+                    "public_key": pub,
+                    "allowed_ips": d["allowed_ips"],
+                    "persistent_keepalive": d["persistent_keepalive"],
+                }
                 if d["endpoint"]:
                     op["endpoint"] = d["resolved"][0]
                 else:
-                    inherited = next((learned[ip] for ip in d["allowed_ips"] if ip in learned), None)
+                    inherited = next(
+                        (learned[ip] for ip in d["allowed_ips"] if ip in learned), None
+                    )
                     if inherited:
                         op["endpoint"] = inherited
                 if d["preshared_key"]:
@@ -369,7 +490,10 @@ class WireGuardBackend(Backend):
                 what.append("endpoint %s -> %s" % (c["endpoint"], d["endpoint"]))
             if c["persistent_keepalive"] != d["persistent_keepalive"]:
                 op["persistent_keepalive"] = d["persistent_keepalive"]
-                what.append("persistent_keepalive %s -> %s" % (c["persistent_keepalive"], d["persistent_keepalive"]))
+                what.append(
+                    "persistent_keepalive %s -> %s"
+                    % (c["persistent_keepalive"], d["persistent_keepalive"])
+                )
             if c["preshared_key_digest"] != d["preshared_key_digest"]:
                 op["preshared_key"] = self._psk(d) if d["preshared_key"] else ""
                 what.append("preshared_key %s" % ("(set)" if d["preshared_key"] else "(removed)"))
@@ -378,23 +502,36 @@ class WireGuardBackend(Backend):
                 op["allowed_ips"] = d["allowed_ips"]
                 added = [x for x in d["allowed_ips"] if x not in c["allowed_ips"]]
                 gone = [x for x in c["allowed_ips"] if x not in d["allowed_ips"]]
-                what.append("allowed_ips%s%s" % (" +" + ",".join(added) if added else "",
-                                                 " -" + ",".join(gone) if gone else ""))
+                what.append(
+                    "allowed_ips%s%s"
+                    % (
+                        " +" + ",".join(added) if added else "",
+                        " -" + ",".join(gone) if gone else "",
+                    )
+                )
             if what:
                 ops.append(("update peer %s: %s" % (label, "; ".join(what)), ("peer", op)))
         if current["mtu"] != desired["mtu"]:
             ops.append(("set mtu %s (was %s)" % (desired["mtu"], current["mtu"]), ("link", "mtu")))
         if current["up"] != desired["up"]:
-            ops.append(("set link %s" % ("up" if desired["up"] else "down (not the leader)"),
-                        ("link", "up")))
+            ops.append(
+                (
+                    "set link %s" % ("up" if desired["up"] else "down (not the leader)"),
+                    ("link", "up"),
+                )
+            )
         return ops
 
     def _psk(self, desired_peer):
         """The preshared key behind a desired peer's digest (given to this backend's constructor)."""
         psk = self.preshared_keys.get(desired_peer["public_key"])
         if psk_digest(psk) != desired_peer["preshared_key_digest"]:
-            raise WireGuardError("preshared key of peer %s is not the one the desired state was computed with"
-                                 % desired_peer["public_key"], self.subject, "preshared_keys")
+            raise WireGuardError(
+                "preshared key of peer %s is not the one the desired state was computed with"
+                % desired_peer["public_key"],
+                self.subject,
+                "preshared_keys",
+            )
         return psk
 
     def changes(self, current, desired):
@@ -416,10 +553,14 @@ class WireGuardBackend(Backend):
         path = self.settings["key_path"]
         if not os.path.exists(path):
             # Checked before anything is created: no half-made interface without a key.
-            raise WireGuardError("no private key at %s: run kilo.mesh.key first" % path, self.subject, "key_path")
+            raise WireGuardError(
+                "no private key at %s: run kilo.mesh.key first" % path, self.subject, "key_path"
+            )
         priv = keymod.read_private_key(path)
         if keymod.public_key(priv) != desired["public_key"]:
-            raise WireGuardError("the key at %s changed since the comparison" % path, self.subject, "key_path")
+            raise WireGuardError(
+                "the key at %s changed since the comparison" % path, self.subject, "key_path"
+            )
         return priv
 
     def apply(self, current, desired):
@@ -448,6 +589,7 @@ class WireGuardBackend(Backend):
         link_ops = set(op[1] for dummy, op in ops if op[0] == "link")
         if link_ops:
             from pyroute2 import IPRoute
+
             with IPRoute() as ipr:
                 idx = ipr.link_lookup(ifname=self.interface)
                 if not idx:
@@ -465,7 +607,9 @@ class WireGuardBackend(Backend):
             except (OSError, socket.error) as e:
                 raise WireGuardError("configuring over %s: %s" % (self._socket(), e), self.subject)
             except UAPIError as e:
-                raise WireGuardError("configuring over %s: %s" % (self._socket(), e.message), self.subject)
+                raise WireGuardError(
+                    "configuring over %s: %s" % (self._socket(), e.message), self.subject
+                )
         else:
             KernelWG(self.interface).set(private_key=priv, listen_port=listen_port, peers=peer_ops)
 
@@ -485,8 +629,15 @@ class WireGuardBackend(Backend):
         if not quiet:
             return
         for keepalive in (1, 0):
-            self._set(impl, None, None, [{"public_key": pub, "update_only": True, "persistent_keepalive": keepalive}
-                                         for pub in quiet])
+            self._set(
+                impl,
+                None,
+                None,
+                [
+                    {"public_key": pub, "update_only": True, "persistent_keepalive": keepalive}
+                    for pub in quiet
+                ],
+            )
 
     def rearm(self, keepalives):
         """Send a keepalive to each peer now ({public key: its persistent keepalive}), by the toggle
@@ -496,9 +647,19 @@ class WireGuardBackend(Backend):
             return
         impl = self.implementation(self._link(), strict=False)
         for phase in (0, 1):
-            self._set(impl, None, None, [{"public_key": pub, "update_only": True,
-                                          "persistent_keepalive": keepalive if phase else 0}
-                                         for pub, keepalive in sorted(keepalives.items())])
+            self._set(
+                impl,
+                None,
+                None,
+                [
+                    {
+                        "public_key": pub,
+                        "update_only": True,
+                        "persistent_keepalive": keepalive if phase else 0,
+                    }
+                    for pub, keepalive in sorted(keepalives.items())
+                ],
+            )
 
     # ---- create / remove
 
@@ -513,7 +674,9 @@ class WireGuardBackend(Backend):
         (its unit, PID file: state=absent then has something to remove)."""
         if not current:
             return False
-        return bool(current.get("present")) or (current.get("backend") == "userspace" and self._daemon().recorded())
+        return bool(current.get("present")) or (
+            current.get("backend") == "userspace" and self._daemon().recorded()
+        )
 
     def remove(self, current):
         """Remove the interface; stop our daemon (recorded PID or unit), nothing else."""
@@ -524,6 +687,7 @@ class WireGuardBackend(Backend):
             # kernel interface, or a tun left by a daemon we did not start: deleting the link
             # makes wireguard-go exit by itself.
             from pyroute2 import IPRoute
+
             with IPRoute() as ipr:
                 ipr.link("del", index=link["index"])
 

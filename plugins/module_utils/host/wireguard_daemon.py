@@ -25,8 +25,17 @@ import time
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.process import RUN_DIR, OwnedProcess
 from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
-    RUNTIME_UNIT_DIR, install_unit, remove_unit, systemctl, systemctl_checked, systemd_running)
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import UAPIClient, wait_for_socket
+    RUNTIME_UNIT_DIR,
+    install_unit,
+    remove_unit,
+    systemctl,
+    systemctl_checked,
+    systemd_running,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import (
+    UAPIClient,
+    wait_for_socket,
+)
 
 # How long a daemon may take to open its socket. Not a module option: tests and unusual hosts
 # move it (and RUN_DIR, where PID and log files go) by setting these attributes.
@@ -42,7 +51,9 @@ class DaemonError(KiloError):
 class Daemon(object):
     """The daemon serving ``interface``, started from ``command`` (a shell-quoted string)."""
 
-    def __init__(self, interface, command, socket, run_dir=None, start_timeout=None, after_start=None):
+    def __init__(
+        self, interface, command, socket, run_dir=None, start_timeout=None, after_start=None
+    ):
         self.interface = interface
         self.command = command
         self.after_start = after_start
@@ -75,7 +86,8 @@ class Daemon(object):
         lines = [
             "# Written by kilo.mesh (the converge's WireGuard backend); removed with the interface.",
             "[Unit]",
-            "Description=kilo.mesh userspace WireGuard (%s) for %s" % (os.path.basename(argv[0]), self.interface),
+            "Description=kilo.mesh userspace WireGuard (%s) for %s"
+            % (os.path.basename(argv[0]), self.interface),
             "",
             "[Service]",
             "Type=simple",
@@ -91,7 +103,9 @@ class Daemon(object):
     def argv(self):
         argv = shlex.split(self.command or "")
         if not argv:
-            raise DaemonError("empty; name a userspace WireGuard such as wireguard-go", None, "userspace_command")
+            raise DaemonError(
+                "empty; name a userspace WireGuard such as wireguard-go", None, "userspace_command"
+            )
         # wireguard-go daemonizes unless -f; we want the PID of the process that stays.
         if os.path.basename(argv[0]).startswith("wireguard-go"):
             argv.append("-f")
@@ -127,11 +141,17 @@ class Daemon(object):
                 proc = self.process.spawn(argv, env=env, note="")
             except OSError as e:
                 raise DaemonError("cannot start %s: %s" % (argv[0], e))
-        if wait_for_socket(self.socket, self.start_timeout, given_up=lambda: proc is not None and proc.poll() is not None):
+        if wait_for_socket(
+            self.socket,
+            self.start_timeout,
+            given_up=lambda: proc is not None and proc.poll() is not None,
+        ):
             return
         tail = self.process.log_tail(400)
         self.stop()  # nothing of a failed start stays behind (a later run could not tell it is ours)
-        raise DaemonError("%s did not open %s%s" % (" ".join(argv), self.socket, ": " + tail if tail else ""))
+        raise DaemonError(
+            "%s did not open %s%s" % (" ".join(argv), self.socket, ": " + tail if tail else "")
+        )
 
     def runs_daemon(self, args):
         """Whether a command line (bytes arguments) is our userspace daemon (the configured
@@ -140,7 +160,10 @@ class Daemon(object):
             command = os.path.basename(self.argv()[0])
         except DaemonError:
             return False
-        return self.interface.encode() in args and os.path.basename(args[0].decode(errors="replace")) == command
+        return (
+            self.interface.encode() in args
+            and os.path.basename(args[0].decode(errors="replace")) == command
+        )
 
     def pid(self):
         """PID recorded at start, if that process still runs our daemon for this interface."""
@@ -148,7 +171,11 @@ class Daemon(object):
 
     def recorded(self):
         """Whether a PID, log or unit file of ours is there (a daemon started by us, maybe dead)."""
-        return os.path.exists(self.pidfile) or os.path.exists(self.logfile) or os.path.exists(self.unit_path)
+        return (
+            os.path.exists(self.pidfile)
+            or os.path.exists(self.logfile)
+            or os.path.exists(self.unit_path)
+        )
 
     def stop(self):
         """Stop the daemon we started (unit, then PID) and delete our files; a stale socket too."""

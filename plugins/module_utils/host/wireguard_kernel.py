@@ -17,7 +17,11 @@ __metaclass__ = type
 import base64
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, format_endpoint, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
+    format_endpoint,
+    split_endpoint,
+)
 
 # Kernel values (include/uapi/linux/wireguard.h), not pyroute2's constants.
 WG_CMD_GET_DEVICE = 0
@@ -77,8 +81,9 @@ def build_set_messages(interface, private_key=None, listen_port=None, fwmark=Non
                 host, port = split_endpoint(p["endpoint"])
                 attrs.append(["WGPEER_A_ENDPOINT", {"addr": host, "port": port}])
             if "persistent_keepalive" in p:
-                attrs.append(["WGPEER_A_PERSISTENT_KEEPALIVE_INTERVAL",
-                              int(p["persistent_keepalive"] or 0)])
+                attrs.append(
+                    ["WGPEER_A_PERSISTENT_KEEPALIVE_INTERVAL", int(p["persistent_keepalive"] or 0)]
+                )
             if p.get("allowed_ips"):  # with REPLACE_ALLOWEDIPS and none listed: cleared
                 attrs.append(["WGPEER_A_ALLOWEDIPS", _allowed_ips(p["allowed_ips"])])
         attrs.append(["WGPEER_A_FLAGS", flags])
@@ -93,9 +98,15 @@ def _allowed_ips(cidrs):
     for cidr in cidrs:
         addr, mask = cidr.split("/")
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-        out.append({"attrs": [["WGALLOWEDIP_A_FAMILY", family],
-                              ["WGALLOWEDIP_A_IPADDR", socket.inet_pton(family, addr)],
-                              ["WGALLOWEDIP_A_CIDR_MASK", int(mask)]]})
+        out.append(
+            {
+                "attrs": [
+                    ["WGALLOWEDIP_A_FAMILY", family],
+                    ["WGALLOWEDIP_A_IPADDR", socket.inet_pton(family, addr)],
+                    ["WGALLOWEDIP_A_CIDR_MASK", int(mask)],
+                ]
+            }
+        )
     return out
 
 
@@ -131,9 +142,16 @@ def parse_device(msgs):
             pub = _b64(p.get_attr("WGPEER_A_PUBLIC_KEY"))
             peer = by_key.get(pub)
             if peer is None:
-                peer = {"public_key": pub, "preshared_key_b64": None, "endpoint": None,
-                        "persistent_keepalive": 0, "last_handshake": 0, "rx_bytes": 0,
-                        "tx_bytes": 0, "allowed_ips": []}
+                peer = {
+                    "public_key": pub,
+                    "preshared_key_b64": None,
+                    "endpoint": None,
+                    "persistent_keepalive": 0,
+                    "last_handshake": 0,
+                    "rx_bytes": 0,
+                    "tx_bytes": 0,
+                    "allowed_ips": [],
+                }
                 by_key[pub] = peer
                 dev["peers"].append(peer)
             psk = p.get_attr("WGPEER_A_PRESHARED_KEY")
@@ -150,7 +168,10 @@ def parse_device(msgs):
             hs = p.get_attr("WGPEER_A_LAST_HANDSHAKE_TIME")
             if hs is not None:
                 peer["last_handshake"] = int(hs.get("tv_sec") or 0)
-            for name, field in (("WGPEER_A_RX_BYTES", "rx_bytes"), ("WGPEER_A_TX_BYTES", "tx_bytes")):
+            for name, field in (
+                ("WGPEER_A_RX_BYTES", "rx_bytes"),
+                ("WGPEER_A_TX_BYTES", "tx_bytes"),
+            ):
                 v = p.get_attr(name)
                 if v is not None:
                     peer[field] = v
@@ -165,17 +186,21 @@ class KernelWG(object):
 
     def create(self):
         from pyroute2 import IPRoute
+
         with IPRoute() as ipr:
             try:
                 ipr.link("add", ifname=self.interface, kind="wireguard")
             except Exception as e:
-                raise KernelWGError("cannot create WireGuard interface %s (kernel module missing?): %s"
-                                    % (self.interface, e))
+                raise KernelWGError(
+                    "cannot create WireGuard interface %s (kernel module missing?): %s"
+                    % (self.interface, e)
+                )
 
     def get(self):
         from pyroute2.netlink.generic.wireguard import WireGuard
         from pyroute2.netlink import NLM_F_REQUEST, NLM_F_DUMP
         from pyroute2.netlink.generic.wireguard import wgmsg
+
         ws = WireGuard()
         try:
             m = wgmsg()
@@ -190,6 +215,7 @@ class KernelWG(object):
     def set(self, **kwargs):
         from pyroute2.netlink.generic.wireguard import WireGuard
         from pyroute2.netlink import NLM_F_REQUEST, NLM_F_ACK
+
         msgs = build_set_messages(self.interface, **kwargs)
         if not msgs:
             return

@@ -125,9 +125,16 @@ def _parse_line(dev, peer, errno, key, value):
     if key == "errno":
         return peer, int(value)
     if key == "public_key":
-        peer = {"public_key": hex_to_b64(value), "preshared_key_hex": None, "endpoint": None,
-                "persistent_keepalive": 0, "last_handshake": 0, "rx_bytes": 0, "tx_bytes": 0,
-                "allowed_ips": []}
+        peer = {
+            "public_key": hex_to_b64(value),
+            "preshared_key_hex": None,
+            "endpoint": None,
+            "persistent_keepalive": 0,
+            "last_handshake": 0,
+            "rx_bytes": 0,
+            "tx_bytes": 0,
+            "allowed_ips": [],
+        }
         dev["peers"].append(peer)
     elif peer is None:
         if key == "private_key":

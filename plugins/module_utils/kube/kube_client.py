@@ -77,7 +77,9 @@ def auth_options(options=None, environ=None):
         if auth[name]:
             auth[name] = os.path.expanduser(auth[name])
     if isinstance(auth["impersonate_groups"], str):  # K8S_AUTH_IMPERSONATE_GROUPS: Group1,Group2
-        auth["impersonate_groups"] = [g.strip() for g in auth["impersonate_groups"].split(",") if g.strip()]
+        auth["impersonate_groups"] = [
+            g.strip() for g in auth["impersonate_groups"].split(",") if g.strip()
+        ]
     return auth
 
 
@@ -89,14 +91,18 @@ def in_cluster(environ=None):
 
 def default_kubeconfig():
     """The client library's default config file ($KUBECONFIG's first, else ~/.kube/config) when it exists."""
-    path = os.path.expanduser(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config")
+    path = os.path.expanduser(
+        os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config"
+    )
     return path if os.path.exists(path) else None
 
 
 def _require():
     if not HAS_KUBERNETES:
-        raise KubeError("the Python library 'kubernetes' is needed on the controller (pip install kubernetes): %s"
-                        % KUBERNETES_IMPORT_ERROR.strip().splitlines()[-1])
+        raise KubeError(
+            "the Python library 'kubernetes' is needed on the controller (pip install kubernetes): %s"
+            % KUBERNETES_IMPORT_ERROR.strip().splitlines()[-1]
+        )
 
 
 def configuration(options=None):
@@ -108,18 +114,27 @@ def configuration(options=None):
         if auth["host"] and (auth["api_key"] or auth["client_cert"]):
             pass
         elif auth["kubeconfig"] or auth["context"]:
-            kubernetes.config.load_kube_config(config_file=auth["kubeconfig"], context=auth["context"],
-                                               client_configuration=cfg, persist_config=False)
+            kubernetes.config.load_kube_config(
+                config_file=auth["kubeconfig"],
+                context=auth["context"],
+                client_configuration=cfg,
+                persist_config=False,
+            )
         elif in_cluster():
             kubernetes.config.load_incluster_config(client_configuration=cfg)
         elif default_kubeconfig():
             kubernetes.config.load_kube_config(client_configuration=cfg, persist_config=False)
         elif not auth["host"]:
-            raise KubeError("no Kubernetes client configuration: give kubeconfig, or host and api_key"
-                            " (or their K8S_AUTH_* environment variables)")
+            raise KubeError(
+                "no Kubernetes client configuration: give kubeconfig, or host and api_key"
+                " (or their K8S_AUTH_* environment variables)"
+            )
     except (kubernetes.config.ConfigException, OSError, ValueError) as e:
-        raise KubeError("cannot load the client configuration: %s" % e, "kubernetes",
-                        "kubeconfig" if auth["kubeconfig"] else None)
+        raise KubeError(
+            "cannot load the client configuration: %s" % e,
+            "kubernetes",
+            "kubeconfig" if auth["kubeconfig"] else None,
+        )
     if auth["host"]:
         cfg.host = auth["host"].rstrip("/")
     if auth["api_key"]:
@@ -149,8 +164,12 @@ def impersonation_headers(auth):
         headers["Impersonate-User"] = auth["impersonate_user"]
     groups = auth.get("impersonate_groups") or []
     if len(groups) > 1:
-        raise KubeError("one group at most (the client sends one Impersonate-Group header), not %d" % len(groups),
-                        "kubernetes", "impersonate_groups")
+        raise KubeError(
+            "one group at most (the client sends one Impersonate-Group header), not %d"
+            % len(groups),
+            "kubernetes",
+            "impersonate_groups",
+        )
     if groups:
         headers["Impersonate-Group"] = groups[0]
     return headers
@@ -225,13 +244,20 @@ def list_nodes(client):
 
 def read_node(client, name):
     """Node ``name`` as plain JSON; KubeError (status 404 when there is none)."""
-    return json_call(kubernetes.client.CoreV1Api(client).read_node, "GET", "/api/v1/nodes/" + name, name)
+    return json_call(
+        kubernetes.client.CoreV1Api(client).read_node, "GET", "/api/v1/nodes/" + name, name
+    )
 
 
 def list_cluster_objects(client, group, version, plural):
     """Every object of a cluster-scoped custom resource; KubeError with status 404 when it is not installed."""
-    return _pages(kubernetes.client.CustomObjectsApi(client).list_cluster_custom_object,
-                  "/apis/%s/%s/%s" % (group, version, plural), group, version, plural)
+    return _pages(
+        kubernetes.client.CustomObjectsApi(client).list_cluster_custom_object,
+        "/apis/%s/%s/%s" % (group, version, plural),
+        group,
+        version,
+        plural,
+    )
 
 
 # -- kilo.mesh.peer, annotate, agent (and its identity: apply_object) ----------------------------
@@ -239,7 +265,14 @@ def list_cluster_objects(client, group, version, plural):
 FIELD_MANAGER = "kilo-mesh"
 DRY_RUN = "All"
 # Metadata the server writes; left out when an object is compared with what applying it gives.
-SERVER_METADATA = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "uid", "selfLink")
+SERVER_METADATA = (
+    "managedFields",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "uid",
+    "selfLink",
+)
 
 
 def argument_spec():
@@ -272,9 +305,13 @@ def call_error(e, method, path, subject=None):
     if status == 401:
         hint = " (the API server did not accept the credentials: check api_key or the kubeconfig's user)"
     elif status == 403:
-        hint = (" (the credentials lack this permission: bind them to the ClusterRole kilo-mesh of"
-                " manifests/rbac.yaml, which playbooks/kubernetes.yml installs)")
-    return KubeError("%s %s: %s %s%s" % (method, path, status, message, hint), subject, status=status)
+        hint = (
+            " (the credentials lack this permission: bind them to the ClusterRole kilo-mesh of"
+            " manifests/rbac.yaml, which playbooks/kubernetes.yml installs)"
+        )
+    return KubeError(
+        "%s %s: %s %s%s" % (method, path, status, message, hint), subject, status=status
+    )
 
 
 def not_found_name(e):
@@ -315,13 +352,26 @@ def merge_patch_node(client, name, body):
     api = kubernetes.client.CoreV1Api(client)
     try:
         try:
-            response = api.patch_node(name, body, _content_type="application/merge-patch+json",
-                                      _preload_content=False, _request_timeout=PATCH_TIMEOUT)
+            response = api.patch_node(
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=PATCH_TIMEOUT,
+            )
         except TypeError:
-            response = client.call_api("/api/v1/nodes/{name}", "PATCH", {"name": name}, [],
-                                       {"Accept": "application/json", "Content-Type": "application/merge-patch+json"},
-                                       body=body, auth_settings=["BearerToken"], _preload_content=False,
-                                       _return_http_data_only=True, _request_timeout=PATCH_TIMEOUT)
+            response = client.call_api(
+                "/api/v1/nodes/{name}",
+                "PATCH",
+                {"name": name},
+                [],
+                {"Accept": "application/json", "Content-Type": "application/merge-patch+json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=PATCH_TIMEOUT,
+            )
     except ApiException as e:
         raise call_error(e, "PATCH", path, "node %r" % name)
     except Urllib3Error as e:
@@ -331,7 +381,10 @@ def merge_patch_node(client, name, body):
 
 def object_key(obj):
     meta = obj.get("metadata") or {}
-    return "%s/%s" % (obj.get("kind"), "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p))
+    return "%s/%s" % (
+        obj.get("kind"),
+        "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p),
+    )
 
 
 def comparable(obj):
@@ -361,12 +414,15 @@ def apply_object(dyn, obj, state="present", check_mode=False):
     Returns ``(action, before, after)``: action is created, updated, deleted or unchanged.
     """
     from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError  # pylint: disable=import-outside-toplevel
+
     key = object_key(obj)
     meta = obj["metadata"]
     try:
         resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     except ResourceNotFoundError:
-        raise KubeError("the cluster serves no kind %s in %s" % (obj["kind"], obj["apiVersion"]), key)
+        raise KubeError(
+            "the cluster serves no kind %s in %s" % (obj["kind"], obj["apiVersion"]), key
+        )
     namespace = (meta.get("namespace") or "default") if resource.namespaced else None
     if namespace:
         obj = dict(obj, metadata=dict(meta, namespace=namespace))
@@ -383,16 +439,31 @@ def apply_object(dyn, obj, state="present", check_mode=False):
             if before is None:
                 return "unchanged", None, None
             method = "DELETE"
-            resource.delete(name=meta["name"], namespace=namespace, dry_run=DRY_RUN if check_mode else None)
+            resource.delete(
+                name=meta["name"], namespace=namespace, dry_run=DRY_RUN if check_mode else None
+            )
             return "deleted", before, None
         method = "PATCH"
-        after = dyn.server_side_apply(resource, body=obj, name=meta["name"], namespace=namespace,
-                                      field_manager=FIELD_MANAGER, force_conflicts=True, dry_run=DRY_RUN).to_dict()
+        after = dyn.server_side_apply(
+            resource,
+            body=obj,
+            name=meta["name"],
+            namespace=namespace,
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+            dry_run=DRY_RUN,
+        ).to_dict()
         if before is not None and comparable(before) == comparable(after):
             return "unchanged", before, before
         if not check_mode:
-            after = dyn.server_side_apply(resource, body=obj, name=meta["name"], namespace=namespace,
-                                          field_manager=FIELD_MANAGER, force_conflicts=True).to_dict()
+            after = dyn.server_side_apply(
+                resource,
+                body=obj,
+                name=meta["name"],
+                namespace=namespace,
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            ).to_dict()
         return ("created" if before is None else "updated"), before, after
     except DynamicApiError as e:
         raise call_error(e, method, path, key)

@@ -27,11 +27,35 @@ import json
 import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE, PORT_RANGE, KiloError, format_endpoint, node_subject, parse_key, peer_subject, split_endpoint, to_int)
+    KEEPALIVE_RANGE,
+    PORT_RANGE,
+    KiloError,
+    format_endpoint,
+    node_subject,
+    parse_key,
+    peer_subject,
+    split_endpoint,
+    to_int,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    ANNOTATION_PREFIX as PREFIX, FIELDS, NODE_POD_SOURCE_VAR, OWN_PREFIX, PATH_STATE_KEYS, POD_SOURCE_ANNOTATION,
-    POD_SOURCE_VAR, POD_SOURCES, UNSET, VARS, check_host_vars, first_of, parse_cidr, parse_endpoint, parse_interface,
-    pod_cidr_value, read_families)
+    ANNOTATION_PREFIX as PREFIX,
+    FIELDS,
+    NODE_POD_SOURCE_VAR,
+    OWN_PREFIX,
+    PATH_STATE_KEYS,
+    POD_SOURCE_ANNOTATION,
+    POD_SOURCE_VAR,
+    POD_SOURCES,
+    UNSET,
+    VARS,
+    check_host_vars,
+    first_of,
+    parse_cidr,
+    parse_endpoint,
+    parse_interface,
+    pod_cidr_value,
+    read_families,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, STATE_SPEC
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
@@ -41,7 +65,9 @@ FORCE_ENDPOINT = FIELDS["endpoint"].annotation
 FORCE_INTERNAL_IP = FIELDS["internal_ip"].annotation
 PERSISTENT_KEEPALIVE = FIELDS["persistent_keepalive"].annotation
 ALLOWED_LOCATION_IPS = FIELDS["allowed_location_ips"].annotation
-CNI_COMPATIBILITY_IP = FIELDS["cni_compatibility_ip"].annotation  # written by the agent, read as a node field
+CNI_COMPATIBILITY_IP = FIELDS[
+    "cni_compatibility_ip"
+].annotation  # written by the agent, read as a node field
 # ... and written by the agent (here: by write_back).
 KEY = FIELDS["public_key"].written
 ENDPOINT = FIELDS["endpoint"].written
@@ -52,7 +78,15 @@ WIREGUARD_IP = PREFIX + "wireguard-ip"
 LAST_SEEN = PREFIX + "last-seen"
 GRANULARITY = PREFIX + "granularity"
 # What Kilo's agent removes when it leaves (its CleanUp), in that order.
-AGENT_ANNOTATIONS = (ENDPOINT, INTERNAL_IP, KEY, LAST_SEEN, WIREGUARD_IP, DISCOVERED_ENDPOINTS, GRANULARITY)
+AGENT_ANNOTATIONS = (
+    ENDPOINT,
+    INTERNAL_IP,
+    KEY,
+    LAST_SEEN,
+    WIREGUARD_IP,
+    DISCOVERED_ENDPOINTS,
+    GRANULARITY,
+)
 # Beyond Kilo (a dual-stack mesh): a node's addresses of both families, separated by a comma, the
 # primary's first. Kilo's wireguard-ip and internal-ip keep the primary's alone, as Kilo writes them;
 # these are written only where there are two, and read back only where their first agrees with
@@ -75,9 +109,22 @@ OWN_AGENT_ANNOTATIONS = (UNREACHABLE_LEADERS, DEPOSED_AT, NEXT_KEY, RELAY, PATH_
 # Every Node annotation of Kilo's prefix and of ours that this collection knows (the node table's,
 # the agents'): kilo.mesh.validate refuses any other one of those prefixes on a host, naming the
 # closest (a misspelt annotation would otherwise be ignored, as Kilo ignores it).
-KNOWN_ANNOTATIONS = tuple(sorted(set(
-    [name for field in FIELDS.values() for name in (field.annotation, field.written) if name]
-    + list(AGENT_ANNOTATIONS) + list(DUAL_ANNOTATIONS) + [POD_SOURCE_ANNOTATION] + list(OWN_AGENT_ANNOTATIONS))))
+KNOWN_ANNOTATIONS = tuple(
+    sorted(
+        set(
+            [
+                name
+                for field in FIELDS.values()
+                for name in (field.annotation, field.written)
+                if name
+            ]
+            + list(AGENT_ANNOTATIONS)
+            + list(DUAL_ANNOTATIONS)
+            + [POD_SOURCE_ANNOTATION]
+            + list(OWN_AGENT_ANNOTATIONS)
+        )
+    )
+)
 # The inventory plugin's host variable holding a Node's annotations as they are.
 ANNOTATIONS_VAR = "kubernetes_annotations"
 # Of those, what the node observes rather than is configured to be: refreshed by every writer
@@ -97,20 +144,39 @@ PEER_API_VERSION = "%s/%s" % (PEER_GROUP, PEER_VERSION)
 PEER_STORES = ("kubernetes", "registry")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Fields of a Peer resource -> the kilo.mesh.peer options they come from, so an error names what the user wrote.
-PEER_OPTION_OF = (("spec.publicKey", "public_key"), ("spec.allowedIPs", "allowed_ips"), ("spec.endpoint", "endpoint"),
-                  ("spec.persistentKeepalive", "persistent_keepalive"), ("spec.presharedKey", "preshared_key"),
-                  ("metadata.name", "name"))
+PEER_OPTION_OF = (
+    ("spec.publicKey", "public_key"),
+    ("spec.allowedIPs", "allowed_ips"),
+    ("spec.endpoint", "endpoint"),
+    ("spec.persistentKeepalive", "persistent_keepalive"),
+    ("spec.presharedKey", "preshared_key"),
+    ("metadata.name", "name"),
+)
 
 # Where the pod ranges of the IPAM sources live (pod_cidr_source): (group, version, plural), all
 # cluster-scoped. Calico: BlockAffinity (spec.node, spec.cidr, spec.state; a node owns several);
 # Cilium: CiliumNode, named as its Node (spec.ipam.podCIDRs).
-IPAM_KINDS = {"calico": ("crd.projectcalico.org", "v1", "blockaffinities"),
-              "cilium": ("cilium.io", "v2", "ciliumnodes")}
+IPAM_KINDS = {
+    "calico": ("crd.projectcalico.org", "v1", "blockaffinities"),
+    "cilium": ("cilium.io", "v2", "ciliumnodes"),
+}
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
 # Fields of the host variable kilo_kubernetes_node (registry names where there is one).
-NODE_FIELDS = ("public_key", "internal_ip", "endpoint", "discovered_endpoints", "last_seen", "granularity",
-               "wireguard_ip", "ready", "pod_cidrs", "relay_since", "path_state", "kg")
+NODE_FIELDS = (
+    "public_key",
+    "internal_ip",
+    "endpoint",
+    "discovered_endpoints",
+    "last_seen",
+    "granularity",
+    "wireguard_ip",
+    "ready",
+    "pod_cidrs",
+    "relay_since",
+    "path_state",
+    "kg",
+)
 
 
 def _metadata(obj, kind):
@@ -148,7 +214,9 @@ def node_address(node, source="InternalIP"):
     (any name with a ``/``), without a prefix length or port. None when there is none.
     """
     if "/" in source:
-        value = _mapping(_metadata(node, "Node")[1], "annotations", node_subject(node_name(node))).get(source)
+        value = _mapping(
+            _metadata(node, "Node")[1], "annotations", node_subject(node_name(node))
+        ).get(source)
         if not isinstance(value, str) or not value.strip():
             return None
         value = value.strip()
@@ -183,7 +251,11 @@ def _agent_facts(name, annotations, node):
         one = parse_cidr(text(key), subject, key, host=True)
         if not text(own):
             return one
-        two = [parse_cidr(item.strip(), subject, own, host=True) for item in text(own).split(",") if item.strip()]
+        two = [
+            parse_cidr(item.strip(), subject, own, host=True)
+            for item in text(own).split(",")
+            if item.strip()
+        ]
         return two if len(two) == 2 and two[0] == one else one
 
     facts = dict.fromkeys(NODE_FIELDS)
@@ -199,7 +271,11 @@ def _agent_facts(name, annotations, node):
         facts["last_seen"] = to_int(text(LAST_SEEN), subject, LAST_SEEN, low=0)
     if text(GRANULARITY):
         if text(GRANULARITY) not in GRANULARITIES:
-            raise KiloError("%r unknown; one of %s" % (text(GRANULARITY), ", ".join(GRANULARITIES)), subject, GRANULARITY)
+            raise KiloError(
+                "%r unknown; one of %s" % (text(GRANULARITY), ", ".join(GRANULARITIES)),
+                subject,
+                GRANULARITY,
+            )
         facts["granularity"] = text(GRANULARITY)
     facts["discovered_endpoints"] = _read_discovered(text(DISCOVERED_ENDPOINTS), subject)
     facts["ready"] = node_ready(node)
@@ -231,8 +307,11 @@ def relay_marks(facts):
 
 def path_state_text(state):
     """The PATH_STATE annotation of a path state ({"down", "direct", "held"}: segment -> seconds)."""
-    return json.dumps(dict((key, dict(state.get(key) or {})) for key in PATH_STATE_KEYS),
-                      sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        dict((key, dict(state.get(key) or {})) for key in PATH_STATE_KEYS),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
 
 
 def spec_pod_cidrs(node, subject):
@@ -253,7 +332,10 @@ def spec_pod_cidrs(node, subject):
             cidr = parse_cidr(item, subject, "spec.podCIDRs")
         except KiloError:
             continue
-        if ipaddress.ip_network(cidr).version != ipaddress.ip_network(first).version and len(out) < 2:
+        if (
+            ipaddress.ip_network(cidr).version != ipaddress.ip_network(first).version
+            and len(out) < 2
+        ):
             out.append(cidr)
     return out
 
@@ -295,12 +377,14 @@ def calico_pod_cidrs(items, errors=None):
             if not isinstance(node, str) or not node:
                 node = None
                 raise _ipam_error("BlockAffinity", name, "spec.node", "missing or not a string")
-            out.setdefault(node, []).append(parse_cidr(spec.get("cidr"), "BlockAffinity %r" % name, "spec.cidr"))
+            out.setdefault(node, []).append(
+                parse_cidr(spec.get("cidr"), "BlockAffinity %r" % name, "spec.cidr")
+            )
         except KiloError as e:
             _bad_object(errors, node, e)
-    for node, cidrs in out.items():
+    for cidrs in out.values():
         cidrs.sort(key=lambda c: (ipaddress.ip_network(c).version, ipaddress.ip_network(c)))
-    for node in (errors or {}):
+    for node in errors or {}:
         out.pop(node, None)
     return out
 
@@ -316,7 +400,9 @@ def cilium_pod_cidrs(items, errors=None):
             continue
         try:
             if not isinstance(cidrs, list):
-                raise _ipam_error("CiliumNode", name, "spec.ipam.podCIDRs", "expected a list of CIDRs")
+                raise _ipam_error(
+                    "CiliumNode", name, "spec.ipam.podCIDRs", "expected a list of CIDRs"
+                )
             out[name] = [parse_cidr(c, "CiliumNode %r" % name, "spec.ipam.podCIDRs") for c in cidrs]
         except KiloError as e:
             _bad_object(errors, name, e)
@@ -338,7 +424,9 @@ def _read_discovered(value, subject):
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise KiloError("expected a JSON object of public key -> address", subject, DISCOVERED_ENDPOINTS)
+        raise KiloError(
+            "expected a JSON object of public key -> address", subject, DISCOVERED_ENDPOINTS
+        )
     out = {}
     for key in sorted(data):
         addr = data[key]
@@ -346,7 +434,9 @@ def _read_discovered(value, subject):
             continue  # a peer WireGuard had no endpoint for
         field = "%s[%s]" % (DISCOVERED_ENDPOINTS, key)
         # Go decodes field names case-insensitively.
-        fields = dict((str(k).lower(), v) for k, v in addr.items()) if isinstance(addr, dict) else {}
+        fields = (
+            dict((str(k).lower(), v) for k, v in addr.items()) if isinstance(addr, dict) else {}
+        )
         try:
             ip = ipaddress.ip_address(fields.get("ip"))
         except ValueError:
@@ -354,7 +444,9 @@ def _read_discovered(value, subject):
         port = to_int(fields.get("port"), subject, field, *PORT_RANGE, default=None)
         if port is None:
             raise KiloError("%r has no port" % (addr,), subject, field)
-        out[parse_key(key, subject, field)] = parse_endpoint(format_endpoint(ip, port), subject, field, allow_dns=False)[0]
+        out[parse_key(key, subject, field)] = parse_endpoint(
+            format_endpoint(ip, port), subject, field, allow_dns=False
+        )[0]
     return out
 
 
@@ -366,9 +458,15 @@ def drift(node, hvars, topology_label=REGION_LABEL):
     subject = "host %s" % name
     from_node = host_vars(node, topology_label)
     pod_var = FIELDS["pod_cidr"].var
-    if pod_var not in from_node:  # the agents take the ranges of the node's source, spec.podCIDR(s) here
-        if (from_node.get(NODE_POD_SOURCE_VAR) or hvars.get(NODE_POD_SOURCE_VAR) or hvars.get(POD_SOURCE_VAR)
-                or POD_SOURCES[0]) == POD_SOURCES[0]:
+    if (
+        pod_var not in from_node
+    ):  # the agents take the ranges of the node's source, spec.podCIDR(s) here
+        if (
+            from_node.get(NODE_POD_SOURCE_VAR)
+            or hvars.get(NODE_POD_SOURCE_VAR)
+            or hvars.get(POD_SOURCE_VAR)
+            or POD_SOURCES[0]
+        ) == POD_SOURCES[0]:
             spec = from_node["kilo_kubernetes_node"]["pod_cidrs"][POD_SOURCES[0]]
             # spec.podCIDRs' second family only counts in a dual-stack mesh
             dual = bool(read_families(hvars.get(OPTIONS["subnet"]["var"])))
@@ -376,8 +474,12 @@ def drift(node, hvars, topology_label=REGION_LABEL):
                 from_node[pod_var] = pod_cidr_value(spec if dual else spec[:1])
         else:  # an IPAM source's objects are not read here
             hvars = dict((k, v) for k, v in hvars.items() if k != pod_var)
-    wanted = check_host_vars(dict((v, hvars[v]) for v in VARS if v in hvars and hvars[v] is not None), subject)
-    have = check_host_vars(dict((v, from_node[v]) for v in VARS if v in from_node), "node %s" % name)
+    wanted = check_host_vars(
+        dict((v, hvars[v]) for v in VARS if v in hvars and hvars[v] is not None), subject
+    )
+    have = check_host_vars(
+        dict((v, from_node[v]) for v in VARS if v in from_node), "node %s" % name
+    )
     out = []
     for field_name, value in sorted(wanted.items()):
         if have.get(field_name, UNSET) != value:
@@ -418,12 +520,18 @@ def host_vars(node, topology_label=REGION_LABEL, ipam=None):
         value = field.kube(value, subject, where)
         if value is not UNSET:
             hvars[field.var] = value
-    if "kilo_location" not in hvars:  # Kilo's --topology-label: the location when no annotation says
+    if (
+        "kilo_location" not in hvars
+    ):  # Kilo's --topology-label: the location when no annotation says
         hvars["kilo_location"] = labels.get(topology_label) or ""
     if annotations.get(POD_SOURCE_ANNOTATION):  # beyond Kilo: this node's source of pod ranges
         source = annotations[POD_SOURCE_ANNOTATION]
         if source not in POD_SOURCES:
-            raise KiloError("%r unknown; one of %s" % (source, ", ".join(POD_SOURCES)), subject, POD_SOURCE_ANNOTATION)
+            raise KiloError(
+                "%r unknown; one of %s" % (source, ", ".join(POD_SOURCES)),
+                subject,
+                POD_SOURCE_ANNOTATION,
+            )
         hvars[NODE_POD_SOURCE_VAR] = source
     hvars["kilo_kubernetes_node"] = facts = _agent_facts(name, annotations, node)
     for source, by_node in sorted((ipam or {}).items()):
@@ -435,8 +543,10 @@ def peers_of(resources):
     """(peers, errors) of Peer resources, in name order: each valid one as ``peer_from_resource``
     gives it, and (its name, the KiloError) of each other. The inventory plugin and the agent
     read the cluster's Peers with it."""
+
     def name_of(obj):
         return ((obj.get("metadata") or {}).get("name") or "") if isinstance(obj, dict) else ""
+
     peers, errors = [], []
     for obj in sorted(resources, key=name_of):
         try:
@@ -466,8 +576,11 @@ def peer_from_resource(obj):
         raise KiloError("expected a list of CIDRs", subject, "spec.allowedIPs")
     allowed_ips = [parse_cidr(ip, subject, "spec.allowedIPs", host=True) for ip in allowed]
     if not allowed_ips:
-        raise KiloError("a peer needs at least one allowed IP (Kilo leaves such a peer out)", subject,
-                        "spec.allowedIPs")
+        raise KiloError(
+            "a peer needs at least one allowed IP (Kilo leaves such a peer out)",
+            subject,
+            "spec.allowedIPs",
+        )
     endpoint = None
     if spec.get("endpoint") is not None:
         endpoint = _peer_endpoint(spec["endpoint"], subject)
@@ -476,8 +589,12 @@ def peer_from_resource(obj):
         "public_key": parse_key(spec.get("publicKey"), subject, "spec.publicKey"),
         "allowed_ips": allowed_ips,
         "endpoint": endpoint,
-        "persistent_keepalive": to_int(spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", *KEEPALIVE_RANGE),
-        "preshared_key": parse_key(spec.get("presharedKey"), subject, "spec.presharedKey", required=False),
+        "persistent_keepalive": to_int(
+            spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", *KEEPALIVE_RANGE
+        ),
+        "preshared_key": parse_key(
+            spec.get("presharedKey"), subject, "spec.presharedKey", required=False
+        ),
     }
 
 
@@ -498,8 +615,11 @@ def peer_argument_spec():
 def check_peer_name(name):
     """A peer's name is a Peer resource's name (a DNS-1123 subdomain) in either store."""
     if len(name) > 253 or not DNS_SUBDOMAIN.match(name):
-        raise KiloError("%r is not a DNS-1123 subdomain (lower case letters, digits, '-' and '.')" % (name,),
-                        peer_subject(name), "name")
+        raise KiloError(
+            "%r is not a DNS-1123 subdomain (lower case letters, digits, '-' and '.')" % (name,),
+            peer_subject(name),
+            "name",
+        )
     return name
 
 
@@ -508,15 +628,27 @@ def desired_peer(params):
     rules, ``peer_from_resource``) whichever store it goes to; errors name the option."""
     name = check_peer_name(params["name"])
     subject = peer_subject(name)
-    spec = {"publicKey": params["public_key"], "allowedIPs": params["allowed_ips"],
-            "persistentKeepalive": params["persistent_keepalive"], "presharedKey": params["preshared_key"]}
+    spec = {
+        "publicKey": params["public_key"],
+        "allowedIPs": params["allowed_ips"],
+        "persistentKeepalive": params["persistent_keepalive"],
+        "presharedKey": params["preshared_key"],
+    }
     if params["endpoint"] is not None:
         text, ip, port = parse_endpoint(params["endpoint"], subject, "endpoint")
-        spec["endpoint"] = {"dnsOrIP": {"ip": str(ip)} if ip is not None else {"dns": text.rpartition(":")[0]},
-                            "port": port}
+        spec["endpoint"] = {
+            "dnsOrIP": {"ip": str(ip)} if ip is not None else {"dns": text.rpartition(":")[0]},
+            "port": port,
+        }
     try:
-        return peer_from_resource({"apiVersion": PEER_API_VERSION, "kind": "Peer", "metadata": {"name": name},
-                                   "spec": spec})
+        return peer_from_resource(
+            {
+                "apiVersion": PEER_API_VERSION,
+                "kind": "Peer",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        )
     except KiloError as e:
         field = e.field or ""
         for prefix, option in PEER_OPTION_OF:
@@ -549,7 +681,9 @@ def _peer_endpoint(endpoint, subject):
         raise KiloError("expected a mapping with dns or ip", subject, field + ".dnsOrIP")
     dns, ip = target.get("dns") or "", target.get("ip") or ""
     if not dns and not ip:
-        raise KiloError("either a DNS name or an IP address must be given", subject, field + ".dnsOrIP")
+        raise KiloError(
+            "either a DNS name or an IP address must be given", subject, field + ".dnsOrIP"
+        )
     port = to_int(endpoint.get("port"), subject, field + ".port", *PORT_RANGE, default=None)
     if port is None:
         raise KiloError("missing", subject, field + ".port")
@@ -560,7 +694,9 @@ def _peer_endpoint(endpoint, subject):
             raise KiloError("%r is not an IP address" % (ip,), subject, field + ".dnsOrIP.ip")
     if dns:
         if not isinstance(dns, str) or dns != dns.lower() or ":" in dns:
-            raise KiloError("%r is not a lower-case RFC 1123 DNS name" % (dns,), subject, field + ".dnsOrIP.dns")
+            raise KiloError(
+                "%r is not a lower-case RFC 1123 DNS name" % (dns,), subject, field + ".dnsOrIP.dns"
+            )
         return parse_endpoint("%s:%d" % (dns, port), subject, field + ".dnsOrIP.dns")[0]
     return parse_endpoint(format_endpoint(address, port), subject, field)[0]
 
@@ -587,17 +723,34 @@ def write_back(node, plan, granularity, last_seen):
     name = node.get("name") if isinstance(node, dict) else None
     subject = node_subject(name)
     if granularity not in GRANULARITIES:
-        raise KiloError("%r unknown; one of %s" % (granularity, ", ".join(GRANULARITIES)), subject, "granularity")
+        raise KiloError(
+            "%r unknown; one of %s" % (granularity, ", ".join(GRANULARITIES)),
+            subject,
+            "granularity",
+        )
     address = (plan or {}).get("address")
     seen = to_int(last_seen, subject, "last_seen", low=0, default=None)
     if seen is None:
         raise KiloError("missing", subject, "last_seen")
-    out = dict((field.written, field.write(node.get(field.name), subject, field.name))
-               for field in FIELDS.values() if field.written)
-    out.update({WIREGUARD_IP: str(parse_interface(first_of(address), subject, "address")) if address else "",
-                LAST_SEEN: str(seen), GRANULARITY: granularity})
+    out = dict(
+        (field.written, field.write(node.get(field.name), subject, field.name))
+        for field in FIELDS.values()
+        if field.written
+    )
+    out.update(
+        {
+            WIREGUARD_IP: str(parse_interface(first_of(address), subject, "address"))
+            if address
+            else "",
+            LAST_SEEN: str(seen),
+            GRANULARITY: granularity,
+        }
+    )
     # a dual-stack node's two addresses, where Kilo's annotations hold the primary's alone
-    for key, value, field in ((WIREGUARD_IPS, address, "address"), (INTERNAL_IPS, node.get("internal_ip"), "internal_ip")):
+    for key, value, field in (
+        (WIREGUARD_IPS, address, "address"),
+        (INTERNAL_IPS, node.get("internal_ip"), "internal_ip"),
+    ):
         if isinstance(value, (list, tuple)) and len(value) == 2:
             out[key] = ",".join(str(parse_interface(item, subject, field)) for item in value)
     return out
@@ -607,7 +760,11 @@ def dual_removals(wanted, current):
     """{annotation: None} of the ``DUAL_ANNOTATIONS`` the Node has (``current``) that ``wanted``
     (``write_back``'s, or ``remove_agent_annotations``') does not write: a node that left the mesh,
     became single-stack or stopped leading loses them."""
-    return dict((key, None) for key in DUAL_ANNOTATIONS if key not in wanted and current.get(key) is not None)
+    return dict(
+        (key, None)
+        for key in DUAL_ANNOTATIONS
+        if key not in wanted and current.get(key) is not None
+    )
 
 
 def node_annotations(node, plan, granularity, last_seen, current):
@@ -626,7 +783,9 @@ def annotation_changes(wanted, current):
     node; ``refreshed`` are what it observes (``OBSERVED_ANNOTATIONS``), new values that are no
     change (removing one is)."""
     differ = dict((k, v) for k, v in wanted.items() if current.get(k) != v)
-    refreshed = dict((k, v) for k, v in differ.items() if k in OBSERVED_ANNOTATIONS and v is not None)
+    refreshed = dict(
+        (k, v) for k, v in differ.items() if k in OBSERVED_ANNOTATIONS and v is not None
+    )
     return dict((k, v) for k, v in differ.items() if k not in refreshed), refreshed
 
 
@@ -642,5 +801,9 @@ def removed_when_leaving(current):
     our agent's own. The operator's (location, leader, forced values, our pod ranges and their
     source) stay: they are the node's configuration."""
     out = remove_agent_annotations()
-    out.update((key, None) for key in DUAL_ANNOTATIONS + OWN_AGENT_ANNOTATIONS if current.get(key) is not None)
+    out.update(
+        (key, None)
+        for key in DUAL_ANNOTATIONS + OWN_AGENT_ANNOTATIONS
+        if current.get(key) is not None
+    )
     return out

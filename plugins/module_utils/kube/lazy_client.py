@@ -43,7 +43,9 @@ def _stand_in(name):
         text = f.read()
     if _OWN_GETATTR.search(text):
         return None  # a package that imports its names on first use already (PyPI's newer clients)
-    origins = dict((attr, module) for module, attr in _FROM_IMPORT.findall(text) if not module.startswith("."))
+    origins = dict(
+        (attr, module) for module, attr in _FROM_IMPORT.findall(text) if not module.startswith(".")
+    )
     module = types.ModuleType(name)
     module.__file__ = spec.origin
     module.__path__ = list(spec.submodule_search_locations)
@@ -78,7 +80,9 @@ def install():
     """Put the stand-ins in place, unless ``kubernetes`` is imported already (then nothing
     changes) or not installed. Returns True when they are in place."""
     if PACKAGES[0] in sys.modules:
-        return isinstance(getattr(sys.modules[PACKAGES[0]], "__getattr__", None), types.FunctionType)
+        return isinstance(
+            getattr(sys.modules[PACKAGES[0]], "__getattr__", None), types.FunctionType
+        )
     try:
         for name in PACKAGES:
             # parents first: finding a submodule's spec then reads the stand-in's __path__
