@@ -76,8 +76,10 @@ class ActionModule(KiloAction):
         )
         if out["paths"]:
             done["paths"] = [
-                dict(a=a, b=b, path=path, via=None if via == "-" else via, handshake=age)
-                for a, b, path, via, age in out["paths"]
+                dict(
+                    a=a, b=b, path=path, via=None if via == "-" else via, handshake=age, probe=probe
+                )
+                for a, b, path, via, age, probe in out["paths"]
             ]
         return done
 

@@ -28,10 +28,11 @@ description:
   - In a mesh with locations behind NAT, each peer is also named as the plan the host last applied names it
     (the boot restore's stored plan, or the agent's plan file), with the locations a relay's entry carries
     (RV(peers[].relayed)) and whether it is a probe for a direct path (RV(peers[].probe), never stale). The
-    textfile then also has C(kilo_path) (1 per far segment, labelled with C(segment), C(path) and C(via)) on a
-    leader behind NAT, and C(kilo_relay_forwarded_bytes_total) on a relay (what its forwarding rule counted).
-    The summary adds a PATHS table, for each pair of segments with an end behind NAT, whether it is direct,
-    relayed or probing, through which relay, and the latest handshake of the entry that carries it.
+    textfile then also has C(kilo_path) (1 per far segment reached through a relay, labelled with C(segment),
+    C(path), C(via) and C(probing)) on a leader behind NAT, and C(kilo_relay_forwarded_bytes_total) on a relay
+    (what its forwarding rule counted). The summary adds a PATHS table, for each pair of segments with an end
+    behind NAT, whether it is direct or relayed, through which relay, the latest handshake of the entry that
+    carries it, and whether a probe tries a direct path beside the relay (PROBE).
   - With O(summary), runs on the controller only (use C(run_once)) - reads the registered results of every
     host of the play (O(status_var)) and returns a mesh-wide table, peers named by host (or outside peer) name.
   - Only public keys are returned.
@@ -215,12 +216,15 @@ plan_segment:
 own_paths:
   description:
     - The pairs of segments the plan the host applied sends through a relay - C(a) (its own segment), C(b),
-      C(path) (V(relayed), or V(probing) while a probe entry tries the direct path), C(via) (the relay's
-      segment) and C(handshake_age) (of the relay's entry, or the probe's while probing; null when none).
+      C(path) (V(relayed)), C(via) (the relay's segment), C(handshake_age) (of the relay's entry; null when
+      none), C(probing) (whether a probe entry tries a direct path meanwhile; the traffic takes the relay until
+      the pair goes direct, behind symmetric NATs for good) and C(probe_handshake_age) (the probe's; null when
+      none).
   returned: on a leader behind NAT in a mesh with relays
   type: list
   elements: dict
-  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake_age: 4}]
+  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake_age: 4, probing: true,
+            probe_handshake_age: null}]
 relay_forwarded_bytes:
   description: Bytes the host forwarded as a relay between its WireGuard peers (its relay rule's counter).
   returned: on a relay
@@ -228,13 +232,15 @@ relay_forwarded_bytes:
   sample: 8044
 paths:
   description:
-    - For each pair of segments with an end behind NAT, C(a), C(b), C(path) (V(direct), V(relayed) or V(probing)),
-      C(via) (the relay's segment, null when direct) and C(handshake) (the age of the latest handshake of the
-      entry that carries the pair, as the table prints it; V(-) when no end reported).
+    - For each pair of segments with an end behind NAT, C(a), C(b), C(path) (V(direct) or V(relayed)),
+      C(via) (the relay's segment, null when direct), C(handshake) (the age of the latest handshake of the
+      entry that carries the pair, as the table prints it; V(-) when no end reported) and C(probe) (while a
+      probe entry tries a direct path beside the relay, the probe's handshake age, V(never) behind symmetric
+      NATs, or V(yes) when no end reported; else V(-)).
   returned: with O(summary), in a mesh with locations behind NAT
   type: list
   elements: dict
-  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake: 4s}]
+  sample: [{a: location:azure, b: location:gcp, path: relayed, via: location:aws, handshake: 4s, probe: never}]
 stale:
   description: Public keys of the peers whose tunnel is stale.
   returned: on a host

@@ -33,22 +33,37 @@ def _table(header, rows):
 
 
 def reported_paths(result):
-    """[(a, b, path, via, handshake age)] of one host's result: its ``own_paths`` (the pairs its
-    applied plan carries through a relay, as the host labelled them)."""
+    """[(a, b, path, via, handshake age, probe)] of one host's result: its ``own_paths`` (the pairs
+    its applied plan carries through a relay, as the host labelled them); ``probe`` is the probe's
+    handshake age (None: never) while a probe entry tries a direct path, else ``NO_PROBE``."""
     return [
-        (p["a"], p["b"], p["path"], p.get("via"), p.get("handshake_age"))
+        (
+            p["a"],
+            p["b"],
+            p["path"],
+            p.get("via"),
+            p.get("handshake_age"),
+            p.get("probe_handshake_age") if p.get("probing") else NO_PROBE,
+        )
         for p in result.get("own_paths") or ()
     ]
 
 
+NO_PROBE = "-"
+
+
 def mesh_paths(results, engine_paths=None):
-    """Beyond Kilo: the PATHS rows [a, b, path, via, handshake] of a mesh with segments behind NAT.
+    """Beyond Kilo: the PATHS rows [a, b, path, via, handshake, probe] of a mesh with segments
+    behind NAT.
 
     The pairs are the engine's (``engine_paths``, the result's ``paths``: every pair with an end
     behind NAT), else those the hosts' labelled peers show. Each pair's state is what the leader
-    of its first end (else its second) applied, from its stored plan: relayed or probing through
-    a relay's entry, else direct on the far segment's own entry; the engine's when neither end
-    reported. The handshake is that entry's (a probe's while probing)."""
+    of its first end (else its second) applied, from its stored plan: relayed through a relay's
+    entry, else direct on the far segment's own entry; the engine's when neither end reported
+    (its ``probing`` is a relayed pair with a probe). The handshake is that entry's. ``probe``:
+    while a probe entry tries a direct path beside the relay (the pair stays relayed until it
+    handshakes, behind symmetric NATs for good), its handshake age (``never``), ``yes`` when only
+    the engine says so; else ``-``."""
     leaders = {}
     for host in sorted(results):
         r = results[host]
@@ -58,27 +73,33 @@ def mesh_paths(results, engine_paths=None):
     if engine_paths is None:
         seen = set()
         for _own, r in sorted(leaders.items()):
-            for a, b, path, via, dummy in reported_paths(r):
+            for row in reported_paths(r):
+                a, b, path, via = row[:4]
                 if (b, a) not in seen:
                     seen.add((a, b))
                     pairs.append((a, b, path, via))
     rows = []
     for a, b, path, via in pairs:
-        age, known = None, False
+        age, known, probe = None, False, NO_PROBE
+        if path == "probing":  # the engine's word: relayed, with a probe beside
+            path, probe = "relayed", "yes"
         for near, far in ((a, b), (b, a)):
             r = leaders.get(near)
             if r is None:
                 continue
             live = dict((row[1], row) for row in reported_paths(r))
             if far in live:
-                dummy, dummy2, path, via, age = live[far]
+                dummy, dummy2, path, via, age, probe = live[far]
+                if probe != NO_PROBE:
+                    probe = _age(probe)
                 known = True
                 break
             entry = [p for p in r["peers"] if p.get("name") == far and not p.get("probe")]
             if entry:
                 path, via, age, known = "direct", None, entry[0]["handshake_age"], True
+                probe = NO_PROBE
                 break
-        rows.append([a, b, path or "-", via or "-", _age(age) if known else "-"])
+        rows.append([a, b, path or "-", via or "-", _age(age) if known else "-", probe])
     return rows
 
 
@@ -139,7 +160,7 @@ def summary(results, peer_names=None, engine_paths=None):
         )
     paths = mesh_paths(results, engine_paths)
     if paths:
-        lines += [""] + _table(["A", "B", "PATH", "VIA", "HANDSHAKE"], paths)
+        lines += [""] + _table(["A", "B", "PATH", "VIA", "HANDSHAKE", "PROBE"], paths)
     lines += [
         "",
         "%d hosts, %d leaders, %d tunnels, %d stale%s"

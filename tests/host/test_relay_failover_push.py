@@ -76,9 +76,9 @@ def test_a_dark_relay_is_replaced_at_the_next_run(lab):
     print("\nPATHS before: %s" % sorted(k + v for k, v in shown.items() if k[0] < k[1]))
     assert shown[("location:azure", "location:home")] == ("relayed", relay_loc)
     assert shown[("location:aws", "location:azure")] == ("direct", "-")
-    assert 'kilo_path{segment="location:home",path="relayed",via="%s"} 1' % relay_loc in textfile(
-        lab, host_of(lab, "azure")
-    )
+    assert 'kilo_path{segment="location:home",path="relayed",via="%s",probing="false"} 1' % (
+        relay_loc
+    ) in textfile(lab, host_of(lab, "azure"))
     forwarded = re.search(
         r'^kilo_relay_forwarded_bytes_total\{interface="kilo0"\} (\d+)$', textfile(lab, relay), re.M
     )

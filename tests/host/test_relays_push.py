@@ -103,7 +103,7 @@ def unreached(lab, hosts=None):
 
 def paths_shown(lab, *extra):
     """status.yml (textfile /tmp/kilo.prom on each host): {(a, b): (path, via)} of its PATHS table
-    (each pair under both orders)."""
+    (each pair under both orders; a push run has no probe: PROBE is ``-``)."""
     out = playbook(
         getattr(lab, "site_inventory", lab.inventory),
         "status.yml",
@@ -112,7 +112,7 @@ def paths_shown(lab, *extra):
         *extra,
     )
     rows = re.findall(
-        r"^\W*(location:\S+)\s+(location:\S+)\s+(direct|relayed|probing)\s+(\S+)\s+(\S+?)\W*$",
+        r"^\W*(location:\S+)\s+(location:\S+)\s+(direct|relayed)\s+(\S+)\s+(\S+)\s+-\W*$",
         out,
         re.M,
     )

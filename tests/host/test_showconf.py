@@ -4,6 +4,10 @@ interface (wireguard-go in a network namespace of this test's own) and reads bac
 The node configuration carries no private key (it never leaves the host), so the test adds a
 generated one after ``[Interface]``; the rest goes in as printed. Read back with
 `wg show IFACE dump` and compared field by field with the returned ``data``.
+
+Relayed meshes (locations behind NAT): showconf of a NAT'd leader and of its pair's relay, and an
+agent's plan with a probe entry, through ``wg setconf``, read back with ``wg showconf``: the far
+NAT'd location's ranges on the relay's section, the probe without allowed IPs.
 """
 
 import os
@@ -171,3 +175,120 @@ def test_playbook_output_file_goes_into_wg_setconf(interface, tmp_path):
     assert done.returncode == 0, done.stdout
     port, live = apply(ns, iface, dest.read_text(), tmp_path)
     assert port == 51820 and len(live) == 3  # gcp's and home's leaders, the peer laptop
+
+
+# ---------------------------------------------------------------- a relayed mesh
+
+
+def real_keys(nodes):
+    """The nodes with real public keys (``wg genkey | wg pubkey``) in place of the unit tests'
+    patterned ones, their discovered endpoints keyed alike; {name: key}."""
+    keys = {}
+    for node in nodes:
+        private = sh("wg", "genkey").stdout.strip()
+        keys[node["public_key"]] = subprocess.run(
+            ["wg", "pubkey"], input=private, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    for node in nodes:
+        node["public_key"] = keys[node["public_key"]]
+        if node.get("discovered_endpoints"):
+            node["discovered_endpoints"] = dict(
+                (keys[k], v) for k, v in node["discovered_endpoints"].items()
+            )
+    return dict((n["name"], n["public_key"]) for n in nodes)
+
+
+def showconf_back(ns, iface, config, tmp_path):
+    """``config`` through ``wg setconf`` (a generated private key added), then ``wg showconf``:
+    {public key: {field: value}} of its [Peer] sections (the private key never kept)."""
+    apply(ns, iface, config, tmp_path)
+    text = sh("ip", "netns", "exec", ns, "wg", "showconf", iface).stdout
+    sections, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("["):
+            current = {} if line == "[Peer]" else None
+            continue
+        if current is None or "=" not in line:
+            continue
+        field, value = (part.strip() for part in line.split("=", 1))
+        current[field] = value
+        if field == "PublicKey":
+            sections[value] = current
+    return sections
+
+
+def allowed(section):
+    return set(a.strip() for a in section.get("AllowedIPs", "").split(",") if a.strip())
+
+
+def relayed_mesh():
+    """test_topology_relays' timed mesh (r and s public, both relays; u and v behind NAT, r has
+    seen their mappings), with real keys: (nodes, {name: key}, the pair's relay)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
+    from test_topology_relays import timed_mesh  # pylint: disable=import-error
+
+    nodes = timed_mesh()[0]
+    keys = real_keys(nodes)
+    (pair,) = [
+        p
+        for p in showconf_paths(nodes)
+        if p["path"] == "relayed" and {p["a"], p["b"]} == {"location:u", "location:v"}
+    ]
+    return nodes, keys, pair["via"].split(":", 1)[1]
+
+
+def showconf_paths(nodes):
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
+
+    return build_plans(nodes, [], {})["paths"]
+
+
+def test_showconf_of_a_relayed_mesh_is_valid_for_wg_setconf(interface, tmp_path):
+    """showconf of a leader behind NAT and of its pair's relay, taken by ``wg setconf``: the far
+    NAT'd location's ranges ride on the relay's [Peer] section, and the relay's sections of both
+    NAT'd leaders carry their own ranges, with the mapping the relay learned as endpoint."""
+    ns, iface = interface
+    nodes, keys, relay = relayed_mesh()
+    by = dict((n["name"], n) for n in nodes)
+    out = showconf(nodes, [], {}, node="u")
+    live = showconf_back(ns, iface, out["config"], tmp_path)
+    assert set(live) == set(keys[n] for n in ("r", "s")), out["config"]  # no entry of v
+    carried = allowed(live[keys[relay]])
+    assert {by["v"]["pod_cidr"], by["v"]["internal_ip"].split("/")[0] + "/32"} <= carried
+    other = "s" if relay == "r" else "r"
+    assert by["v"]["pod_cidr"] not in allowed(live[keys[other]])
+    assert live[keys[relay]]["Endpoint"] == by[relay]["endpoint"]
+    assert live[keys[relay]]["PersistentKeepalive"] == "25"  # u keeps alive towards its relays
+    print("\nu's [Peer] of its relay %s after wg setconf: AllowedIPs %s" % (relay, sorted(carried)))
+    # the relay: its sections of u and v, each with its own ranges
+    out = showconf(nodes, [], {}, node=relay)
+    live = showconf_back(ns, iface, out["config"], tmp_path)
+    assert set(live) == set(keys[n] for n in by if n != relay)
+    assert by["u"]["pod_cidr"] not in allowed(live[keys["v"]])
+    for name in ("u", "v"):
+        assert by[name]["pod_cidr"] in allowed(live[keys[name]])
+        if relay == "r":  # r learned both mappings
+            assert live[keys[name]]["Endpoint"] == by["r"]["discovered_endpoints"][keys[name]]
+
+
+def test_showconf_of_a_probing_leader_is_valid_for_wg_setconf(interface, tmp_path):
+    """An agent's plan (the engine at a time): the NAT'd leaders publish a path state, so u has a
+    probe entry for v beside the relay's. showconf's rendering of it (``_node_view``, as ``showconf``
+    renders every node) goes into ``wg setconf``: the probe has an endpoint, the mapping, and no
+    allowed IPs; v's ranges stay on the relay's section."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
+    from ansible_collections.kilo.mesh.plugins.plugin_utils import showconf as sc
+
+    ns, iface = interface
+    nodes, keys, relay = relayed_mesh()
+    by = dict((n["name"], n) for n in nodes)
+    for name in ("u", "v"):
+        by[name]["path_state"] = {"direct": {}}
+    entries, port = sc._node_view(Topology(nodes, [], {}, 1000), "u", False, [])
+    assert [e.get("probe") for e in entries if e["name"] == "location:v"] == [True]
+    config = sc.wireguard_conf(entries, port)
+    live = showconf_back(ns, iface, config, tmp_path)
+    probe = live[keys["v"]]
+    assert "AllowedIPs" not in probe and probe["Endpoint"] == "198.51.100.4:40004", config
+    assert probe["PersistentKeepalive"] == "25"
+    assert by["v"]["pod_cidr"] in allowed(live[keys[relay]])

@@ -11,7 +11,8 @@ Per lab, in file order: the agents connect the mesh; then, ``eim``: the pair goe
 echoes a second cross both ways (printed: seconds from the install's start to the switch, echoes
 lost), the relay's rule stops counting, and after the gcp router takes a new address (new
 mappings) the pair falls back to the relay and goes direct again by itself (times printed);
-``symmetric``: the pair is still relayed after 60 s and the NAT'd leaders wrote their Nodes not once.
+``symmetric``: the pair is still relayed after 60 s, the NAT'd leaders wrote their Nodes not once
+and their /metrics say ``kilo_path{path="relayed", via="location:aws", probing="true"}``.
 """
 
 import json
@@ -24,7 +25,7 @@ import pytest
 from kubernetes import client
 
 import agentlab  # pylint: disable=import-error
-from test_agent_relays import install, relay_counter  # pylint: disable=import-error
+from test_agent_relays import install, relay_counter, relay_metrics  # pylint: disable=import-error
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node as kn
 
@@ -153,6 +154,8 @@ def test_eim_pair_goes_direct_across_the_switch(cluster):
     assert watch.lost() == {}, watch.lost()
     assert all(isinstance(v, list) for v in lost.values()), lost
     assert all(path_state(api, hosts[n])["direct"] for n in NATTED)
+    # the agents' /metrics: no kilo_path once direct (only pairs through a relay have one)
+    assert [relay_metrics(lab, h)["path"] for h in pair] == [[], []]
     state["direct"] = direct
 
 
@@ -208,6 +211,18 @@ def test_symmetric_pair_stays_relayed_without_flapping(cluster):
     )
     assert all(v == 0 for v in written.values()), written
     assert all(probes.values()), probes
+    # what the agents' /metrics say: relayed via the relay, a probe trying meanwhile
+    exported = dict((n, relay_metrics(lab, hosts[n])["path"]) for n in NATTED)
+    print("kilo_path: %s" % exported)
+    for n, far in zip(NATTED, reversed(NATTED)):
+        assert exported[n] == [
+            {
+                "segment": "location:" + far,
+                "path": "relayed",
+                "via": "location:" + RELAY,
+                "probing": "true",
+            }
+        ], exported
     # the probes were re-armed (every 25 s) without a failure of the direct loop
     failed = dict(
         (h, re.findall(r"direct paths: \w+Error.*", agentlab.read_log(lab, h))) for h in pair

@@ -222,8 +222,8 @@ def test_agents_alone_connect_locations_behind_nat_through_a_relay(cluster):
         % dict((h, m) for h, m in exported.items() if m["path"] or m["forwarded"] is not None)
     )
     for loc, far in (("azure", "home"), ("home", "azure")):
-        # through the relay: relayed, or probing while the agent's plan has a probe entry trying the
-        # direct path (behind these symmetric NATs it stays, never getting through)
+        # through the relay: relayed, probing="true" while the agent's plan has a probe entry trying
+        # the direct path (behind these symmetric NATs it stays, never getting through)
         probing = any(
             p.get("probe") and p["name"] == "location:" + far
             for p in agentlab.agent_plan(lab, leaders[loc])["peers"]
@@ -231,8 +231,9 @@ def test_agents_alone_connect_locations_behind_nat_through_a_relay(cluster):
         assert exported[leaders[loc]]["path"] == [
             {
                 "segment": "location:" + far,
-                "path": "probing" if probing else "relayed",
+                "path": "relayed",
                 "via": "location:" + lab.hosts[relay]["location"],
+                "probing": "true" if probing else "false",
             }
         ], exported[leaders[loc]]
     assert not any(

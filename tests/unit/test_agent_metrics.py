@@ -85,7 +85,11 @@ def test_a_leader_behind_nat_exports_the_textfiles_kilo_path(scrape):
     got = scrape(plan, current, {"interface": "kilo0", "firewall": "nftables"})
     assert "kilo_path" not in got["before"]  # no plan applied yet: nothing said
     assert [s for s in got["samples"] if s[0] == "kilo_path"] == [
-        ["kilo_path", {"segment": "location:v", "path": "relayed", "via": pair["via"]}, 1.0]
+        [
+            "kilo_path",
+            {"segment": "location:v", "path": "relayed", "via": pair["via"], "probing": "false"},
+            1.0,
+        ]
     ]
     # the textfile of the same host (push) says the same, line for line
     textfile = st.metrics(st.label_peers(st.host_status(current, NOW), plan))
@@ -97,14 +101,14 @@ def test_a_probing_pair_and_a_relay_without_rule(scrape):
     result = relayed_result()
     relay_name = [p for p in result["paths"] if p["path"] == "relayed"][0]["via"]
     plan = result["plans"]["u"]
-    # a probe entry for v beside the relay's: the pair is probing (path_rows), the probe's handshake shown
+    # a probe entry for v beside the relay's: the pair is relayed, with the label probing="true"
     (relay_entry,) = [e for e in plan["peers"] if e["name"] == relay_name]
     probe = {"name": "location:v", "public_key": "p" * 43 + "=", "allowed_ips": [], "probe": True}
     plan = dict(plan, peers=plan["peers"] + [probe])
     current = live_of(plan, {relay_name: 4})
     got = scrape(plan, current, {"interface": "kilo0", "firewall": "none"})
     assert [s[1] for s in got["samples"] if s[0] == "kilo_path"] == [
-        {"segment": "location:v", "path": "probing", "via": relay_name}
+        {"segment": "location:v", "path": "relayed", "via": relay_name, "probing": "true"}
     ]
     assert relay_entry.get("relayed") == ["location:v"]
     # a relay's plan: no kilo_path (nothing of its own goes through a relay); firewall none: no rule to read

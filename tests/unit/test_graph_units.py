@@ -393,9 +393,23 @@ def test_status_paths_from_the_stored_plans(tmp_path):
         st.host_status(live_of(plan, {relay: 4, "location:r": 4, "location:s": 4}), NOW), plan
     )
     assert [p.get("relayed") for p in u["peers"] if p["name"] == relay] == [["location:v"]]
-    assert st.path_rows(u) == [("location:u", "location:v", "relayed", relay, 4)]
+    assert st.path_rows(u) == [
+        dict(
+            a="location:u",
+            b="location:v",
+            path="relayed",
+            via=relay,
+            handshake_age=4,
+            probing=False,
+            probe_handshake_age=None,
+        )
+    ]
+    assert u["own_paths"] == st.path_rows(u)
     text = st.metrics(u, relay_forwarded=None)
-    assert 'kilo_path{segment="location:v",path="relayed",via="%s"} 1' % relay in text.splitlines()
+    assert (
+        'kilo_path{segment="location:v",path="relayed",via="%s",probing="false"} 1' % relay
+        in text.splitlines()
+    )
     assert "kilo_relay_forwarded_bytes_total" not in text
     assert all(st.SAMPLE_RE.match(line) for line in text.splitlines() if not line.startswith("#"))
     r = st.label_peers(
@@ -411,25 +425,22 @@ def test_status_paths_from_the_stored_plans(tmp_path):
         {},
         result["paths"],
     )
-    rows = dict(((a, b), (path, via, age)) for a, b, path, via, age in out["paths"])
-    assert rows[("location:u", "location:v")] == ("relayed", relay, "4s")
-    assert rows[("location:r", "location:u")] == (
-        "direct",
-        "-",
-        "3s",
-    )  # the first end's: r's entry of u
-    assert rows[("location:r", "location:v")] == (
-        "direct",
-        "-",
-        "5m00s",
-    )  # r's entry of v: no v leader reported
+    rows = dict(((a, b), (path, via, age, probe)) for a, b, path, via, age, probe in out["paths"])
+    assert rows[("location:u", "location:v")] == ("relayed", relay, "4s", "-")
+    # the first end's: r's entry of u
+    assert rows[("location:r", "location:u")] == ("direct", "-", "3s", "-")
+    # r's entry of v: no v leader reported
+    assert rows[("location:r", "location:v")] == ("direct", "-", "5m00s", "-")
     assert ("location:s", "location:v") in rows and rows[("location:s", "location:v")][2] == "-"
     text = "\n".join(out["lines"])
-    assert re.search(r"^A\s+B\s+PATH\s+VIA\s+HANDSHAKE$", text, re.M)
-    assert re.search(r"^location:u\s+location:v\s+relayed\s+%s\s+4s$" % relay, text, re.M), text
+    assert re.search(r"^A\s+B\s+PATH\s+VIA\s+HANDSHAKE\s+PROBE$", text, re.M)
+    assert re.search(r"^location:u\s+location:v\s+relayed\s+%s\s+4s\s+-$" % relay, text, re.M)
     # without the engine's pairs: those the hosts' stored plans show
-    assert summary({"u": u}, {})["paths"] == [["location:u", "location:v", "relayed", relay, "4s"]]
-    # a probe beside the relay: probing, its own handshake, never stale
+    assert summary({"u": u}, {})["paths"] == [
+        ["location:u", "location:v", "relayed", relay, "4s", "-"]
+    ]
+    # a probe beside the relay (symmetric NATs: for good): the pair is relayed, the relay's
+    # handshake shown, the probe's in PROBE and a label; a probe is never stale
     probe = {
         "name": "location:v",
         "public_key": key(4),
@@ -439,7 +450,23 @@ def test_status_paths_from_the_stored_plans(tmp_path):
     }
     plan = dict(plan, peers=plan["peers"] + [probe])
     p = st.label_peers(st.host_status(live_of(plan, {relay: 4}), NOW), plan)
-    assert st.path_rows(p) == [("location:u", "location:v", "probing", relay, None)]
+    (row,) = st.path_rows(p)
+    assert (row["path"], row["via"], row["handshake_age"]) == ("relayed", relay, 4)
+    assert (row["probing"], row["probe_handshake_age"]) == (True, None)
     assert key(4) not in p["stale"]
+    assert (
+        'kilo_path{segment="location:v",path="relayed",via="%s",probing="true"} 1' % relay
+        in st.metrics(p).splitlines()
+    )
+    out = summary({"u": dict(p, segment="location:u")}, {}, result["paths"])
+    assert [r for r in out["paths"] if r[:2] == ["location:u", "location:v"]] == [
+        ["location:u", "location:v", "relayed", relay, "4s", "never"]
+    ]
+    # the engine's probing pair, no end reported: relayed, PROBE yes
+    engine = [dict(p, path="probing") if p["path"] == "relayed" else p for p in result["paths"]]
+    out = summary({}, {}, engine)
+    assert [r for r in out["paths"] if r[2] != "direct"] == [
+        ["location:u", "location:v", "relayed", relay, "-", "yes"]
+    ]
     # a Kilo mesh: no PATHS
     assert "paths" not in mesh(3) and summary({"u": st.host_status(state(), NOW)})["paths"] == []

@@ -112,16 +112,16 @@ def label_peers(status, plan):
     status["plan_segment"] = plan.get("segment")
     rows = path_rows(status)
     if rows:
-        status["own_paths"] = [
-            dict(a=a, b=b, path=path, via=via, handshake_age=age) for a, b, path, via, age in rows
-        ]
+        status["own_paths"] = rows
     return status
 
 
 def path_rows(status):
-    """Beyond Kilo: [(a, b, path, via, handshake age)] of a leader's own segment as its labelled
-    peers say: a segment a relay's entry carries is relayed through it, or probing while a probe
-    entry tries the direct path; a probe's handshake is the one shown."""
+    """Beyond Kilo: the pairs of a leader's own segment that its labelled peers send through a
+    relay, as dicts: ``a`` (own), ``b``, ``path`` (``relayed``: the relay's entry carries ``b``),
+    ``via`` (the relay), ``handshake_age`` (the relay's entry's), ``probing`` (whether a probe
+    entry tries a direct path to ``b`` meanwhile: the traffic still takes the relay, behind
+    symmetric NATs for good) and ``probe_handshake_age`` (the probe's; None: never, or no probe)."""
     own = status.get("plan_segment")
     if not own:
         return []
@@ -131,12 +131,14 @@ def path_rows(status):
         for far in peer.get("relayed") or ():
             probe = probes.get(far)
             rows.append(
-                (
-                    own,
-                    far,
-                    "probing" if probe else "relayed",
-                    peer.get("name"),
-                    (probe or peer)["handshake_age"],
+                dict(
+                    a=own,
+                    b=far,
+                    path="relayed",
+                    via=peer.get("name"),
+                    handshake_age=peer["handshake_age"],
+                    probing=probe is not None,
+                    probe_handshake_age=probe["handshake_age"] if probe else None,
                 )
             )
     return rows
@@ -146,8 +148,9 @@ def path_rows(status):
 # (agent/metrics.py) both export, of one definition: names, help texts, label names.
 PATH_METRIC = (
     "kilo_path",
-    "1 per far segment: its path (relayed, probing) and the relay it goes through.",
-    ("segment", "path", "via"),
+    "1 per far segment reached through a relay: its path (relayed), the relay it goes through and"
+    " whether a probe tries a direct path meanwhile (probing).",
+    ("segment", "path", "via", "probing"),
 )
 FORWARDED_METRIC = (
     "kilo_relay_forwarded_bytes_total",
@@ -157,8 +160,12 @@ FORWARDED_METRIC = (
 
 
 def path_samples(status):
-    """[(far segment, path, via)]: the label values of kilo_path of an unreachable leader (1 each)."""
-    return [(b, path, via or "") for dummy, b, path, via, dummy2 in path_rows(status)]
+    """[(far segment, path, via, probing)]: the label values of kilo_path of an unreachable leader
+    (1 each)."""
+    return [
+        (r["b"], r["path"], r["via"] or "", "true" if r["probing"] else "false")
+        for r in path_rows(status)
+    ]
 
 
 def path_metrics_samples(status):
