@@ -17,3 +17,5 @@ echo "== agent mode: stopwatches on a 2x2 lab, then one agent's cost among 1,000
 .venv/bin/python bench/bench_agent.py
 echo "== agent mode: a leader dark, a leader not forwarding: p50/p95 of the time its location is cut off (needs root)"
 .venv/bin/python bench/bench_failover.py
+echo "== agent mode behind symmetric NATs: the NAT'd pair relayed for 300 s, no flapping (needs root)"
+.venv/bin/python bench/bench_symmetric.py

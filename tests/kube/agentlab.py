@@ -320,26 +320,33 @@ class PingWatch(object):
                         src,
                         ["ping", "-n", "-i", str(self.interval), "-W", "1", info[dst]["lan_ip"]],
                     )
+                    # a file, not a pipe: a pipe nobody reads fills (64 KiB, about 1,000
+                    # replies) and ping blocks writing, so a long watch would stop sending
+                    out = tempfile.TemporaryFile(mode="w+")
                     self.procs.append(
                         (
                             (src, info[dst]["lan_ip"]),
                             subprocess.Popen(
                                 argv,
-                                stdout=subprocess.PIPE,
+                                stdout=out,
                                 stderr=subprocess.STDOUT,
                                 text=True,
                                 start_new_session=True,
                             ),
+                            out,
                         )
                     )
         return self
 
     def __exit__(self, *exc):
-        for key, proc in self.procs:
+        for key, proc, out in self.procs:
             os.killpg(
                 proc.pid, signal.SIGINT
             )  # nsenter forks into the PID namespace: ping is its child
-            self.results[key] = proc.communicate(timeout=30)[0]
+            proc.wait(timeout=30)
+            out.seek(0)
+            self.results[key] = out.read()
+            out.close()
 
     def lost(self):
         lost = {}
