@@ -1,7 +1,6 @@
 """Leader health between agents: who is deposed, from what the Nodes say; the prober's clock."""
 
-from ansible_collections.kilo.mesh.plugins.module_utils.agent import health
-from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
+from ansible_collections.kilo.mesh.plugins.module_utils.agent import health, mesh
 
 
 def test_a_leader_every_other_leader_names_is_deposed():

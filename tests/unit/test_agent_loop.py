@@ -6,8 +6,7 @@ import time
 
 import kubernetes
 
-from ansible_collections.kilo.mesh.plugins.module_utils.agent import main as agent_main
-from ansible_collections.kilo.mesh.plugins.module_utils.agent import mesh
+from ansible_collections.kilo.mesh.plugins.module_utils.agent import main as agent_main, mesh
 
 
 def _node(name, location, n, key=None):

@@ -210,9 +210,9 @@ def test_a_roaming_peers_endpoint_alone_is_not_stored_anew(where):
 
 
 def test_a_converge_holds_the_lock_while_it_reads_and_applies(tmp_path, monkeypatch):
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import (
-        converge as conv,
-        wireguard_daemon,
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as conv
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+        daemon as wireguard_daemon,
     )
 
     monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(tmp_path / "run"))
@@ -322,7 +322,9 @@ def test_a_missing_stored_plan_fails_the_restore(where):
 
 
 def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where, monkeypatch):
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+        daemon as wireguard_daemon,
+    )
 
     monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(where / "run"))
     run(where, psk=PSK, mtu=1380)
@@ -345,7 +347,7 @@ def test_the_restore_converges_the_stored_plan_with_its_settings_and_keys(where,
 
 
 def test_the_userspace_daemons_unit_restarts_it_and_restores_the_plan_after():
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import Daemon
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.daemon import Daemon
 
     after = boot.after_restart_command("/usr/lib/kilo-mesh/kilo-mesh-agent.pyz")
     text = Daemon(
@@ -394,9 +396,9 @@ def test_the_restart_restore_is_quiet_before_the_app_is_installed(tmp_path):
 def test_after_a_restart_nothing_is_done_without_a_plan_and_a_converge_is_waited_for(
     where, tmp_path, monkeypatch
 ):
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import (
-        converge as conv,
-        wireguard_daemon,
+    from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as conv
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+        daemon as wireguard_daemon,
     )
 
     monkeypatch.setattr(wireguard_daemon, "RUN_DIR", str(tmp_path / "run"))

@@ -1,4 +1,4 @@
-"""Host I/O done one way: readers opened by netlink_links.open_reader (stdlib, else pyroute2),
+"""Host I/O done one way: readers opened by netlink.links.open_reader (stdlib, else pyroute2),
 files replaced by atomic_file.write_atomic (modes kept: the private key 0600)."""
 
 import errno
@@ -9,10 +9,9 @@ import stat
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import atomic_file
-from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
-from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_routes as nr
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery, keys
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as nl
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import routes as nr
 
 
 def mode_of(path):

@@ -1,4 +1,4 @@
-"""netlink_routes: the light route dump, on hand-built netlink messages (no kernel), and
+"""netlink.routes: the light route dump, on hand-built netlink messages (no kernel), and
 netstate's use of it with its pyroute2 fallback."""
 
 import errno
@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_routes as nr
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import routes as nr
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import backend as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import routes as nsr
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 
 V4, V6 = socket.AF_INET, socket.AF_INET6
@@ -334,8 +334,8 @@ def backend():
 
 def test_the_reader_reads_ours_by_protocol_and_foreign_only_at_the_keys(monkeypatch):
     """NetlinkReader's route dumps: ours by protocol (every message decoded), a table's foreign
-    routes decoding only the messages at the plan's keys (netlink_routes.dump_routes)."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
+    routes decoding only the messages at the plan's keys (netlink.routes.dump_routes)."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as nl
 
     asked = []
 
@@ -363,7 +363,7 @@ def test_the_reader_reads_ours_by_protocol_and_foreign_only_at_the_keys(monkeypa
 
 
 def test_without_strict_checking_the_backend_reads_through_pyroute2(monkeypatch):
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as nl
 
     def refused():
         raise nr.StrictCheckUnsupported(errno.ENOPROTOOPT, "refused")
@@ -392,7 +392,7 @@ def test_multipath_next_hops_give_their_devices():
 
 
 def test_links_and_addresses_decode_from_kernel_messages():
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as nl
 
     info = attr(1, b"wireguard\0")
     body = (

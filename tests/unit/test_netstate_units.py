@@ -4,10 +4,10 @@ import socket
 
 import pytest
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_tunnel as nst
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_rules import RULE_PRIORITY
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import backend as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import routes as nsr
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import tunnel as nst
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.rules import RULE_PRIORITY
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan

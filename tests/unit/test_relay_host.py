@@ -5,12 +5,12 @@ backend's requests and in showconf. The kernel side: tests/host/test_relay_host.
 import json
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import firewall as fw
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_redirects as redirects
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import redirects
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_kernel import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.kernel import (
     build_set_messages,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import build_set
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.uapi import build_set
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
 KEY = "A" * 43 + "="

@@ -16,7 +16,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
     MAX_SWITCH_WAIT,
     wait_for,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import rekeyed
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import rekeyed
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import SWITCH_STEP
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_rotation
 
@@ -321,7 +321,9 @@ def test_check_mode_compares_with_the_stand_in_of_a_key_that_would_rotate(tmp_pa
     """A rotating host's converge in check mode shows the switch to the key step's stand-in key
     (it reported ok before, its key file still holding the old key)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
+        WireGuardBackend,
+    )
 
     path = str(tmp_path / "key")
     on_disk = keys.ensure_key(path)["public_key"]

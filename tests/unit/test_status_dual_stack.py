@@ -6,10 +6,10 @@ one tunnel per remote segment and outside peer, whatever families their allowed 
 
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as netlink_links
 from ansible_collections.kilo.mesh.plugins.module_utils.host import status as st
 from ansible_collections.kilo.mesh.plugins.plugin_utils.status_summary import summary
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import RouteMessage
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink.routes import RouteMessage
 from ansible_collections.kilo.mesh.plugins.modules import status as module
 
 NOW = 1700000000

@@ -434,7 +434,7 @@ def test_engine_matches_literal_reading_of_kilo_in_addon_mode(compat):
 
 def test_host_fails_before_any_change_when_flannel_1_is_absent(monkeypatch):
     import test_netstate_units as tn
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import backend as ns
 
     flannel_plan = tn.plan(
         routes=[

@@ -11,14 +11,18 @@ import time
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import keys
-from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard
-from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
-from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_kernel
-from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_uapi as uapi
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import backend as wireguard
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+    daemon as wireguard_daemon,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+    kernel as wireguard_kernel,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import uapi
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
     WireGuardBackend,
     WireGuardError,
     resolve_endpoint,
@@ -158,7 +162,7 @@ def test_errors_are_kilo_errors():
 KERNEL_CHECK = r"""
 import sys, json, base64
 sys.path.insert(0, %r)
-from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_kernel as wk
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import kernel as wk
 from pyroute2.netlink.generic.wireguard import wgmsg
 K1 = base64.b64encode(b"\x01"*32).decode(); K2 = base64.b64encode(b"\x02"*32).decode()
 msgs = wk.build_set_messages("kilo0", private_key=K1, listen_port=51820, peers=[

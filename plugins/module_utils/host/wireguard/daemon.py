@@ -10,7 +10,7 @@ stored plan after systemd restarted a daemon that died; elsewhere it runs in a s
 own. Its PID is recorded in ``RUN_DIR/IFACE.pid`` and only a process that still runs the
 configured command for this interface counts as ours (``process.OwnedProcess``: a recycled PID is
 never signalled). Where the daemon opens its UAPI socket is the caller's business (``socket``);
-it is only waited for here (``wireguard_uapi.wait_for_socket``).
+it is only waited for here (``wireguard.uapi.wait_for_socket``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,7 +32,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.systemd import (
     systemctl_checked,
     systemd_running,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.uapi import (
     UAPIClient,
     wait_for_socket,
 )

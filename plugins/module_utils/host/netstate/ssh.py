@@ -10,14 +10,16 @@ __metaclass__ = type
 
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import (
+    routes as netstate_routes,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import ssh_client_address
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import (
     RTN_UNICAST,
     NetStateError,
     family_of,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_routes import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.routes import (
     route_attrs,
     route_key,
     route_str,

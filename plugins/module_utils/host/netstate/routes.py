@@ -6,7 +6,7 @@ changed, and the foreign routes at the plan's keys that a route of ours would re
 
 Reading (netstate's module docstring says why): through a strict reader, the kernel returns our
 protocol's routes, then the unicast routes of the tables of plan routes not ours yet, of which
-netlink_routes decodes only those at the plan's keys; through pyroute2 without strict checking,
+netlink.routes decodes only those at the plan's keys; through pyroute2 without strict checking,
 one whole dump per family, filtered here.
 """
 
@@ -17,8 +17,8 @@ __metaclass__ = type
 import errno
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import NetlinkReader
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink.links import NetlinkReader
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import (
     FAMILIES,
     RT_SCOPE_LINK,
     RT_SCOPE_NOWHERE,
@@ -118,7 +118,7 @@ def dump(reader, family, table=0, proto=0, rtype=0):
 
 def _table_routes(reader, family, table, keys):
     """Unicast route messages of ``table`` (strict dump), at least those at ``keys``. A full BGP
-    table is read by netlink_routes, which decodes only the messages at ``keys``: pyroute2
+    table is read by netlink.routes, which decodes only the messages at ``keys``: pyroute2
     would parse every message."""
     if isinstance(reader, NetlinkReader):
         return reader.routes(family, table=table, rtype=RTN_UNICAST, keys=keys)

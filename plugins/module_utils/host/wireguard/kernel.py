@@ -45,7 +45,7 @@ def _b64(value):
 
 def build_set_messages(interface, private_key=None, listen_port=None, fwmark=None, peers=()):
     """List of wgmsg for one configuration change: device attributes in the first message,
-    then one message per peer operation (same peer-op dicts as wireguard_uapi.build_set)."""
+    then one message per peer operation (same peer-op dicts as wireguard.uapi.build_set)."""
     from pyroute2.netlink.generic.wireguard import wgmsg
 
     def new():
@@ -124,7 +124,7 @@ def _allowed_ip_text(nla):
 
 def parse_device(msgs):
     """Merge the messages of one GET_DEVICE dump into a device dict (the same shape as
-    wireguard_uapi.parse_get, with private_key_b64 instead of private_key_hex). Large
+    wireguard.uapi.parse_get, with private_key_b64 instead of private_key_hex). Large
     configurations arrive split over several messages, a peer possibly continued."""
     dev = {"private_key_b64": None, "listen_port": 0, "fwmark": 0, "peers": []}
     by_key = {}

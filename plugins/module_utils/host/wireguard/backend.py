@@ -3,9 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """The WireGuard backend of host converge: one Backend, two implementations.
 
-* userspace: a daemon such as `wireguard-go` (supervised by ``wireguard_daemon``), configured
-  over its UAPI unix socket (``wireguard_uapi``);
-* kernel: `ip link add ... type wireguard` and generic netlink via pyroute2 (``wireguard_kernel``).
+* userspace: a daemon such as `wireguard-go` (supervised by ``wireguard.daemon``), configured
+  over its UAPI unix socket (``wireguard.uapi``);
+* kernel: `ip link add ... type wireguard` and generic netlink via pyroute2 (``wireguard.kernel``).
 
 This module chooses the implementation, configures the device and renders diffs. Changes are
 applied by difference, peer by peer: a peer that is not changed is not named in the request,
@@ -31,7 +31,7 @@ import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery
 from ansible_collections.kilo.mesh.plugins.module_utils.host import keys as keymod
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as netlink_links
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError,
     format_endpoint,
@@ -41,13 +41,13 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     split_endpoint,
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.daemon import (
     RUN_DIR,
     START_TIMEOUT,
     Daemon,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_kernel import KernelWG
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.kernel import KernelWG
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.uapi import (
     SOCKET_DIR,
     UAPIClient,
     UAPIError,
@@ -56,7 +56,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi impo
     socket_path,
 )
 
-# RUN_DIR, START_TIMEOUT (wireguard_daemon) and SOCKET_DIR (wireguard_uapi) are imported as
+# RUN_DIR, START_TIMEOUT (wireguard.daemon) and SOCKET_DIR (wireguard.uapi) are imported as
 # attributes of this module and read at call time, so a test moves them here (backendtools'
 # ``patch``) without touching the modules that define them.
 

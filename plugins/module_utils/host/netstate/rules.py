@@ -10,7 +10,7 @@ __metaclass__ = type
 
 import ipaddress
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import (
     FAMILIES,
     NetStateError,
     family_of,

@@ -18,7 +18,7 @@ Ownership (only this is ever changed or removed):
   (e.g. another CNI's) are left alone. IPv6 tunnel addresses are not managed: IPIP carries IPv4
   only, and an IPv6 address has no label to mark it as ours.
 
-The host is read once per current() through one reader (netlink_links.open_reader: the standard
+The host is read once per current() through one reader (netlink.links.open_reader: the standard
 library's NetlinkReader with netlink strict checking where the kernel (4.20+) allows it): the kernel then returns only our
 protocol's routes, and foreign routes (another protocol's) only from the tables where the plan
 puts a route of ours that is not there yet; an idempotent re-run reads no foreign route at all,
@@ -27,10 +27,10 @@ reads those tables decoding only the messages at the plan's keys. Without strict
 pyroute2 with one whole dump per family, filtered here. Changes go through pyroute2.
 
 This module composes the parts, one module each, that read through that reader and change
-through apply's one pyroute2 IPRoute: netstate_addresses (the interface's addresses),
-netstate_routes (ours and the foreign ones in their way), netstate_rules, netstate_tunnel
-(tunl0 and our address on it), netstate_ssh (the SSH guard) and netstate_redirects (a relay's
-ICMP redirects off); netstate_base holds what they share.
+through apply's one pyroute2 IPRoute: netstate.addresses (the interface's addresses),
+netstate.routes (ours and the foreign ones in their way), netstate.rules, netstate.tunnel
+(tunl0 and our address on it), netstate.ssh (the SSH guard) and netstate.redirects (a relay's
+ICMP redirects off); netstate.base holds what they share.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -41,22 +41,24 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     host_subject,
     kernel_module_available,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_addresses as addresses
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_redirects as redirects
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as routes
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_rules as rules
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_ssh as ssh
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_tunnel as tunnel
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import (
+    addresses,
+    redirects,
+    routes,
+    rules,
+    ssh,
+    tunnel,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import open_reader
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink.links import open_reader
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import (
     NetStateError,
     by_name,
     iproute_class,
     read_links,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_routes import route_str
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_rules import rule_str
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.routes import route_str
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.rules import rule_str
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import PRIVATE, TUNNEL, as_list
 
 
@@ -81,7 +83,7 @@ class NetStateBackend(Backend):
         return self._ipr_class(**options)
 
     def _reader(self):
-        """(reader, strict) of one reading (netlink_links.open_reader)."""
+        """(reader, strict) of one reading (netlink.links.open_reader)."""
         return open_reader(self._ipr)
 
     def _read(self, reader, strict, plan):

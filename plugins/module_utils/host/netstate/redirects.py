@@ -18,7 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import NetStateError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import NetStateError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import (
     read_sysctl,
     write_sysctl,

@@ -10,7 +10,7 @@ third of such a call on a host; the few messages of these dumps cost less decode
 ``NetlinkReader`` answers the read calls of pyroute2's IPRoute that discovery, the WireGuard
 backend and netstate make (``get_links``, ``get_addr``, ``get_rules``, ``close``) with messages
 read the same way (``msg["index"]``, ``msg.get_attr("IFLA_IFNAME")``), and route dumps through
-netlink_routes. Its route dumps need netlink strict checking (Linux 4.20+): where the kernel
+netlink.routes. Its route dumps need netlink strict checking (Linux 4.20+): where the kernel
 refuses it, ``NetlinkReader()`` raises StrictCheckUnsupported. ``open_reader`` is the one way
 readers are opened: NetlinkReader, else pyroute2's IPRoute. Changes still go through pyroute2.
 No Ansible; pyroute2 only on that fallback.
@@ -24,10 +24,10 @@ import errno
 import socket
 import struct
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink.routes import (
     RouteMessage as Message,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_routes import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink.routes import (
     NETLINK_ROUTE,
     NLM_F_DUMP,
     NLM_F_DUMP_INTR,
@@ -52,7 +52,7 @@ _FIBRULEHDR = struct.Struct(
     "=BBBBBBBBI"
 )  # family, dst_len, src_len, tos, table, res1, res2, action, flags
 
-# attribute tables as netlink_routes.attributes reads them
+# attribute tables as netlink.routes.attributes reads them
 _LINKINFO_ATTRS = {1: ("IFLA_INFO_KIND", "str")}
 _LINK_ATTRS = {
     3: ("IFLA_IFNAME", "str"),
@@ -177,7 +177,7 @@ class NetlinkReader(object):
 
     @staticmethod
     def routes(family, table=0, proto=0, rtype=0, keys=None):
-        """Route messages filtered by the kernel (netlink_routes.dump_routes)."""
+        """Route messages filtered by the kernel (netlink.routes.dump_routes)."""
         return dump_routes(family, keys, table=table, proto=proto, rtype=rtype)
 
     def close(self):

@@ -11,7 +11,7 @@ __metaclass__ = type
 import ipaddress
 import socket
 
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import (
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import (
     RT_SCOPE_UNIVERSE,
     NetStateError,
 )

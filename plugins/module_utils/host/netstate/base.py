@@ -2,9 +2,9 @@
 # Copyright: kilo.mesh developers
 # Apache License 2.0 (see LICENSE)
 """What the parts of the netstate backend share: its error, pyroute2 for changes, the links of
-one reading, and the kernel's route constants. The parts (netstate_addresses, netstate_routes,
-netstate_rules, netstate_tunnel, netstate_ssh) read through the one reader netstate opens
-(``netlink_links.open_reader``) and change through the one pyroute2 IPRoute its apply opens.
+one reading, and the kernel's route constants. The parts (netstate.addresses, netstate.routes,
+netstate.rules, netstate.tunnel, netstate.ssh) read through the one reader netstate opens
+(``netlink.links.open_reader``) and change through the one pyroute2 IPRoute its apply opens.
 No Ansible; pyroute2 only when asked for.
 """
 
