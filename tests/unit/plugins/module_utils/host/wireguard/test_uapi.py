@@ -28,13 +28,13 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend i
     resolve_endpoint,
     sort_cidrs,
 )
+from checkout import ROOT
 
 K1 = base64.b64encode(b"\x01" * 32).decode()
 K2 = base64.b64encode(b"\x02" * 32).decode()
 K3 = base64.b64encode(b"\x03" * 32).decode()
 H1 = "01" * 32
 H2 = "02" * 32
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ---------------------------------------------------------------- UAPI text

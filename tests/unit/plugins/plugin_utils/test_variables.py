@@ -20,8 +20,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client,
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals as internals
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import HostVarsOnce
 from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_names
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
 
 # kilo_* words in the collection that are no host variable, with what they are

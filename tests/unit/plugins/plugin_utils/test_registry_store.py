@@ -14,6 +14,7 @@ import pytest
 
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, registry_store
 from redis_server import free_port, redis_server  # pylint: disable=wrong-import-order
+from checkout import ROOT
 
 WRITERS = 12
 ROUNDS = 15
@@ -145,7 +146,7 @@ def test_playbooks_keep_peers_and_read_the_mesh_from_redis(redis_url, tmp_path):
     import sys  # pylint: disable=import-outside-toplevel
     import yaml  # pylint: disable=import-outside-toplevel
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = ROOT
     url = redis_url + "?key=play"
     key = "%s=" % ("D" * 43)
     (tmp_path / "inventory.yml").write_text(
@@ -217,7 +218,7 @@ def run_play(tmp_path, inventory, play):
     import sys  # pylint: disable=import-outside-toplevel
     import yaml  # pylint: disable=import-outside-toplevel
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = ROOT
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(play)
     env = dict((k, v) for k, v in os.environ.items() if not k.startswith("ANSIBLE_"))

@@ -11,8 +11,8 @@ import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import options
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import DEFAULT_OPTIONS
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 
 # module -> the scopes of the table it takes (its own options come on top)

@@ -11,6 +11,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from ansible_collections.kilo.mesh.plugins.filter.overlaps import overlaps
+from checkout import ROOT
 
 try:  # ansible-core 2.19+ templates only strings marked as trusted (a playbook's own are)
     from ansible.template import trust_as_template
@@ -20,7 +21,7 @@ except ImportError:  # older releases template every string
         return text
 
 
-PLAYBOOK = os.path.join(os.path.dirname(__file__), "..", "..", "playbooks", "multicluster.yml")
+PLAYBOOK = os.path.join(ROOT, "playbooks", "multicluster.yml")
 
 
 def networks(this_subnet, this_allowed, other_subnet, other_allowed):

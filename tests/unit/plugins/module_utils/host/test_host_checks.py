@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import host_checks
+from checkout import ROOT
 
-COLLECTIONS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".collections"
-)
+COLLECTIONS = os.path.join(ROOT, ".collections")
 
 HOST = {
     "links": {1: {"name": "lo"}, 2: {"name": "eth0"}, 3: {"name": "kilo0"}},

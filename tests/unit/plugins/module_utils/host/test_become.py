@@ -8,8 +8,8 @@ import os
 import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import host_checks
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONTROLLER = ("localhost", "127.0.0.1")
 
 

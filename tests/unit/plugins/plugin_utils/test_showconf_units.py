@@ -12,8 +12,8 @@ import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf, wireguard_conf
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CRDS = os.path.join(ROOT, "manifests", "crds.yaml")
 
 
