@@ -19,6 +19,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import (
     later_or_same,
     slim,
 )
+from agent_fakes import FakeMetrics
 
 
 def _node(name, version):
@@ -208,13 +209,7 @@ def _agent(server, monkeypatch, echo):
         "debounce": 0.01,
         "liveness": 60,
     }
-    # what the agent's threads touch of its metrics (the direct loop: live peers, errors)
-    metrics = types.SimpleNamespace(
-        health=None,
-        paths=types.SimpleNamespace(current=None),
-        errors=types.SimpleNamespace(inc=lambda: None),
-    )
-    agent = agent_main.Agent(config, kubernetes.client.ApiClient(), metrics)
+    agent = agent_main.Agent(config, kubernetes.client.ApiClient(), FakeMetrics())
     agent.informers = [Informer("nodes", server, agent.changed, lambda msg: None), Other()]
     passes = []
 

@@ -7,6 +7,7 @@ import time
 import kubernetes
 
 from ansible_collections.kilo.mesh.plugins.module_utils.agent import main as agent_main, mesh
+from agent_fakes import FakeMetrics
 
 
 def _node(name, location, n, key=None):
@@ -62,21 +63,6 @@ class FakeInformer(object):
 
     def echo_due(self):
         return None
-
-
-class FakeMetrics(object):
-    def __init__(self):
-        self.sets = 0
-        self._health = None
-
-    @property
-    def health(self):
-        return self._health
-
-    @health.setter
-    def health(self, value):
-        self.sets += 1
-        self._health = value
 
 
 def _agent(connected):
