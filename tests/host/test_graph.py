@@ -13,8 +13,8 @@ import pytest
 
 from sitetools import REPO
 
-sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-from test_graph_units import key  # noqa: E402
+sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "plugin_utils"))
+from test_graph_units import key  # noqa: E402  (tests/unit mirrors plugins/)
 
 INVENTORY = os.path.join(REPO, "inventory", "example.yml")
 needs_dot = pytest.mark.skipif(not shutil.which("dot"), reason="needs Graphviz")

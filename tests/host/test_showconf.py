@@ -21,7 +21,9 @@ import pytest
 from backendtools import ROOT, sh
 from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
 
-sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
+# the unit tests' meshes (tests/unit mirrors plugins/), and flat_plans they import
+for _sub in ("", "plugins/plugin_utils", "plugins/module_utils/engine"):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "unit", _sub))
 from test_showconf_units import mesh  # noqa: E402  (the unit tests' mesh, worked out by hand)
 
 pytestmark = [
@@ -224,7 +226,6 @@ def allowed(section):
 def relayed_mesh():
     """test_topology_relays' timed mesh (r and s public, both relays; u and v behind NAT, r has
     seen their mappings), with real keys: (nodes, {name: key}, the pair's relay)."""
-    sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
     from test_topology_relays import timed_mesh  # pylint: disable=import-error
 
     nodes = timed_mesh()[0]
