@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 import yaml
@@ -320,33 +321,33 @@ class PingWatch(object):
                         src,
                         ["ping", "-n", "-i", str(self.interval), "-W", "1", info[dst]["lan_ip"]],
                     )
-                    # a file, not a pipe: a pipe nobody reads fills (64 KiB, about 1,000
-                    # replies) and ping blocks writing, so a long watch would stop sending
-                    out = tempfile.TemporaryFile(mode="w+")
-                    self.procs.append(
-                        (
-                            (src, info[dst]["lan_ip"]),
-                            subprocess.Popen(
-                                argv,
-                                stdout=out,
-                                stderr=subprocess.STDOUT,
-                                text=True,
-                                start_new_session=True,
-                            ),
-                            out,
-                        )
+                    proc = subprocess.Popen(
+                        argv,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                        start_new_session=True,
                     )
+                    # read all along: a pipe read only at the end fills (64 KiB, about 1,000
+                    # replies) and ping blocks writing it, so a long watch would stop sending
+                    out = []
+                    reader = threading.Thread(
+                        target=lambda proc=proc, out=out: out.append(proc.stdout.read()),
+                        daemon=True,
+                    )
+                    reader.start()
+                    self.procs.append(((src, info[dst]["lan_ip"]), proc, reader, out))
         return self
 
     def __exit__(self, *exc):
-        for key, proc, out in self.procs:
+        for key, proc, reader, out in self.procs:
             os.killpg(
                 proc.pid, signal.SIGINT
             )  # nsenter forks into the PID namespace: ping is its child
+        for key, proc, reader, out in self.procs:
             proc.wait(timeout=30)
-            out.seek(0)
-            self.results[key] = out.read()
-            out.close()
+            reader.join(30)  # until ping (not only nsenter) closed its output: its summary
+            self.results[key] = "".join(out)
 
     def lost(self):
         lost = {}

@@ -192,6 +192,8 @@ def test_kg_and_our_relays_in_one_cluster(cluster):
             check=False,
         )
         print("kgctl graph (rc %d):\n%s" % (graph.returncode, graph.stdout))
+        # an edge between the two NAT'd leaders, as between any two leaders: no relay drawn
+        assert graph.returncode == 0 and '"%s"->"%s"' % (a, b) in graph.stdout, graph.stdout
         live = agentlab.wg_dump(lab, a)
         print("%s's interface:" % a)
         for key, p in sorted(live.items()):
