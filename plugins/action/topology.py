@@ -232,7 +232,7 @@ class ActionModule(KiloAction):
             if path["via"] == old or old is None:
                 continue
             for end in (path["a"], path["b"]):
-                if leaders.get(end) not in in_run:
+                if end in leaders and leaders[end] not in in_run:
                     out.append(
                         "relay %s is down (%s): the pair %s - %s moves to relay %s, but %s (leader of %s)"
                         " is not in this run (--limit): it sends through %s until a run includes it"
