@@ -106,6 +106,8 @@ class ActionModule(KiloAction):
         )
         if "paths" in computed:  # a relayed mesh (engine/relays.py): which pairs go through whom
             result["paths"] = computed["paths"]
+        if "peer_paths" in computed:
+            result["peer_paths"] = computed["peer_paths"]
         if direct and direct["warnings"]:
             result["warnings"] = list(direct["warnings"])
         if sections is not None:
@@ -295,6 +297,8 @@ class ActionModule(KiloAction):
                 result["warnings"] = result.get("warnings", []) + warnings
         if "paths" in computed:  # a relayed mesh: what this run does with each pair
             result["paths"] = computed["paths"]
+        if "peer_paths" in computed:
+            result["peer_paths"] = computed["peer_paths"]
         if direct:
             switch = self.direct_switch(play, direct, computed)
             if switch:

@@ -41,7 +41,13 @@ topology asks while rendering:
   entry sends there). Its own location's leaders take its configured endpoint (an endpoint-less
   leader keeps alive from its internal IP when the viewer's endpoint is on its network);
 * every eligible relay's firewall has ``relay_accept`` (used or not: failover never needs to
-  converge a relay); its peers and routes are Kilo's.
+  converge a relay); its peers and routes are Kilo's;
+* an outside peer without endpoint (a laptop) and an unreachable segment cannot send to each other
+  first: the peer's own sections (``Topology.peer_config``: showconf, kilo.mesh.connect) carry the
+  segment's allowed IPs on the section of their relay (``peer_relay``: the hash of ``peer:NAME``
+  and the segment's key), and the segment's leader carries the peer's on its entry for that relay
+  (its entry for the peer goes); the relay reaches both (the peer learned by roaming). The result's
+  ``peer_paths`` lists them.
 
 Refused (TopologyError naming the marked node, else the endpoint-less leader, and the field;
 the message names the segments): a mesh with no reachable segment at all, and a pair of
@@ -208,9 +214,10 @@ class Relays(object):
         peer has no endpoint (a laptop): neither can send to the other first, so both reach each
         other through a relay, which the peer reaches at its endpoint and which learns the peer's
         by roaming. The rendezvous hash of (``peer:NAME``, the segment's key), as a pair of
-        segments'; None when the peer has an endpoint, ``seg`` is reachable, or no relay of another
-        group than ``seg`` is eligible (then Kilo's entries stay)."""
-        if peer.endpoint is not None or seg.key not in self.unreachable:
+        segments'; None when the peer has an endpoint, ``seg`` is reachable or led by Kilo's own
+        agent (``kg``: it knows nothing of relays), or no relay of another group than ``seg`` is
+        eligible: then Kilo's entries stay."""
+        if peer.endpoint is not None or seg.key not in self.unreachable or seg.leader.kg:
             return None
         key = ("peer:" + peer.name, seg.key)
         found = self._relay_of.get(key)
