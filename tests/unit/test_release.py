@@ -10,8 +10,9 @@ import sys
 import tarfile
 
 import pytest
+from checkout import ROOT as REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 BIN = os.path.dirname(os.path.abspath(sys.executable))
 
 

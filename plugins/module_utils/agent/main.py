@@ -540,7 +540,7 @@ class Agent(object):
         handshakes, learned endpoints), re-arm quiet probes; a change wakes the reconcile."""
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import direct
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
             WireGuardBackend,
         )
 
