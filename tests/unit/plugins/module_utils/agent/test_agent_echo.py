@@ -210,13 +210,16 @@ def _agent(server, monkeypatch, echo):
         "liveness": 60,
     }
     agent = agent_main.Agent(config, kubernetes.client.ApiClient(), FakeMetrics())
-    agent.informers = [Informer("nodes", server, agent.changed, lambda msg: None), Other()]
+    agent.informers = {
+        "nodes": Informer("nodes", server, agent.changed, lambda msg: None),
+        "peers": Other(),
+    }
     passes = []
 
     def reconcile(force=False):
         passes.append(agent.clock())
-        if agent.informers[0].echo_due() is None:
-            agent.informers[0].expect_echo("self", "100", agent.clock())
+        if agent.informers["nodes"].echo_due() is None:
+            agent.informers["nodes"].expect_echo("self", "100", agent.clock())
             if echo:
                 server.watches[-1].events.put({"type": "MODIFIED", "object": _node("self", 100)})
         return True
@@ -239,7 +242,7 @@ def test_the_agent_reopens_a_watch_that_does_not_echo_its_check_in(monkeypatch):
     server = Server([_node("self", 5)], 5)
     agent, passes = _agent(server, monkeypatch, echo=False)
     _run(agent, 1.5)
-    assert passes and agent.informers[0].reopened >= 1 and len(server.watches) >= 2
+    assert passes and agent.informers["nodes"].reopened >= 1 and len(server.watches) >= 2
     assert server.watches[1].resource_version == "5"
 
 
@@ -247,5 +250,5 @@ def test_a_watch_that_echoes_is_left_open(monkeypatch):
     server = Server([_node("self", 5)], 5)
     agent, passes = _agent(server, monkeypatch, echo=True)
     _run(agent, 1.5)
-    assert len(passes) >= 3 and agent.informers[0].reopened == 0 and len(server.watches) == 1
-    assert agent.informers[0].proven_at is not None
+    assert len(passes) >= 3 and agent.informers["nodes"].reopened == 0 and len(server.watches) == 1
+    assert agent.informers["nodes"].proven_at is not None

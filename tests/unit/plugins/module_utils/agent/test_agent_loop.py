@@ -74,7 +74,7 @@ def _agent(connected):
         "liveness": 60,
     }
     agent = agent_main.Agent(config, kubernetes.client.ApiClient(), FakeMetrics())
-    agent.informers = [FakeInformer(connected), FakeInformer(connected)]
+    agent.informers = {"nodes": FakeInformer(connected), "peers": FakeInformer(connected)}
     return agent
 
 
