@@ -101,9 +101,10 @@ def unreached(lab, hosts=None):
     return failed
 
 
-def paths_shown(lab, *extra):
+def paths_shown(lab, *extra, with_probe=False):
     """status.yml (textfile /tmp/kilo.prom on each host): {(a, b): (path, via)} of its PATHS table
-    (each pair under both orders; a push run has no probe: PROBE is ``-``)."""
+    (each pair under both orders); ``with_probe``: (path, via, probe), the PROBE column (``-``
+    without a probe entry, else the probe's handshake: ``never`` behind symmetric NATs)."""
     out = playbook(
         getattr(lab, "site_inventory", lab.inventory),
         "status.yml",
@@ -112,13 +113,15 @@ def paths_shown(lab, *extra):
         *extra,
     )
     rows = re.findall(
-        r"^\W*(location:\S+)\s+(location:\S+)\s+(direct|relayed)\s+(\S+)\s+(\S+)\s+-\W*$",
+        r"^\W*(location:\S+)\s+(location:\S+)\s+(direct|relayed)\s+(\S+)\s+(\S+)\s+(-|never|yes|\d\w*?)\W*$",
         out,
         re.M,
     )
     assert rows, out[-4000:]
     return dict(
-        ((x, y), (path, via)) for a, b, path, via, dummy in rows for x, y in ((a, b), (b, a))
+        ((x, y), (path, via, probe) if with_probe else (path, via))
+        for a, b, path, via, dummy, probe in rows
+        for x, y in ((a, b), (b, a))
     )
 
 
