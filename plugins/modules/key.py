@@ -187,11 +187,19 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import 
     host_problems,
     require_root,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key, remove_key
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import carry_out, compare
+from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import (
+    KeyBackend,
+    key_file_errors,
+    key_result,
+    remove_key,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import STATE_SPEC, argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import (
+    compare_install,
     diff_of,
-    prepare_module_host,
+    install_result,
+    module_view,
 )
 
 
@@ -207,16 +215,24 @@ def run_module():
             module.exit_json(**remove_key(p["key_path"], check_mode=module.check_mode))
         except KiloError as e:
             module.fail_json(msg=str(e))
-    prepared = prepare_module_host(module) if p["prepare"] else None
-    if prepared and prepared["missing"]:
-        # discovery may need what is missing (pyroute2): the action
-        # installs it and calls again
-        module.exit_json(
-            changed=bool(prepared["changes"]),
-            msg="packages missing: %s" % ", ".join(prepared["missing"]),
-            prepared=prepared,
-            **diff_of(prepared),
-        )
+    install = None
+    if p["prepare"]:
+        try:
+            install = compare_install(p)
+            if install.current["missing"]:
+                # discovery may need what is missing (pyroute2): the action installs it and calls
+                # again
+                if not module.check_mode:
+                    carry_out([install])
+                prepared = module_view(module, install_result(install))
+                module.exit_json(
+                    changed=bool(prepared["changes"]),
+                    msg="packages missing: %s" % ", ".join(prepared["missing"]),
+                    prepared=prepared,
+                    **diff_of(prepared),
+                )
+        except KiloError as e:
+            module.fail_json(msg=str(e))
     try:
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.host.discovery import parse_cidrs
@@ -239,15 +255,19 @@ def run_module():
 
     try:
         # after the host checks: a host that fails them leaves the run with its key as it was,
-        # rather than a rotation cut short
-        key = ensure_key(
-            p["key_path"],
-            check_mode=module.check_mode,
-            rotate=p["key_rotate"] and not errors,
-            max_age=0 if errors else p["key_max_age"],
-        )
+        # rather than a rotation cut short; both steps compared before either changes the host
+        with key_file_errors(p["key_path"]):
+            want = {
+                "rotate": p["key_rotate"] and not errors,
+                "max_age": 0 if errors else p["key_max_age"],
+            }
+            steps = compare([KeyBackend(p["key_path"])], want)
+            if not module.check_mode:
+                carry_out(([install] if install else []) + steps, again=False)
+        key = key_result(steps[0], module.check_mode)
     except (KiloError, ValueError) as e:
         module.fail_json(msg=str(e))
+    prepared = module_view(module, install_result(install)) if install else None
 
     for warning in warnings:
         module.warn(warning)
