@@ -32,15 +32,19 @@ import socket
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE,
     KiloError,
     format_endpoint,
     host_subject,
     parse_key,
-    split_endpoint,
     text_list,
     to_bool,
     to_int,
+)
+
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (  # noqa: F401 (theirs, found here too)
+    NODE_POD_SOURCE_VAR,
+    POD_SOURCES,
+    bounds,
 )
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
@@ -50,12 +54,7 @@ POD_CIDRS_ANNOTATION = OWN_PREFIX + "pod-cidrs"
 POD_SOURCE_ANNOTATION = OWN_PREFIX + "pod-cidr-source"
 # a node no other location reaches at its endpoint (NAT): reached through a relay (engine/relays.py)
 BEHIND_NAT_ANNOTATION = OWN_PREFIX + "behind-nat"
-# Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
-# Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
-POD_SOURCES = ("node", "calico", "cilium")
 POD_SOURCE_VAR = "kilo_pod_cidr_source"  # the mesh's (option pod_cidr_source; every host agrees)
-# one node's own source: a host variable, or the inventory plugin's reading of the annotation
-NODE_POD_SOURCE_VAR = "kilo_node_pod_cidr_source"
 
 # RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
@@ -152,6 +151,30 @@ def parse_network_list(values, subject, field):
     return [parse_network(v, subject, field) for v in values]
 
 
+def split_endpoint(value, subject=None, field="endpoint"):
+    """``host:port`` or ``[IPv6]:port`` -> (host text, port); the host is not resolved."""
+    if not isinstance(value, str) or not value.strip():
+        raise KiloError("%r is not host:port" % (value,), subject, field)
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise KiloError("%r is not [IPv6]:port" % (value,), subject, field)
+        port = rest[1:]
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or ":" in host:
+            raise KiloError(
+                "%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field
+            )
+    if not port.isdigit():
+        raise KiloError("%r: port %r is not a number" % (value, port), subject, field)
+    low, high = bounds("port")
+    if not low <= int(port) <= high:
+        raise KiloError("port %d out of range %d-%d" % (int(port), low, high), subject, field)
+    return host, int(port)
+
+
 def parse_endpoint(value, subject, field, allow_dns=True):
     """ "host:port" -> (normalised string, ip object or None for DNS names, port)."""
     host, port = split_endpoint(value, subject, field)
@@ -231,8 +254,10 @@ def _leader_var(value, subject, field):
     return to_bool(value, subject, field, default=True)
 
 
-def _keepalive(value, subject, field):
-    return to_int(value, subject, field, *KEEPALIVE_RANGE)
+def parse_keepalive(value, subject=None, field="persistent_keepalive"):
+    """WireGuard's persistent keepalive, seconds (0: none): the one parser of a keepalive (a node's
+    variable and annotation, a peer's, a Peer resource's), in the option table's bounds."""
+    return to_int(value, subject, field, *bounds("connect_persistent_keepalive"))
 
 
 def _endpoint_var(value, subject, field):
@@ -662,10 +687,10 @@ FIELDS = OrderedDict(
             "persistent_keepalive",
             "kilo_persistent_keepalive",
             "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
-            check=_keepalive,
-            parse=_keepalive,
+            check=parse_keepalive,
+            parse=parse_keepalive,
             source=_A + "persistent-keepalive",
-            kube=_keepalive,
+            kube=parse_keepalive,
             form="seconds",
         ),
         NodeField(

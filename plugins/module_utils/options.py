@@ -38,17 +38,18 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE,
-    PORT_RANGE,
     KiloError,
     to_int,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    FIELDS,
-    NODE_POD_SOURCE_VAR,
-    POD_SOURCES,
-    engine_doc,
-)
+
+# Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
+# Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
+POD_SOURCES = ("node", "calico", "cilium")
+# one node's own source: a host variable, or the inventory plugin's reading of the annotation
+NODE_POD_SOURCE_VAR = "kilo_node_pod_cidr_source"
+# The fields of the node table in the ``nodes`` option's doc (``doc`` fills them in: the node
+# table imports this one).
+NODE_FIELDS_DOC = "{node fields}"
 
 DEFAULT_INTERFACE = "kilo0"
 DEFAULT_PORT = 51820
@@ -119,7 +120,7 @@ OPTIONS = dict(
                 "M(kilo.mesh.key) fails on a host where another process already holds the port.",
             ],
             default=DEFAULT_PORT,
-            bounds=PORT_RANGE,
+            bounds=(1, 65535),  # a port's, everywhere (``bounds``)
         ),
         _option(
             "interface",
@@ -275,7 +276,7 @@ OPTIONS = dict(
             "list",
             [
                 "The nodes, instead of the inventory. Each has C(name) and the fields of the node table: %s."
-                % engine_doc(),
+                % NODE_FIELDS_DOC,
                 "C(healthy) false: not chosen as leader while a healthy node of the location can lead.",
             ],
             elements="dict",
@@ -593,7 +594,7 @@ OPTIONS = dict(
                 " The leaders learn the peer's endpoint from its packets, so a peer behind NAT needs it."
             ],
             default=10,
-            bounds=KEEPALIVE_RANGE,
+            bounds=(0, 65535),  # a keepalive's, everywhere (``bounds``): WireGuard's 16 bits
         ),
         _option(
             "connect_store",
@@ -812,6 +813,8 @@ OTHER_PREFIXES = {
 
 def known_variables():
     """{kilo_* variable: what reads it} of every kilo_* variable the collection reads."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
+
     known = dict(
         (spec["var"], "option %s" % name)
         for name, spec in OPTIONS.items()
@@ -897,6 +900,12 @@ def _bounds_doc(bounds):
     return "From V(%d) to V(%d)." % (low, high)
 
 
+def bounds(name):
+    """(low, high) of int option ``name``: the one definition of a port's range (``port``) and a
+    keepalive's (``connect_persistent_keepalive``), which every check of one takes."""
+    return OPTIONS[name]["bounds"]
+
+
 def variable(name):
     """The inventory variable of option ``name`` (None: task argument only)."""
     return OPTIONS[name]["var"]
@@ -908,6 +917,12 @@ def doc(*scopes, **overrides):
     for name in names(*scopes):
         spec = OPTIONS[name]
         entry = {"description": list(spec["description"])}
+        if any(NODE_FIELDS_DOC in d for d in entry["description"]):
+            from ansible_collections.kilo.mesh.plugins.module_utils.nodes import engine_doc
+
+            entry["description"] = [
+                d.replace(NODE_FIELDS_DOC, engine_doc()) for d in entry["description"]
+            ]
         if "bounds" in spec:
             entry["description"].append(_bounds_doc(spec["bounds"]))
         if spec["var"]:

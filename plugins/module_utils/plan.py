@@ -16,15 +16,15 @@ __metaclass__ = type
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    PORT_RANGE,
     KiloError,
     check_interface_name,
     host_subject,
     parse_key,
-    split_endpoint,
     to_bool,
     to_int,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.options import bounds
 
 MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
@@ -189,7 +189,7 @@ def _value(kind, value, subject, field):
     if kind == "int":
         return to_int(value, subject, field, low=0)
     if kind == "port":
-        return to_int(value, subject, field, *PORT_RANGE)
+        return to_int(value, subject, field, *bounds("port"))
     if kind == "table":
         return to_int(value, subject, field, low=1, high=2**32 - 1)
     if kind == "key":

@@ -97,7 +97,8 @@ import ipaddress
 import itertools
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
     FLANNEL,

@@ -21,7 +21,6 @@ import shutil
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    PORT_RANGE,
     KiloError,
     kernel_module_available,
     run_checked,
@@ -39,6 +38,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import COM
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     DEFAULT_AGENT_CONFIG as AGENT_CONFIG,
     DEFAULT_PORT,
+    bounds,
 )
 
 # Where sysctls are read and written at runtime, and the file that sets them at boot.
@@ -312,7 +312,7 @@ def install_settings(params):
         "install": to_bool(params.get("install_packages"), field="install_packages", default=True),
         "open_port": to_bool(params.get("open_port"), field="open_port", default=True),
         "backend": backend,
-        "port": to_int(params.get("port"), None, "port", *PORT_RANGE, default=DEFAULT_PORT),
+        "port": to_int(params.get("port"), None, "port", *bounds("port"), default=DEFAULT_PORT),
         "sysctls": params.get("sysctls"),
     }
     if settings["sysctls"] is not None and not isinstance(settings["sysctls"], dict):

@@ -38,8 +38,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     host_subject,
     kernel_module_available,
     parse_key,
-    split_endpoint,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_daemon import (
     RUN_DIR,

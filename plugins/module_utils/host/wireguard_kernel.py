@@ -20,8 +20,8 @@ import socket
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError,
     format_endpoint,
-    split_endpoint,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 
 # Kernel values (include/uapi/linux/wireguard.h), not pyroute2's constants.
 WG_CMD_GET_DEVICE = 0
