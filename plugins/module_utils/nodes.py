@@ -967,7 +967,6 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=Fal
     node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
     # the leader annotation counts by its presence: absent is the only "no"
     node["leader"] = given.get("leader", False)
-    node["persistent_keepalive"] = given.get("persistent_keepalive", 0)
     node["allowed_location_ips"] = given.get("allowed_location_ips", [])
     node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
     # any other field of the table the host sets, as its row's check gave it (a new field needs no line here)

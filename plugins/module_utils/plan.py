@@ -23,7 +23,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     to_bool,
     to_int,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import parse_keepalive, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.options import bounds
 
 MAIN_TABLE = 254
@@ -46,7 +46,8 @@ FIREWALL_LISTS = (
     "ipip_accept_sources",
 )
 
-# field -> (kind, required, description). Kinds: str, bool, int, port, key, endpoint, ifname,
+# field -> (kind, required, description). Kinds: str, bool, int, port, keepalive (seconds, 0: none;
+# nodes.parse_keepalive), key, endpoint, ifname,
 # network (CIDR, host bits cleared), address (host address with prefix), ip, table, networks
 # (list of networks), names (list of non-empty strings), network_or_networks (one network, or a list of them), address_or_addresses
 # (one address, or a dual-stack plan's two, one of each IP family), or a nested schema
@@ -56,7 +57,7 @@ PEER = {
     "public_key": ("key", True, "WireGuard public key (base64)."),
     "endpoint": ("endpoint", False, "V(host:port) or V([IPv6]:port); null when the peer has none."),
     "allowed_ips": ("networks", True, "CIDRs routed to this peer."),
-    "persistent_keepalive": ("int", False, "Seconds; 0 is off."),
+    "persistent_keepalive": ("keepalive", False, "Seconds; 0 is off."),
     "roaming": (
         "bool",
         False,
@@ -190,6 +191,8 @@ def _value(kind, value, subject, field):
         return to_int(value, subject, field, low=0)
     if kind == "port":
         return to_int(value, subject, field, *bounds("port"))
+    if kind == "keepalive":
+        return parse_keepalive(value, subject, field)
     if kind == "table":
         return to_int(value, subject, field, low=1, high=2**32 - 1)
     if kind == "key":
@@ -318,7 +321,7 @@ def check_plan(plan, interface):
                 "plan.rules[%d].table" % i,
             )
     for peer in out["peers"]:
-        peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0
+        peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0  # absent: none
         peer["roaming"] = bool(peer["roaming"])
         for key in (
             RELAY_FIELDS

@@ -132,7 +132,6 @@ ATTRIBUTES = {
     "cni_compatibility_ip": "cni_ip",
     "public_key": "key",
     "leader": "leader_hint",
-    "persistent_keepalive": "keepalive",
     "allowed_location_ips": "alips",
     "discovered_endpoints": "discovered",
 }
@@ -176,7 +175,15 @@ PARSERS = tuple((ATTRIBUTES.get(name, name), field.parse, name) for name, field 
 
 
 class Peer(object):
-    __slots__ = ("name", "key", "allowed", "allowed_strs", "endpoint", "keepalive", "psk")
+    __slots__ = (
+        "name",
+        "key",
+        "allowed",
+        "allowed_strs",
+        "endpoint",
+        "persistent_keepalive",
+        "psk",
+    )
 
 
 def parse_node(item, index, default_port, subnets=None):
@@ -295,7 +302,7 @@ def parse_peer(item, index):
     if item.get("endpoint") not in (None, ""):
         peer.endpoint = parse_endpoint(item["endpoint"], subject, "endpoint")
     # Kilo tells "unset" (nil) from 0; both mean: never replace the endpoint by a discovered one.
-    peer.keepalive = parse_keepalive(item.get("persistent_keepalive"), subject)
+    peer.persistent_keepalive = parse_keepalive(item.get("persistent_keepalive"), subject)
     peer.psk = parse_key(item.get("preshared_key"), subject, "preshared_key", required=False)
     return peer
 
