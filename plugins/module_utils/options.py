@@ -794,7 +794,7 @@ DEPRECATED_VARS = dict(
 # The options' variables (above), the node variables (nodes.FIELDS), the deprecated names still read
 # (DEPRECATED_VARS), and these: one list, which
 # kilo.mesh.validate holds every host's kilo_* variables to (anything else is refused, naming the
-# closest), its documentation prints (the VARIABLES doc fragment) and tests/unit/test_variables.py
+# closest), its documentation prints (the VARIABLES doc fragment) and tests/unit/plugins/plugin_utils/test_variables.py
 # holds to every name the playbooks, roles and plugins read.
 VAR_PREFIX = "kilo_"
 OTHER_VARIABLES = {

@@ -15,7 +15,7 @@ reach each other at their endpoints, as in Kilo: the mark says no *other locatio
 ``plan(topology)`` is called by ``Topology.__init__`` right after the segments are formed. It
 returns None unless a segment is unreachable, and then nothing else here runs: no mark exists in
 Kilo and an endpoint-less segment was refused before, so every mesh Kilo builds stays Kilo's
-(``tests/unit/test_topology_kilo_digest.py``). Otherwise it returns a ``Relays`` that the
+(``tests/unit/plugins/module_utils/engine/test_topology_kilo_digest.py``). Otherwise it returns a ``Relays`` that the
 topology asks while rendering:
 
 * leaders: healthy members first (Kilo's order with health: unhealthy ones only when no healthy

@@ -42,7 +42,9 @@ def wireguard_reading(interface, current=None):
     ``current`` is the WireGuard backend's reading (read here when None); handshake ages are
     seconds since each peer's latest handshake, None for never. Raises what the reading raises."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
+        WireGuardBackend,
+    )
 
     backend = WireGuardBackend(host_settings({"interface": interface}))
     if current is None:
