@@ -32,6 +32,7 @@ Scopes say who reads an option:
 """
 
 from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
 __metaclass__ = type
 
@@ -51,6 +52,16 @@ NODE_POD_SOURCE_VAR = "kilo_node_pod_cidr_source"
 # table imports this one).
 NODE_FIELDS_DOC = "{node fields}"
 
+# Type hints: the annotations are never evaluated (``annotations`` above), and typing is not
+# imported at run time (a host's call pays for every import); type checkers read this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+    # an option's row: type, description, scopes, var, and default, choices, bounds, ...
+    Spec = dict[str, Any]
+
+
 DEFAULT_INTERFACE = "kilo0"
 DEFAULT_PORT = 51820
 DEFAULT_KEY_PATH = "/var/lib/kilo/key"
@@ -67,7 +78,15 @@ DEFAULT_AGENT_KUBECONFIG = "/etc/kilo-mesh/kubeconfig"
 DEFAULT_BOOT_APP = "/usr/lib/kilo-mesh/kilo-mesh.pyz"
 
 
-def _option(name, scopes, type, description, default=None, var="", **extra):
+def _option(
+    name: str,
+    scopes: tuple[str, ...],
+    type: str,
+    description: list[str],
+    default: Any = None,
+    var: Optional[str] = "",
+    **extra: Any,
+) -> tuple[str, Spec]:
     """One row; ``bounds`` (low, high; None: open) limits an int option (``out_of_bounds``)."""
     spec = dict(
         type=type,
@@ -81,7 +100,7 @@ def _option(name, scopes, type, description, default=None, var="", **extra):
     return name, spec
 
 
-OPTIONS = dict(
+OPTIONS: dict[str, Spec] = dict(
     [
         # --- mesh: Kilo's flags -------------------------------------------------------------
         _option(
@@ -811,7 +830,7 @@ OTHER_PREFIXES = {
 }
 
 
-def known_variables():
+def known_variables() -> dict[str, str]:
     """{kilo_* variable: what reads it} of every kilo_* variable the collection reads."""
     from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
 
@@ -832,23 +851,23 @@ def known_variables():
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
 
 
-def names(*scopes):
+def names(*scopes: str) -> list[str]:
     """Option names of ``scopes``, in table order."""
     return [name for name, spec in OPTIONS.items() if any(s in spec["scopes"] for s in scopes)]
 
 
-def engine_names():
+def engine_names() -> list[str]:
     """The options the topology engine reads: Kilo's flags (``mesh``) and those of the ``plans``
     scope marked ``engine``."""
     return names("mesh") + [name for name in names("plans") if OPTIONS[name].get("engine")]
 
 
-def engine_defaults():
+def engine_defaults() -> dict[str, Any]:
     """{name: default} of engine_names()."""
     return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in engine_names())
 
 
-def argument_spec(*scopes):
+def argument_spec(*scopes: str) -> dict[str, dict[str, Any]]:
     """An Ansible argument spec for the options of ``scopes`` (fresh copies: callers may add)."""
     return dict(
         (name, dict((k, copy.deepcopy(OPTIONS[name][k])) for k in _SPEC_KEYS if k in OPTIONS[name]))
@@ -856,7 +875,7 @@ def argument_spec(*scopes):
     )
 
 
-def defaults(*scopes):
+def defaults(*scopes: str) -> dict[str, Any]:
     """{name: default} of ``scopes`` (None where an option has no default)."""
     return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in names(*scopes))
 
@@ -868,7 +887,7 @@ STATE_SPEC = dict(type="str", choices=["present", "absent"], default="present")
 DEFAULT_STALE_AFTER = 180
 
 
-def status_spec():
+def status_spec() -> dict[str, dict[str, Any]]:
     """kilo.mesh.status's options, for the module and its action."""
     return dict(
         interface=argument_spec("key")["interface"],
@@ -881,7 +900,7 @@ def status_spec():
     )
 
 
-def out_of_bounds(name, value):
+def out_of_bounds(name: str, value: Any) -> Optional[str]:
     """Why ``value`` (already of the option's type) is outside option ``name``'s bounds, or None."""
     bounds = OPTIONS.get(name, {}).get("bounds")
     if bounds is None or value is None:
@@ -893,25 +912,25 @@ def out_of_bounds(name, value):
     return None
 
 
-def _bounds_doc(bounds):
+def _bounds_doc(bounds: tuple[int, Optional[int]]) -> str:
     low, high = bounds
     if high is None:
         return "At least V(%d)." % low
     return "From V(%d) to V(%d)." % (low, high)
 
 
-def bounds(name):
+def bounds(name: str) -> tuple[int, Optional[int]]:
     """(low, high) of int option ``name``: the one definition of a port's range (``port``) and a
     keepalive's (``connect_persistent_keepalive``), which every check of one takes."""
     return OPTIONS[name]["bounds"]
 
 
-def variable(name):
+def variable(name: str) -> Optional[str]:
     """The inventory variable of option ``name`` (None: task argument only)."""
     return OPTIONS[name]["var"]
 
 
-def doc(*scopes, **overrides):
+def doc(*scopes: str, **overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The ``options:`` documentation of ``scopes``, as ansible-doc reads it."""
     out = {}
     for name in names(*scopes):
@@ -1002,7 +1021,7 @@ ROLES = {
 }
 
 
-def role_argument_specs(role):
+def role_argument_specs(role: str) -> dict[str, Any]:
     """``argument_specs`` of ``role``: the inventory variables of its options."""
     meta = ROLES[role]
     options = {}

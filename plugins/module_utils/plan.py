@@ -10,6 +10,7 @@ option of kilo.mesh.converge (``doc()``).
 """
 
 from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
 __metaclass__ = type
 
@@ -25,6 +26,16 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import parse_keepalive, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.options import bounds
+
+# Type hints: the annotations are never evaluated (``annotations`` above), and typing is not
+# imported at run time (a host's call pays for every import); type checkers read this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Mapping, Optional
+
+    # one host's plan: the fields of SCHEMA
+    Plan = dict[str, Any]
+
 
 MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
@@ -268,7 +279,7 @@ def _fields(schema, data, subject, where):
     return out
 
 
-def check_plan(plan, interface):
+def check_plan(plan: Any, interface: str) -> Plan:
     """The plan checked and normalised; KiloError names the host and the field.
 
     ``interface`` is the host's WireGuard interface setting: the plan must name the same one
@@ -331,7 +342,7 @@ def check_plan(plan, interface):
     return out
 
 
-def as_list(value):
+def as_list(value: Any) -> list[Any]:
     """A plan field that holds one value or a list of them (``pod_cidr``; ``address`` and
     ``internal_ip`` of a dual-stack plan) as a list: [] for null."""
     if not value:
@@ -339,7 +350,7 @@ def as_list(value):
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def flat_routes(routes):
+def flat_routes(routes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One route per destination out of a plan's (possibly grouped) route entries, in order."""
     out = []
     for entry in routes or ():
@@ -359,7 +370,7 @@ def _kind_doc(kind):
     return kind
 
 
-def doc():
+def doc() -> list[str]:
     """Lines describing the plan's fields, for the module documentation."""
     lines = []
     for name, (kind, required, text) in SCHEMA.items():
@@ -396,7 +407,7 @@ SWITCH_STEP = 0.25
 # --- what a computed plan goes through before a host gets it (push run and agent alike) -------
 
 
-def split_preshared_keys(plan):
+def split_preshared_keys(plan: Optional[Plan]) -> dict[str, str]:
     """Take the preshared keys out of the plan: the module gets them in a no_log option."""
     keys = {}
     for peer in (plan or {}).get("peers", []):
@@ -405,7 +416,7 @@ def split_preshared_keys(plan):
     return keys
 
 
-def mark_roaming(plans, computed):
+def mark_roaming(plans: Iterable[Plan], computed: Mapping[str, Any]) -> None:
     """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
 
     For those, the host keeps an endpoint WireGuard learned while handshakes are fresh
