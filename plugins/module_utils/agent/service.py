@@ -416,9 +416,9 @@ class AgentBackend(Backend):
         self.pid = None
         self.restarted = False
 
-    def current(self, want):
+    def current(self, plan):
         paths = self.paths
-        if want is None:  # removing
+        if plan is None:  # removing
             files = [
                 p
                 for p in (paths["app"], paths["kubeconfig"], self.sup.logfile, self.sup.pidfile)
@@ -431,7 +431,7 @@ class AgentBackend(Backend):
                 "files": files,
                 "kubeconfig": kubeconfig_shown(paths["kubeconfig"]),
             }
-        self.systemd = use_systemd(want["service_manager"])
+        self.systemd = use_systemd(plan["service_manager"])
         config = read_bytes(paths["config"])
         unit = read_bytes(UNIT_PATH) if self.systemd else None
         current = {
@@ -449,13 +449,13 @@ class AgentBackend(Backend):
         self.pid = pid
         return current
 
-    def desired(self, want, current):
-        paths, config = self.paths, want["config"]
+    def desired(self, plan, current):
+        paths, config = self.paths, plan["config"]
         desired = {
-            "app": want["app_digest"],
+            "app": plan["app_digest"],
             "config": config_text(config),
             # why the kubeconfig must be written (None: kept)
-            "kubeconfig": kubeconfig_verdict(paths["kubeconfig"], want["kubeconfig"], self.now),
+            "kubeconfig": kubeconfig_verdict(paths["kubeconfig"], plan["kubeconfig"], self.now),
             "unit": unit_text(paths["app"], paths["config"], config, self.python)
             if self.systemd
             else None,
@@ -464,12 +464,12 @@ class AgentBackend(Backend):
             if self.systemd
             else [],
             # what apply writes: the app's source, the kubeconfig's token (never in the diff)
-            "want": want,
+            "plan": plan,
         }
         self.need = []
-        if desired["app"] != current["app"] and not want.get("app_src"):
+        if desired["app"] != current["app"] and not plan.get("app_src"):
             self.need.append("app")
-        if desired["kubeconfig"] and not want.get("token"):
+        if desired["kubeconfig"] and not plan.get("token"):
             self.need.append("token")
         return desired
 
@@ -504,7 +504,7 @@ class AgentBackend(Backend):
         return changes
 
     def apply(self, current, desired):
-        paths, want = self.paths, desired["want"]
+        paths, want = self.paths, desired["plan"]
         files_changed = self._files_changed(current, desired)
         if desired["app"] != current["app"]:
             try:

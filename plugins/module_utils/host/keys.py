@@ -120,9 +120,9 @@ class KeyBackend(Backend):
         self.path = path
         self.removed_dir = False
 
-    def current(self, want):
+    def current(self, plan):
         found = leftovers(self.path)
-        if want is None:  # removing: never reads the key
+        if plan is None:  # removing: never reads the key
             return {"key": os.path.lexists(self.path), "leftovers": found}
         current = {"key": os.path.exists(self.path), "leftovers": found}
         if current["key"]:
@@ -130,10 +130,10 @@ class KeyBackend(Backend):
             current["mode"] = os.stat(self.path).st_mode & 0o777
         return current
 
-    def desired(self, want, current):
+    def desired(self, plan, current):
         why = None
         if current["key"]:
-            why = _rotation(self.path, want["rotate"], want["max_age"])
+            why = _rotation(self.path, plan["rotate"], plan["max_age"])
             if not why:
                 return {"public_key": current["public_key"], "rotated": None, "private": None}
         new = generate_private_key()

@@ -345,8 +345,8 @@ class InstallBackend(Backend):
         self.proc_sys = proc_sys
         self.sysctl_file = SYSCTL_FILE if sysctl_file is None else sysctl_file
 
-    def current(self, want):
-        if want is None:  # removing: what is ours
+    def current(self, plan):
+        if plan is None:  # removing: what is ours
             rules = []
             if self.which("nft"):
                 rc, out, dummy = self.runner(["nft", "-a", "list", "chain"] + list(NFT_CHAIN))
@@ -356,15 +356,15 @@ class InstallBackend(Backend):
         pkg_mgr = package_manager(self.which)
         kernel_module = kernel_module_available("wireguard")
         missing = []
-        if want["install"]:
+        if plan["install"]:
             if pkg_mgr is None:
                 raise PrepareError(
                     "no supported package manager (apt, dnf, pacman) found",
                     field="install_packages",
                 )
-            wanted = wanted_packages(pkg_mgr, want["backend"], kernel_module, want["agent"])
+            wanted = wanted_packages(pkg_mgr, plan["backend"], kernel_module, plan["agent"])
             missing = missing_packages(pkg_mgr, wanted, self.runner)
-        values = sysctl_values(want["sysctls"], self.proc_sys)
+        values = sysctl_values(plan["sysctls"], self.proc_sys)
         return {
             "pkg_mgr": pkg_mgr,
             "kernel_module": kernel_module,
@@ -374,17 +374,17 @@ class InstallBackend(Backend):
             "firewall": detect_firewall(self.runner, self.which),
         }
 
-    def desired(self, want, current):
-        values = sysctl_values(want["sysctls"], self.proc_sys)
+    def desired(self, plan, current):
+        values = sysctl_values(plan["sysctls"], self.proc_sys)
         port_open, port_changes, port_commands = (None, [], [])
-        if want["open_port"]:
+        if plan["open_port"]:
             port_open, port_changes, port_commands = port_plan(
-                current["firewall"], want["port"], self.runner
+                current["firewall"], plan["port"], self.runner
             )
         return {
             "sysctls": values,
             "sysctl_file": sysctl_file_text(values) if values else None,
-            "port": want["port"] if want["open_port"] else None,
+            "port": plan["port"] if plan["open_port"] else None,
             "port_open": port_open,
             "port_changes": port_changes,
             "port_commands": port_commands,

@@ -9,7 +9,6 @@ import json
 import queue
 import threading
 import time
-import types
 
 import kubernetes
 
