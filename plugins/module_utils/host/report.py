@@ -61,6 +61,18 @@ def wireguard_reading(interface, current=None):
     return current, discovered, handshakes
 
 
+def probe_peers(current):
+    """Public keys of the peers of our WireGuard interface that carry no allowed IPs (``current``:
+    the WireGuard reading): beyond Kilo, a relayed pair's direct probe (``engine/relays.py``). The
+    controller of a push run with ``direct_paths: always`` tells from it whether a pair this run
+    leaves out at one end is probing or direct there."""
+    return sorted(
+        peer["public_key"]
+        for peer in (current or {}).get("peers", [])
+        if not peer.get("allowed_ips")
+    )
+
+
 def switching_from(current, public_key):
     """The public key our interface still runs when it is not ``public_key`` (the key file's): a
     key switch to come, the key step's or the agent's rotation now or one cut short before its

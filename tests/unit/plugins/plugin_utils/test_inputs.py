@@ -481,3 +481,64 @@ def test_stale_relays_are_judged_by_the_leaders_behind_nat_alone():
     assert inputs.stale_relays({"u": {"R": 900}, "v": {"R": 5}}, nodes, 180) == set()
     # nobody behind NAT reported (first run, no interface yet): nobody judged
     assert inputs.stale_relays({"u": {}, "v": None, "r": {"S": 900}}, nodes, 180) == set()
+
+
+def test_direct_path_states_of_a_push_run():
+    """``direct_paths: always``: path states from the NAT'd leaders' reports; probing, then direct
+    once both ends report a fresh probe handshake, back when stale; an end out of the run keeps
+    what the in-run end's interface runs, with a warning."""
+    from flat_plans import build_plans
+    from test_topology_relays import key, timed_mesh
+
+    nodes, by = timed_mesh()
+    base = build_plans(nodes, [], {}, only=[])
+    now = 5000.0
+
+    def run(reports, bound=180):
+        fresh = [dict(n) for n in nodes]
+        states, live, warnings = inputs.direct_path_states(reports, fresh, base, now, bound)
+        for node in fresh:
+            if node["name"] in states:
+                node["path_state"] = states[node["name"]]
+        computed = build_plans(fresh, [], {}, now=now)
+        leaders = {"location:u": "u", "location:v": "v"}
+        return (
+            computed["paths"][-1]["path"],
+            inputs.direct_switchers(live, computed, leaders),
+            warnings,
+        )
+
+    relay = {"R": None}
+    # run 2: the relay's mappings known, no entry between u and v yet: probing, nobody moves
+    reported = {
+        "u": {"handshakes": {key(1): 3, key(2): 4}, "probes": []},
+        "v": {"handshakes": {key(1): 3, key(2): 4}, "probes": []},
+        "r": {"handshakes": relay},
+    }
+    assert run(reported) == ("probing", [], [])
+    # run 3: both probes handshook: direct, both ends switch at one instant
+    for me, far in (("u", 4), ("v", 3)):
+        reported[me]["handshakes"][key(far)] = 1
+        reported[me]["probes"] = [key(far)]
+    assert run(reported) == ("direct", ["u", "v"], [])
+    # one end's probe never answered (symmetric NAT): probing still, nothing moves
+    reported["v"]["handshakes"][key(3)] = None
+    assert run(reported) == ("probing", [], [])
+    # direct at both ends and fresh: stays, nothing moves (a re-run changes nothing)
+    for me, far in (("u", 4), ("v", 3)):
+        reported[me]["handshakes"][key(far)] = 100
+        reported[me]["probes"] = []
+    assert run(reported) == ("direct", [], [])
+    # stale: back to the relay at both ends
+    reported["u"]["handshakes"][key(4)] = 400
+    assert run(reported) == ("probing", ["u", "v"], [])
+    # v out of the run (--limit): u's interface runs a direct entry for v: kept, with a warning
+    reported["u"]["handshakes"][key(4)] = 400
+    path, moving, warnings = run({"u": reported["u"], "r": reported["r"]})
+    assert (path, moving) == ("direct", [])
+    assert len(warnings) == 1 and "v (leader of location:v) is not in this run" in warnings[0]
+    # ... a probe: probing; no entry: relayed
+    reported["u"]["probes"] = [key(4)]
+    assert run({"u": reported["u"]})[:2] == ("probing", [])
+    del reported["u"]["handshakes"][key(4)]
+    assert run({"u": reported["u"]})[:2] == ("relayed", [])

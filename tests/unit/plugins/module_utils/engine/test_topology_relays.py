@@ -21,6 +21,7 @@ import random
 import pytest
 
 from flat_plans import build_plans
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import rendezvous
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
@@ -84,6 +85,10 @@ def relayed_mesh(rnd):
         }
         for j in range(rnd.randint(0, 2))
     ]
+    for peer in peers[1:]:
+        # a laptop: no endpoint, keeps alive towards the mesh (reached through a relay)
+        del peer["endpoint"]
+        peer["persistent_keepalive"] = 25
     relay_locations = [loc for loc, kind in locations if kind == "relay"]
     others = [loc for loc, kind in locations if kind == "public"]
     options = {
@@ -133,6 +138,11 @@ class Mesh(object):
     def __init__(self, nodes, peers, options):
         self.result = build_plans(nodes, peers, options)
         self.plans = self.result["plans"]
+        # each outside peer's own [Peer] sections (showconf peer, kilo.mesh.connect), its address
+        self.peer_cfg = dict(
+            (p["name"], peer_config(nodes, peers, p["name"], options)) for p in peers
+        )
+        self.peer_inputs = dict((p["name"], p) for p in peers)
         self.inputs = dict((n["name"], n) for n in nodes)
         self.by_key = {}
         self.segments = dict((s["key"], s) for s in self.result["segments"])
@@ -222,10 +232,45 @@ class Mesh(object):
             self._lookups[(name, what)] = cached
         return cached
 
-    def walk(self, start, src, dst):
+    def peer_reaches(self, name, leader):
+        """Outside peer ``name`` sends to ``leader`` at an endpoint that gets there: a reachable
+        leader's (a NAT'd leader's mapping is filtered: it never sent to an endpoint-less peer)."""
+        entry = next(
+            (
+                e
+                for e in self.peer_cfg[name]
+                if e["public_key"] == self.inputs[leader]["public_key"]
+            ),
+            None,
+        )
+        return (
+            entry is not None
+            and entry["endpoint"] is not None
+            and (not self.unreachable(leader) or self.peer_inputs[name].get("endpoint"))
+        )
+
+    def walk_from_peer(self, name, src, dst):
+        """The path of a packet from outside peer ``name`` (its own config, routed into its tunnel)."""
+        src, dst = ipaddress.ip_address(src), ipaddress.ip_address(dst)
+        entry = Longest(self.peer_cfg[name], lambda p: p["allowed_ips"])(dst)
+        assert entry is not None, "peer %s: no section for %s" % (name, dst)
+        target = self.by_key.get(entry["public_key"])
+        assert target is not None, "peer %s: %s goes to another peer" % (name, dst)
+        assert self.peer_reaches(name, target), "peer %s -> %s: no link for %s" % (
+            name,
+            target,
+            dst,
+        )
+        back = self.lookup(target, "peers")(src)
+        assert back is not None and back["public_key"] == self.peer_inputs[name]["public_key"], (
+            "%s drops %s from peer %s: source %s is not its" % (target, dst, name, src)
+        )
+        return self.walk(target, src, dst, iif=IFACE, hops=1, path=[name, (target, IFACE)])
+
+    def walk(self, start, src, dst, iif=None, hops=0, path=None):
         """The path [(node, how)] of a packet from ``start``; raises AssertionError where it is lost."""
         src, dst = ipaddress.ip_address(src), ipaddress.ip_address(dst)
-        here, iif, hops, path = start, None, 0, [start]
+        here, path = start, path or [start]
         for dummy in range(20):
             if self.local(here, dst):
                 return path, hops
@@ -259,6 +304,20 @@ class Mesh(object):
             peer = self.lookup(here, "peers")(dst)
             assert peer is not None, "%s: no WireGuard peer for %s" % (here, dst)
             target = self.by_key.get(peer["public_key"])
+            if target is None and peer["name"] in self.peer_cfg:
+                # an outside peer: it reached us first (keepalive), or we reach its endpoint
+                outside = self.peer_inputs[peer["name"]]
+                assert outside.get("endpoint") or self.peer_reaches(peer["name"], here), (
+                    "%s: %s goes to the endpoint-less peer %s, which never reaches it"
+                    % (here, dst, peer["name"])
+                )
+                back = Longest(self.peer_cfg[peer["name"]], lambda p: p["allowed_ips"])(src)
+                assert back is not None and back["public_key"] == self.inputs[here]["public_key"], (
+                    "peer %s drops %s from %s: source %s is not %s's"
+                    % (peer["name"], dst, here, src, here)
+                )
+                assert any(dst in net(a) for a in outside["allowed_ips"])
+                return path + [(peer["name"], IFACE)], hops + 1
             assert target is not None, "%s: %s goes to the outside peer %s" % (
                 here,
                 dst,
@@ -332,6 +391,28 @@ def walk_all(mesh, what, counts):
                     assert hops <= 2, "%s: %s -> %s took %d hops" % (what, src, dst, hops)
                     counts["packets"] += 1
                     counts["through a relay"] = counts.get("through a relay", 0) + (hops == 2)
+    # endpoint-less outside peers (laptops) reach every node, and every node them, in <= 2 hops
+    for name, peer in mesh.peer_inputs.items():
+        if peer.get("endpoint"):
+            continue  # Kilo's peers: as Kilo connects them
+        mine = str(next(net(peer["allowed_ips"][0]).hosts()))
+        for b in names:
+            for other in addresses(mesh, b):
+                for start, src, dst in ((name, mine, other), (b, other, mine)):
+                    try:
+                        if start == name:
+                            dummy, hops = mesh.walk_from_peer(name, src, dst)
+                        else:
+                            dummy, hops = mesh.walk(start, src, dst)
+                    except AssertionError as e:
+                        raise AssertionError(
+                            "%s: %s -> %s (%s -> %s): %s" % (what, start, dst, src, dst, e)
+                        )
+                    assert hops <= 2, "%s: %s -> %s took %d hops" % (what, src, dst, hops)
+                    counts["peer packets"] = counts.get("peer packets", 0) + 1
+                    counts["peer packets through a relay"] = counts.get(
+                        "peer packets through a relay", 0
+                    ) + (hops == 2)
 
 
 def test_relay_entries_and_result():
@@ -1119,3 +1200,45 @@ def test_a_relay_down_in_a_push_run_moves_only_its_own_pairs():
         dict(((p["a"], p["b"]), p["via"]) for p in every["paths"] if p["path"] == "relayed") == via
     )
     every_walk(Mesh(marked, [], {}))  # every packet still arrives, through the other relays
+
+
+def test_an_endpoint_less_peer_reaches_nat_d_segments_through_a_relay():
+    """A laptop (an outside peer without endpoint): its own sections carry each NAT'd segment's
+    ranges on that pair's relay's section; the NAT'd leaders carry its address on the same relay's
+    entry; the relay keeps Kilo's entries; a peer with an endpoint keeps Kilo's everywhere."""
+    nodes, by = timed_mesh()
+    laptop = {
+        "name": "laptop",
+        "public_key": key(900),
+        "allowed_ips": ["10.5.0.1/32"],
+        "persistent_keepalive": 25,
+    }
+    server = {
+        "name": "server",
+        "public_key": key(901),
+        "allowed_ips": ["10.6.0.1/32"],
+        "endpoint": "198.51.100.9:51820",
+    }
+    peers = [laptop, server]
+    result = build_plans(nodes, peers, {})
+    via = dict((p["segment"], p["via"]) for p in result["peer_paths"] if p["peer"] == "laptop")
+    assert sorted(via) == ["location:u", "location:v"]
+    assert [p for p in result["peer_paths"] if p["peer"] == "server"] == []
+    own = dict((e["name"], e) for e in peer_config(nodes, peers, "laptop", {}))
+    assert "location:u" not in own and "location:v" not in own
+    for seg, relay in via.items():
+        assert by[seg.split(":")[1]]["pod_cidr"] in own[relay]["allowed_ips"]
+        assert seg in own[relay]["relayed"]
+        leader = entries(result, seg.split(":")[1])
+        assert "laptop" not in leader and "10.5.0.1/32" in leader[relay]["allowed_ips"]
+        assert "laptop" in leader[relay]["relayed"]
+        # Kilo's entry for the server, whose endpoint the NAT'd leader reaches
+        assert leader["server"]["allowed_ips"] == ["10.6.0.1/32"]
+    for relay in ("r", "s"):
+        assert entries(result, relay)["laptop"]["allowed_ips"] == ["10.5.0.1/32"]
+    # the server's own sections are Kilo's: every segment's own
+    server_own = dict((e["name"], e) for e in peer_config(nodes, peers, "server", {}))
+    assert "location:u" in server_own and not any(e.get("relayed") for e in server_own.values())
+    # showconf's and connect's rendering of the laptop's plan stays valid
+    for plan in result["plans"].values():
+        check_plan(plan, IFACE)
