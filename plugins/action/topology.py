@@ -15,7 +15,7 @@ import time
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
     SWITCH_STEP,
-    mark_roaming,
+    roaming,
     split_preshared_keys,
 )
 from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import (
@@ -88,6 +88,7 @@ class ActionModule(KiloAction):
         if args["save_plans"]:
             return self.save_plans(task_vars, mesh, relays_down)
         computed = mesh.computed()
+        plans = dict(computed["plans"])  # every plan at once: the task's result holds them all
         sections = (
             peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options)
             if args["peer"]
@@ -95,7 +96,7 @@ class ActionModule(KiloAction):
         )
         result = dict(
             changed=False,
-            plans=computed["plans"],
+            plans=plans,
             segments=computed["segments"],
             graph=to_dot(computed),
             registry=shown(mesh.registry_file),
@@ -111,7 +112,7 @@ class ActionModule(KiloAction):
         if args["stand_ins"]:
             result["stand_ins"] = list(mesh.stand_ins)
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
-        for plan in computed["plans"].values():
+        for plan in plans.values():
             split_preshared_keys(plan)
         return result
 
@@ -216,17 +217,20 @@ class ActionModule(KiloAction):
         computed = mesh.computed(
             only=play, check=lambda topology: self.check_parties(task_vars, mesh, topology)
         )
-        mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:
             update_registry(mesh.registry_file, mesh.fresh)
+        # the engine renders each plan when asked: one at a time, marked and written, so the run
+        # never holds every plan of the mesh at once
+        plans, mark = computed["plans"], roaming(computed)
+        leaders = sorted(s["leader"] for s in computed["segments"])
         result = dict(
             changed=False,
-            plan_store=plan_store.save(computed["plans"]),
+            plan_store=plan_store.save((host, mark(plans[host])) for host in plans),
             nodes=len(mesh.nodes),
             segments=len(computed["segments"]),
             plans=len(play),
-            leaders=sorted(s["leader"] for s in computed["segments"]),
-            rotation=self.rotation(play, mesh.rotating, computed["plans"]),
+            leaders=leaders,
+            rotation=self.rotation(play, mesh.rotating, set(leaders)),
         )
         if waited is not None:
             result["registry_waited"] = waited
@@ -267,7 +271,7 @@ class ActionModule(KiloAction):
         except KiloError as e:
             raise as_host_error(e, hostvars, hosts[0])
 
-    def rotation(self, play, reported, plans):
+    def rotation(self, play, reported, leaders):
         """Which hosts of the play switch to a new key in this run (``reported``: the mesh reading's
         ``rotating``), and how: ``scheduled`` (one converge task for every host, each at its
         moment, ``at``) when the task runs on every host of the play at once (forks), else in order
@@ -286,7 +290,7 @@ class ActionModule(KiloAction):
             at = round(time.time() + ROTATION_LEAD, 3)
             # leaders carry the tunnels: they switch one by one (ROTATING_GAP); a rotating host that
             # leads nothing is nobody's peer and switches at the first moment
-            leading = [h for h in sorted(rotating) if (plans.get(h) or {}).get("leader")]
+            leading = [h for h in sorted(rotating) if h in leaders]
             moments = dict((h, at) for h in rotating)
             moments.update((h, round(at + i * ROTATING_GAP, 3)) for i, h in enumerate(leading))
             out.update(

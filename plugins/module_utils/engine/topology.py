@@ -95,6 +95,7 @@ from __future__ import absolute_import, division, print_function
 import gc
 import ipaddress
 import itertools
+from collections.abc import Mapping
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
@@ -579,6 +580,18 @@ class Topology(object):
                                 node_subject(member.name),
                                 "internal_ip",
                             )
+
+    def may_refuse_plans(self):
+        """Whether rendering a plan may refuse the mesh: under an add-on's compatibility a node
+        without a pod CIDR (nor, under cilium, a CNI compatibility IP) has no gateway (``_gateway``)
+        for the plans that route to it. Nothing else in a plan refuses: every other check is the
+        mesh's, done when it is computed."""
+        if self.compat == "none":
+            return False
+        return any(
+            node.pod is None and not (self.compat == "cilium" and node.cni_ip is not None)
+            for node in self.nodes
+        )
 
     def _gateway(self, member, family=None):
         """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
@@ -1092,9 +1105,13 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
         for name in names:
             if name not in topology.by_name:
                 raise TopologyError("no such node", node_subject(name), "only")
-        plans = dict((name, topology.plan(name)) for name in names)
+        if topology.may_refuse_plans():
+            # a plan may refuse a mesh (a gateway it lacks): render each now, in order, so the
+            # mesh is refused here, by the first plan that does, as when every plan was kept
+            for name in names:
+                topology.plan(name)
         result = {
-            "plans": plans,
+            "plans": Plans(topology, names),
             "segments": topology.segments_out(),
             "peers": topology.peers_out(),
             "subnet": one_or_list(str(net) for net in topology.opts["subnets"]),
@@ -1109,6 +1126,43 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
     finally:
         if enabled:
             gc.enable()
+
+
+class Plans(Mapping):
+    """``build_plans``' plans: {name: plan} of the names asked for, in their order, each plan
+    rendered when it is asked for and kept by nobody. A mesh of N nodes holds N x N route
+    entries in its plans, but one plan holds N: a reader that takes the plans one by one
+    (``plan_store.save`` writes each to its file) never holds them all; one that needs them all
+    at once keeps them itself (``dict(plans)``). Each access renders the plan afresh, equal to
+    the last; a reader that changes its plan (``plan.mark_roaming``, ``split_preshared_keys``)
+    changes its own copy. The cyclic collector is off while a plan is rendered, as in
+    ``build_plans``."""
+
+    __slots__ = ("_topology", "_names")
+
+    def __init__(self, topology, names):
+        self._topology = topology
+        self._names = dict.fromkeys(names)
+
+    def __getitem__(self, name):
+        if name not in self._names:
+            raise KeyError(name)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._topology.plan(name)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+    def __repr__(self):
+        return "Plans(%r)" % list(self._names)
 
 
 def listen_port(endpoint, port, subject=None, field="endpoint"):
