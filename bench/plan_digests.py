@@ -157,7 +157,10 @@ def everything(nodes, peers, options, now=None):
         from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
     except ImportError:  # a commit before showconf moved to the controller's layer
         from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf
-    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
+    try:
+        from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot
+    except ImportError:  # a commit before engine/topology_graph.py became engine/graph.py
+        from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 
     timed = {"now": now} if now is not None else {}
     out = {"all": _outcome(lambda: engine.build_plans(nodes, peers, options, **timed))}

@@ -26,7 +26,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     build_plans,
     peer_config,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (

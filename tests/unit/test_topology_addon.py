@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     build_plans as grouped_plans,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import (
     TopologyError,
     parse_inputs,
 )
