@@ -218,7 +218,7 @@ class Routes(object):
             if text != me:
                 raise error
         if net is None and not cross:
-            # the test is the same for every member (always, or never): one comprehension each
+            # the test is the same for every member (always, or never): one loop each
             if strategy != "always":
                 routes.extend(local.others("direct", me))
             elif not (own_pods or leader):
@@ -236,33 +236,39 @@ class Routes(object):
                     ]
                 )
             else:
-                routes.extend(
-                    [
-                        {
-                            "dst": dst,
-                            "gateway": gateway,
-                            "device": tunnel,
-                            "source": me,
-                            "table": table,
-                            "onlink": True,
-                        }
-                        for gateway, dst, table in local.others("encapsulated", me)
-                    ]
-                )
+                # the most entries of a big mesh (a route to each pod range and one in table 1107,
+                # a rule, per pair of a location's nodes): copies of one entry, a key or three
+                # set (a dict's copy is cheaper than its display, in the same key order)
+                append = routes.append
+                copy = {
+                    "dst": None,
+                    "gateway": None,
+                    "device": tunnel,
+                    "source": me,
+                    "table": None,
+                    "onlink": True,
+                }.copy
+                for gateway, dst, table in local.others("encapsulated", me):
+                    route = copy()
+                    route["dst"] = dst
+                    route["gateway"] = gateway
+                    route["table"] = table
+                    append(route)
                 sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
+                hosts = local.others("hosts", me)
+                append = rules.append
                 if len(sources) == 1:
                     ((src, iif),) = sources
-                    rules.extend(
-                        [
-                            {"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                            for host in local.others("hosts", me)
-                        ]
-                    )
+                    copy = {"src": src, "dst": None, "iif": iif, "table": KILO_TABLE}.copy
+                    for host in hosts:
+                        rule = copy()
+                        rule["dst"] = host
+                        append(rule)
                 else:
                     rules.extend(
                         [
                             {"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                            for host in local.others("hosts", me)
+                            for host in hosts
                             for src, iif in sources
                         ]
                     )

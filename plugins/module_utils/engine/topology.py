@@ -230,10 +230,10 @@ class Topology(object):
             alips = {}
             for node in seg.members:
                 node.segment = seg
-                allowed.extend(text for dummy, text in node.pods)
+                allowed.extend([text for dummy, text in node.pods])
                 for net in node.alips:
                     alips.setdefault(str(net), net)
-                allowed.extend(internal.host for internal in node.internals)
+                allowed.extend([internal.host for internal in node.internals])
             seg.allowed = allowed
             seg.alips = [alips[k] for k in sorted(alips)]
             seg.privates = [internal.host for n in seg.members for internal in n.internals]
@@ -524,10 +524,14 @@ class Topology(object):
                     "members": [
                         {
                             "name": n.name,
-                            "pod_cidr": pod_cidr_value([text for dummy, text in n.pods]),
-                            "internal_ip": one_or_list(
-                                internal.ip_text for internal in n.internals
-                            ),
+                            # one pod range, one internal IP: the value itself (one_or_list's
+                            # rule, written out for the many nodes of a big mesh)
+                            "pod_cidr": n.pods[0][1]
+                            if len(n.pods) == 1
+                            else pod_cidr_value([text for dummy, text in n.pods]),
+                            "internal_ip": n.internals[0].ip_text
+                            if len(n.internals) == 1
+                            else one_or_list([internal.ip_text for internal in n.internals]),
                             "endpoint": n.endpoint,
                         }
                         for n in seg.members
