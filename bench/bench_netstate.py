@@ -93,7 +93,9 @@ def child(mode):
     """In the namespace: time one current(plan); 'first' then applies the plan."""
     sys.path.insert(0, COLLECTIONS)
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import NetStateBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.backend import (
+        NetStateBackend,
+    )
     from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
     settings = host_settings({"interface": IFACE})

@@ -7,7 +7,7 @@ the engine's inside leaves its behaviour as it was.
 
 ``record FILE``: run tests/unit with every ``Topology`` construction recorded (nodes, peers,
 options: the inputs of build_plans, peer_config, showconf, connect, validate's check), plus
-``--random N`` meshes of the reference generator (tests/unit/test_topology_reference.py) and of
+``--random N`` meshes of the reference generator (tests/unit/plugins/module_utils/engine/test_topology_reference.py) and of
 the dual-stack one; the distinct inputs go to FILE (pickle).
 
 ``compare FILE [REV]``: for every input, the digest of everything the engine gives of it (every

@@ -11,7 +11,7 @@ table (plugins/module_utils/nodes.py):
 * docs/docsite/rst/guide_push.rst - the node variables between its "node variables" markers (the
   collection docs' page on the inventory's variables).
 
-`make specs` runs it; tests/unit/test_options.py fails when the files differ from the table.
+`make specs` runs it; tests/unit/plugins/module_utils/test_options.py fails when the files differ from the table.
 `--check` only compares.
 """
 

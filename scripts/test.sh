@@ -26,7 +26,7 @@ core_stage() {  # the command of the stage ansible-core-$1, run by .venv-core-$1
 }
 # lane|stage|command
 stages=(
-  # (tests/host/test_job_slicing.py, AWX job slicing, and tests/unit/test_registry_store.py start a
+  # (tests/host/test_job_slicing.py, AWX job slicing, and tests/unit/plugins/plugin_utils/test_registry_store.py start a
   # redis-server of their own: Debian's redis-server, which scripts/setup.sh all installs)
   "labs|hosts|.venv/bin/python -m pytest -q -p no:cacheprovider tests/host"
   "kube|kubernetes|KILO_REQUIRE_KUBE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/kube"

@@ -120,6 +120,12 @@ class ActionModule(KiloAction):
             module_args["switch_at"] = rotation["moments"].get(
                 task_vars["inventory_hostname"], rotation["peers_at"]
             )
+        elif plan is not None and args["topology_var"] and not self._task.check_mode:
+            # beyond Kilo: the NAT'd leaders moving a pair between a relay and a direct path move at
+            # one instant (kilo.mesh.topology's direct_switch, kilo_direct_paths: always)
+            switch = (task_vars.get(args["topology_var"]) or {}).get("direct_switch") or {}
+            if switch.get("at") and task_vars["inventory_hostname"] in switch.get("hosts", ()):
+                module_args["switch_at"] = switch["at"]
         converged = self.converge(module_args, task_vars)
         result.update(converged)
         if (

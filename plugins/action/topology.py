@@ -30,6 +30,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_d
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
+    direct_path_states,
+    direct_switchers,
     missing_result,
     stale_leaders,
     stale_relays,
@@ -85,9 +87,10 @@ class ActionModule(KiloAction):
         if args["leader_health"]:
             self.mark_down(args, task_vars, mesh.nodes)
         relays_down = self.mark_relays_down(args, task_vars, mesh.nodes)
+        direct = self.mark_direct_paths(args, task_vars, mesh)
         if args["save_plans"]:
-            return self.save_plans(task_vars, mesh, relays_down)
-        computed = mesh.computed()
+            return self.save_plans(task_vars, mesh, relays_down, direct)
+        computed = mesh.computed(now=direct["now"] if direct else None)
         plans = dict(computed["plans"])  # every plan at once: the task's result holds them all
         sections = (
             peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options)
@@ -104,6 +107,10 @@ class ActionModule(KiloAction):
         )
         if "paths" in computed:  # a relayed mesh (engine/relays.py): which pairs go through whom
             result["paths"] = computed["paths"]
+        if "peer_paths" in computed:
+            result["peer_paths"] = computed["peer_paths"]
+        if direct and direct["warnings"]:
+            result["warnings"] = list(direct["warnings"])
         if sections is not None:
             # Like `kgctl showconf peer NAME` (kilo.mesh.showconf): what the peer needs, keys masked.
             sections = public_entries(sections)
@@ -158,7 +165,54 @@ class ActionModule(KiloAction):
                 marked.append(node["name"])
         return sorted(marked)
 
-    def moved_pairs_warnings(self, task_vars, mesh, computed, relays_down):
+    def mark_direct_paths(self, args, task_vars, mesh):
+        """Beyond Kilo, ``direct_paths: always`` (push): the leaders of NAT'd segments get the path
+        states their key step's report in this run gives (``inputs.direct_path_states``), so the
+        engine, at this time, probes their pairs and moves those whose two ends handshook to a
+        direct path. Returns {now, live, warnings}, or None (another choice, no NAT'd pair)."""
+        if args.get("direct_paths") != "always":
+            return None
+        try:
+            base = build_plans(mesh.nodes, mesh.peers, mesh.options, only=[])
+        except KiloError:
+            return None  # the computation itself says why, as without this option
+        if "paths" not in base:
+            return None
+        reports = {}
+        for host in task_vars.get("ansible_play_hosts") or []:
+            found, result = self.variable(task_vars, host, args["facts_var"])
+            if found and isinstance(result, dict) and "handshakes" in result:
+                reports[host] = result
+        now = time.time()
+        states, live, warnings = direct_path_states(
+            reports,
+            mesh.nodes,
+            base,
+            now,
+            args["leader_handshake_timeout"] or MIN_HANDSHAKE_BOUND,
+        )
+        for node in mesh.nodes:
+            if node["name"] in states:
+                node["path_state"] = states[node["name"]]
+        return dict(now=now, live=live, warnings=warnings)
+
+    def direct_switch(self, play, direct, computed):
+        """The one instant (``at``) at which the NAT'd leaders of the play whose pairs move between a
+        relay and a direct path (``hosts``) converge, as a key rotation's peers do (kilo.mesh.join's
+        ``switch_at``): when the task runs on every host of the play at once (forks); else each
+        moves when its converge comes (a pair cut for the moments between)."""
+        leaders = dict(
+            (seg["key"], seg["leader"])
+            for seg in computed["segments"]
+            if seg.get("reachable") is False
+        )
+        hosts = [h for h in direct_switchers(direct["live"], computed, leaders) if h in play]
+        forks = ansible_internals.forks()
+        if not hosts or self._task.check_mode or forks is None or len(play) > forks:
+            return dict(hosts=hosts, scheduled=False) if hosts else None
+        return dict(hosts=hosts, scheduled=True, at=round(time.time() + ROTATION_LEAD, 3))
+
+    def moved_pairs_warnings(self, task_vars, mesh, computed, relays_down, now=None):
         """Warnings naming the hosts left out of this run (``--limit``) that lead an end of a pair
         the marked relays' failover moved: they keep sending through the old relay until a run
         includes them. Compares with the mesh computed without the marks (paths only, no plans)."""
@@ -169,7 +223,9 @@ class ActionModule(KiloAction):
         ]
         before = dict(
             ((p["a"], p["b"]), p["via"])
-            for p in build_plans(unmarked, mesh.peers, mesh.options, only=[]).get("paths", ())
+            for p in build_plans(unmarked, mesh.peers, mesh.options, only=[], now=now).get(
+                "paths", ()
+            )
         )
         leaders = dict((seg["key"], seg["leader"]) for seg in computed["segments"])
         in_run = set(task_vars.get("ansible_play_hosts_all") or [])
@@ -179,7 +235,7 @@ class ActionModule(KiloAction):
             if path["via"] == old or old is None:
                 continue
             for end in (path["a"], path["b"]):
-                if leaders.get(end) not in in_run:
+                if end in leaders and leaders[end] not in in_run:
                     out.append(
                         "relay %s is down (%s): the pair %s - %s moves to relay %s, but %s (leader of %s)"
                         " is not in this run (--limit): it sends through %s until a run includes it"
@@ -196,7 +252,7 @@ class ActionModule(KiloAction):
                     )
         return out
 
-    def save_plans(self, task_vars, mesh, relays_down=()):
+    def save_plans(self, task_vars, mesh, relays_down=(), direct=None):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
@@ -214,8 +270,11 @@ class ActionModule(KiloAction):
         if waited is not None:
             names = set(n["name"] for n in mesh.nodes)
             play = [h for h in batch if h in names]
+        now = direct["now"] if direct else None
         computed = mesh.computed(
-            only=play, check=lambda topology: self.check_parties(task_vars, mesh, topology)
+            only=play,
+            check=lambda topology: self.check_parties(task_vars, mesh, topology),
+            now=now,
         )
         if not self._task.check_mode:
             update_registry(mesh.registry_file, mesh.fresh)
@@ -237,9 +296,19 @@ class ActionModule(KiloAction):
         result.update(missing_result(mesh.missing))
         if relays_down:
             result["relays_down"] = list(relays_down)
-            warnings = self.moved_pairs_warnings(task_vars, mesh, computed, relays_down)
+            warnings = self.moved_pairs_warnings(task_vars, mesh, computed, relays_down, now)
             if warnings:
                 result["warnings"] = result.get("warnings", []) + warnings
+        if "paths" in computed:  # a relayed mesh: what this run does with each pair
+            result["paths"] = computed["paths"]
+        if "peer_paths" in computed:
+            result["peer_paths"] = computed["peer_paths"]
+        if direct:
+            switch = self.direct_switch(play, direct, computed)
+            if switch:
+                result["direct_switch"] = switch
+            if direct["warnings"]:
+                result["warnings"] = result.get("warnings", []) + direct["warnings"]
         return result
 
     @staticmethod

@@ -181,6 +181,23 @@ options:
       - Defaults to the inventory variable C(kilo_leader_handshake_timeout), then to the default below.
     type: int
     default: 0
+  direct_paths:
+    description:
+      - 'Beyond Kilo: how a push run treats two locations behind NAT that reach each other through a relay.'
+      - V(agent) - push runs keep them relayed; node agents (M(kilo.mesh.agent)) try direct paths on their own.
+      - V(always) - a run probes them directly (an entry without allowed IPs, at the mapping the relays saw) while
+        their traffic stays on the relay; the next run moves a pair whose two leaders both report a fresh handshake
+        of that probe to a direct path, both ends at one instant, and a direct pair whose handshake went stale back
+        to its relay. Works behind NATs that keep a mapping for every destination (most home routers); behind symmetric
+        ones (carrier-grade NAT) pairs stay relayed.
+      - V(never) - push runs never probe.
+      - Defaults to the inventory variable C(kilo_direct_paths), then to the default below.
+    type: str
+    choices:
+      - agent
+      - always
+      - never
+    default: agent
   facts_var:
     description:
       - Name of the registered result of M(kilo.mesh.key) on each host.

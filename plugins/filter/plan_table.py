@@ -43,6 +43,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import text_table
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import as_list, flat_routes
 
 MARK = "*"
@@ -68,7 +69,7 @@ def plan_table(result):
         for node in segment.get("nodes", []):
             location_of[node] = segment.get("location") or ""
     header = ("node", "location", "segment", "leader", "wireguard ip", "peers", "routes", "rules")
-    rows = [header]
+    rows = []
     for name in sorted(result["plans"]):
         plan = result["plans"][name]
         peers = ", ".join(p["name"] for p in plan.get("peers", [])) or "-"
@@ -85,9 +86,7 @@ def plan_table(result):
                 str(len(plan.get("rules", []))),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = text_table(header, rows, rule=True)
     locations = sorted(set(location_of.values()))
     leaders = (
         ", ".join("%s (%s)" % (s["leader"], s.get("location") or s["key"]) for s in segments)

@@ -142,6 +142,17 @@ def to_int(value, subject=None, field=None, low=None, high=None, default=0):
     return number
 
 
+def text_table(header, rows, rule=False):
+    """The lines of a text table for people: columns as wide as their widest cell, two spaces
+    apart, no trailing blanks; ``rule``: a line of dashes under the header."""
+    rows = [[str(cell) for cell in row] for row in [header] + list(rows)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
 def text_list(value, subject=None, field=None, what="a list"):
     """A list given as a list or as text separated by commas (an inventory string, an annotation)
     -> its items: text items stripped, empty ones dropped; None and "" give []. Anything else

@@ -74,7 +74,7 @@ class TopologyError(KiloError):
 def _v4(text):
     """(address as an int, prefix length or None) of IPv4 text in the spelling ``str()`` gives
     (``a.b.c.d`` or ``a.b.c.d/n``), else None. A fast path only: text it does not take goes through
-    ``ipaddress``, which gives the same values and the errors (tests/unit/test_nodes.py holds the
+    ``ipaddress``, which gives the same values and the errors (tests/unit/plugins/module_utils/test_nodes.py holds the
     two to each other)."""
     address, slash, prefix = text.partition("/")
     try:

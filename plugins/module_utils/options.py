@@ -313,6 +313,23 @@ OPTIONS = dict(
             bounds=(0, None),
         ),
         _option(
+            "direct_paths",
+            ("inputs",),
+            "str",
+            [
+                "Beyond Kilo: how a push run treats two locations behind NAT that reach each other through a relay.",
+                "V(agent) - push runs keep them relayed; node agents (M(kilo.mesh.agent)) try direct paths on their own.",
+                "V(always) - a run probes them directly (an entry without allowed IPs, at the mapping the relays"
+                " saw) while their traffic stays on the relay; the next run moves a pair whose two leaders both report"
+                " a fresh handshake of that probe to a direct path, both ends at one instant, and a direct pair whose"
+                " handshake went stale back to its relay. Works behind NATs that keep a mapping for every destination"
+                " (most home routers); behind symmetric ones (carrier-grade NAT) pairs stay relayed.",
+                "V(never) - push runs never probe.",
+            ],
+            default="agent",
+            choices=["agent", "always", "never"],
+        ),
+        _option(
             "facts_var",
             ("inputs",),
             "str",
@@ -793,7 +810,7 @@ DEPRECATED_VARS = dict(
 # The options' variables (above), the node variables (nodes.FIELDS), the deprecated names still read
 # (DEPRECATED_VARS), and these: one list, which
 # kilo.mesh.validate holds every host's kilo_* variables to (anything else is refused, naming the
-# closest), its documentation prints (the VARIABLES doc fragment) and tests/unit/test_variables.py
+# closest), its documentation prints (the VARIABLES doc fragment) and tests/unit/plugins/plugin_utils/test_variables.py
 # holds to every name the playbooks, roles and plugins read.
 VAR_PREFIX = "kilo_"
 OTHER_VARIABLES = {

@@ -161,6 +161,14 @@ handshakes:
   returned: when O(state=present)
   type: dict
   sample: {"kXp0...=": 42}
+probes:
+  description:
+    - Public keys of the peers of the WireGuard interface without allowed IPs (direct probes between two
+      locations behind NAT, C(kilo_direct_paths=always)); empty without the interface.
+  returned: when O(state=present)
+  type: list
+  elements: str
+  sample: ["kXp0...="]
 prepared:
   description:
     - With O(prepare), what the preparation found and did - the keys M(kilo.mesh.prepare) returns (C(pkg_mgr),
@@ -295,6 +303,7 @@ def run_module():
         mtu=mtu,
         discovered_endpoints=discovered,
         handshakes=handshakes,
+        probes=report.probe_peers(current),
         **extra,
     )
 

@@ -303,13 +303,13 @@ def interface_addresses(interface):
     """The interface's CIDRs ([] when it is gone): a dual-stack leader's WireGuard IP of each
     family, IPv4 first as the kernel lists them. The kernel's own IPv6 link-local address (a
     userspace tun device gets one) is no address of the mesh, so left out, as netstate leaves it.
-    Read as every host reading is (netlink_links.open_reader: the standard library's netlink, else
+    Read as every host reading is (netlink.links.open_reader: the standard library's netlink, else
     pyroute2)."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import (
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink.links import (
         link,
         open_reader,
     )
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import RT_SCOPE_LINK
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import RT_SCOPE_LINK
 
     reader, _strict = open_reader()
     try:
@@ -339,7 +339,7 @@ def run_module():
     try:
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
             WireGuardBackend,
         )
 

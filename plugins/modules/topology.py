@@ -201,10 +201,28 @@ paths:
     - In a mesh with locations behind NAT, each pair of segments with an end behind NAT - C(a), C(b) (segment keys),
       C(path) (V(direct), or V(relayed) for two ends behind NAT in different locations) and C(via) (the relay's
       segment).
+    - With C(kilo_direct_paths=always), what this run does with each pair of two ends behind NAT - V(probing) (a
+      direct probe beside the relayed path), V(direct) (both ends reported a fresh probe handshake), else V(relayed).
   returned: when a location is behind NAT
   type: list
   elements: dict
   sample: [{"a": "location:aws", "b": "location:home", "path": "relayed", "via": "location:gcp"}]
+peer_paths:
+  description:
+    - Each outside peer without endpoint (a machine joined with M(kilo.mesh.connect)) and segment behind NAT that
+      reach each other through a relay - C(segment), C(peer) (its name) and C(via) (the relay's segment).
+  returned: when such a pair exists
+  type: list
+  elements: dict
+  sample: [{"segment": "location:home", "peer": "laptop", "via": "location:gcp"}]
+direct_switch:
+  description:
+    - With O(save_plans) and C(kilo_direct_paths=always), the leaders behind NAT that move a pair between its relay
+      and a direct path in this run (C(hosts)), and the moment they all apply it (C(at), seconds since the epoch;
+      C(scheduled) false when the play's hosts do not run at once, forks).
+  returned: when a pair moves
+  type: dict
+  sample: {"hosts": ["azure-1", "gcp-1"], "scheduled": true, "at": 1764300000.5}
 graph:
   description: The topology as Graphviz DOT, like C(kgctl graph).
   returned: unless O(save_plans) is true

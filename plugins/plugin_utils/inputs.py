@@ -16,6 +16,7 @@ import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.connect import peer_addresses
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import SETTLE
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import check_peer_name
 
 # A node from a host's variables and facts is the node table's (the agent reads Nodes with it too).
@@ -343,6 +344,96 @@ def stale_relays(handshakes_by_host, nodes, bound):
         if node["name"] not in natted and seen and all(age is None or age > bound for age in seen):
             out.add(node["name"])
     return out
+
+
+def live_paths(report, keys):
+    """{segment: "direct" | "probing"} of what one NAT'd leader's interface runs for the other NAT'd
+    leaders (``report``: its key step's result; ``keys``: public key -> segment): an entry without
+    allowed IPs is a probe (``probes``), one with them a direct path; a segment without an entry
+    is relayed (absent here)."""
+    probes = set(report.get("probes") or ())
+    return dict(
+        (keys[key], "probing" if key in probes else "direct")
+        for key in (report.get("handshakes") or {})
+        if key in keys
+    )
+
+
+def direct_path_states(reports, nodes, computed, now, bound):
+    """Beyond Kilo, push runs with ``direct_paths: always``: the path states (node field
+    ``path_state``, the agents' ``direct``/``held``) of the leaders of NAT'd segments, from their
+    key step's report in this run (``reports``: host -> result), for ``build_plans(now=now)``;
+    ``computed``: the mesh computed without them (``only=[]``: segments, leaders, paths).
+
+    A leader in the run publishes ``direct[V]`` for every NAT'd segment V whose leader it
+    handshook with within ``bound`` seconds: it has an entry for V only as a probe or a direct
+    path, so both ends reporting one go (or stay) direct, and a stale one falls back to the relay.
+    Its ``since`` is at least the engine's settle (``relays.SETTLE``) ago: a push run has no later
+    moment to wait for, and both ends move at one instant (``switch_at``). A pair with one end out
+    of the run keeps what the in-run end's interface runs (``live_paths``: direct, probing, else
+    relayed, held on the relay for this computation), with a warning naming the host left out.
+
+    Returns (states: {host: path state}, live: {host: {segment: path}} of the in-run leaders,
+    warnings)."""
+    keys = dict((n["name"], n.get("public_key")) for n in nodes)
+    natted = [s for s in computed["segments"] if s.get("reachable") is False]
+    leader_of = dict((s["key"], s["leader"]) for s in natted)
+    segment_of_key = dict(
+        (keys.get(s["leader"]), s["key"]) for s in natted if keys.get(s["leader"])
+    )
+    states, live = {}, {}
+    for seg in natted:
+        report = reports.get(seg["leader"])
+        if not isinstance(report, dict):
+            continue
+        host = seg["leader"]
+        states[host] = {"direct": {}, "down": {}, "held": {}}
+        live[host] = live_paths(report, segment_of_key)
+        for key, age in (report.get("handshakes") or {}).items():
+            other = segment_of_key.get(key)
+            if other is not None and other != seg["key"] and age is not None and age <= bound:
+                states[host]["direct"][other] = now - max(age, SETTLE)
+    warnings = []
+    for path in computed.get("paths") or ():
+        if path["path"] == "direct" or path["a"] not in leader_of or path["b"] not in leader_of:
+            continue
+        ends = [(path["a"], path["b"]), (path["b"], path["a"])]
+        inside = [(u, v) for u, v in ends if leader_of[u] in states]
+        if len(inside) != 1:
+            continue
+        u, v = inside[0]
+        here, there = leader_of[u], leader_of[v]
+        shown = live[here].get(v, "relayed")
+        far = states.setdefault(there, {"direct": {}, "down": {}, "held": {}})
+        if shown == "direct":
+            since = states[here]["direct"].get(v, now - SETTLE)
+            states[here]["direct"][v] = far["direct"][u] = since
+        else:
+            states[here]["direct"].pop(v, None)
+            if shown == "relayed":
+                states[here]["held"][v] = now + 1
+        warnings.append(
+            "direct_paths: %s (leader of %s) is not in this run (--limit): the pair %s - %s stays %s as"
+            " %s runs it until a run includes both" % (there, v, path["a"], path["b"], shown, here)
+        )
+    return states, live, warnings
+
+
+def direct_switchers(live, computed, leaders):
+    """The in-run NAT'd leaders (``live``: ``direct_path_states``' second value) whose interface
+    runs another path to a segment than ``computed`` (the mesh with their path states) says: they
+    move between the relay and a direct entry in this run, all at one instant."""
+    path_of = {}
+    for path in computed.get("paths") or ():
+        path_of[(path["a"], path["b"])] = path_of[(path["b"], path["a"])] = path["path"]
+    out = set()
+    for seg, host in leaders.items():
+        if host not in live:
+            continue
+        for (a, b), path in path_of.items():
+            if a == seg and b in leaders and (path == "direct") != (live[host].get(b) == "direct"):
+                out.add(host)
+    return sorted(out)
 
 
 def missing_warning(missing):

@@ -7,6 +7,8 @@ public ones."""
 
 from __future__ import annotations
 
+from ansible_collections.kilo.mesh.plugins.module_utils.common import text_table
+
 
 def _age(seconds):
     if seconds is None:
@@ -24,12 +26,6 @@ def _bytes(n):
             return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
         n /= 1024.0
     return str(n)
-
-
-def _table(header, rows):
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    fmt = "  ".join("%%-%ds" % w for w in widths)
-    return [(fmt % tuple(r)).rstrip() for r in [header] + rows]
 
 
 def reported_paths(result):
@@ -132,14 +128,14 @@ def summary(results, peer_names=None, engine_paths=None):
             )
             if p["stale"]:
                 stale.append("%s -> %s" % (host, name))
-    lines = _table(["HOST", "LOCATION", "SEGMENT", "ROLE", "PEERS", "STALE"], hosts)
+    lines = text_table(["HOST", "LOCATION", "SEGMENT", "ROLE", "PEERS", "STALE"], hosts)
     if tunnels:
-        lines += [""] + _table(
+        lines += [""] + text_table(
             ["HOST", "PEER", "ENDPOINT", "HANDSHAKE", "RX", "TX", "STATE"], tunnels
         )
     paths = mesh_paths(results, engine_paths)
     if paths:
-        lines += [""] + _table(["A", "B", "PATH", "VIA", "HANDSHAKE"], paths)
+        lines += [""] + text_table(["A", "B", "PATH", "VIA", "HANDSHAKE"], paths)
     lines += [
         "",
         "%d hosts, %d leaders, %d tunnels, %d stale%s"

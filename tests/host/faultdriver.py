@@ -19,7 +19,7 @@ import signal
 import sys
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host import converge as cv
-from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard as wgmod
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import backend as wgmod
 
 
 def die(point):

@@ -7,7 +7,7 @@ systemd would run it at boot. What a reboot wipes: the WireGuard interface and i
 every route and rule, the nftables table, /run; what it keeps: the files. A stored plan that is
 corrupt, of another format or not a plan makes the command fail naming the file, and changes
 nothing on the host. Figures printed: wipe to every pair reaching every other, each host's
-restore time. (A real reboot under systemd: tests/vm/; the backend on its own: tests/unit/test_boot.py.)
+restore time. (A real reboot under systemd: tests/vm/; the backend on its own: tests/unit/plugins/module_utils/host/test_boot.py.)
 """
 
 import json

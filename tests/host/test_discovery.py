@@ -237,7 +237,8 @@ COMPARE = (
     r"""
 import json, sys
 sys.path.insert(0, %r)
-from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery as d, netlink_links as n
+from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery as d
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as n
 from pyroute2 import IPRoute
 names = [m.get_attr("IFLA_IFNAME") for m in n.NetlinkReader().get_links()]
 with IPRoute() as ipr:
@@ -254,7 +255,7 @@ print(json.dumps({"mine": d.read_host(), "theirs": d.read_host_pyroute2(),
 )
 def test_the_standard_library_read_matches_pyroute2(ns, python):
     """read_host reads links, addresses and the default route with the standard library
-    (netlink_links, netlink_routes); pyroute2 (0.7.2 and the venv's 0.9) reads the same, with
+    (netlink.links, netlink.routes); pyroute2 (0.7.2 and the venv's 0.9) reads the same, with
     IPv6, a point-to-point address, a link that is down, and a multipath default route (the
     machine has no dummy module: the extra link is a veth pair)."""
     if not os.path.exists(python):

@@ -452,10 +452,10 @@ def test_foreign_route_at_plan_destination_fails_in_check_and_before_any_change(
 READ_DRIVER = r"""
 import json, sys
 sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import backend as ns
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import routes as nsr
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
 dumps, light = [], []
 real = nsr.dump
@@ -464,7 +464,7 @@ def counted(ipr, family, table=0, proto=0, rtype=0):
     dumps.append([family, table, proto, len(msgs)])
     return msgs
 nsr.dump = counted
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as nl
 real_light = nl.dump_routes
 def counted_light(family, keys, table=0, proto=0, rtype=0):
     msgs = real_light(family, keys, table=table, proto=proto, rtype=rtype)
@@ -535,7 +535,7 @@ def test_kernel_filters_route_reads(netns, python):
     if not first["strict"]:
         pytest.skip("no netlink strict checking here (kernel < 4.20)")
     # ours: two dumps of protocol 107 (pyroute2), empty; then the unicast routes of the tables of
-    # the missing plan routes (netlink_routes): of the 2002 in main, only the one at a plan
+    # the missing plan routes (netlink.routes): of the 2002 in main, only the one at a plan
     # destination comes back (1107 does not exist yet: empty)
     assert first["same_as_pyroute2"] and not first["pyroute2_imported"]
     assert first["dumps"] == [[2, 0, 107, 0], [10, 0, 107, 0]] and first["routes"] == []
@@ -592,10 +592,10 @@ def test_ssh_guard_refuses_a_route_that_takes_over_the_ssh_path(netns, monkeypat
 COMPARE_DRIVER = r"""
 import json, socket, sys
 sys.path.insert(0, %(collections)r)
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netlink_links as nl
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate as ns
-from ansible_collections.kilo.mesh.plugins.module_utils.host import netstate_routes as nsr
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate_base import read_links
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink import links as nl
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import backend as ns
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import routes as nsr
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.base import read_links
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 watch = set(tuple(k) for k in json.load(sys.stdin))
 b = ns.NetStateBackend(host_settings({"interface": "kilo0"}))
@@ -627,7 +627,7 @@ print(json.dumps(out))
 
 
 def test_light_dump_finds_the_foreign_routes_pyroute2_finds():
-    """netlink_routes (the first converge's foreign scan) against pyroute2's strict per-table dump
+    """netlink.routes (the first converge's foreign scan) against pyroute2's strict per-table dump
     and its whole dump, on 100,000 foreign routes plus foreign ones at watched keys: main and
     tables 200 and 1107 (above 255: RTA_TABLE), both families, two metrics at one key, ours at one
     key, non-unicast and unwatched-table routes at watched prefixes (the last three kept out)."""

@@ -43,7 +43,7 @@ sys.path.insert(0, %r)
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
-from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import WireGuardBackend
 req = json.load(sys.stdin)
 op = req["op"]
 try:

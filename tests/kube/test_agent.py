@@ -10,12 +10,10 @@ password on some hosts, with ansible_become_password on the others): site.yml an
 install run as a fleet without root SSH runs them.
 """
 
-import json
 import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import pytest

@@ -155,10 +155,12 @@ def _agent(direct, proxy, logs):
         "Metrics", (), {"health": None, "errors": type("C", (), {"inc": lambda self: None})()}
     )()
     proxied = client.CoreV1Api(_api_through(direct, proxy))
-    agent.informers = [
-        Informer("nodes", proxied.list_node, agent.changed, logs.append, on_error=agent.api_error),
-        Peers(),
-    ]
+    agent.informers = {
+        "nodes": Informer(
+            "nodes", proxied.list_node, agent.changed, logs.append, on_error=agent.api_error
+        ),
+        "peers": Peers(),
+    }
 
     def reconcile(force=False):
         agent.write_back_checkin()
@@ -186,7 +188,7 @@ def _api_through(direct, proxy):
 
 
 def _marker(agent):
-    obj = agent.informers[0].snapshot().get(OTHER) or {}
+    obj = agent.informers["nodes"].snapshot().get(OTHER) or {}
     return (obj.get("metadata", {}).get("annotations") or {}).get("test.kilo.mesh/marker")
 
 
@@ -199,7 +201,7 @@ def _hang_and_change(direct, core, proxy, logs, echo_check=True):
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
     try:
-        watching = agent.informers[0]
+        watching = agent.informers["nodes"]
         deadline = time.monotonic() + 30
         while watching.proven_at is None:  # one check-in echoed: the watch works through the proxy
             assert time.monotonic() < deadline, "no check-in echoed through the proxy: %s" % logs

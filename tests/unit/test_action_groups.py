@@ -11,8 +11,9 @@ import yaml
 
 from ansible_collections.kilo.mesh.plugins.module_utils import options
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 BIN = os.path.dirname(sys.executable)
 KEY = "%s=" % ("A" * 43)
 

@@ -12,8 +12,9 @@ import re
 
 import pytest
 import yaml
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 README = os.path.join(ROOT, "README.md")
 DOCSITE = os.path.join(ROOT, "docs", "docsite")
 LABEL = "ansible_collections.kilo.mesh.docsite."

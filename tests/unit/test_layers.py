@@ -10,8 +10,9 @@ host layer or a module. A name with a leading underscore stays in its module.
 
 import ast
 import os
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 PLUGINS = os.path.join(ROOT, "plugins")
 PREFIX = "ansible_collections.kilo.mesh.plugins."
 MU = PREFIX + "module_utils."

@@ -7,8 +7,9 @@ import os
 import re
 
 import yaml
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 MODULES = sorted(glob.glob(os.path.join(ROOT, "plugins", "modules", "*.py")))
 
 

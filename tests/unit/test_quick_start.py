@@ -18,8 +18,9 @@ import sys
 
 import pytest
 import yaml
+from checkout import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 BIN = os.path.dirname(sys.executable)
 KUBERNETES_CORE = os.path.join(ROOT, ".collections", "ansible_collections", "kubernetes", "core")
 

@@ -10,8 +10,9 @@ import sys
 import tarfile
 
 import pytest
+from checkout import ROOT as REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 BIN = os.path.dirname(os.path.abspath(sys.executable))
 
 
@@ -179,3 +180,37 @@ def test_an_execution_environment_gets_the_collections_dependencies(tarball, tmp
     assert "ansible-galaxy collection install" in containerfile and "introspect" in containerfile, (
         containerfile
     )
+
+
+def test_sanity_ignores_cover_every_supported_ansible_core():
+    """ansible-test reads tests/sanity/ignore-X.Y.txt of the ansible-core it runs under: one file
+    per version from meta/runtime.yml's floor to the newest tested (requirements-core-2.21.txt),
+    all the same text (the collection's license, nothing version-specific)."""
+    import yaml
+
+    floor = yaml.safe_load(open(os.path.join(REPO, "meta", "runtime.yml")))["requires_ansible"]
+    low = int(re.search(r">=\s*2\.(\d+)", floor).group(1))
+    tested = [
+        int(m.group(1))
+        for f in os.listdir(REPO)
+        for m in [re.match(r"requirements-core-2\.(\d+)\.txt$", f)]
+        if m
+    ]
+    high = max(
+        tested
+        + [
+            int(
+                re.search(
+                    r"ansible-core==2\.(\d+)", open(os.path.join(REPO, "requirements.txt")).read()
+                ).group(1)
+            )
+        ]
+    )
+    sanity = os.path.join(REPO, "tests", "sanity")
+    texts = dict(
+        (minor, open(os.path.join(sanity, "ignore-2.%d.txt" % minor)).read())
+        for minor in range(low, high + 1)
+    )
+    assert len(set(texts.values())) == 1, "the ignore files differ"
+    extra = set(os.listdir(sanity)) - set("ignore-2.%d.txt" % m for m in texts)
+    assert not extra, extra

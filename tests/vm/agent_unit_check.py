@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 

@@ -45,7 +45,7 @@ PORT = 51820
 CHILD = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard
+from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import backend as wireguard
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan

@@ -33,7 +33,7 @@ def run(*args, **kw):
 
 # --- what the host holds, read back (prefix: ("ip", "netns", "exec", NS) to read a namespace) ---
 
-TUNNEL_LABEL = "tunl0:kilo"  # the label our tunnel address carries (netstate_tunnel)
+TUNNEL_LABEL = "tunl0:kilo"  # the label our tunnel address carries (netstate.tunnel)
 
 
 def _out(prefix, *args):

@@ -104,25 +104,25 @@ class Agent(object):
         self.wakeup = threading.Event()
         self.stop_event = threading.Event()
         core, custom = k8s.CoreV1Api(client), k8s.CustomObjectsApi(client)
-        self.informers = [
-            Informer(
-                "nodes",
-                core.list_node,
-                self.changed,
-                log,
-                on_error=self.api_error,
-                relevant=self.node_changed,
+        # by kind, so no reader depends on an order (the IPAM source's kind joins them below)
+        self.informers = {}
+        self.informers["nodes"] = Informer(
+            "nodes",
+            core.list_node,
+            self.changed,
+            log,
+            on_error=self.api_error,
+            relevant=self.node_changed,
+        )
+        self.informers["peers"] = Informer(
+            "peers",
+            functools.partial(
+                custom.list_cluster_custom_object, "kilo.squat.ai", "v1alpha1", "peers"
             ),
-            Informer(
-                "peers",
-                functools.partial(
-                    custom.list_cluster_custom_object, "kilo.squat.ai", "v1alpha1", "peers"
-                ),
-                self.changed,
-                log,
-                on_error=self.api_error,
-            ),
-        ]
+            self.changed,
+            log,
+            on_error=self.api_error,
+        )
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 
         # beyond Kilo: the objects of the mesh's IPAM source, watched as Nodes are, so a
@@ -137,7 +137,7 @@ class Agent(object):
                 log,
                 on_error=self.api_error,
             )
-            self.informers.append(self.ipam[source])
+            self.informers[source] = self.ipam[source]
         self.applied = None  # digest of the plan last converged
         self.next_checkin = 0.0  # when last-seen is written again (Kilo's agent: every 30 s)
         self.skipped = {}
@@ -253,7 +253,7 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
 
         self.restore()
-        for informer in self.informers:
+        for informer in self.informers.values():
             informer.start()
         if self.prober:
             thread = threading.Thread(target=self.probe_loop, name="probe")
@@ -277,7 +277,7 @@ class Agent(object):
         period = float(self.config["resync_period"])
         deadline = self.clock() + period
         # the first lists, in short waits so that a stop request is seen at once
-        while not self.stop_event.is_set() and not wait_synced(self.informers, 0.5):
+        while not self.stop_event.is_set() and not wait_synced(self.informers.values(), 0.5):
             if deadline and self.clock() > deadline:
                 log(
                     "the API server did not answer within %ds; keeping the host as it is until it does"
@@ -294,7 +294,7 @@ class Agent(object):
             settles = self.settle.due(now) if self.prober else None
             timed = (self.next_expiry, self.retry_at, settles, self.next_change)
             deadlines = [next_resync, self.next_checkin] + [t for t in timed if t]
-            echo = self.informers[0].echo_due()
+            echo = self.informers["nodes"].echo_due()
             if echo is not None:
                 deadlines.append(echo + ECHO_TIMEOUT)
             timeout = max(floor, min(deadlines) - now)
@@ -308,25 +308,25 @@ class Agent(object):
             resync = now >= next_resync
             if resync:
                 next_resync = now + period
-            if not all(i.synced.is_set() for i in self.informers):
+            if not all(i.synced.is_set() for i in self.informers.values()):
                 continue
             self.check_echo(now)
-            if not self.informers[0].connected:
+            if not self.informers["nodes"].connected:
                 # The API server is away: keep the host as the last reconcile left it (no node
                 # can be judged, and nothing new can be learned) until the watch is back.
                 self.metrics.health = (
                     False,
-                    "API server unreachable: %s" % self.informers[0].error,
+                    "API server unreachable: %s" % self.informers["nodes"].error,
                 )
                 floor = RETRY
                 continue
             floor = 0.0 if self.reconcile(force=resync) else RETRY
-        for informer in self.informers:
+        for informer in self.informers.values():
             informer.stop()
 
     def check_echo(self, now):
         """Reopen the watch of Nodes when our last check-in has not come back on it in time."""
-        watching = self.informers[0]
+        watching = self.informers["nodes"]
         sent = watching.echo_due()
         if sent is not None and now - sent > ECHO_TIMEOUT:
             watching.reopen(
@@ -345,7 +345,7 @@ class Agent(object):
         now = self.clock()
         self.retry_at = None
         try:
-            node_objects = self.informers[0].snapshot()
+            node_objects = self.informers["nodes"].snapshot()
             # other nodes' announced keys, applied a step after their switch (agent/rotation.py);
             # our own rotation waits while another is under way
             node_objects, switch_at = rotation.pending(node_objects, self.name, now)
@@ -356,9 +356,9 @@ class Agent(object):
                 self.check_in(
                     {rotation.NEXT_KEY: rotation.announcement(facts["public_key"], switch_at)}
                 )
-            peer_objects = self.informers[1].snapshot()
+            peer_objects = self.informers["peers"].snapshot()
             options = self.config["options"]
-            watching = self.informers[0]
+            watching = self.informers["nodes"]
             # a source whose type the API server does not serve (404) was not read: its nodes are left
             # out with that reason (source_pod_cidrs), never routed without their ranges
             ipam, ipam_errors = {}, {}
@@ -540,7 +540,7 @@ class Agent(object):
         handshakes, learned endpoints), re-arm quiet probes; a change wakes the reconcile."""
         from ansible_collections.kilo.mesh.plugins.module_utils.agent import direct
         from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+        from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
             WireGuardBackend,
         )
 
@@ -678,7 +678,7 @@ class Agent(object):
         from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 
         own = [n for n in nodes if n["name"] == self.name][0]
-        node = self.informers[0].snapshot().get(self.name) or {}
+        node = self.informers["nodes"].snapshot().get(self.name) or {}
         have = node.get("metadata", {}).get("annotations") or {}
         wanted = kube_node.node_annotations(
             own, plan, self.config["options"]["granularity"], int(now), have
@@ -733,7 +733,7 @@ class Agent(object):
         )
         version = ((after or {}).get("metadata") or {}).get("resourceVersion")
         if version:
-            self.informers[0].expect_echo(self.name, version, sent)
+            self.informers["nodes"].expect_echo(self.name, version, sent)
 
 
 def main(argv=None):
@@ -764,12 +764,12 @@ def main(argv=None):
     if args.once:
         from ansible_collections.kilo.mesh.plugins.module_utils.agent.informer import wait_synced
 
-        for informer in agent.informers:
+        for informer in agent.informers.values():
             informer.start()
-        ok = wait_synced(agent.informers, float(config["resync_period"])) and agent.reconcile(
-            force=True
-        )
-        for informer in agent.informers:
+        ok = wait_synced(
+            agent.informers.values(), float(config["resync_period"])
+        ) and agent.reconcile(force=True)
+        for informer in agent.informers.values():
             informer.stop()
         return 0 if ok else 1
     if config.get("listen"):

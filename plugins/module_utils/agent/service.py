@@ -214,7 +214,7 @@ def writable_paths(config):
             paths.append(os.path.dirname(os.path.abspath(path)))
     paths.append(STORE_DIR)  # the stored plan the boot restore reads (host/boot.py)
     paths.extend(WRITABLE)
-    # the userspace daemon's unit (wireguard_daemon); never a RuntimeDirectory= of ours
+    # the userspace daemon's unit (wireguard.daemon); never a RuntimeDirectory= of ours
     paths.append(RUNTIME_UNIT_DIR)
     out = []
     for path in paths:

@@ -15,7 +15,7 @@ reach each other at their endpoints, as in Kilo: the mark says no *other locatio
 ``plan(topology)`` is called by ``Topology.__init__`` right after the segments are formed. It
 returns None unless a segment is unreachable, and then nothing else here runs: no mark exists in
 Kilo and an endpoint-less segment was refused before, so every mesh Kilo builds stays Kilo's
-(``tests/unit/test_topology_kilo_digest.py``). Otherwise it returns a ``Relays`` that the
+(``tests/unit/plugins/module_utils/engine/test_topology_kilo_digest.py``). Otherwise it returns a ``Relays`` that the
 topology asks while rendering:
 
 * leaders: healthy members first (Kilo's order with health: unhealthy ones only when no healthy
@@ -41,7 +41,13 @@ topology asks while rendering:
   entry sends there). Its own location's leaders take its configured endpoint (an endpoint-less
   leader keeps alive from its internal IP when the viewer's endpoint is on its network);
 * every eligible relay's firewall has ``relay_accept`` (used or not: failover never needs to
-  converge a relay); its peers and routes are Kilo's.
+  converge a relay); its peers and routes are Kilo's;
+* an outside peer without endpoint (a laptop) and an unreachable segment cannot send to each other
+  first: the peer's own sections (``Topology.peer_config``: showconf, kilo.mesh.connect) carry the
+  segment's allowed IPs on the section of their relay (``peer_relay``: the hash of ``peer:NAME``
+  and the segment's key), and the segment's leader carries the peer's on its entry for that relay
+  (its entry for the peer goes); the relay reaches both (the peer learned by roaming). The result's
+  ``peer_paths`` lists them.
 
 Refused (TopologyError naming the marked node, else the endpoint-less leader, and the field;
 the message names the segments): a mesh with no reachable segment at all, and a pair of
@@ -184,20 +190,40 @@ class Relays(object):
         pair = pair_key(a.key, b.key)
         found = self._relay_of.get(pair)
         if found is None:
-            usable = [r for r in self.eligible if r.group != a.group and r.group != b.group]
-            usable = [r for r in usable if r.leader.healthy and not r.leader.relay_down] or usable
-            if self.now is not None:
-                usable = [
-                    r for r in usable if not self._later(r.leader.relay_since + SETTLE)
-                ] or usable
-                down = set(
-                    name
-                    for seg in (a, b)
-                    for name, until in self._published(seg, "down").items()
-                    if self._later(until)
-                )
-                usable = [r for r in usable if r.key not in down] or usable
+            usable = self._usable((a, b))
             found = self._relay_of[pair] = rendezvous(a.key, b.key, usable)
+        return found
+
+    def _usable(self, ends):
+        """The eligible relays of a third group to the segments ``ends`` (see ``relay``)."""
+        usable = [r for r in self.eligible if all(r.group != end.group for end in ends)]
+        usable = [r for r in usable if r.leader.healthy and not r.leader.relay_down] or usable
+        if self.now is not None:
+            usable = [r for r in usable if not self._later(r.leader.relay_since + SETTLE)] or usable
+            down = set(
+                name
+                for seg in ends
+                for name, until in self._published(seg, "down").items()
+                if self._later(until)
+            )
+            usable = [r for r in usable if r.key not in down] or usable
+        return usable
+
+    def peer_relay(self, peer, seg):
+        """The relay segment between outside peer ``peer`` and unreachable segment ``seg`` when the
+        peer has no endpoint (a laptop): neither can send to the other first, so both reach each
+        other through a relay, which the peer reaches at its endpoint and which learns the peer's
+        by roaming. The rendezvous hash of (``peer:NAME``, the segment's key), as a pair of
+        segments'; None when the peer has an endpoint, ``seg`` is reachable or led by Kilo's own
+        agent (``kg``: it knows nothing of relays), or no relay of another group than ``seg`` is
+        eligible: then Kilo's entries stay."""
+        if peer.endpoint is not None or seg.key not in self.unreachable or seg.leader.kg:
+            return None
+        key = ("peer:" + peer.name, seg.key)
+        found = self._relay_of.get(key)
+        if found is None:
+            usable = self._usable((seg,))
+            found = self._relay_of[key] = rendezvous(key[0], key[1], usable) if usable else None
         return found
 
     def _published(self, seg, what):
@@ -292,6 +318,7 @@ class Relays(object):
         own = node.segment
         if own.key not in self.unreachable:
             return entries
+        entries = self._peers_through_relays(own, entries)
         by_key = self.topology.segment_by_key
         moves, through = {}, {}  # relay key -> [relayed segments]; segment key -> its relay
         for entry in entries:
@@ -333,6 +360,71 @@ class Relays(object):
             out.append(entry)
         return out
 
+    def _peers_through_relays(self, own, entries):
+        """An unreachable leader's entries with each endpoint-less outside peer's (``peer_relay``)
+        gone and its allowed IPs on the entry of its relay, whose ``relayed`` names the peer."""
+        peers = dict((peer.name, peer) for peer in self.topology.peers)
+        carried = {}  # relay segment key -> [peers]
+        for entry in entries:
+            peer = peers.get(entry["name"])
+            if peer is not None and peer.key == entry["public_key"]:
+                relay = self.peer_relay(peer, own)
+                if relay is not None:
+                    carried.setdefault(relay.key, []).append(peer)
+        if not carried:
+            return entries
+        gone = set(peer.name for moved in carried.values() for peer in moved)
+        by_key = self.topology.segment_by_key
+        out = []
+        for entry in entries:
+            if entry["name"] in gone and entry["name"] not in by_key:
+                continue
+            moved = carried.get(entry["name"])
+            seg = by_key.get(entry["name"])
+            if moved and seg is not None and seg.leader.key == entry["public_key"]:
+                entry = dict(
+                    entry,
+                    allowed_ips=list(entry["allowed_ips"])
+                    + [ip for peer in moved for ip in peer.allowed_strs],
+                    relayed=list(entry.get("relayed") or ()) + [peer.name for peer in moved],
+                )
+            out.append(entry)
+        return out
+
+    def peer_entries(self, peer, entries):
+        """Outside peer ``peer``'s own [Peer] sections (``Topology.peer_config``) with the relayed
+        moves: without an endpoint, an unreachable segment's section goes and its allowed IPs join
+        the section of that pair's relay (``peer_relay``), whose ``relayed`` names the segment."""
+        if peer.endpoint is not None:
+            return entries
+        by_key = self.topology.segment_by_key
+        carried, gone = {}, set()
+        for entry in entries:
+            seg = by_key.get(entry["name"])
+            if seg is not None and seg.leader.key == entry["public_key"]:
+                relay = self.peer_relay(peer, seg)
+                if relay is not None:
+                    carried.setdefault(relay.key, []).append(seg)
+                    gone.add(seg.key)
+        if not carried:
+            return entries
+        out = []
+        for entry in entries:
+            seg = by_key.get(entry["name"])
+            if seg is None or seg.leader.key != entry["public_key"]:
+                out.append(entry)
+                continue
+            if seg.key in gone:
+                continue
+            moved = carried.get(seg.key)
+            if moved:
+                allowed = list(entry["allowed_ips"])
+                for other in moved:
+                    allowed.extend(other.wg_allowed)
+                entry = dict(entry, allowed_ips=allowed, relayed=[other.key for other in moved])
+            out.append(entry)
+        return out
+
     def firewall(self, node, firewall):
         """A relay leader's firewall accepts what it forwards between its peers."""
         if node.segment.leader is node and node.segment.key in self.eligible_keys:
@@ -368,6 +460,17 @@ class Relays(object):
                     )
                 else:
                     out.append({"a": a.key, "b": b.key, "path": DIRECT, "via": None})
+        return out
+
+    def peer_paths(self):
+        """[{segment, peer, via}]: each unreachable segment and endpoint-less outside peer that
+        reach each other through a relay (``peer_relay``)."""
+        out = []
+        for peer in self.topology.peers:
+            for seg in self.topology.segments:
+                relay = self.peer_relay(peer, seg)
+                if relay is not None:
+                    out.append({"segment": seg.key, "peer": peer.name, "via": relay.key})
         return out
 
     def next_change(self):

@@ -584,7 +584,7 @@ class Topology(object):
                         "persistent_keepalive": me.keepalive,
                     }
                 )
-        return out
+        return out if self.relays is None else self.relays.peer_entries(me, out)
 
 
 def _host_net(ip):
@@ -629,6 +629,9 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
         ):  # beyond Kilo: a relayed mesh says which pairs go through whom
             topology.relays.segments_out(result["segments"])
             result["paths"] = topology.relays.paths()
+            peer_paths = topology.relays.peer_paths()
+            if peer_paths:
+                result["peer_paths"] = peer_paths
             result["next_change"] = topology.relays.next_change()
         return result
     finally:

@@ -182,7 +182,7 @@ def read_store(path, psk_path=None):
 
 
 def after_restart_command(app, path=PLAN_PATH, python=PYTHON):
-    """The userspace daemon unit's ExecStartPost (``wireguard_daemon``): after systemd restarted a
+    """The userspace daemon unit's ExecStartPost (``wireguard.daemon``): after systemd restarted a
     daemon that died, its interface is empty; this fills it from the stored plan.
 
     A shell checks that the app is there: the first converge starts the daemon (the WireGuard
@@ -228,7 +228,7 @@ def restore(path=PLAN_PATH, check_mode=False, backends=None, locked=False):
 
 def _wait_for_socket(path, timeout=15.0):
     """After a restart, until the daemon's UAPI socket of the stored plan's interface answers."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard_uapi import (
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.uapi import (
         socket_path,
         wait_for_socket,
     )

@@ -73,8 +73,12 @@ def backends_for(settings, preshared_keys=None, app=None, takeover=False):
     the boot restore keeps the host's own settings, so no later restore takes anything over."""
     # Imported here so that a host missing one backend's dependency still gets a clear
     # message from the backend that needs it.
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate import NetStateBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
+        WireGuardBackend,
+    )
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.netstate.backend import (
+        NetStateBackend,
+    )
     from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import FirewallBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import CNIBackend
     from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import BootBackend
@@ -103,7 +107,7 @@ def host_settings(given):
 MAX_SWITCH_WAIT = 30
 
 
-# Held by every converge that changes the host; in RUN_DIR (wireguard_daemon), a tmpfs: a lock
+# Held by every converge that changes the host; in RUN_DIR (wireguard.daemon), a tmpfs: a lock
 # never outlives a boot.
 LOCK_NAME = "converge.lock"
 # shorter than the task timeout (kilo_task_timeout, 300 s): a run kept waiting fails with Busy's
@@ -118,7 +122,9 @@ class Busy(KiloError):
 @contextlib.contextmanager
 def converge_lock(timeout=LOCK_TIMEOUT):
     """Wait for (at most ``timeout`` s; 0: not at all) and hold the host's converge lock; Busy otherwise."""
-    from ansible_collections.kilo.mesh.plugins.module_utils.host import wireguard_daemon
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
+        daemon as wireguard_daemon,
+    )
 
     if not os.path.isdir(wireguard_daemon.RUN_DIR):
         os.makedirs(wireguard_daemon.RUN_DIR, 0o700)

@@ -28,7 +28,7 @@ import socket
 
 from ansible_collections.kilo.mesh.plugins.module_utils.host.cni import BRIDGE
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
-from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink_links import open_reader
+from ansible_collections.kilo.mesh.plugins.module_utils.host.netlink.links import open_reader
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
     CILIUM_TUNNEL,
     MAIN_TABLE,

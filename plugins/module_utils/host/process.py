@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """A background process of ours, found again by its PID file and its command line.
 
-What starts one (the userspace WireGuard daemon, ``wireguard_daemon.Daemon``; the agent's
+What starts one (the userspace WireGuard daemon, ``wireguard.daemon.Daemon``; the agent's
 supervisor, ``agent/service.Supervisor``) records its PID in ``RUN_DIR/NAME.pid`` (first line; a
 note may follow) and sends its output to ``NAME.log`` beside it. Only a process that still runs
 what was started (``matches``, a test of its command line) counts as ours, so a recycled PID is

@@ -42,7 +42,9 @@ def wireguard_reading(interface, current=None):
     ``current`` is the WireGuard backend's reading (read here when None); handshake ages are
     seconds since each peer's latest handshake, None for never. Raises what the reading raises."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import host_settings
-    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import WireGuardBackend
+    from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.backend import (
+        WireGuardBackend,
+    )
 
     backend = WireGuardBackend(host_settings({"interface": interface}))
     if current is None:
@@ -57,6 +59,18 @@ def wireguard_reading(interface, current=None):
         for peer in current.get("peers", [])
     )
     return current, discovered, handshakes
+
+
+def probe_peers(current):
+    """Public keys of the peers of our WireGuard interface that carry no allowed IPs (``current``:
+    the WireGuard reading): beyond Kilo, a relayed pair's direct probe (``engine/relays.py``). The
+    controller of a push run with ``direct_paths: always`` tells from it whether a pair this run
+    leaves out at one end is probing or direct there."""
+    return sorted(
+        peer["public_key"]
+        for peer in (current or {}).get("peers", [])
+        if not peer.get("allowed_ips")
+    )
 
 
 def switching_from(current, public_key):
