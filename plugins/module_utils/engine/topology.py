@@ -592,12 +592,13 @@ def _host_net(ip):
 
 
 def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
-    """Validate, compute the mesh once, render the plans of ``only`` (default: every node);
-    ``check(topology)``, when given, is called on the mesh before any plan is rendered (a caller's
-    own checks of the same computation: kilo.mesh.topology's conflicts between parties). ``now``
-    (seconds): the time the nodes' timed inputs count at (``engine/relays.py``); None: none do.
+    """Validate, compute the mesh once; the plans of ``only`` (default: every node), each rendered
+    when asked (``Plans``); ``check(topology)``, when given, is called on the mesh first (a
+    caller's own checks of the same computation: kilo.mesh.topology's conflicts between parties).
+    ``now`` (seconds): the time the nodes' timed inputs count at (``engine/relays.py``); None:
+    none do.
 
-    Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
+    Returns {"plans": Plans {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
     # The parsed mesh and its plans are millions of small containers for big meshes; the cyclic
