@@ -152,11 +152,8 @@ def everything(nodes, peers, options, now=None):
     """All the engine gives of one input (JSON-able); ``now``: the time of the timed inputs (relays)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology as engine
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
 
-    try:
-        from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
-    except ImportError:  # a commit before showconf moved to the controller's layer
-        from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf
     try:
         from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot
     except ImportError:  # a commit before engine/topology_graph.py became engine/graph.py
