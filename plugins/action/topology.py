@@ -60,6 +60,15 @@ ROTATING_GAP = 0.15
 REGISTRY_POLL = 1.0
 
 
+def this_batch(task_vars):
+    """The hosts of this play's batch (``serial``; all of the play without one)."""
+    return (
+        task_vars.get("ansible_play_batch")
+        or task_vars.get("ansible_play_hosts")
+        or [task_vars["inventory_hostname"]]
+    )
+
+
 class ActionModule(KiloAction):
     _requires_connection = False
     SCOPES = ("mesh", "plans", "slicing", "inputs")
@@ -84,12 +93,9 @@ class ActionModule(KiloAction):
             earlier=self.earlier_reading(task_vars, args["group"]),
             stand_ins=args["stand_ins"],
         )
-        if args["leader_health"]:
-            self.mark_down(args, task_vars, mesh.nodes)
-        relays_down = self.mark_relays_down(args, task_vars, mesh.nodes)
-        direct = self.mark_direct_paths(args, task_vars, mesh)
+        relays_down, direct = self.mark(args, task_vars, mesh)
         if args["save_plans"]:
-            return self.save_plans(task_vars, mesh, relays_down, direct)
+            return self.save_plans(task_vars, args, mesh, relays_down, direct)
         computed = mesh.computed(now=direct["now"] if direct else None)
         sections = (
             peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options)
@@ -121,6 +127,16 @@ class ActionModule(KiloAction):
         for plan in computed["plans"].values():
             split_preshared_keys(plan)
         return result
+
+    def mark(self, args, task_vars, mesh):
+        """The one place this run's marks go on ``mesh.nodes`` (``healthy``, ``relay_down``,
+        ``path_state``); called again after ``registry_wait`` read the nodes anew. Returns
+        (names of the relays marked down, ``mark_direct_paths``' answer)."""
+        if args["leader_health"]:
+            self.mark_down(args, task_vars, mesh.nodes)
+        relays_down = self.mark_relays_down(args, task_vars, mesh.nodes)
+        direct = self.mark_direct_paths(args, task_vars, mesh)
+        return relays_down, direct
 
     def mark_down(self, args, task_vars, nodes):
         """kilo_leader_health: hosts of the play that failed or went unreachable before this
@@ -177,8 +193,10 @@ class ActionModule(KiloAction):
             return None  # the computation itself says why, as without this option
         if "paths" not in base:
             return None
+        # this batch's reports only (serial): a host of an earlier batch keeps its key step's
+        # result in hostvars, but converges no more in this one; it is out of the run here
         reports = {}
-        for host in task_vars.get("ansible_play_hosts") or []:
+        for host in this_batch(task_vars):
             found, result = self.variable(task_vars, host, args["facts_var"])
             if found and isinstance(result, dict) and "handshakes" in result:
                 reports[host] = result
@@ -251,15 +269,11 @@ class ActionModule(KiloAction):
                     )
         return out
 
-    def save_plans(self, task_vars, mesh, relays_down=(), direct=None):
+    def save_plans(self, task_vars, args, mesh, relays_down=(), direct=None):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
-        batch = (
-            task_vars.get("ansible_play_batch")
-            or task_vars.get("ansible_play_hosts")
-            or [task_vars["inventory_hostname"]]
-        )
+        batch = this_batch(task_vars)
         play = [h for h in batch if h in names]
         waited = (
             self.wait_for_hosts(mesh)
@@ -267,6 +281,8 @@ class ActionModule(KiloAction):
             else None
         )
         if waited is not None:
+            # the nodes were read anew: their marks with them
+            relays_down, direct = self.mark(args, task_vars, mesh)
             names = set(n["name"] for n in mesh.nodes)
             play = [h for h in batch if h in names]
         now = direct["now"] if direct else None
