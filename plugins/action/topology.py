@@ -69,6 +69,24 @@ def this_batch(task_vars):
     )
 
 
+def peer_relay_warnings(mesh, computed):
+    """Warnings for the endpoint-less outside peers whose relay to a segment behind NAT
+    (``peer_paths``) this run marks down (``relay_down``, or unhealthy): the peer was given that
+    relay (kilo.mesh.connect) and both ends keep it; their traffic waits for it to come back."""
+    marked = set(n["name"] for n in mesh.nodes if n.get("relay_down") or n.get("healthy") is False)
+    down = set(seg["key"] for seg in computed["segments"] if seg["leader"] in marked)
+    out = []
+    for path in computed.get("peer_paths") or ():
+        if path["via"] in down:
+            out.append(
+                "relay %s of outside peer %s (to %s) is marked down in this run: both keep it,"
+                " as the peer's configuration names it; the peer reaches %s again when the relay"
+                " returns, or after its configuration is made again (connect.yml) without it"
+                " (option relays)" % (path["via"], path["peer"], path["segment"], path["segment"])
+            )
+    return out
+
+
 class ActionModule(KiloAction):
     _requires_connection = False
     SCOPES = ("mesh", "plans", "slicing", "inputs")
@@ -114,8 +132,9 @@ class ActionModule(KiloAction):
             result["paths"] = computed["paths"]
         if "peer_paths" in computed:
             result["peer_paths"] = computed["peer_paths"]
-        if direct and direct["warnings"]:
-            result["warnings"] = list(direct["warnings"])
+        warnings = (direct["warnings"] if direct else []) + peer_relay_warnings(mesh, computed)
+        if warnings:
+            result["warnings"] = warnings
         if sections is not None:
             # Like `kgctl showconf peer NAME` (kilo.mesh.showconf): what the peer needs, keys masked.
             sections = public_entries(sections)
@@ -184,9 +203,17 @@ class ActionModule(KiloAction):
         """Beyond Kilo, ``direct_paths: always`` (push): the leaders of NAT'd segments get the path
         states their key step's report in this run gives (``inputs.direct_path_states``), so the
         engine, at this time, probes their pairs and moves those whose two ends handshook to a
-        direct path. Returns {now, live, warnings}, or None (another choice, no NAT'd pair)."""
-        if args.get("direct_paths") != "always":
-            return None
+        direct path. Returns {now, live, warnings}, or None (no NAT'd pair).
+
+        ``agent`` and ``never`` compute every pair relayed (no time, no path state), as before; when
+        a NAT'd leader of the run still runs a direct entry (``always`` before), it returns {now:
+        None, live, warnings: []} so that those leaders move back to the relay at one instant
+        (``direct_switch``), as ``always`` moves them."""
+        always = args.get("direct_paths") == "always"
+        if not always and not any(
+            node.get("behind_nat") or not node.get("endpoint") for node in mesh.nodes
+        ):
+            return None  # nobody behind NAT: nothing was ever direct (no extra computation)
         try:
             base = build_plans(mesh.nodes, mesh.peers, mesh.options, only=[])
         except KiloError:
@@ -208,6 +235,9 @@ class ActionModule(KiloAction):
             now,
             args["leader_handshake_timeout"] or MIN_HANDSHAKE_BOUND,
         )
+        if not always:
+            running = any(path == "direct" for paths in live.values() for path in paths.values())
+            return dict(now=None, live=live, warnings=[]) if running else None
         for node in mesh.nodes:
             if node["name"] in states:
                 node["path_state"] = states[node["name"]]
@@ -315,6 +345,9 @@ class ActionModule(KiloAction):
             result["paths"] = computed["paths"]
         if "peer_paths" in computed:
             result["peer_paths"] = computed["peer_paths"]
+            warnings = peer_relay_warnings(mesh, computed)
+            if warnings:
+                result["warnings"] = result.get("warnings", []) + warnings
         if direct:
             switch = self.direct_switch(play, direct, computed)
             if switch:

@@ -113,3 +113,61 @@ def test_marks_survive_registry_wait(tmp_path):
     assert result["relays_down"] == [failed]
     assert uv_path(result)["via"] not in (None, chosen)
     assert uv_path(result)["path"] == "probing"
+
+
+def test_a_laptops_relay_marked_down_keeps_it_with_a_warning(tmp_path):
+    """The relay of an endpoint-less peer fails in this run: u keeps the laptop on it (as the
+    laptop's configuration does) and the run says so."""
+    u, v = probing_reports()
+    hostvars = hostvars_of(u, v)
+    laptop = {"name": "laptop", "public_key": key(900), "allowed_ips": ["10.5.0.1/32"]}
+    for h in hostvars.values():
+        h["kilo_peers"] = [laptop]
+    first = save_plans(hostvars, tmp_path / "a", ["r", "s", "u", "v"])
+    via = [p["via"] for p in first["peer_paths"] if p["segment"] == "location:u"][0]
+    failed = via.split(":")[1]
+    action = make_action(topology, {"save_plans": True})
+    task_vars = task_vars_of(hostvars, "u", registry=str(tmp_path / "kilo-registry.json"))
+    alive = sorted(h for h in hostvars if h != failed)
+    task_vars.update(
+        ansible_play_hosts_all=sorted(hostvars), ansible_play_hosts=alive, ansible_play_batch=alive
+    )
+    result = action.run_kilo(action.options_of(task_vars), task_vars)
+    assert result["relays_down"] == [failed]
+    assert [p["via"] for p in result["peer_paths"] if p["segment"] == "location:u"] == [via]
+    assert any(
+        "relay %s of outside peer laptop (to location:u) is marked down" % via in w
+        for w in result["warnings"]
+    ), result.get("warnings")
+
+
+def test_leaving_always_moves_live_direct_pairs_back_at_one_instant(tmp_path, monkeypatch):
+    """always -> agent (or never): u and v run a direct path; the run relays the pair and both ends
+    move back at one instant (direct_switch), not one converge after the other."""
+    from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals
+
+    monkeypatch.setattr(ansible_internals, "forks", lambda: 5)
+    u = result_of(3, "10.22.0.1/24", {key(1): 3, key(2): 4, key(4): 10})
+    v = result_of(4, "10.23.0.1/24", {key(1): 3, key(2): 4, key(3): 10})
+    for choice in ("agent", "never"):
+        hostvars = hostvars_of(dict(u), dict(v))
+        action = make_action(topology, {"save_plans": True})
+        task_vars = task_vars_of(hostvars, "u", registry=str(tmp_path / "kilo-registry.json"))
+        for h in hostvars.values():
+            h["kilo_direct_paths"] = choice
+        task_vars.update(kilo_direct_paths=choice, ansible_play_batch=sorted(hostvars))
+        result = action.run_kilo(action.options_of(task_vars), task_vars)
+        assert uv_path(result)["path"] == "relayed"
+        assert result["direct_switch"]["hosts"] == ["u", "v"]
+        assert result["direct_switch"]["scheduled"] and result["direct_switch"]["at"]
+        # relayed at both ends already: nothing to move
+        hostvars = hostvars_of(
+            result_of(3, "10.22.0.1/24", {key(1): 3, key(2): 4}),
+            result_of(4, "10.23.0.1/24", {key(1): 3, key(2): 4}),
+        )
+        for h in hostvars.values():
+            h["kilo_direct_paths"] = choice
+        task_vars = task_vars_of(hostvars, "u", registry=str(tmp_path / "kilo-registry.json"))
+        task_vars.update(kilo_direct_paths=choice, ansible_play_batch=sorted(hostvars))
+        action = make_action(topology, {"save_plans": True})
+        assert "direct_switch" not in action.run_kilo(action.options_of(task_vars), task_vars)
