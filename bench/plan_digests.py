@@ -147,7 +147,7 @@ def everything(nodes, peers, options, now=None):
     """All the engine gives of one input (JSON-able); ``now``: the time of the timed inputs (relays)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology as engine
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
-    from ansible_collections.kilo.mesh.plugins.module_utils.engine.showconf import showconf
+    from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 
     timed = {"now": now} if now is not None else {}

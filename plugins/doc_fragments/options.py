@@ -781,7 +781,7 @@ options:
       - 'C(peers.public_key) (key, required): WireGuard public key (base64).'
       - 'C(peers.endpoint) (endpoint): V(host:port) or V([IPv6]:port); null when the peer has none.'
       - 'C(peers.allowed_ips) (networks, required): CIDRs routed to this peer.'
-      - 'C(peers.persistent_keepalive) (int): Seconds; 0 is off.'
+      - 'C(peers.persistent_keepalive) (keepalive): Seconds; 0 is off.'
       - 'C(peers.roaming) (bool): Keep an endpoint WireGuard learned while handshakes are fresh (NAT).'
       - 'C(peers.relayed) (names): Beyond Kilo, a relay''s entry on a leader no other leader can reach: the segments
         whose traffic goes through this peer (their CIDRs are among its C(allowed_ips)); absent otherwise.'

@@ -189,35 +189,6 @@ def format_endpoint(ip, port):
     return "[%s]:%d" % (ip, port) if ip.version == 6 else "%s:%d" % (ip, port)
 
 
-# A TCP/UDP port; WireGuard's persistent keepalive (seconds, 0: none). The option table's bounds
-# (``options.OPTIONS``) take these, and every check of a port or a keepalive.
-PORT_RANGE = (1, 65535)
-KEEPALIVE_RANGE = (0, 65535)
-
-
-def split_endpoint(value, subject=None, field="endpoint"):
-    """``host:port`` or ``[IPv6]:port`` -> (host text, port); the host is not resolved."""
-    if not isinstance(value, str) or not value.strip():
-        raise KiloError("%r is not host:port" % (value,), subject, field)
-    text = value.strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise KiloError("%r is not [IPv6]:port" % (value,), subject, field)
-        port = rest[1:]
-    else:
-        host, sep, port = text.rpartition(":")
-        if not sep or not host or ":" in host:
-            raise KiloError(
-                "%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field
-            )
-    if not port.isdigit():
-        raise KiloError("%r: port %r is not a number" % (value, port), subject, field)
-    if not PORT_RANGE[0] <= int(port) <= PORT_RANGE[1]:
-        raise KiloError("port %d out of range %d-%d" % ((int(port),) + PORT_RANGE), subject, field)
-    return host, int(port)
-
-
 def parse_key(value, subject=None, field="public_key", required=True):
     """A base64 WireGuard key in canonical spelling (as Kilo prints keys), or None."""
     if value is None or value == "":

@@ -22,6 +22,7 @@ import it, and it must stay loadable on a host's Python 3.9.
 """
 
 from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
 __metaclass__ = type
 
@@ -32,16 +33,33 @@ import socket
 from collections import OrderedDict
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE,
     KiloError,
     format_endpoint,
     host_subject,
     parse_key,
-    split_endpoint,
     text_list,
     to_bool,
     to_int,
 )
+
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (  # noqa: F401 (theirs, found here too)
+    NODE_POD_SOURCE_VAR,
+    POD_SOURCES,
+    bounds,
+)
+
+# Type hints: the annotations are never evaluated (``annotations`` above), and typing is not
+# imported at run time (a host's call pays for every import); type checkers read this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+
+    Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+    Interface = Union[ipaddress.IPv4Interface, ipaddress.IPv6Interface]
+    IP = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+    # a row's check, parse, kube and write: (value, subject, field) -> value
+    Parser = Callable[[Any, Optional[str], Optional[str]], Any]
+
 
 ANNOTATION_PREFIX = "kilo.squat.ai/"
 # Annotations of our own on a Node (beyond Kilo): a node's pod ranges forced, and the source of its pod ranges.
@@ -50,12 +68,7 @@ POD_CIDRS_ANNOTATION = OWN_PREFIX + "pod-cidrs"
 POD_SOURCE_ANNOTATION = OWN_PREFIX + "pod-cidr-source"
 # a node no other location reaches at its endpoint (NAT): reached through a relay (engine/relays.py)
 BEHIND_NAT_ANNOTATION = OWN_PREFIX + "behind-nat"
-# Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
-# Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
-POD_SOURCES = ("node", "calico", "cilium")
 POD_SOURCE_VAR = "kilo_pod_cidr_source"  # the mesh's (option pod_cidr_source; every host agrees)
-# one node's own source: a host variable, or the inventory plugin's reading of the annotation
-NODE_POD_SOURCE_VAR = "kilo_node_pod_cidr_source"
 
 # RFC 1123 subdomain, as Kilo accepts for DNS endpoints (case-insensitive here).
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
@@ -122,27 +135,29 @@ def _typed_text(value, subject, field, kind, what):
     return parsed, str(parsed)
 
 
-def network_text(value, subject, field):
+def network_text(value: Any, subject: Optional[str], field: Optional[str]) -> tuple[Network, str]:
     """``parse_network`` and the network's text (its ``str()``; the input itself when spelled so)."""
     return _typed_text(value, subject, field, "network", "a CIDR")
 
 
-def parse_network(value, subject, field):
+def parse_network(value: Any, subject: Optional[str], field: Optional[str]) -> Network:
     """A CIDR (or bare address = single-address CIDR) -> network with host bits cleared."""
     return network_text(value, subject, field)[0]
 
 
-def interface_text(value, subject, field):
+def interface_text(
+    value: Any, subject: Optional[str], field: Optional[str]
+) -> tuple[Interface, str]:
     """``parse_interface`` and the interface's text (its ``str()``; the input itself when spelled so)."""
     return _typed_text(value, subject, field, "interface", "an address in CIDR form")
 
 
-def parse_interface(value, subject, field):
+def parse_interface(value: Any, subject: Optional[str], field: Optional[str]) -> Interface:
     """A host address with its prefix (e.g. 10.1.0.1/16); a bare address gets /32 or /128."""
     return interface_text(value, subject, field)[0]
 
 
-def parse_network_list(values, subject, field):
+def parse_network_list(values: Any, subject: Optional[str], field: Optional[str]) -> list[Network]:
     if values is None:
         return []
     if isinstance(values, str):
@@ -152,7 +167,35 @@ def parse_network_list(values, subject, field):
     return [parse_network(v, subject, field) for v in values]
 
 
-def parse_endpoint(value, subject, field, allow_dns=True):
+def split_endpoint(
+    value: Any, subject: Optional[str] = None, field: Optional[str] = "endpoint"
+) -> tuple[str, int]:
+    """``host:port`` or ``[IPv6]:port`` -> (host text, port); the host is not resolved."""
+    if not isinstance(value, str) or not value.strip():
+        raise KiloError("%r is not host:port" % (value,), subject, field)
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise KiloError("%r is not [IPv6]:port" % (value,), subject, field)
+        port = rest[1:]
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or ":" in host:
+            raise KiloError(
+                "%r is not host:port (write IPv6 as [addr]:port)" % (value,), subject, field
+            )
+    if not port.isdigit():
+        raise KiloError("%r: port %r is not a number" % (value, port), subject, field)
+    low, high = bounds("port")
+    if not low <= int(port) <= high:
+        raise KiloError("port %d out of range %d-%d" % (int(port), low, high), subject, field)
+    return host, int(port)
+
+
+def parse_endpoint(
+    value: Any, subject: Optional[str], field: Optional[str], allow_dns: bool = True
+) -> tuple[str, Optional[IP], int]:
     """ "host:port" -> (normalised string, ip object or None for DNS names, port)."""
     host, port = split_endpoint(value, subject, field)
     if value.strip().startswith("["):
@@ -184,7 +227,7 @@ def parse_endpoint(value, subject, field, allow_dns=True):
     return format_endpoint(ip, port), ip, port
 
 
-def parse_cidr(value, subject, field, host=False):
+def parse_cidr(value: Any, subject: Optional[str], field: Optional[str], host: bool = False) -> str:
     """Kilo's ``net.ParseCIDR`` (what it reads annotations with): an address *with* a prefix
     length, as text; the host part is kept when ``host``."""
     if not isinstance(value, str) or "/" not in value:
@@ -211,7 +254,9 @@ def _discovered(value, subject, field):
     return out
 
 
-def discovered_json(discovered, subject, field="discovered_endpoints"):
+def discovered_json(
+    discovered: Any, subject: Optional[str], field: Optional[str] = "discovered_endpoints"
+) -> str:
     """{public key: "ip:port"} -> Kilo's JSON (Go's encoding of map[string]*net.UDPAddr)."""
     data = {}
     for key, (_text, ip, port) in _discovered(discovered, subject, field).items():
@@ -231,8 +276,12 @@ def _leader_var(value, subject, field):
     return to_bool(value, subject, field, default=True)
 
 
-def _keepalive(value, subject, field):
-    return to_int(value, subject, field, *KEEPALIVE_RANGE)
+def parse_keepalive(
+    value: Any, subject: Optional[str] = None, field: Optional[str] = "persistent_keepalive"
+) -> int:
+    """WireGuard's persistent keepalive, seconds (0: none): the one parser of a keepalive (a node's
+    variable and annotation, a peer's, a Peer resource's), in the option table's bounds."""
+    return to_int(value, subject, field, *bounds("connect_persistent_keepalive"))
 
 
 def _endpoint_var(value, subject, field):
@@ -345,7 +394,7 @@ def _internal(value, subject, field):
     return Internal(interface.ip, text, interface)
 
 
-def parse_internal_ips(value, subject, field):
+def parse_internal_ips(value: Any, subject: Optional[str], field: Optional[str]) -> list[Internal]:
     """A node's internal IPs -> [Internal]: none ("", "-"), one (Kilo's), or a list of two of
     different families (a dual-stack mesh's node; whether the mesh has both is the engine's check)."""
     if value in (None, "", "-"):
@@ -361,7 +410,9 @@ def parse_internal_ips(value, subject, field):
     return ips
 
 
-def check_two_families(values, subject, field, why):
+def check_two_families(
+    values: Sequence[Any], subject: Optional[str], field: Optional[str], why: str
+) -> None:
     """Two values (addresses, networks) of a dual-stack mesh are one of each IP family: refuse two
     of one, saying ``why`` (a node's internal IPs, the mesh's subnets, a connecting machine's
     addresses)."""
@@ -372,7 +423,9 @@ def check_two_families(values, subject, field, why):
         )
 
 
-def parse_subnets(value, subject, field="subnet"):
+def parse_subnets(
+    value: Any, subject: Optional[str], field: Optional[str] = "subnet"
+) -> list[Network]:
     """The mesh's subnets (option ``subnet``) -> [network]: one CIDR (Kilo's), or a list of two of
     different IP families (a dual-stack mesh; the first is the primary, Kilo's one WireGuard IP);
     a list of one is that one CIDR."""
@@ -389,14 +442,14 @@ def parse_subnets(value, subject, field="subnet"):
     return nets
 
 
-def mesh_families(subnet):
+def mesh_families(subnet: Any) -> tuple[int, ...]:
     """The IP versions of a dual-stack mesh's two subnets (option ``subnet``), primary first; ()
     for a single-stack mesh (one CIDR, or a list of one). Raises TopologyError on a bad value."""
     nets = parse_subnets(subnet, "options", "subnet") if isinstance(subnet, (list, tuple)) else []
     return tuple(net.version for net in nets) if len(nets) == 2 else ()
 
 
-def read_families(subnet):
+def read_families(subnet: Any) -> tuple[int, ...]:
     """``mesh_families`` for a reader that only chooses how to read a node or a machine (both
     families or one): a bad subnet counts as single-stack, (), since the engine's own reading of
     the options names it (kilo.mesh.validate, before any host)."""
@@ -406,7 +459,7 @@ def read_families(subnet):
         return ()
 
 
-def first_of(value):
+def first_of(value: Any) -> Any:
     """The first of a value that is one item or a list of them (a dual-stack node's internal IPs,
     a plan's two addresses): Kilo's one, the primary family's; None for none."""
     if isinstance(value, (list, tuple)):
@@ -482,7 +535,7 @@ def _pod_cidrs_var(value, subject, field):
     return items
 
 
-def parse_pod_cidrs(value, subject, field):
+def parse_pod_cidrs(value: Any, subject: Optional[str], field: Optional[str]) -> list[Cidr]:
     """A node's pod ranges (one CIDR, a list, or text separated by commas) -> [Cidr], in the
     order given; empty when it has none."""
     if _absent(value):
@@ -494,7 +547,7 @@ def parse_pod_cidrs(value, subject, field):
     return [Cidr(*network_text(v, subject, field)) for v in value]
 
 
-def one_or_list(values):
+def one_or_list(values: Iterable[Any]) -> Any:
     """The output form of what Kilo has one of and a node or mesh may have several of (pod
     ranges; internal IPs, WireGuard addresses and subnets of a dual-stack mesh): None for none,
     the value itself for one (so single-stack output is Kilo's), the list for several."""
@@ -504,7 +557,7 @@ def one_or_list(values):
     return values[0] if len(values) == 1 else values
 
 
-def pod_cidr_value(cidrs):
+def pod_cidr_value(cidrs: Sequence[Cidr]) -> Union[str, list[str], None]:
     """The engine's and the variable's form of a node's pod ranges (``one_or_list``): the CIDR
     itself for one, as Kilo's single ``spec.podCIDR``."""
     return one_or_list(cidrs)
@@ -583,24 +636,24 @@ class NodeField(object):
 
     def __init__(
         self,
-        name,
-        var,
-        doc,
-        check=None,
-        parse=None,
-        source=None,
-        kube=None,
-        written=None,
-        write=None,
-        form=None,
-    ):
+        name: str,
+        var: Optional[str],
+        doc: str,
+        check: Optional[Parser] = None,
+        parse: Optional[Parser] = None,
+        source: Optional[str] = None,
+        kube: Optional[Parser] = None,
+        written: Optional[str] = None,
+        write: Optional[Parser] = None,
+        form: Optional[str] = None,
+    ) -> None:
         self.name, self.var, self.doc, self.form = name, var, doc, form
         self.check, self.parse = check, parse
         self.source, self.kube = source, kube
         self.written, self.write = written, write
 
     @property
-    def annotation(self):
+    def annotation(self) -> Optional[str]:
         """The Node annotation an operator sets, Kilo's or ours (None: a Node field, or none)."""
         return (
             self.source
@@ -610,7 +663,7 @@ class NodeField(object):
 
 
 _A = ANNOTATION_PREFIX
-FIELDS = OrderedDict(
+FIELDS: OrderedDict[str, NodeField] = OrderedDict(
     (field.name, field)
     for field in (
         NodeField(
@@ -662,10 +715,10 @@ FIELDS = OrderedDict(
             "persistent_keepalive",
             "kilo_persistent_keepalive",
             "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
-            check=_keepalive,
-            parse=_keepalive,
+            check=parse_keepalive,
+            parse=parse_keepalive,
             source=_A + "persistent-keepalive",
-            kube=_keepalive,
+            kube=parse_keepalive,
             form="seconds",
         ),
         NodeField(
@@ -778,7 +831,7 @@ FIELDS = OrderedDict(
 VARS = OrderedDict((field.var, field.name) for field in FIELDS.values() if field.var)
 
 
-def check_host_vars(hvars, subject):
+def check_host_vars(hvars: Mapping[str, Any], subject: Optional[str]) -> dict[str, Any]:
     """Check every node variable ``hvars`` sets; {field name: engine input} of those it sets."""
     return dict(
         (name, FIELDS[name].check(hvars[var], subject, var))
@@ -787,18 +840,18 @@ def check_host_vars(hvars, subject):
     )
 
 
-def field_of_var(var):
+def field_of_var(var: str) -> Optional[str]:
     """The node field an inventory variable sets (None: not a node variable)."""
     return VARS.get(var)
 
 
-def var_of_field(name):
+def var_of_field(name: str) -> Optional[str]:
     """The inventory variable of node field ``name`` (None: not set from the inventory)."""
     field = FIELDS.get(name)
     return field.var if field else None
 
 
-def doc_lines():
+def doc_lines() -> list[str]:
     """One documentation line per inventory variable, with Kilo's annotation where there is one."""
     lines = []
     for field in FIELDS.values():
@@ -815,7 +868,7 @@ def doc_lines():
     return lines
 
 
-def engine_doc():
+def engine_doc() -> str:
     """The keys of an item of the ``nodes`` option, for its documentation."""
     return ", ".join(
         "C(%s)%s" % (f.name, " (%s)" % f.form if f.form else "") for f in FIELDS.values()
@@ -836,14 +889,14 @@ class InputError(KiloError):
     """Bad input of one host (its variables or what it reported); names the host and the field."""
 
 
-def host_location(hvars, location, subject):
+def host_location(hvars: Mapping[str, Any], location: str, subject: Optional[str]) -> str:
     """A host's location as its node has it: its ``kilo_location`` when set at all (even empty),
     else ``location`` (the location group holding it)."""
     field = FIELDS["location"]
     return field.check(hvars[field.var], subject, field.var) if field.var in hvars else location
 
 
-def pod_source_of(hvars, default, subject):
+def pod_source_of(hvars: Mapping[str, Any], default: Optional[str], subject: Optional[str]) -> str:
     """The source of a host's pod ranges: its own ``kilo_node_pod_cidr_source`` (a variable, or the
     inventory plugin's reading of the Node's annotation), else the mesh's ``kilo_pod_cidr_source``
     (``default`` where the host has no variables: the agent's configuration), else V(node)."""
@@ -854,7 +907,9 @@ def pod_source_of(hvars, default, subject):
     return source
 
 
-def source_pod_cidrs(hvars, default, subject, dual=False):
+def source_pod_cidrs(
+    hvars: Mapping[str, Any], default: Optional[str], subject: Optional[str], dual: bool = False
+) -> Any:
     """A host's pod ranges from its source, as its Kubernetes Node's reading holds them
     (``kilo_kubernetes_node.pod_cidrs``: source -> CIDRs); None without a Node (a hand-written
     inventory: only ``kilo_pod_cidr`` gives pod ranges there) or without ranges. The Node's own
@@ -886,7 +941,15 @@ def source_pod_cidrs(hvars, default, subject, dual=False):
     return pod_cidr_value(ranges[source])
 
 
-def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=False):
+def node_from_host(
+    name: str,
+    hvars: Mapping[str, Any],
+    facts: Optional[Mapping[str, Any]],
+    location: str,
+    port: int,
+    pod_source: Optional[str] = None,
+    dual: bool = False,
+) -> dict[str, Any]:
     """One topology node from a host's variables and what it reported (``facts``).
 
     ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
@@ -901,7 +964,7 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=Fal
     facts = facts or {}
     subject = host_subject(name)
     given = check_host_vars(hvars, subject)
-    node = {"name": name, "location": host_location(hvars, location, subject)}
+    node: dict[str, Any] = {"name": name, "location": host_location(hvars, location, subject)}
     node["public_key"] = given.get("public_key") or facts.get("public_key")
 
     forced = hvars.get(FIELDS["internal_ip"].var) is not None
@@ -942,7 +1005,6 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=Fal
     node["cni_compatibility_ip"] = given.get("cni_compatibility_ip")
     # the leader annotation counts by its presence: absent is the only "no"
     node["leader"] = given.get("leader", False)
-    node["persistent_keepalive"] = given.get("persistent_keepalive", 0)
     node["allowed_location_ips"] = given.get("allowed_location_ips", [])
     node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
     # any other field of the table the host sets, as its row's check gave it (a new field needs no line here)
@@ -951,7 +1013,7 @@ def node_from_host(name, hvars, facts, location, port, pod_source=None, dual=Fal
     return node
 
 
-def facts_from_result(result):
+def facts_from_result(result: Any) -> Optional[dict[str, Any]]:
     """The public part of a kilo.mesh.key result, or None when the host did not report."""
     if (
         not isinstance(result, dict)
@@ -963,7 +1025,7 @@ def facts_from_result(result):
     return dict((k, result.get(k)) for k in REGISTRY_FIELDS)
 
 
-def annotation_facts(hvars):
+def annotation_facts(hvars: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     """A host's facts as written on its Kubernetes Node (by Kilo's agent or kilo.mesh.annotate):
     the host variable ``kilo_kubernetes_node`` of the inventory plugin kilo.mesh.kubernetes.
 

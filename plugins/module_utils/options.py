@@ -32,23 +32,35 @@ Scopes say who reads an option:
 """
 
 from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
 __metaclass__ = type
 
 import copy
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE,
-    PORT_RANGE,
     KiloError,
     to_int,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
-    FIELDS,
-    NODE_POD_SOURCE_VAR,
-    POD_SOURCES,
-    engine_doc,
-)
+
+# Where a node's pod ranges come from (option pod_cidr_source): the Node's spec.podCIDR(s) (Kilo's),
+# Calico's IPAM block affinities, Cilium's CiliumNode (cluster-pool IPAM).
+POD_SOURCES = ("node", "calico", "cilium")
+# one node's own source: a host variable, or the inventory plugin's reading of the annotation
+NODE_POD_SOURCE_VAR = "kilo_node_pod_cidr_source"
+# The fields of the node table in the ``nodes`` option's doc (``doc`` fills them in: the node
+# table imports this one).
+NODE_FIELDS_DOC = "{node fields}"
+
+# Type hints: the annotations are never evaluated (``annotations`` above), and typing is not
+# imported at run time (a host's call pays for every import); type checkers read this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+    # an option's row: type, description, scopes, var, and default, choices, bounds, ...
+    Spec = dict[str, Any]
+
 
 DEFAULT_INTERFACE = "kilo0"
 DEFAULT_PORT = 51820
@@ -66,7 +78,15 @@ DEFAULT_AGENT_KUBECONFIG = "/etc/kilo-mesh/kubeconfig"
 DEFAULT_BOOT_APP = "/usr/lib/kilo-mesh/kilo-mesh.pyz"
 
 
-def _option(name, scopes, type, description, default=None, var="", **extra):
+def _option(
+    name: str,
+    scopes: tuple[str, ...],
+    type: str,
+    description: list[str],
+    default: Any = None,
+    var: Optional[str] = "",
+    **extra: Any,
+) -> tuple[str, Spec]:
     """One row; ``bounds`` (low, high; None: open) limits an int option (``out_of_bounds``)."""
     spec = dict(
         type=type,
@@ -80,7 +100,7 @@ def _option(name, scopes, type, description, default=None, var="", **extra):
     return name, spec
 
 
-OPTIONS = dict(
+OPTIONS: dict[str, Spec] = dict(
     [
         # --- mesh: Kilo's flags -------------------------------------------------------------
         _option(
@@ -119,7 +139,7 @@ OPTIONS = dict(
                 "M(kilo.mesh.key) fails on a host where another process already holds the port.",
             ],
             default=DEFAULT_PORT,
-            bounds=PORT_RANGE,
+            bounds=(1, 65535),  # a port's, everywhere (``bounds``)
         ),
         _option(
             "interface",
@@ -275,7 +295,7 @@ OPTIONS = dict(
             "list",
             [
                 "The nodes, instead of the inventory. Each has C(name) and the fields of the node table: %s."
-                % engine_doc(),
+                % NODE_FIELDS_DOC,
                 "C(healthy) false: not chosen as leader while a healthy node of the location can lead.",
             ],
             elements="dict",
@@ -615,7 +635,7 @@ OPTIONS = dict(
                 " The leaders learn the peer's endpoint from its packets, so a peer behind NAT needs it."
             ],
             default=10,
-            bounds=KEEPALIVE_RANGE,
+            bounds=(0, 65535),  # a keepalive's, everywhere (``bounds``): WireGuard's 16 bits
         ),
         _option(
             "connect_store",
@@ -832,8 +852,10 @@ OTHER_PREFIXES = {
 }
 
 
-def known_variables():
+def known_variables() -> dict[str, str]:
     """{kilo_* variable: what reads it} of every kilo_* variable the collection reads."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.nodes import FIELDS
+
     known = dict(
         (spec["var"], "option %s" % name)
         for name, spec in OPTIONS.items()
@@ -851,23 +873,23 @@ def known_variables():
 _SPEC_KEYS = ("type", "default", "choices", "elements", "no_log")
 
 
-def names(*scopes):
+def names(*scopes: str) -> list[str]:
     """Option names of ``scopes``, in table order."""
     return [name for name, spec in OPTIONS.items() if any(s in spec["scopes"] for s in scopes)]
 
 
-def engine_names():
+def engine_names() -> list[str]:
     """The options the topology engine reads: Kilo's flags (``mesh``) and those of the ``plans``
     scope marked ``engine``."""
     return names("mesh") + [name for name in names("plans") if OPTIONS[name].get("engine")]
 
 
-def engine_defaults():
+def engine_defaults() -> dict[str, Any]:
     """{name: default} of engine_names()."""
     return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in engine_names())
 
 
-def argument_spec(*scopes):
+def argument_spec(*scopes: str) -> dict[str, dict[str, Any]]:
     """An Ansible argument spec for the options of ``scopes`` (fresh copies: callers may add)."""
     return dict(
         (name, dict((k, copy.deepcopy(OPTIONS[name][k])) for k in _SPEC_KEYS if k in OPTIONS[name]))
@@ -875,7 +897,7 @@ def argument_spec(*scopes):
     )
 
 
-def defaults(*scopes):
+def defaults(*scopes: str) -> dict[str, Any]:
     """{name: default} of ``scopes`` (None where an option has no default)."""
     return dict((name, copy.deepcopy(OPTIONS[name].get("default"))) for name in names(*scopes))
 
@@ -887,7 +909,7 @@ STATE_SPEC = dict(type="str", choices=["present", "absent"], default="present")
 DEFAULT_STALE_AFTER = 180
 
 
-def status_spec():
+def status_spec() -> dict[str, dict[str, Any]]:
     """kilo.mesh.status's options, for the module and its action."""
     return dict(
         interface=argument_spec("key")["interface"],
@@ -900,7 +922,7 @@ def status_spec():
     )
 
 
-def out_of_bounds(name, value):
+def out_of_bounds(name: str, value: Any) -> Optional[str]:
     """Why ``value`` (already of the option's type) is outside option ``name``'s bounds, or None."""
     bounds = OPTIONS.get(name, {}).get("bounds")
     if bounds is None or value is None:
@@ -912,24 +934,36 @@ def out_of_bounds(name, value):
     return None
 
 
-def _bounds_doc(bounds):
+def _bounds_doc(bounds: tuple[int, Optional[int]]) -> str:
     low, high = bounds
     if high is None:
         return "At least V(%d)." % low
     return "From V(%d) to V(%d)." % (low, high)
 
 
-def variable(name):
+def bounds(name: str) -> tuple[int, Optional[int]]:
+    """(low, high) of int option ``name``: the one definition of a port's range (``port``) and a
+    keepalive's (``connect_persistent_keepalive``), which every check of one takes."""
+    return OPTIONS[name]["bounds"]
+
+
+def variable(name: str) -> Optional[str]:
     """The inventory variable of option ``name`` (None: task argument only)."""
     return OPTIONS[name]["var"]
 
 
-def doc(*scopes, **overrides):
+def doc(*scopes: str, **overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The ``options:`` documentation of ``scopes``, as ansible-doc reads it."""
     out = {}
     for name in names(*scopes):
         spec = OPTIONS[name]
         entry = {"description": list(spec["description"])}
+        if any(NODE_FIELDS_DOC in d for d in entry["description"]):
+            from ansible_collections.kilo.mesh.plugins.module_utils.nodes import engine_doc
+
+            entry["description"] = [
+                d.replace(NODE_FIELDS_DOC, engine_doc()) for d in entry["description"]
+            ]
         if "bounds" in spec:
             entry["description"].append(_bounds_doc(spec["bounds"]))
         if spec["var"]:
@@ -1009,7 +1043,7 @@ ROLES = {
 }
 
 
-def role_argument_specs(role):
+def role_argument_specs(role: str) -> dict[str, Any]:
     """``argument_specs`` of ``role``: the inventory variables of its options."""
     meta = ROLES[role]
     options = {}

@@ -10,21 +10,32 @@ option of kilo.mesh.converge (``doc()``).
 """
 
 from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
 __metaclass__ = type
 
 import ipaddress
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    PORT_RANGE,
     KiloError,
     check_interface_name,
     host_subject,
     parse_key,
-    split_endpoint,
     to_bool,
     to_int,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import parse_keepalive, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.options import bounds
+
+# Type hints: the annotations are never evaluated (``annotations`` above), and typing is not
+# imported at run time (a host's call pays for every import); type checkers read this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Mapping, Optional
+
+    # one host's plan: the fields of SCHEMA
+    Plan = dict[str, Any]
+
 
 MAIN_TABLE = 254
 KILO_TABLE = 1107  # Kilo's table for its ip rules; our rules live only there
@@ -46,7 +57,8 @@ FIREWALL_LISTS = (
     "ipip_accept_sources",
 )
 
-# field -> (kind, required, description). Kinds: str, bool, int, port, key, endpoint, ifname,
+# field -> (kind, required, description). Kinds: str, bool, int, port, keepalive (seconds, 0: none;
+# nodes.parse_keepalive), key, endpoint, ifname,
 # network (CIDR, host bits cleared), address (host address with prefix), ip, table, networks
 # (list of networks), names (list of non-empty strings), network_or_networks (one network, or a list of them), address_or_addresses
 # (one address, or a dual-stack plan's two, one of each IP family), or a nested schema
@@ -56,7 +68,7 @@ PEER = {
     "public_key": ("key", True, "WireGuard public key (base64)."),
     "endpoint": ("endpoint", False, "V(host:port) or V([IPv6]:port); null when the peer has none."),
     "allowed_ips": ("networks", True, "CIDRs routed to this peer."),
-    "persistent_keepalive": ("int", False, "Seconds; 0 is off."),
+    "persistent_keepalive": ("keepalive", False, "Seconds; 0 is off."),
     "roaming": (
         "bool",
         False,
@@ -189,7 +201,9 @@ def _value(kind, value, subject, field):
     if kind == "int":
         return to_int(value, subject, field, low=0)
     if kind == "port":
-        return to_int(value, subject, field, *PORT_RANGE)
+        return to_int(value, subject, field, *bounds("port"))
+    if kind == "keepalive":
+        return parse_keepalive(value, subject, field)
     if kind == "table":
         return to_int(value, subject, field, low=1, high=2**32 - 1)
     if kind == "key":
@@ -265,7 +279,7 @@ def _fields(schema, data, subject, where):
     return out
 
 
-def check_plan(plan, interface):
+def check_plan(plan: Any, interface: str) -> Plan:
     """The plan checked and normalised; KiloError names the host and the field.
 
     ``interface`` is the host's WireGuard interface setting: the plan must name the same one
@@ -318,7 +332,7 @@ def check_plan(plan, interface):
                 "plan.rules[%d].table" % i,
             )
     for peer in out["peers"]:
-        peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0
+        peer["persistent_keepalive"] = peer["persistent_keepalive"] or 0  # absent: none
         peer["roaming"] = bool(peer["roaming"])
         for key in (
             RELAY_FIELDS
@@ -328,7 +342,7 @@ def check_plan(plan, interface):
     return out
 
 
-def as_list(value):
+def as_list(value: Any) -> list[Any]:
     """A plan field that holds one value or a list of them (``pod_cidr``; ``address`` and
     ``internal_ip`` of a dual-stack plan) as a list: [] for null."""
     if not value:
@@ -336,7 +350,7 @@ def as_list(value):
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def flat_routes(routes):
+def flat_routes(routes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One route per destination out of a plan's (possibly grouped) route entries, in order."""
     out = []
     for entry in routes or ():
@@ -356,7 +370,7 @@ def _kind_doc(kind):
     return kind
 
 
-def doc():
+def doc() -> list[str]:
     """Lines describing the plan's fields, for the module documentation."""
     lines = []
     for name, (kind, required, text) in SCHEMA.items():
@@ -393,7 +407,7 @@ SWITCH_STEP = 0.25
 # --- what a computed plan goes through before a host gets it (push run and agent alike) -------
 
 
-def split_preshared_keys(plan):
+def split_preshared_keys(plan: Optional[Plan]) -> dict[str, str]:
     """Take the preshared keys out of the plan: the module gets them in a no_log option."""
     keys = {}
     for peer in (plan or {}).get("peers", []):
@@ -402,7 +416,7 @@ def split_preshared_keys(plan):
     return keys
 
 
-def mark_roaming(plans, computed):
+def mark_roaming(plans: Iterable[Plan], computed: Mapping[str, Any]) -> None:
     """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
 
     For those, the host keeps an endpoint WireGuard learned while handshakes are fresh

@@ -203,12 +203,59 @@ from ansible_collections.kilo.mesh.plugins.module_utils.host.host_checks import 
     host_problems,
     require_root,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import ensure_key, remove_key
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import carry_out, compare
+from ansible_collections.kilo.mesh.plugins.module_utils.host.keys import (
+    KeyBackend,
+    key_file_errors,
+    key_result,
+    remove_key,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.options import STATE_SPEC, argument_spec
 from ansible_collections.kilo.mesh.plugins.module_utils.host.prepare import (
+    compare_install,
     diff_of,
-    prepare_module_host,
+    install_result,
+    module_view,
 )
+
+
+def install_step(module):
+    """The install step (``prepare``) read and compared; a host that misses packages leaves here
+    (the install step carried out): discovery may need them (pyroute2), so the action installs
+    them and calls again."""
+    if not module.params["prepare"]:
+        return None
+    try:
+        install = compare_install(module.params)
+        if install.current["missing"]:
+            if not module.check_mode:
+                carry_out([install])
+            prepared = module_view(module, install_result(install))
+            module.exit_json(
+                changed=bool(prepared["changes"]),
+                msg="packages missing: %s" % ", ".join(prepared["missing"]),
+                prepared=prepared,
+                **diff_of(prepared),
+            )
+    except KiloError as e:
+        module.fail_json(msg=str(e))
+    return install
+
+
+def key_step(module, install, errors):
+    """The key compared (no rotation on a host with ``errors``), then the install step and the key
+    carried out (outside check mode): neither changes the host before both compared. Returns
+    ``keys.ensure_key``'s result."""
+    p = module.params
+    want = {"rotate": p["key_rotate"] and not errors, "max_age": 0 if errors else p["key_max_age"]}
+    try:
+        with key_file_errors(p["key_path"]):
+            steps = compare([KeyBackend(p["key_path"])], want)
+            if not module.check_mode:
+                carry_out(([install] if install else []) + steps, again=False)
+        return key_result(steps[0], module.check_mode)
+    except (KiloError, ValueError) as e:
+        module.fail_json(msg=str(e))
 
 
 def run_module():
@@ -223,16 +270,7 @@ def run_module():
             module.exit_json(**remove_key(p["key_path"], check_mode=module.check_mode))
         except KiloError as e:
             module.fail_json(msg=str(e))
-    prepared = prepare_module_host(module) if p["prepare"] else None
-    if prepared and prepared["missing"]:
-        # discovery may need what is missing (pyroute2): the action
-        # installs it and calls again
-        module.exit_json(
-            changed=bool(prepared["changes"]),
-            msg="packages missing: %s" % ", ".join(prepared["missing"]),
-            prepared=prepared,
-            **diff_of(prepared),
-        )
+    install = install_step(module)
     try:
         check_interface_name(p["interface"], field="interface")
         from ansible_collections.kilo.mesh.plugins.module_utils.host.discovery import parse_cidrs
@@ -253,17 +291,10 @@ def run_module():
     except (OSError, ValueError) as e:  # netlink errors: say what failed, not a traceback
         module.fail_json(msg="IP discovery: %s: %s" % (type(e).__name__, e))
 
-    try:
-        # after the host checks: a host that fails them leaves the run with its key as it was,
-        # rather than a rotation cut short
-        key = ensure_key(
-            p["key_path"],
-            check_mode=module.check_mode,
-            rotate=p["key_rotate"] and not errors,
-            max_age=0 if errors else p["key_max_age"],
-        )
-    except (KiloError, ValueError) as e:
-        module.fail_json(msg=str(e))
+    # after the host checks: a host that fails them leaves the run with its key as it was,
+    # rather than a rotation cut short
+    key = key_step(module, install, errors)
+    prepared = module_view(module, install_result(install)) if install else None
 
     for warning in warnings:
         module.warn(warning)

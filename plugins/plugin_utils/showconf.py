@@ -138,7 +138,7 @@ def _peer_view(topology, name, as_peer, extra):
                 "public_key": peer.key,
                 "endpoint": peer.endpoint[0] if peer.endpoint else None,
                 "allowed_ips": dedup(list(peer.allowed_strs) + extra),
-                "persistent_keepalive": peer.keepalive,
+                "persistent_keepalive": peer.persistent_keepalive,
             }
             if peer.psk:
                 entry["preshared_key"] = True

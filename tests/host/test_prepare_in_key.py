@@ -24,7 +24,8 @@ PACKAGE = "wireguard-tools"  # one of prepare.PACKAGES["apt"]["base"]; nothing i
 
 @pytest.fixture(scope="module")
 def lab():
-    with fresh_lab("kpi", 2, 1, 1) as lab:
+    # overridable: two checkouts testing at once
+    with fresh_lab(os.environ.get("KILO_TEST_PREFIX_PREPARE_KEY", "kpi"), 2, 1, 1) as lab:
         yield lab
 
 

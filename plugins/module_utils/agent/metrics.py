@@ -32,7 +32,8 @@ except ImportError:  # the host lacks python3-prometheus-client: Metrics() says 
 else:
     HAS_PROMETHEUS_CLIENT = True
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import PORT_RANGE, KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.options import bounds
 
 try:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -162,7 +163,8 @@ def parse_listen(listen):
     host, _colon, port = (listen or DEFAULT_LISTEN).rpartition(":")
     host = host.strip("[]")
     port = int(port)
-    if not PORT_RANGE[0] <= port <= PORT_RANGE[1]:
+    low, high = bounds("port")
+    if not low <= port <= high:
         raise ValueError("port %d out of range" % port)
     return host, port
 

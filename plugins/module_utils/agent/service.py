@@ -40,6 +40,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import (
     write_atomic,
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, run
 from ansible_collections.kilo.mesh.plugins.module_utils.host.boot import (
     STORE_DIR,
     UNIT_NAME as BOOT_UNIT,
@@ -395,8 +396,218 @@ def use_systemd(manager):
     return manager == "systemd"
 
 
+class AgentBackend(Backend):
+    """The agent on this host, in converge's ``Backend`` shape: its app, configuration and
+    kubeconfig, under systemd its unit (enabled, and the paths it writes made), else its
+    supervisor; running, and restarted when a file changed. The plan it is handed is
+    ``wanted(params)`` (None when removing). ``need`` names what the caller must send before
+    anything can change ("app", "token"); ``pid`` and ``restarted`` say what ``apply`` left."""
+
+    name = "agent"
+
+    def __init__(self, params, now=None):
+        super(AgentBackend, self).__init__({})
+        self.paths = paths_of(params)
+        self.python = params.get("python") or PYTHON
+        self.now = now
+        self.sup = Supervisor(self.paths["app"], self.paths["config"], self.python)
+        self.systemd = False
+        self.need = []
+        self.pid = None
+        self.restarted = False
+
+    def current(self, plan):
+        paths = self.paths
+        if plan is None:  # removing
+            files = [
+                p
+                for p in (paths["app"], paths["kubeconfig"], self.sup.logfile, self.sup.pidfile)
+                + (paths["config"],)
+                if os.path.exists(p)
+            ]
+            return {
+                "unit": os.path.exists(UNIT_PATH),
+                "supervisor": self.sup.pid(),
+                "files": files,
+                "kubeconfig": kubeconfig_shown(paths["kubeconfig"]),
+            }
+        self.systemd = use_systemd(plan["service_manager"])
+        config = read_bytes(paths["config"])
+        unit = read_bytes(UNIT_PATH) if self.systemd else None
+        current = {
+            "app": file_digest(paths["app"]),
+            "config": (config or b"").decode("utf-8", "replace") or None,
+            "kubeconfig": kubeconfig_shown(paths["kubeconfig"]),
+            "unit": (unit or b"").decode("utf-8", "replace") or None if self.systemd else None,
+        }
+        if self.systemd:
+            active, enabled, pid = unit_state() if unit is not None else (False, False, None)
+            current.update(running=active, enabled=enabled, pid=pid)
+        else:
+            pid = self.sup.pid()
+            current.update(running=pid is not None, enabled=True, pid=pid)
+        self.pid = pid
+        return current
+
+    def desired(self, plan, current):
+        paths, config = self.paths, plan["config"]
+        desired = {
+            "app": plan["app_digest"],
+            "config": config_text(config),
+            # why the kubeconfig must be written (None: kept)
+            "kubeconfig": kubeconfig_verdict(paths["kubeconfig"], plan["kubeconfig"], self.now),
+            "unit": unit_text(paths["app"], paths["config"], config, self.python)
+            if self.systemd
+            else None,
+            # a writable path must exist when the unit starts, or it stays read-only for the agent
+            "dirs": [p for p in writable_paths(config) if not os.path.isdir(p)]
+            if self.systemd
+            else [],
+            # what apply writes: the app's source, the kubeconfig's token (never in the diff)
+            "plan": plan,
+        }
+        self.need = []
+        if desired["app"] != current["app"] and not plan.get("app_src"):
+            self.need.append("app")
+        if desired["kubeconfig"] and not plan.get("token"):
+            self.need.append("token")
+        return desired
+
+    def _files_changed(self, current, desired):
+        return (
+            desired["app"] != current["app"]
+            or desired["config"] != (current["config"] or "")
+            or bool(desired["kubeconfig"])
+        )
+
+    def _unit_changed(self, current, desired):
+        return self.systemd and (current["unit"] or "") != desired["unit"]
+
+    def changes(self, current, desired):
+        paths = self.paths
+        changes = []
+        if desired["app"] != current["app"]:
+            changes.append("write %s" % paths["app"])
+        if desired["config"] != (current["config"] or ""):
+            changes.append("write %s" % paths["config"])
+        if desired["kubeconfig"]:
+            changes.append("write %s (%s)" % (paths["kubeconfig"], desired["kubeconfig"]))
+        if self._unit_changed(current, desired):
+            changes.append("write %s" % UNIT_PATH)
+        if not current["running"]:
+            changes.append("start the agent")
+        elif self._files_changed(current, desired) or self._unit_changed(current, desired):
+            changes.append("restart the agent")
+        if self.systemd and not current["enabled"]:
+            changes.append("enable %s" % UNIT_NAME)
+        changes.extend("create directory %s" % p for p in desired["dirs"])
+        return changes
+
+    def apply(self, current, desired):
+        paths, want = self.paths, desired["plan"]
+        files_changed = self._files_changed(current, desired)
+        if desired["app"] != current["app"]:
+            try:
+                install_verified(paths["app"], want["app_src"], want["app_digest"])
+            except ValueError as e:
+                raise AgentError(str(e))
+        if desired["config"] != (current["config"] or ""):
+            write_atomic(paths["config"], desired["config"], 0o600, make_dirs=0o700)
+        if desired["kubeconfig"]:
+            text = kubeconfig_text(want["kubeconfig"], want["token"])
+            write_atomic(paths["kubeconfig"], text, 0o600, make_dirs=0o700)
+        if not self.systemd:
+            if current["running"] and files_changed:
+                self.sup.stop()
+                self.restarted = True
+            if not current["running"] or files_changed:
+                self.sup.start()
+            self.pid = self.sup.pid()
+            return
+        key_path = (want["config"].get("key") or {}).get("key_path") or DEFAULT_KEY_PATH
+        key_dir = os.path.dirname(os.path.abspath(key_path))
+        for path in desired["dirs"]:
+            os.makedirs(path, 0o700 if path in (key_dir, STORE_DIR) else 0o755)
+        if self._unit_changed(current, desired):
+            install_unit(UNIT_PATH, desired["unit"])
+        if not current["enabled"]:
+            systemctl_checked("enable", UNIT_NAME, error=AgentError)
+        if not current["running"]:
+            systemctl_checked("start", UNIT_NAME, error=AgentError)
+        elif files_changed or self._unit_changed(current, desired):
+            systemctl_checked("restart", UNIT_NAME, error=AgentError)
+            self.restarted = True
+        self.pid = unit_state()[2]
+
+    def diff(self, current, desired):
+        if desired is None:
+            before = dict(installed=self.owns(current), kubeconfig=current["kubeconfig"])
+            return before, dict(installed=False, kubeconfig=None)
+        before = dict(
+            app=current["app"],
+            config=current["config"],
+            kubeconfig=current["kubeconfig"],
+            running=current["running"],
+        )
+        after = dict(
+            app=desired["app"],
+            config=desired["config"],
+            running=True,
+            # the new token's claims are known once it is written (present() reads them then)
+            kubeconfig=dict(current["kubeconfig"] or {}, note="a new token")
+            if desired["kubeconfig"]
+            else current["kubeconfig"],
+        )
+        if self.systemd:
+            before["unit"], after["unit"] = current["unit"], desired["unit"]
+        return before, after
+
+    def owns(self, current):
+        return bool(self.removal(current))
+
+    def removal(self, current):
+        changes = []
+        if current["unit"]:
+            changes.append("stop and disable %s" % UNIT_NAME)
+        if current["supervisor"] is not None:
+            changes.append("stop the agent's supervisor")
+        files = current["files"] + ([UNIT_PATH] if current["unit"] else [])
+        return changes + ["remove %s" % p for p in files]
+
+    def remove(self, current):
+        if current["unit"]:
+            remove_unit(UNIT_PATH)
+        self.sup.stop()
+        for path in current["files"]:
+            if os.path.exists(path):
+                os.unlink(path)
+        for directory in (
+            os.path.dirname(self.paths["app"]),
+            os.path.dirname(self.paths["config"]),
+        ):
+            try:
+                os.rmdir(directory)  # only when empty
+            except OSError:
+                pass
+
+
+def wanted(params):
+    """What ``present`` is asked for, as ``AgentBackend`` takes it: the configuration with its
+    ``kubernetes.kubeconfig`` set here."""
+    config = dict(params["config"])
+    config["kubernetes"] = {"kubeconfig": paths_of(params)["kubeconfig"]}
+    return dict(
+        app_digest=params["app_digest"],
+        app_src=params.get("app_src"),
+        config=config,
+        kubeconfig=params["kubeconfig"],
+        token=params.get("token"),
+        service_manager=params.get("service_manager") or "auto",
+    )
+
+
 def present(params, check_mode=False, now=None):
-    """Install, configure and start the agent.
+    """Install, configure and start the agent (``AgentBackend``).
 
     ``params``: app_digest (sha256 of the zip), app_src (a file holding it, when the host needs
     it), config (dict; its ``kubernetes.kubeconfig`` is set here), kubeconfig (server, ca_data or
@@ -406,126 +617,20 @@ def present(params, check_mode=False, now=None):
     Returns a dict: ``need`` (what the caller must send: "app", "token"; nothing was changed),
     or changed, changes, service, pid, restarted and diff (before, after; no token).
     """
-    paths = paths_of(params)
-    python = params.get("python") or PYTHON
-    systemd = use_systemd(params.get("service_manager") or "auto")
-    config = dict(params["config"])
-    config["kubernetes"] = {"kubeconfig": paths["kubeconfig"]}
-    config_new = config_text(config)
-    config_old = read_bytes(paths["config"])
-
-    app_old = file_digest(paths["app"])
-    app_changed = app_old != params["app_digest"]
-    kube_why = kubeconfig_verdict(paths["kubeconfig"], params["kubeconfig"], now)
-    need = []
-    if app_changed and not params.get("app_src"):
-        need.append("app")
-    if kube_why and not params.get("token"):
-        need.append("token")
-    if need and not check_mode:
-        return {"need": need, "changed": False}
-
-    unit_new = unit_text(paths["app"], paths["config"], config, python) if systemd else None
-    unit_old = read_bytes(UNIT_PATH) if systemd else None
-    unit_changed = systemd and (unit_old or b"").decode("utf-8", "replace") != unit_new
-    config_changed = (config_old or b"").decode("utf-8", "replace") != config_new
-    changes = []
-    if app_changed:
-        changes.append("write %s" % paths["app"])
-    if config_changed:
-        changes.append("write %s" % paths["config"])
-    if kube_why:
-        changes.append("write %s (%s)" % (paths["kubeconfig"], kube_why))
-    if unit_changed:
-        changes.append("write %s" % UNIT_PATH)
-    files_changed = app_changed or config_changed or bool(kube_why)
-
-    if systemd:
-        active, enabled, pid = unit_state() if unit_old is not None else (False, False, None)
-        running = active
-    else:
-        sup = Supervisor(paths["app"], paths["config"], python)
-        pid = sup.pid()
-        running, enabled = pid is not None, True
-    if not running:
-        changes.append("start the agent")
-    elif files_changed or unit_changed:
-        changes.append("restart the agent")
-    if systemd and not enabled:
-        changes.append("enable %s" % UNIT_NAME)
-    # a writable path must exist when the unit starts, or it stays read-only for the agent
-    missing_dirs = [p for p in writable_paths(config) if not os.path.isdir(p)] if systemd else []
-    changes.extend("create directory %s" % p for p in missing_dirs)
-
-    before = dict(
-        app=app_old,
-        config=(config_old or b"").decode("utf-8", "replace") or None,
-        kubeconfig=kubeconfig_shown(paths["kubeconfig"]),
-        running=running,
-    )
-    after = dict(app=params["app_digest"], config=config_new, running=True)
-    if systemd:
-        before["unit"], after["unit"] = (
-            (unit_old or b"").decode("utf-8", "replace") or None,
-            unit_new,
-        )
-
-    restarted = False
-    if not check_mode:
-        if app_changed:
-            try:
-                install_verified(paths["app"], params["app_src"], params["app_digest"])
-            except ValueError as e:
-                raise AgentError(str(e))
-        if config_changed:
-            write_atomic(paths["config"], config_new, 0o600, make_dirs=0o700)
-        if kube_why:
-            write_atomic(
-                paths["kubeconfig"],
-                kubeconfig_text(params["kubeconfig"], params["token"]),
-                0o600,
-                make_dirs=0o700,
-            )
-        if systemd:
-            key_dir = os.path.dirname(
-                os.path.abspath((config.get("key") or {}).get("key_path") or DEFAULT_KEY_PATH)
-            )
-            for path in missing_dirs:
-                os.makedirs(path, 0o700 if path in (key_dir, STORE_DIR) else 0o755)
-            if unit_changed:
-                install_unit(UNIT_PATH, unit_new)
-            if not enabled:
-                systemctl_checked("enable", UNIT_NAME, error=AgentError)
-            if not running:
-                systemctl_checked("start", UNIT_NAME, error=AgentError)
-            elif files_changed or unit_changed:
-                systemctl_checked("restart", UNIT_NAME, error=AgentError)
-                restarted = True
-            pid = unit_state()[2]
-        else:
-            if running and files_changed:
-                sup.stop()
-                restarted = True
-            if not running or files_changed:
-                sup.start()
-            pid = sup.pid()
-    after["kubeconfig"] = (
-        kubeconfig_shown(paths["kubeconfig"])
-        if not check_mode
-        else (
-            dict(before["kubeconfig"] or {}, note="a new token")
-            if kube_why
-            else before["kubeconfig"]
-        )
-    )
+    backend = AgentBackend(params, now)
+    step = run([backend], wanted(params), check_mode)[0]
+    if backend.need and not check_mode:
+        return {"need": backend.need, "changed": False}
+    if step.changes and not check_mode:
+        step.after["kubeconfig"] = kubeconfig_shown(backend.paths["kubeconfig"])
     return dict(
-        changed=bool(changes),
-        changes=changes,
-        service="systemd" if systemd else "supervisor",
-        pid=pid,
-        restarted=restarted,
+        changed=bool(step.changes),
+        changes=step.changes,
+        service="systemd" if backend.systemd else "supervisor",
+        pid=backend.pid,
+        restarted=backend.restarted,
         need=[],
-        diff=dict(before=before, after=after),
+        diff=dict(before=step.before, after=step.after),
     )
 
 
@@ -539,40 +644,13 @@ def installed(params=None):
 
 
 def absent(params, check_mode=False):
-    """Stop the agent and remove its files; the mesh stays as the agent left it."""
-    paths = paths_of(params)
-    python = params.get("python") or PYTHON
-    sup = Supervisor(paths["app"], paths["config"], python)
-    unit = os.path.exists(UNIT_PATH)
-    changes = []
-    if unit:
-        changes.append("stop and disable %s" % UNIT_NAME)
-    if sup.pid() is not None:
-        changes.append("stop the agent's supervisor")
-    files = [
-        p
-        for p in (paths["app"], paths["kubeconfig"], sup.logfile, sup.pidfile, paths["config"])
-        if os.path.exists(p)
-    ]
-    changes.extend("remove %s" % p for p in files + ([UNIT_PATH] if unit else []))
-    if not check_mode:
-        if unit:
-            remove_unit(UNIT_PATH)
-        sup.stop()
-        for path in files:
-            if os.path.exists(path):
-                os.unlink(path)
-        for directory in (os.path.dirname(paths["app"]), os.path.dirname(paths["config"])):
-            try:
-                os.rmdir(directory)  # only when empty
-            except OSError:
-                pass
-    before = dict(installed=bool(changes), kubeconfig=kubeconfig_shown(paths["kubeconfig"]))
+    """Stop the agent and remove its files (``AgentBackend``); the mesh stays as the agent left it."""
+    step = run([AgentBackend(params)], None, check_mode, absent=True)[0]
     return dict(
-        changed=bool(changes),
-        changes=changes,
+        changed=bool(step.changes),
+        changes=step.changes,
         need=[],
         pid=None,
         restarted=False,
-        diff=dict(before=before, after=dict(installed=False, kubeconfig=None)),
+        diff=dict(before=step.before, after=step.after),
     )

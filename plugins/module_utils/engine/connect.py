@@ -31,9 +31,12 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError,
     dedup,
     host_subject,
+)
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
+    check_two_families,
+    one_or_list,
     split_endpoint,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import check_two_families, one_or_list
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError

@@ -366,7 +366,7 @@ class Relays(object):
                                 "public_key": seg.leader.key,
                                 "endpoint": self.probe_mapping(seg, node)[0],
                                 "allowed_ips": [],
-                                "persistent_keepalive": node.keepalive,
+                                "persistent_keepalive": node.persistent_keepalive,
                                 "probe": True,
                             }
                         )
@@ -536,8 +536,8 @@ def plan(topology, find_leader):
         return None
     for seg in unreachable:
         # keeps alive towards every peer, so each learns its mapping (WireGuard roaming)
-        if seg.leader.keepalive <= 0:
-            seg.leader.keepalive = DEFAULT_KEEPALIVE
+        if seg.leader.persistent_keepalive <= 0:
+            seg.leader.persistent_keepalive = DEFAULT_KEEPALIVE
     return Relays(
         topology, set(seg.key for seg in unreachable), _eligible(topology.segments, names)
     )

@@ -97,7 +97,8 @@ import ipaddress
 import itertools
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup, split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
     FLANNEL,
@@ -405,7 +406,7 @@ class Topology(object):
         """A leader's endpoint as seen from ``viewer``: its discovered one when it keeps alive."""
         leader = seg.leader
         endpoint = leader.endpoint, leader.endpoint_ip
-        if leader.keepalive > 0:
+        if leader.persistent_keepalive > 0:
             found = viewer.discovered.get(leader.key) if viewer is not None else None
             if found is None:
                 found = self.discovered.get(leader.key)
@@ -414,7 +415,7 @@ class Topology(object):
         return endpoint if self.relays is None else self.relays.endpoint(seg, viewer, endpoint)
 
     def peer_endpoint(self, peer, viewer=None):
-        if peer.keepalive > 0:
+        if peer.persistent_keepalive > 0:
             found = viewer.discovered.get(peer.key) if viewer is not None else None
             if found is None:
                 found = self.discovered.get(peer.key)
@@ -485,7 +486,7 @@ class Topology(object):
         return [s for s in self.segments if s.group != group]
 
     def _wireguard_peers(self, node):
-        keepalive = node.keepalive
+        keepalive = node.persistent_keepalive
         out = []
         for seg in self._remote_segments(node):
             out.append(
@@ -935,7 +936,7 @@ class Topology(object):
                     "allowed_location_ips": list(seg.alip_strs),
                     "endpoint": seg.leader.endpoint,
                     "public_key": seg.leader.key,
-                    "persistent_keepalive": seg.leader.keepalive,
+                    "persistent_keepalive": seg.leader.persistent_keepalive,
                     "group": seg.group,
                     "members": [
                         {
@@ -960,7 +961,7 @@ class Topology(object):
                 "public_key": p.key,
                 "endpoint": p.endpoint[0] if p.endpoint else None,
                 "allowed_ips": list(p.allowed_strs),
-                "persistent_keepalive": p.keepalive,
+                "persistent_keepalive": p.persistent_keepalive,
             }
             for p in self.peers
         ]
@@ -980,7 +981,7 @@ class Topology(object):
                 "public_key": seg.leader.key,
                 "endpoint": self.segment_endpoint(seg)[0],
                 "allowed_ips": list(seg.wg_allowed),
-                "persistent_keepalive": me.keepalive,
+                "persistent_keepalive": me.persistent_keepalive,
             }
             if me.psk:
                 entry["preshared_key"] = me.psk
@@ -993,7 +994,7 @@ class Topology(object):
                         "public_key": peer.key,
                         "endpoint": self.peer_endpoint(peer),
                         "allowed_ips": list(peer.allowed_strs),
-                        "persistent_keepalive": me.keepalive,
+                        "persistent_keepalive": me.persistent_keepalive,
                     }
                 )
         return out if self.relays is None else self.relays.peer_entries(me, out)

@@ -13,8 +13,6 @@ are kept in canonical base64 (the spelling Kilo prints).
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE,
-    PORT_RANGE,
     Subject,
     check_interface_name,
     did_you_mean,
@@ -32,11 +30,16 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: 
     TopologyError,
     parse_endpoint,
     parse_interface,
+    parse_keepalive,
     parse_network,
     parse_network_list,
     parse_subnets,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, engine_defaults
+from ansible_collections.kilo.mesh.plugins.module_utils.options import (
+    OPTIONS,
+    bounds,
+    engine_defaults,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.relays import relay_locations
 
 GRANULARITIES = tuple(OPTIONS["granularity"]["choices"])
@@ -111,7 +114,7 @@ def parse_options(options):
             "compatibility",
         )
     opts["port"] = to_int(
-        opts["port"], subject, "port", *PORT_RANGE, default=OPTIONS["port"]["default"]
+        opts["port"], subject, "port", *bounds("port"), default=OPTIONS["port"]["default"]
     )
     check_interface_name(opts["interface"], subject, "interface")
     for key in ("local", "cni", "forward_rules"):
@@ -129,7 +132,6 @@ ATTRIBUTES = {
     "cni_compatibility_ip": "cni_ip",
     "public_key": "key",
     "leader": "leader_hint",
-    "persistent_keepalive": "keepalive",
     "allowed_location_ips": "alips",
     "discovered_endpoints": "discovered",
 }
@@ -173,7 +175,15 @@ PARSERS = tuple((ATTRIBUTES.get(name, name), field.parse, name) for name, field 
 
 
 class Peer(object):
-    __slots__ = ("name", "key", "allowed", "allowed_strs", "endpoint", "keepalive", "psk")
+    __slots__ = (
+        "name",
+        "key",
+        "allowed",
+        "allowed_strs",
+        "endpoint",
+        "persistent_keepalive",
+        "psk",
+    )
 
 
 def parse_node(item, index, default_port, subnets=None):
@@ -292,9 +302,7 @@ def parse_peer(item, index):
     if item.get("endpoint") not in (None, ""):
         peer.endpoint = parse_endpoint(item["endpoint"], subject, "endpoint")
     # Kilo tells "unset" (nil) from 0; both mean: never replace the endpoint by a discovered one.
-    peer.keepalive = to_int(
-        item.get("persistent_keepalive"), subject, "persistent_keepalive", *KEEPALIVE_RANGE
-    )
+    peer.persistent_keepalive = parse_keepalive(item.get("persistent_keepalive"), subject)
     peer.psk = parse_key(item.get("preshared_key"), subject, "preshared_key", required=False)
     return peer
 

@@ -11,6 +11,7 @@ both sides without keys. No Ansible imports: the module is a thin shell around `
 """
 
 from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
 __metaclass__ = type
 
@@ -26,45 +27,135 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 
+# Type hints: the annotations are never evaluated (``annotations`` above), and typing is not
+# imported at run time (a host's call pays for every import); type checkers read this block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Mapping, Optional, Sequence
+
 
 class Backend(object):
     """One part of a host's state that we own. Subclasses override every method."""
 
     name = ""
 
-    def __init__(self, settings, preshared_keys=None):
+    def __init__(
+        self, settings: Mapping[str, Any], preshared_keys: Optional[Mapping[str, str]] = None
+    ) -> None:
         # settings: every "host" option (options.defaults("host") filled in);
         # preshared_keys: {peer public key: key}, only WireGuard reads them.
         self.settings = settings
-        self.interface = settings["interface"]
+        self.interface = settings.get("interface")
 
-    def current(self, plan):
+    def current(self, plan: Any) -> Any:
         """What we own on the host now; ``plan`` (None when removing) says what to look at."""
         raise NotImplementedError
 
-    def desired(self, plan, current):
+    def desired(self, plan: Any, current: Any) -> Any:
         """The state the checked ``plan`` asks for on this host; reads the host, changes nothing."""
         raise NotImplementedError
 
-    def changes(self, current, desired):
+    def changes(self, current: Any, desired: Any) -> list[str]:
         """Readable list of what ``apply`` would do; raises KiloError when it cannot be done."""
         raise NotImplementedError
 
-    def apply(self, current, desired):
+    def apply(self, current: Any, desired: Any) -> None:
         """Bring the host from ``current`` to ``desired`` by difference."""
         raise NotImplementedError
 
-    def diff(self, current, desired):
+    def diff(self, current: Any, desired: Any) -> tuple[Any, Any]:
         """(before, after) for Ansible's diff; ``desired`` is None when removing; no keys."""
         raise NotImplementedError
 
-    def owns(self, current):
+    def owns(self, current: Any) -> bool:
         """Whether ``current`` holds anything ``remove`` would delete."""
         raise NotImplementedError
 
-    def remove(self, current):
+    def remove(self, current: Any) -> None:
         """Delete what we own, and nothing else."""
         raise NotImplementedError
+
+    def removal(self, current: Any) -> list[str]:
+        """What ``remove`` would do (``changes`` of a removal): the backend's name when it owns
+        anything; a backend may name each thing instead."""
+        return ["remove %s" % self.name] if self.owns(current) else []
+
+
+class Step(object):
+    """One backend's comparison: the plan it was handed, what it read, what it wants (None when
+    removing), its changes and its diff's two sides."""
+
+    __slots__ = ("backend", "plan", "current", "desired", "changes", "before", "after")
+
+    def __init__(
+        self,
+        backend: Backend,
+        plan: Any,
+        current: Any,
+        desired: Any,
+        changes: list[str],
+        before: Any,
+        after: Any,
+    ) -> None:
+        self.backend = backend
+        self.plan = plan
+        self.current = current
+        self.desired = desired
+        self.changes = changes
+        self.before = before
+        self.after = after
+
+
+def compare(backends: Sequence[Backend], plan: Any, absent: bool = False) -> list[Step]:
+    """Every backend reads and compares before any acts: a ``Step`` per backend, in the order they
+    act (removal in reverse: the firewall and routes before the interface they point at).
+    ``plan`` is what the backends are asked for (None when removing)."""
+    steps = []
+    for backend in reversed(backends) if absent else backends:
+        current = backend.current(None if absent else plan)
+        if absent:
+            desired, changes = None, backend.removal(current)
+        else:
+            desired = backend.desired(plan, current)
+            changes = backend.changes(current, desired)
+        before, after = backend.diff(current, desired)
+        steps.append(Step(backend, plan, current, desired, changes, before, after))
+    return steps
+
+
+def needs(steps: Iterable[Step]) -> list[str]:
+    """What the callers must send before anything can change (a backend's ``need``)."""
+    return sorted(set(n for step in steps for n in getattr(step.backend, "need", ())))
+
+
+def carry_out(steps: Iterable[Step], absent: bool = False, again: bool = True) -> None:
+    """Apply (or remove) the steps with changes, in order, by difference. After a backend changed
+    the host (made the interface, say) the next ones read and compare again (``again``; a step
+    then holds what it applied)."""
+    applied = False
+    for step in steps:
+        if not step.changes:
+            continue
+        if absent:
+            step.backend.remove(step.current)
+            continue
+        if applied and again:
+            step.current = step.backend.current(step.plan)
+            step.desired = step.backend.desired(step.plan, step.current)
+        step.backend.apply(step.current, step.desired)
+        applied = True
+
+
+def run(
+    backends: Sequence[Backend], plan: Any, check_mode: bool, absent: bool = False
+) -> list[Step]:
+    """Compare every backend, then (outside check mode, and when no backend needs anything sent)
+    carry the changes out: check mode, diff and ownership of every user of ``Backend`` in one
+    place. Returns the steps."""
+    steps = compare(backends, plan, absent)
+    if not check_mode and not needs(steps):
+        carry_out(steps, absent)
+    return steps
 
 
 def backends_for(settings, preshared_keys=None, app=None, takeover=False):
@@ -267,48 +358,28 @@ def _converge(
             settings, preshared_keys or {}, app, takeover=takeover and not absent
         )
 
+    steps = compare(backends, plan, absent)
     result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
-    steps = []
-    # Removal runs in reverse: firewall and routes go before the interface they point at.
-    for backend in reversed(backends) if absent else backends:
-        current = backend.current(None if absent else plan)
-        if absent:
-            desired = None
-            changes = ["remove %s" % backend.name] if backend.owns(current) else []
-        else:
-            desired = backend.desired(plan, current)
-            changes = backend.changes(current, desired)
-        before, after = backend.diff(current, desired)
-        result["diff"]["before"][backend.name] = before
-        result["diff"]["after"][backend.name] = after
-        if changes:
-            result["changes"][backend.name] = changes
+    for step in steps:
+        result["diff"]["before"][step.backend.name] = step.before
+        result["diff"]["after"][step.backend.name] = step.after
+        if step.changes:
+            result["changes"][step.backend.name] = step.changes
             result["changed"] = True
-            steps.append((backend, current, desired))
     if takeover and not absent:
-        refuse_tunnel_changes(steps)
+        refuse_tunnel_changes((s.backend, s.current, s.desired) for s in steps if s.changes)
     # A backend may leave something alone and say why (CNI: a file that is not ours).
     warnings = [w for backend in backends for w in getattr(backend, "warnings", ())]
     if warnings:
         result["warnings"] = warnings
-    need = sorted(set(n for backend in backends for n in getattr(backend, "need", ())))
+    need = needs(steps)
     if need and not check_mode:
         # the caller sends what is missing and calls again; nothing changed meanwhile
         return {"changed": False, "need": need, "changes": {}, "diff": {"before": {}, "after": {}}}
     if check_mode:
         return result
 
-    if switch_at and steps:
+    if switch_at and result["changed"]:
         result["late"] = wait_for(switch_at)
-    applied = False
-    for backend, current, desired in steps:
-        if absent:
-            backend.remove(current)
-            continue
-        if applied:
-            # An earlier backend changed the host (made the interface, say): compare again.
-            current = backend.current(plan)
-            desired = backend.desired(plan, current)
-        backend.apply(current, desired)
-        applied = True
+    carry_out(steps, absent)
     return result

@@ -12,11 +12,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import contextlib
 import os
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import leftovers, write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, parse_key
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend, run
 from ansible_collections.kilo.mesh.plugins.module_utils.options import DEFAULT_KEY_PATH
 
 
@@ -101,28 +103,147 @@ def key_age(path, now=None):
     return max(0, int((time.time() if now is None else now) - os.stat(path).st_mtime))
 
 
+class KeyBackend(Backend):
+    """The private key file at ``path``, in converge's ``Backend`` shape: made when missing,
+    replaced when a rotation is asked for (``rotate``) or it is older than ``max_age`` seconds
+    (0: no limit), its mode tightened to 0600, and the temporary files of key writes cut short
+    (``leftovers``: each a private key that is no host's key) removed. The plan it is handed is
+    {"rotate", "max_age"} (None when removing). A new key is made in ``desired`` and held in
+    memory only: ``diff`` and ``changes`` name public keys and paths, never a key. An existing
+    invalid file is an error rather than silently replaced: it may be someone's real key.
+    """
+
+    name = "key"
+
+    def __init__(self, path=DEFAULT_KEY_PATH):
+        super(KeyBackend, self).__init__({})
+        self.path = path
+        self.removed_dir = False
+
+    def current(self, plan):
+        found = leftovers(self.path)
+        if plan is None:  # removing: never reads the key
+            return {"key": os.path.lexists(self.path), "leftovers": found}
+        current = {"key": os.path.exists(self.path), "leftovers": found}
+        if current["key"]:
+            current["public_key"] = public_key(read_private_key(self.path))
+            current["mode"] = os.stat(self.path).st_mode & 0o777
+        return current
+
+    def desired(self, plan, current):
+        why = None
+        if current["key"]:
+            why = _rotation(self.path, plan["rotate"], plan["max_age"])
+            if not why:
+                return {"public_key": current["public_key"], "rotated": None, "private": None}
+        new = generate_private_key()
+        return {"public_key": public_key(new), "rotated": why, "private": new}
+
+    def changes(self, current, desired):
+        if not current["key"]:
+            out = ["create key %s" % self.path]
+        elif desired["rotated"]:
+            out = ["rotate key %s (%s)" % (self.path, desired["rotated"])]
+        elif current["mode"] & 0o077:
+            out = ["tighten mode of %s to 0600" % self.path]
+        else:
+            out = []
+        return out + self._cut_short(current)
+
+    def _cut_short(self, current):
+        n = len(current["leftovers"])
+        return ["remove %d temporary file(s) of a key write cut short" % n] if n else []
+
+    def apply(self, current, desired):
+        for name in current["leftovers"]:
+            os.unlink(name)
+        if not current["key"]:
+            directory = os.path.dirname(self.path) or "."
+            if not os.path.isdir(directory):
+                os.makedirs(directory, 0o700)
+                os.chmod(directory, 0o700)  # makedirs' mode is filtered by the umask
+        if desired["private"] is not None:
+            # 0600 from the first byte on (write_atomic): never world-readable or half-written
+            write_atomic(self.path, desired["private"] + "\n", 0o600)
+        elif current["mode"] & 0o077:
+            os.chmod(self.path, 0o600)
+
+    def diff(self, current, desired):
+        before = {"public_key": current.get("public_key")}
+        return before, {"public_key": desired["public_key"] if desired else None}
+
+    def owns(self, current):
+        return current["key"] or bool(current["leftovers"])
+
+    def removal(self, current):
+        if not self.owns(current):
+            return []
+        out = ["remove key %s" % self.path] if current["key"] else []
+        return out + self._cut_short(current)
+
+    def remove(self, current):
+        for name in ([self.path] if current["key"] else []) + current["leftovers"]:
+            os.unlink(name)
+        try:
+            os.rmdir(os.path.dirname(os.path.abspath(self.path)))  # only when empty
+            self.removed_dir = True
+        except OSError:
+            pass
+
+
 def ensure_key(path=DEFAULT_KEY_PATH, check_mode=False, rotate=False, max_age=0):
-    """Make sure a private key exists at path; return {'public_key', 'changed', 'msg'} and, when
-    the key is replaced, 'rotated' (why: 'requested' or 'age') and 'previous_public_key'.
+    """Make sure a private key exists at path (``KeyBackend``); return {'public_key', 'changed',
+    'msg'} and, when the key is replaced, 'rotated' (why: 'requested' or 'age') and
+    'previous_public_key'.
 
     An existing valid key is kept (its file mode is tightened to 0600 if looser) unless
     ``rotate`` is true or it is older than ``max_age`` seconds (0: no limit); then a new key
-    replaces it atomically (write_atomic: never half-written, 0600 from the first byte) and the
-    old one is gone from the disk (the interface keeps it until the converge switches). An
-    existing invalid file is an error rather than silently replaced: it may be someone's real key.
-    In check mode nothing is written; a key that would be created or rotated is stood in for by
-    an unsaved one (``pending``), so plans can still be computed. Failures are KeyFileError.
+    replaces it atomically and the old one is gone from the disk (the interface keeps it until
+    the converge switches). In check mode nothing is written; a key that would be created or
+    rotated is stood in for by an unsaved one (``pending``), so plans can still be computed.
+    Failures are KeyFileError.
     """
+    with key_file_errors(path):
+        step = run([KeyBackend(path)], {"rotate": rotate, "max_age": max_age}, check_mode)[0]
+    return key_result(step, check_mode)
+
+
+@contextlib.contextmanager
+def key_file_errors(path):
+    """An OSError of the key's file as a KeyFileError naming it."""
     try:
-        cut_short = _remove_cut_short_writes(path, check_mode)
-        result = _ensure_key(path, check_mode, rotate, max_age)
+        yield
     except (IOError, OSError) as e:
         raise KeyFileError(e.strerror or str(e), _subject(path))
-    if cut_short:
-        result["changed"] = True
+
+
+def key_result(step, check_mode):
+    """What ``ensure_key`` returns of a KeyBackend's step (carried out unless ``check_mode``)."""
+    current, desired, path = step.current, step.desired, step.backend.path
+    result = {"public_key": desired["public_key"], "changed": bool(step.changes)}
+    if desired["private"] is not None and check_mode:
+        # A stand-in public key, never written anywhere, lets the controller compute honest
+        # plans for a host that has not run yet; `pending` marks it as such.
+        result["pending"] = True
+    if not current["key"]:
+        result["msg"] = ("would create key %s" if check_mode else "created key %s") % path
+    elif desired["rotated"]:
+        result["rotated"] = desired["rotated"]
+        result["previous_public_key"] = current["public_key"]
+        result["msg"] = "%s key %s (%s)" % (
+            "would rotate" if check_mode else "rotated",
+            path,
+            "requested" if desired["rotated"] == "requested" else "older than kilo_key_max_age",
+        )
+    elif current["mode"] & 0o077:
+        verb = "would tighten" if check_mode else "tightened"
+        result["msg"] = "%s mode of %s to 0600" % (verb, path)
+    else:
+        result["msg"] = "key %s exists" % path
+    if current["leftovers"]:
         result["msg"] += "; %s %d temporary file(s) of a key write cut short" % (
             "would remove" if check_mode else "removed",
-            cut_short,
+            len(current["leftovers"]),
         )
     return result
 
@@ -132,39 +253,18 @@ def remove_key(path=DEFAULT_KEY_PATH, check_mode=False):
     (``leftovers``), then the key's directory when that leaves it empty (``ensure_key`` made it;
     anything else in it, Kilo's or the stored plan's, keeps it). Never reads the key. Returns
     {'changed', 'msg'}; nothing is removed in check mode. Failures are KeyFileError."""
-    found = ([path] if os.path.lexists(path) else []) + leftovers(path)
-    if not found:
+    backend = KeyBackend(path)
+    with key_file_errors(path):
+        step = run([backend], None, check_mode, absent=True)[0]
+    current = step.current
+    if not step.changes:
         return {"changed": False, "msg": "no key at %s" % path}
-    directory = os.path.dirname(os.path.abspath(path))
     msg = "%s key %s" % ("would remove" if check_mode else "removed", path)
-    if len(found) > 1 or found[0] != path:
-        msg += " and %d temporary file(s) of a key write cut short" % (
-            len(found) - (found[0] == path)
-        )
-    if check_mode:
-        return {"changed": True, "msg": msg}
-    try:
-        for name in found:
-            os.unlink(name)
-    except OSError as e:
-        raise KeyFileError(e.strerror or str(e), _subject(path))
-    try:
-        os.rmdir(directory)  # only when empty
+    if current["leftovers"]:
+        msg += " and %d temporary file(s) of a key write cut short" % len(current["leftovers"])
+    if backend.removed_dir:
         msg += " and its empty directory"
-    except OSError:
-        pass
     return {"changed": True, "msg": msg}
-
-
-def _remove_cut_short_writes(path, check_mode):
-    """A key write killed before its rename left a temporary file beside the key (0600, a private
-    key that is no host's key): remove it, so no stray copy of a key stays on the disk. Returns
-    how many there were."""
-    found = leftovers(path)
-    if not check_mode:
-        for name in found:
-            os.unlink(name)
-    return len(found)
 
 
 def _rotation(path, rotate, max_age):
@@ -174,71 +274,3 @@ def _rotation(path, rotate, max_age):
     if max_age and key_age(path) >= max_age:
         return "age"
     return None
-
-
-def _ensure_key(path, check_mode, rotate, max_age):
-    if os.path.exists(path):
-        priv = read_private_key(path)
-        why = _rotation(path, rotate, max_age)
-        if why:
-            old = public_key(priv)
-            del priv
-            verb = "would rotate" if check_mode else "rotated"
-            msg = "%s key %s (%s)" % (
-                verb,
-                path,
-                "requested" if why == "requested" else "older than kilo_key_max_age",
-            )
-            if check_mode:
-                return {
-                    "public_key": public_key(generate_private_key()),
-                    "pending": True,
-                    "changed": True,
-                    "rotated": why,
-                    "previous_public_key": old,
-                    "msg": msg,
-                }
-            new = generate_private_key()
-            write_atomic(path, new + "\n", 0o600)
-            return {
-                "public_key": public_key(new),
-                "changed": True,
-                "rotated": why,
-                "previous_public_key": old,
-                "msg": msg,
-            }
-        changed = False
-        mode = os.stat(path).st_mode & 0o777
-        if mode & 0o077:
-            changed = True
-            if not check_mode:
-                os.chmod(path, 0o600)
-        return {
-            "public_key": public_key(priv),
-            "changed": changed,
-            "msg": (
-                "would tighten mode of %s to 0600"
-                if check_mode and changed
-                else "tightened mode of %s to 0600"
-                if changed
-                else "key %s exists"
-            )
-            % path,
-        }
-    if check_mode:
-        # A stand-in public key, never written anywhere, lets the controller compute honest
-        # plans for a host that has not run yet; `pending` marks it as such.
-        return {
-            "public_key": public_key(generate_private_key()),
-            "pending": True,
-            "changed": True,
-            "msg": "would create key %s" % path,
-        }
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o700)
-        os.chmod(directory, 0o700)  # makedirs' mode is filtered by the umask
-    priv = generate_private_key()
-    # 0600 from the first byte on (write_atomic): the key is never world-readable or half-written
-    write_atomic(path, priv + "\n", 0o600)
-    return {"public_key": public_key(priv), "changed": True, "msg": "created key %s" % path}

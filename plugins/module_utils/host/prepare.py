@@ -21,7 +21,6 @@ import shutil
 
 from ansible_collections.kilo.mesh.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    PORT_RANGE,
     KiloError,
     kernel_module_available,
     run_checked,
@@ -29,10 +28,17 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     to_bool,
     to_int,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import (
+    Backend,
+    carry_out,
+    compare,
+    run,
+)
 from ansible_collections.kilo.mesh.plugins.module_utils.host.firewall import COMMENT as NFT_COMMENT
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     DEFAULT_AGENT_CONFIG as AGENT_CONFIG,
     DEFAULT_PORT,
+    bounds,
 )
 
 # Where sysctls are read and written at runtime, and the file that sets them at boot.
@@ -191,22 +197,12 @@ def write_file(path, text):
         raise PrepareError("cannot write %s: %s" % (path, e), field="sysctls")
 
 
-def sysctl_plan(sysctls, proc_sys=None, sysctl_file=None):
-    """What the sysctls are and should be.
-
-    Returns (values, current, unknown, file_before, file_after): ``values`` the wanted text by
-    key, ``current`` the runtime text by key (None when absent), ``unknown`` the keys this
-    kernel does not have (not set at runtime, still written to the boot file).
-    """
-    sysctl_file = SYSCTL_FILE if sysctl_file is None else sysctl_file
+def sysctl_values(sysctls, proc_sys=None):
+    """The wanted text by sysctl name, values then names checked before anything is read."""
     values = dict((key, sysctl_value(key, value)) for key, value in (sysctls or {}).items())
     for key in values:
-        sysctl_path(key, proc_sys)  # names are checked before anything is read
-    current = dict((key, read_sysctl(key, proc_sys)) for key in values)
-    unknown = [key for key in values if current[key] is None]
-    file_before = read_file(sysctl_file)
-    file_after = sysctl_file_text(values) if values else None
-    return values, current, unknown, file_before, file_after
+        sysctl_path(key, proc_sys)
+    return values
 
 
 # --- firewall -------------------------------------------------------------------------------
@@ -304,136 +300,154 @@ def port_plan(firewall, port, runner=run_command):
     return None, [], []
 
 
-# --- all together ---------------------------------------------------------------------------
+# --- all together: the install step as a Backend ---------------------------------------------
 
 
-def prepare(
-    params, check_mode, runner=run_command, which=shutil.which, proc_sys=None, sysctl_file=None
-):
-    """Probe and prepare the host; write nothing in check mode.
-
-    ``params``: install_packages, open_port, sysctls, backend, port. Returns pkg_mgr,
-    kernel_module, firewall, port, missing, unknown_sysctls, changes (what changed or would)
-    and diff (before, after).
-    """
-    sysctl_file = SYSCTL_FILE if sysctl_file is None else sysctl_file
-    install = to_bool(params.get("install_packages"), field="install_packages", default=True)
-    open_port = to_bool(params.get("open_port"), field="open_port", default=True)
+def install_settings(params):
+    """The install step's checked options: install, open_port, backend, port, sysctls, agent."""
     backend = params.get("backend") or "auto"
     if backend not in ("auto", "kernel", "userspace"):
         raise PrepareError("%r is not auto, kernel or userspace" % (backend,), field="backend")
-    port = to_int(params.get("port"), None, "port", *PORT_RANGE, default=DEFAULT_PORT)
-    sysctls = params.get("sysctls")
-    if sysctls is not None and not isinstance(sysctls, dict):
+    settings = {
+        "install": to_bool(params.get("install_packages"), field="install_packages", default=True),
+        "open_port": to_bool(params.get("open_port"), field="open_port", default=True),
+        "backend": backend,
+        "port": to_int(params.get("port"), None, "port", *bounds("port"), default=DEFAULT_PORT),
+        "sysctls": params.get("sysctls"),
+    }
+    if settings["sysctls"] is not None and not isinstance(settings["sysctls"], dict):
         raise PrepareError("must be a dict of sysctl name to value", field="sysctls")
-
-    # --- read everything ---
-    pkg_mgr = package_manager(which)
-    kernel_module = kernel_module_available("wireguard")
-    missing = []
-    if install:
-        if pkg_mgr is None:
-            raise PrepareError(
-                "no supported package manager (apt, dnf, pacman) found", field="install_packages"
-            )
-        agent = to_bool(params.get("agent"), field="agent", default=False)
-        missing = missing_packages(
-            pkg_mgr, wanted_packages(pkg_mgr, backend, kernel_module, agent), runner
-        )
-
-    values, current, unknown, file_before, file_after = sysctl_plan(sysctls, proc_sys, sysctl_file)
-    changes = []
-    file_changed = (file_before or "") != (file_after or "") or (
-        file_after is None and file_before is not None
-    )
-    if file_changed:
-        changes.append(("write %s" if file_after is not None else "remove %s") % sysctl_file)
-    to_set = [
-        key
-        for key in values
-        if current[key] is not None and not same_value(current[key], values[key])
-    ]
-    changes.extend("sysctl %s = %s" % (key, values[key]) for key in to_set)
-
-    firewall = detect_firewall(runner, which)
-    port_open, port_changes, port_commands = (None, [], [])
-    if open_port:
-        port_open, port_changes, port_commands = port_plan(firewall, port, runner)
-    changes.extend(port_changes)
-
-    # --- then write ---
-    if not check_mode:
-        if file_changed:
-            if file_after is None:
-                try:
-                    os.unlink(sysctl_file)
-                except OSError as e:
-                    raise PrepareError("cannot remove %s: %s" % (sysctl_file, e), field="sysctls")
-            else:
-                write_file(sysctl_file, file_after)
-        for key in to_set:
-            write_sysctl(key, values[key], proc_sys)
-        for argv in port_commands:
-            run_checked(argv, PrepareError, "open_port", runner=runner)
-
-    before = {"sysctls": dict((key, current[key]) for key in values), "sysctl_file": file_before}
-    after = {
-        "sysctls": dict((key, values[key] if current[key] is not None else None) for key in values),
-        "sysctl_file": file_after,
-    }
-    if open_port and firewall:
-        before["port"] = {"firewall": firewall, "port": port, "open": bool(port_open)}
-        after["port"] = {"firewall": firewall, "port": port, "open": True}
-    return {
-        "pkg_mgr": pkg_mgr,
-        "kernel_module": kernel_module,
-        "firewall": firewall,
-        "port": port,
-        "missing": missing,
-        # site.yml removes an agent left on a host whose kilo_agent is now false
-        "agent_installed": os.path.exists(AGENT_CONFIG),
-        "package_args": dict(PACKAGE_ARGS.get(pkg_mgr, {})),
-        "unknown_sysctls": unknown,
-        "changed": bool(changes),
-        "changes": changes,
-        "diff": {"before": before, "after": after},
-    }
+    if settings["install"]:
+        settings["agent"] = to_bool(params.get("agent"), field="agent", default=False)
+    return settings
 
 
-# --- state absent: what the install step leaves that is ours --------------------------------------
+class InstallBackend(Backend):
+    """What the install step wants of the host (packages, sysctls and their boot file, the port
+    open in the active firewall), in converge's ``Backend`` shape. The plan it is handed is
+    ``install_settings``' (None when removing).
 
-
-class InstallState(object):
-    """What ``prepare`` leaves on a host that is ours to remove, in the shape of converge's
-    ``Backend`` (current, owns, changes, diff, remove; nothing is desired): the boot file of the
-    sysctls and the nftables rules carrying our comment in the ``inet filter`` input chain.
-
-    Left alone, and said so in the module's documentation: the sysctls' runtime values (forwarding
-    may be what the host's other software needs, a kubelet or a container runtime; the boot file
-    gone, the next boot takes the system's own), a port opened in firewalld or ufw (neither marks
-    who opened it), and the packages.
+    Packages are only probed: installing them is left to ``ansible.builtin.package`` (the
+    ``missing`` of the reading). Removing takes what is ours: the boot file of the sysctls and
+    the nftables rules carrying our comment in the ``inet filter`` input chain. Left alone, and
+    said so in the module's documentation: the sysctls' runtime values (forwarding may be what the
+    host's other software needs, a kubelet or a container runtime; the boot file gone, the next
+    boot takes the system's own), a port opened in firewalld or ufw (neither marks who opened
+    it), and the packages.
     """
 
     name = "prepare"
 
-    def __init__(self, runner=run_command, which=shutil.which, sysctl_file=None):
+    def __init__(self, runner=run_command, which=shutil.which, proc_sys=None, sysctl_file=None):
+        super(InstallBackend, self).__init__({})
         self.runner = runner
         self.which = which
+        self.proc_sys = proc_sys
         self.sysctl_file = SYSCTL_FILE if sysctl_file is None else sysctl_file
 
-    def current(self):
-        """{"sysctl_file": its text or None, "nft_rules": [(port or None, handle)] of ours}."""
-        rules = []
-        if self.which("nft"):
-            rc, out, dummy = self.runner(["nft", "-a", "list", "chain"] + list(NFT_CHAIN))
-            if rc == 0:  # no such chain: no rule of ours
-                rules = nft_our_rules(out)
-        return {"sysctl_file": read_file(self.sysctl_file), "nft_rules": rules}
+    def current(self, plan):
+        if plan is None:  # removing: what is ours
+            rules = []
+            if self.which("nft"):
+                rc, out, dummy = self.runner(["nft", "-a", "list", "chain"] + list(NFT_CHAIN))
+                if rc == 0:  # no such chain: no rule of ours
+                    rules = nft_our_rules(out)
+            return {"sysctl_file": read_file(self.sysctl_file), "nft_rules": rules}
+        pkg_mgr = package_manager(self.which)
+        kernel_module = kernel_module_available("wireguard")
+        missing = []
+        if plan["install"]:
+            if pkg_mgr is None:
+                raise PrepareError(
+                    "no supported package manager (apt, dnf, pacman) found",
+                    field="install_packages",
+                )
+            wanted = wanted_packages(pkg_mgr, plan["backend"], kernel_module, plan["agent"])
+            missing = missing_packages(pkg_mgr, wanted, self.runner)
+        values = sysctl_values(plan["sysctls"], self.proc_sys)
+        return {
+            "pkg_mgr": pkg_mgr,
+            "kernel_module": kernel_module,
+            "missing": missing,
+            "sysctls": dict((key, read_sysctl(key, self.proc_sys)) for key in values),
+            "sysctl_file": read_file(self.sysctl_file),
+            "firewall": detect_firewall(self.runner, self.which),
+        }
+
+    def desired(self, plan, current):
+        values = sysctl_values(plan["sysctls"], self.proc_sys)
+        port_open, port_changes, port_commands = (None, [], [])
+        if plan["open_port"]:
+            port_open, port_changes, port_commands = port_plan(
+                current["firewall"], plan["port"], self.runner
+            )
+        return {
+            "sysctls": values,
+            "sysctl_file": sysctl_file_text(values) if values else None,
+            "port": plan["port"] if plan["open_port"] else None,
+            "port_open": port_open,
+            "port_changes": port_changes,
+            "port_commands": port_commands,
+        }
+
+    def _file_changed(self, current, desired):
+        before, after = current["sysctl_file"], desired["sysctl_file"]
+        return (before or "") != (after or "") or (after is None and before is not None)
+
+    def _to_set(self, current, desired):
+        values, now = desired["sysctls"], current["sysctls"]
+        return [k for k in values if now[k] is not None and not same_value(now[k], values[k])]
+
+    def changes(self, current, desired):
+        changes = []
+        if self._file_changed(current, desired):
+            verb = "write %s" if desired["sysctl_file"] is not None else "remove %s"
+            changes.append(verb % self.sysctl_file)
+        changes.extend(
+            "sysctl %s = %s" % (key, desired["sysctls"][key])
+            for key in self._to_set(current, desired)
+        )
+        return changes + desired["port_changes"]
+
+    def apply(self, current, desired):
+        if self._file_changed(current, desired):
+            if desired["sysctl_file"] is None:
+                try:
+                    os.unlink(self.sysctl_file)
+                except OSError as e:
+                    raise PrepareError(
+                        "cannot remove %s: %s" % (self.sysctl_file, e), field="sysctls"
+                    )
+            else:
+                write_file(self.sysctl_file, desired["sysctl_file"])
+        for key in self._to_set(current, desired):
+            write_sysctl(key, desired["sysctls"][key], self.proc_sys)
+        for argv in desired["port_commands"]:
+            run_checked(argv, PrepareError, "open_port", runner=self.runner)
+
+    def diff(self, current, desired):
+        if desired is None:
+            before = {
+                "sysctl_file": current["sysctl_file"],
+                "nftables_ports": [port for port, dummy in current["nft_rules"]],
+            }
+            return before, {"sysctl_file": None, "nftables_ports": []}
+        now, values = current["sysctls"], desired["sysctls"]
+        before = {"sysctls": dict(now), "sysctl_file": current["sysctl_file"]}
+        after = {
+            "sysctls": dict((k, values[k] if now[k] is not None else None) for k in values),
+            "sysctl_file": desired["sysctl_file"],
+        }
+        if desired["port"] is not None and current["firewall"]:
+            port = {"firewall": current["firewall"], "port": desired["port"]}
+            before["port"] = dict(port, open=bool(desired["port_open"]))
+            after["port"] = dict(port, open=True)
+        return before, after
 
     def owns(self, current):
-        return current["sysctl_file"] is not None or bool(current["nft_rules"])
+        return current["sysctl_file"] is not None or bool(current.get("nft_rules"))
 
-    def changes(self, current):
+    def removal(self, current):
         out = ["remove %s" % self.sysctl_file] if current["sysctl_file"] is not None else []
         out.extend(
             "nftables: delete rule handle %d (%s)"
@@ -441,13 +455,6 @@ class InstallState(object):
             for port, handle in current["nft_rules"]
         )
         return out
-
-    def diff(self, current):
-        before = {
-            "sysctl_file": current["sysctl_file"],
-            "nftables_ports": [port for port, dummy in current["nft_rules"]],
-        }
-        return before, {"sysctl_file": None, "nftables_ports": []}
 
     def remove(self, current):
         if current["sysctl_file"] is not None:
@@ -466,19 +473,57 @@ class InstallState(object):
             )
 
 
-def unprepare(check_mode, runner=run_command, which=shutil.which, sysctl_file=None):
-    """``state: absent``: remove what ``prepare`` wrote that is ours (``InstallState``); nothing
-    in check mode. Returns changed, changes and diff (before, after)."""
-    state = InstallState(runner, which, sysctl_file)
-    current = state.current()
-    changes = state.changes(current) if state.owns(current) else []
-    before, after = state.diff(current)
-    if changes and not check_mode:
-        state.remove(current)
+def compare_install(
+    params, runner=run_command, which=shutil.which, proc_sys=None, sysctl_file=None
+):
+    """The install step's one ``Step``: read and compared, nothing changed."""
+    return compare(
+        [InstallBackend(runner, which, proc_sys, sysctl_file)], install_settings(params)
+    )[0]
+
+
+def install_result(step):
+    """What the install step did (or would), as kilo.mesh.prepare returns it: pkg_mgr,
+    kernel_module, firewall, port, missing, unknown_sysctls, changes and diff (before, after)."""
+    current = step.current
     return {
-        "changed": bool(changes),
-        "changes": changes,
-        "diff": {"before": before, "after": after},
+        "pkg_mgr": current["pkg_mgr"],
+        "kernel_module": current["kernel_module"],
+        "firewall": current["firewall"],
+        "port": step.plan["port"],
+        "missing": current["missing"],
+        # site.yml removes an agent left on a host whose kilo_agent is now false
+        "agent_installed": os.path.exists(AGENT_CONFIG),
+        "package_args": dict(PACKAGE_ARGS.get(current["pkg_mgr"], {})),
+        "unknown_sysctls": [k for k, v in current["sysctls"].items() if v is None],
+        "changed": bool(step.changes),
+        "changes": step.changes,
+        "diff": {"before": step.before, "after": step.after},
+    }
+
+
+def prepare(
+    params, check_mode, runner=run_command, which=shutil.which, proc_sys=None, sysctl_file=None
+):
+    """Probe and prepare the host (``InstallBackend``); write nothing in check mode.
+
+    ``params``: install_packages, open_port, sysctls, backend, port. Returns what
+    ``install_result`` says."""
+    step = compare_install(params, runner, which, proc_sys, sysctl_file)
+    if not check_mode:
+        carry_out([step])
+    return install_result(step)
+
+
+def unprepare(check_mode, runner=run_command, which=shutil.which, sysctl_file=None):
+    """``state: absent``: remove what ``prepare`` wrote that is ours (``InstallBackend``); nothing
+    in check mode. Returns changed, changes and diff (before, after)."""
+    backend = InstallBackend(runner, which, sysctl_file=sysctl_file)
+    step = run([backend], None, check_mode, absent=True)[0]
+    return {
+        "changed": bool(step.changes),
+        "changes": step.changes,
+        "diff": {"before": step.before, "after": step.after},
     }
 
 
@@ -495,6 +540,12 @@ def prepare_module_host(module):
             result = prepare(module.params, check_mode=module.check_mode)
     except KiloError as e:
         module.fail_json(msg=str(e))
+    return module_view(module, result)
+
+
+def module_view(module, result):
+    """An install step's result as a module returns it: an unknown sysctl warns, and the diff
+    stays only in diff mode."""
     for key in result.get("unknown_sysctls", ()):
         module.warn("sysctl %s does not exist on this kernel: written to the boot file only" % key)
     if not module._diff:

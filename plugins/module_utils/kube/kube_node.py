@@ -27,14 +27,11 @@ import json
 import re
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
-    KEEPALIVE_RANGE,
-    PORT_RANGE,
     KiloError,
     format_endpoint,
     node_subject,
     parse_key,
     peer_subject,
-    split_endpoint,
     to_int,
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
@@ -53,10 +50,12 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
     parse_cidr,
     parse_endpoint,
     parse_interface,
+    parse_keepalive,
     pod_cidr_value,
+    split_endpoint,
     read_families,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, STATE_SPEC
+from ansible_collections.kilo.mesh.plugins.module_utils.options import OPTIONS, STATE_SPEC, bounds
 
 # The node table (nodes.FIELDS) names the annotations of node fields: set by the operator ...
 LOCATION = FIELDS["location"].annotation
@@ -441,7 +440,7 @@ def _read_discovered(value, subject):
             ip = ipaddress.ip_address(fields.get("ip"))
         except ValueError:
             raise KiloError("%r has no valid IP" % (addr,), subject, field)
-        port = to_int(fields.get("port"), subject, field, *PORT_RANGE, default=None)
+        port = to_int(fields.get("port"), subject, field, *bounds("port"), default=None)
         if port is None:
             raise KiloError("%r has no port" % (addr,), subject, field)
         out[parse_key(key, subject, field)] = parse_endpoint(
@@ -589,8 +588,8 @@ def peer_from_resource(obj):
         "public_key": parse_key(spec.get("publicKey"), subject, "spec.publicKey"),
         "allowed_ips": allowed_ips,
         "endpoint": endpoint,
-        "persistent_keepalive": to_int(
-            spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive", *KEEPALIVE_RANGE
+        "persistent_keepalive": parse_keepalive(
+            spec.get("persistentKeepalive"), subject, "spec.persistentKeepalive"
         ),
         "preshared_key": parse_key(
             spec.get("presharedKey"), subject, "spec.presharedKey", required=False
@@ -684,7 +683,7 @@ def _peer_endpoint(endpoint, subject):
         raise KiloError(
             "either a DNS name or an IP address must be given", subject, field + ".dnsOrIP"
         )
-    port = to_int(endpoint.get("port"), subject, field + ".port", *PORT_RANGE, default=None)
+    port = to_int(endpoint.get("port"), subject, field + ".port", *bounds("port"), default=None)
     if port is None:
         raise KiloError("missing", subject, field + ".port")
     if ip:

@@ -38,8 +38,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     host_subject,
     kernel_module_available,
     parse_key,
-    split_endpoint,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.host.converge import Backend
 from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard.daemon import (
     RUN_DIR,
@@ -127,12 +127,14 @@ def _absent_state(interface, backend):
     }
 
 
-def _peer_state(public_key, endpoint, allowed_ips, keepalive, psk_b64=None):
+def _peer_state(public_key, endpoint, allowed_ips, persistent_keepalive, psk_b64=None):
+    """A peer as compared: ``persistent_keepalive`` an int as both readings and the checked plan
+    (``plan.check_plan``) give it."""
     return {
         "public_key": public_key,
         "endpoint": endpoint,
         "allowed_ips": allowed_ips,
-        "persistent_keepalive": int(keepalive or 0),
+        "persistent_keepalive": persistent_keepalive,
         "preshared_key": bool(psk_b64),
         "preshared_key_digest": psk_digest(psk_b64),
     }

@@ -20,8 +20,8 @@ import socket
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     KiloError,
     format_endpoint,
-    split_endpoint,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 
 # Kernel values (include/uapi/linux/wireguard.h), not pyroute2's constants.
 WG_CMD_GET_DEVICE = 0
@@ -81,9 +81,7 @@ def build_set_messages(interface, private_key=None, listen_port=None, fwmark=Non
                 host, port = split_endpoint(p["endpoint"])
                 attrs.append(["WGPEER_A_ENDPOINT", {"addr": host, "port": port}])
             if "persistent_keepalive" in p:
-                attrs.append(
-                    ["WGPEER_A_PERSISTENT_KEEPALIVE_INTERVAL", int(p["persistent_keepalive"] or 0)]
-                )
+                attrs.append(["WGPEER_A_PERSISTENT_KEEPALIVE_INTERVAL", p["persistent_keepalive"]])
             if p.get("allowed_ips"):  # with REPLACE_ALLOWEDIPS and none listed: cleared
                 attrs.append(["WGPEER_A_ALLOWEDIPS", _allowed_ips(p["allowed_ips"])])
         attrs.append(["WGPEER_A_FLAGS", flags])

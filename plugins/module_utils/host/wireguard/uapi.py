@@ -84,7 +84,7 @@ def build_set(private_key=None, listen_port=None, fwmark=None, peers=()):
         if p.get("endpoint"):
             lines.append("endpoint=" + p["endpoint"])
         if "persistent_keepalive" in p:
-            lines.append("persistent_keepalive_interval=%d" % int(p["persistent_keepalive"] or 0))
+            lines.append("persistent_keepalive_interval=%d" % p["persistent_keepalive"])
         if p.get("replace_allowed_ips"):
             lines.append("replace_allowed_ips=true")
         for cidr in p.get("allowed_ips") or ():

@@ -8,10 +8,10 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     format_endpoint,
     is_public,
     parse_key,
-    split_endpoint,
     to_bool,
     to_int,
 )
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 
 KEY = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
 

@@ -79,7 +79,7 @@ def topology(nodes, peers, opts, host):
     t = Seg()
     t.leader = False
     t.location = localloc
-    t.keepalive = me.keepalive
+    t.keepalive = me.persistent_keepalive
     t.private = me.internal
     t.subnet = me.pod
     segs = []
@@ -242,7 +242,9 @@ def routes(t, local, strat, iface="kilo0"):
             rs.append(R(s.cidrs[i], s.wg, iface, src))
             if not s.privs:
                 continue
-            ep = update_endpoint(t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.keepalive)
+            ep = update_endpoint(
+                t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.persistent_keepalive
+            )
             if s.privs[i] == ep[1]:
                 continue
             rs.append(R(one(s.privs[i]), s.wg, iface, src))
@@ -262,9 +264,9 @@ def conf(t):
         out.append(
             (
                 s.ldr.key,
-                update_endpoint(t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.keepalive)[
-                    0
-                ],
+                update_endpoint(
+                    t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.persistent_keepalive
+                )[0],
                 tuple(sorted(map(str, s.allowed + s.alips))),
                 t.keepalive,
             )
@@ -274,7 +276,7 @@ def conf(t):
         out.append(
             (
                 p.key,
-                update_endpoint(t, ep, p.key, p.keepalive)[0],
+                update_endpoint(t, ep, p.key, p.persistent_keepalive)[0],
                 tuple(sorted(map(str, al))),
                 t.keepalive,
             )

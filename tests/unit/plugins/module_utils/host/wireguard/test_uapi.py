@@ -150,10 +150,10 @@ def test_errors_are_kilo_errors():
         keys.KeyFileError,
     ):
         assert issubclass(cls, KiloError), cls
-    # one endpoint formatter and splitter: common's, not copies
+    # one endpoint formatter (common's) and splitter (the node table's), not copies
     assert not hasattr(uapi, "format_endpoint") and not hasattr(wireguard_kernel, "_split_endpoint")
     assert not hasattr(wireguard, "split_endpoint") or wireguard.split_endpoint.__module__.endswith(
-        ".common"
+        ".nodes"
     )
 
 
