@@ -326,11 +326,11 @@ class ActionModule(KiloAction):
             update_registry(mesh.registry_file, mesh.fresh)
         # the engine renders each plan when asked: one at a time, marked and written, so the run
         # never holds every plan of the mesh at once
-        plans, mark = computed["plans"], roaming(computed)
+        plans, roam = computed["plans"], roaming(computed)
         leaders = sorted(s["leader"] for s in computed["segments"])
         result = dict(
             changed=False,
-            plan_store=plan_store.save((host, mark(plans[host])) for host in plans),
+            plan_store=plan_store.save((host, roam(plans[host])) for host in plans),
             nodes=len(mesh.nodes),
             segments=len(computed["segments"]),
             plans=len(play),
