@@ -143,18 +143,29 @@ def _outcome(call):
         ]
 
 
+def _plain(result):
+    """``build_plans``' result with its plans in a dict, whatever mapping the engine gives them in."""
+    return dict(result, plans=dict(result["plans"]))
+
+
 def everything(nodes, peers, options, now=None):
     """All the engine gives of one input (JSON-able); ``now``: the time of the timed inputs (relays)."""
     from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology as engine
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
     from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
-    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
+
+    try:
+        from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot
+    except ImportError:  # a commit before engine/topology_graph.py became engine/graph.py
+        from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
 
     timed = {"now": now} if now is not None else {}
     out = {"all": _outcome(lambda: engine.build_plans(nodes, peers, options, **timed))}
     if out["all"][0] != "ok":
         return out
-    result = out["all"][1]
+    # plans rendered when asked (the engine's Plans), outside the outcome: a plan refusing only
+    # when it is rendered would fail here, not pass as the same refusal
+    result = out["all"][1] = _plain(out["all"][1])
     out["dot"] = _outcome(lambda: to_dot(result))
     out["conflicts"] = _outcome(
         lambda: check_conflicts(engine.Topology(nodes, peers or [], options), peers)
@@ -165,7 +176,9 @@ def everything(nodes, peers, options, now=None):
         (
             name,
             _outcome(
-                lambda: engine.build_plans(nodes, peers, options, only=[name], **timed)["plans"]
+                lambda: dict(
+                    engine.build_plans(nodes, peers, options, only=[name], **timed)["plans"]
+                )
             ),
         )
         for name in few

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
 from ansible_collections.kilo.mesh.plugins.module_utils import nodes, options, plan  # noqa: E402
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import PEER_FIELDS  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import PEER_FIELDS  # noqa: E402
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import KNOWN_ANNOTATIONS  # noqa: E402
 
 

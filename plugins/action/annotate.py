@@ -23,9 +23,8 @@ import json
 import time
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client, kube_node
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, node_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import node_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.mesh import not_a_node
 

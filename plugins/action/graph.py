@@ -4,7 +4,7 @@
 """Action kilo.mesh.graph: the mesh as a Graphviz picture, like ``kgctl graph``.
 
 The mesh comes from the inventory and the registry as for kilo.mesh.topology; the DOT text is
-module_utils/engine/topology_graph.py's, rendered by Graphviz's ``dot`` on the controller when a file
+module_utils/engine/graph.py's, rendered by Graphviz's ``dot`` on the controller when a file
 of format svg, png or pdf is asked for; the file's place is plugin_utils/output.py's rule. Touches
 no host.
 """
@@ -12,7 +12,7 @@ no host.
 from __future__ import annotations
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import (
     FORMATS,
     LAYOUTS,
     MESH_EDGES,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
     PEER_STORES,
@@ -21,7 +21,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
     desired_peer,
     peer_argument_spec,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
     registry_path,

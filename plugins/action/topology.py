@@ -15,7 +15,7 @@ import time
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
     SWITCH_STEP,
-    mark_roaming,
+    roaming,
     split_preshared_keys,
 )
 from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import (
@@ -26,7 +26,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     build_plans,
     peer_config,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot
 from ansible_collections.kilo.mesh.plugins.plugin_utils.action import KiloAction
 from ansible_collections.kilo.mesh.plugins.plugin_utils import ansible_internals, plan_store
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
@@ -60,6 +60,33 @@ ROTATING_GAP = 0.15
 REGISTRY_POLL = 1.0
 
 
+def this_batch(task_vars):
+    """The hosts of this play's batch (``serial``; all of the play without one)."""
+    return (
+        task_vars.get("ansible_play_batch")
+        or task_vars.get("ansible_play_hosts")
+        or [task_vars["inventory_hostname"]]
+    )
+
+
+def peer_relay_warnings(mesh, computed):
+    """Warnings for the endpoint-less outside peers whose relay to a segment behind NAT
+    (``peer_paths``) this run marks down (``relay_down``, or unhealthy): the peer was given that
+    relay (kilo.mesh.connect) and both ends keep it; their traffic waits for it to come back."""
+    marked = set(n["name"] for n in mesh.nodes if n.get("relay_down") or n.get("healthy") is False)
+    down = set(seg["key"] for seg in computed["segments"] if seg["leader"] in marked)
+    out = []
+    for path in computed.get("peer_paths") or ():
+        if path["via"] in down:
+            out.append(
+                "relay %s of outside peer %s (to %s) is marked down in this run: both keep it,"
+                " as the peer's configuration names it; the peer reaches %s again when the relay"
+                " returns, or after its configuration is made again (connect.yml) without it"
+                " (option relays)" % (path["via"], path["peer"], path["segment"], path["segment"])
+            )
+    return out
+
+
 class ActionModule(KiloAction):
     _requires_connection = False
     SCOPES = ("mesh", "plans", "slicing", "inputs")
@@ -84,13 +111,11 @@ class ActionModule(KiloAction):
             earlier=self.earlier_reading(task_vars, args["group"]),
             stand_ins=args["stand_ins"],
         )
-        if args["leader_health"]:
-            self.mark_down(args, task_vars, mesh.nodes)
-        relays_down = self.mark_relays_down(args, task_vars, mesh.nodes)
-        direct = self.mark_direct_paths(args, task_vars, mesh)
+        relays_down, direct = self.mark(args, task_vars, mesh)
         if args["save_plans"]:
-            return self.save_plans(task_vars, mesh, relays_down, direct)
+            return self.save_plans(task_vars, args, mesh, relays_down, direct)
         computed = mesh.computed(now=direct["now"] if direct else None)
+        plans = dict(computed["plans"])  # every plan at once: the task's result holds them all
         sections = (
             peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options)
             if args["peer"]
@@ -98,7 +123,7 @@ class ActionModule(KiloAction):
         )
         result = dict(
             changed=False,
-            plans=computed["plans"],
+            plans=plans,
             segments=computed["segments"],
             graph=to_dot(computed),
             registry=shown(mesh.registry_file),
@@ -108,8 +133,9 @@ class ActionModule(KiloAction):
             result["paths"] = computed["paths"]
         if "peer_paths" in computed:
             result["peer_paths"] = computed["peer_paths"]
-        if direct and direct["warnings"]:
-            result["warnings"] = list(direct["warnings"])
+        warnings = (direct["warnings"] if direct else []) + peer_relay_warnings(mesh, computed)
+        if warnings:
+            result["warnings"] = warnings
         if sections is not None:
             # Like `kgctl showconf peer NAME` (kilo.mesh.showconf): what the peer needs, keys masked.
             sections = public_entries(sections)
@@ -118,9 +144,19 @@ class ActionModule(KiloAction):
         if args["stand_ins"]:
             result["stand_ins"] = list(mesh.stand_ins)
         # Preshared keys stay off the output; kilo.mesh.join passes them to the host itself.
-        for plan in computed["plans"].values():
+        for plan in plans.values():
             split_preshared_keys(plan)
         return result
+
+    def mark(self, args, task_vars, mesh):
+        """The one place this run's marks go on ``mesh.nodes`` (``healthy``, ``relay_down``,
+        ``path_state``); called again after ``registry_wait`` read the nodes anew. Returns
+        (names of the relays marked down, ``mark_direct_paths``' answer)."""
+        if args["leader_health"]:
+            self.mark_down(args, task_vars, mesh.nodes)
+        relays_down = self.mark_relays_down(args, task_vars, mesh.nodes)
+        direct = self.mark_direct_paths(args, task_vars, mesh)
+        return relays_down, direct
 
     def mark_down(self, args, task_vars, nodes):
         """kilo_leader_health: hosts of the play that failed or went unreachable before this
@@ -168,17 +204,27 @@ class ActionModule(KiloAction):
         """Beyond Kilo, ``direct_paths: always`` (push): the leaders of NAT'd segments get the path
         states their key step's report in this run gives (``inputs.direct_path_states``), so the
         engine, at this time, probes their pairs and moves those whose two ends handshook to a
-        direct path. Returns {now, live, warnings}, or None (another choice, no NAT'd pair)."""
-        if args.get("direct_paths") != "always":
-            return None
+        direct path. Returns {now, live, warnings}, or None (no NAT'd pair).
+
+        ``agent`` and ``never`` compute every pair relayed (no time, no path state), as before; when
+        a NAT'd leader of the run still runs a direct entry (``always`` before), it returns {now:
+        None, live, warnings: []} so that those leaders move back to the relay at one instant
+        (``direct_switch``), as ``always`` moves them."""
+        always = args.get("direct_paths") == "always"
+        if not always and not any(
+            node.get("behind_nat") or not node.get("endpoint") for node in mesh.nodes
+        ):
+            return None  # nobody behind NAT: nothing was ever direct (no extra computation)
         try:
             base = build_plans(mesh.nodes, mesh.peers, mesh.options, only=[])
         except KiloError:
             return None  # the computation itself says why, as without this option
         if "paths" not in base:
             return None
+        # this batch's reports only (serial): a host of an earlier batch keeps its key step's
+        # result in hostvars, but converges no more in this one; it is out of the run here
         reports = {}
-        for host in task_vars.get("ansible_play_hosts") or []:
+        for host in this_batch(task_vars):
             found, result = self.variable(task_vars, host, args["facts_var"])
             if found and isinstance(result, dict) and "handshakes" in result:
                 reports[host] = result
@@ -190,6 +236,9 @@ class ActionModule(KiloAction):
             now,
             args["leader_handshake_timeout"] or MIN_HANDSHAKE_BOUND,
         )
+        if not always:
+            running = any(path == "direct" for paths in live.values() for path in paths.values())
+            return dict(now=None, live=live, warnings=[]) if running else None
         for node in mesh.nodes:
             if node["name"] in states:
                 node["path_state"] = states[node["name"]]
@@ -251,15 +300,11 @@ class ActionModule(KiloAction):
                     )
         return out
 
-    def save_plans(self, task_vars, mesh, relays_down=(), direct=None):
+    def save_plans(self, task_vars, args, mesh, relays_down=(), direct=None):
         """The mesh once for the whole play: plans of the play's hosts kept for their joins."""
         names = set(n["name"] for n in mesh.nodes)
         # this batch's hosts (serial), so a rolling run does not compute every host's plan per batch
-        batch = (
-            task_vars.get("ansible_play_batch")
-            or task_vars.get("ansible_play_hosts")
-            or [task_vars["inventory_hostname"]]
-        )
+        batch = this_batch(task_vars)
         play = [h for h in batch if h in names]
         waited = (
             self.wait_for_hosts(mesh)
@@ -267,6 +312,8 @@ class ActionModule(KiloAction):
             else None
         )
         if waited is not None:
+            # the nodes were read anew: their marks with them
+            relays_down, direct = self.mark(args, task_vars, mesh)
             names = set(n["name"] for n in mesh.nodes)
             play = [h for h in batch if h in names]
         now = direct["now"] if direct else None
@@ -275,17 +322,20 @@ class ActionModule(KiloAction):
             check=lambda topology: self.check_parties(task_vars, mesh, topology),
             now=now,
         )
-        mark_roaming(computed["plans"].values(), computed)
         if not self._task.check_mode:
             update_registry(mesh.registry_file, mesh.fresh)
+        # the engine renders each plan when asked: one at a time, marked and written, so the run
+        # never holds every plan of the mesh at once
+        plans, roam = computed["plans"], roaming(computed)
+        leaders = sorted(s["leader"] for s in computed["segments"])
         result = dict(
             changed=False,
-            plan_store=plan_store.save(computed["plans"]),
+            plan_store=plan_store.save((host, roam(plans[host])) for host in plans),
             nodes=len(mesh.nodes),
             segments=len(computed["segments"]),
             plans=len(play),
-            leaders=sorted(s["leader"] for s in computed["segments"]),
-            rotation=self.rotation(play, mesh.rotating, computed["plans"]),
+            leaders=leaders,
+            rotation=self.rotation(play, mesh.rotating, set(leaders)),
         )
         if waited is not None:
             result["registry_waited"] = waited
@@ -299,6 +349,9 @@ class ActionModule(KiloAction):
             result["paths"] = computed["paths"]
         if "peer_paths" in computed:
             result["peer_paths"] = computed["peer_paths"]
+            warnings = peer_relay_warnings(mesh, computed)
+            if warnings:
+                result["warnings"] = result.get("warnings", []) + warnings
         if direct:
             switch = self.direct_switch(play, direct, computed)
             if switch:
@@ -336,7 +389,7 @@ class ActionModule(KiloAction):
         except KiloError as e:
             raise as_host_error(e, hostvars, hosts[0])
 
-    def rotation(self, play, reported, plans):
+    def rotation(self, play, reported, leaders):
         """Which hosts of the play switch to a new key in this run (``reported``: the mesh reading's
         ``rotating``), and how: ``scheduled`` (one converge task for every host, each at its
         moment, ``at``) when the task runs on every host of the play at once (forks), else in order
@@ -355,7 +408,7 @@ class ActionModule(KiloAction):
             at = round(time.time() + ROTATION_LEAD, 3)
             # leaders carry the tunnels: they switch one by one (ROTATING_GAP); a rotating host that
             # leads nothing is nobody's peer and switches at the first moment
-            leading = [h for h in sorted(rotating) if (plans.get(h) or {}).get("leader")]
+            leading = [h for h in sorted(rotating) if h in leaders]
             moments = dict((h, at) for h in rotating)
             moments.update((h, round(at + i * ROTATING_GAP, 3)) for i, h in enumerate(leading))
             out.update(

@@ -191,6 +191,11 @@ options:
         to its relay. Works behind NATs that keep a mapping for every destination (most home routers); behind symmetric
         ones (carrier-grade NAT) pairs stay relayed.
       - V(never) - push runs never probe.
+      - V(agent) and V(never) do the same in push runs (every such pair relayed); node agents ignore this option
+        and try direct paths whatever it says.
+      - 'Switching from V(always) to V(agent) or V(never): the next run puts the live direct pairs of the leaders
+        in the run back on their relays, both ends at one instant as V(always) moves them; a leader left out of
+        that run (C(--limit)) keeps its direct entry, and that pair is cut until a run includes it.'
       - Defaults to the inventory variable C(kilo_direct_paths), then to the default below.
     type: str
     choices:

@@ -11,7 +11,7 @@ A row of ``FIELDS`` says what one field of a node is everywhere it appears:
   field of the Node) and ``written``: the annotation Kilo's agent writes it back to;
 * ``check``: inventory value -> the engine's input value, refusing a bad one (the inventory
   reading and ``kilo.mesh.validate`` call it for every host);
-* ``parse``: the engine's input value -> its parsed value (``topology_parse.parse_node``);
+* ``parse``: the engine's input value -> its parsed value (``engine.parse.parse_node``);
 * ``kube``: the annotation's text -> the inventory value (``kube_node.host_vars``);
 * ``write``: the engine's input value -> the agent's annotation text (``kube_node.write_back``);
 * ``doc``: one line for the documentation (``scripts/specs.py`` writes it out).

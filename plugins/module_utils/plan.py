@@ -31,7 +31,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.options import bounds
 # imported at run time (a host's call pays for every import); type checkers read this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping, Optional
+    from typing import Any, Callable, Iterable, Mapping, Optional
 
     # one host's plan: the fields of SCHEMA
     Plan = dict[str, Any]
@@ -416,13 +416,9 @@ def split_preshared_keys(plan: Optional[Plan]) -> dict[str, str]:
     return keys
 
 
-def mark_roaming(plans: Iterable[Plan], computed: Mapping[str, Any]) -> None:
-    """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
-
-    For those, the host keeps an endpoint WireGuard learned while handshakes are fresh
-    instead of resetting it to the configured one; the plan itself stays Kilo's. Plans share
-    peer lists' contents with each other (topology engine), so flagged entries are copies.
-    """
+def roaming(computed: Mapping[str, Any]) -> Callable[[Plan], Plan]:
+    """``mark_roaming`` of one plan at a time (a reader that takes the engine's plans one by one):
+    a function that flags the plan's peers and returns the plan."""
     keepalive = dict(
         (s.get("public_key"), s.get("persistent_keepalive") or 0)
         for s in computed.get("segments", [])
@@ -430,8 +426,24 @@ def mark_roaming(plans: Iterable[Plan], computed: Mapping[str, Any]) -> None:
     keepalive.update(
         (p.get("public_key"), p.get("persistent_keepalive") or 0) for p in computed.get("peers", [])
     )
-    for plan in plans:
+
+    def mark(plan: Plan) -> Plan:
         plan["peers"] = [
             dict(peer, roaming=True) if keepalive.get(peer["public_key"], 0) > 0 else peer
             for peer in plan.get("peers", [])
         ]
+        return plan
+
+    return mark
+
+
+def mark_roaming(plans: Iterable[Plan], computed: Mapping[str, Any]) -> None:
+    """Flag WireGuard peers whose remote end sends keepalives (Kilo's NAT case).
+
+    For those, the host keeps an endpoint WireGuard learned while handshakes are fresh
+    instead of resetting it to the configured one; the plan itself stays Kilo's. Plans share
+    peer lists' contents with each other (topology engine), so flagged entries are copies.
+    """
+    mark = roaming(computed)
+    for plan in plans:
+        mark(plan)

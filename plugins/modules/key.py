@@ -161,6 +161,14 @@ handshakes:
   returned: when O(state=present)
   type: dict
   sample: {"kXp0...=": 42}
+wireguard_read:
+  description:
+    - Whether the WireGuard interface could be read (true also when it does not exist yet). False after a
+      failed reading (a warning says why); then C(handshakes) and C(probes) say nothing and a push run with
+      C(kilo_direct_paths=always) treats this host as left out of the run for its direct pairs.
+  returned: when O(state=present)
+  type: bool
+  sample: true
 probes:
   description:
     - Public keys of the peers of the WireGuard interface without allowed IPs (direct probes between two
@@ -294,11 +302,12 @@ def run_module():
         # before the converge call: nothing of the mesh changed on this host yet
         module.fail_json(msg="; ".join(errors), public_key=key["public_key"])
 
-    discovered, handshakes, current = {}, {}, None
+    discovered, handshakes, current, read = {}, {}, None, True
     try:
         current, discovered, handshakes = report.wireguard_reading(p["interface"])
     except Exception as e:  # reading is best effort: a broken interface must not block keys
         module.warn("could not read WireGuard interface %s: %s" % (p["interface"], e))
+        read = False
     # The interface still runs another key than the file: rotated now, or a rotation cut short
     # before its converge. The role converges such a host before its peers either way.
     live_key = report.switching_from(current, key["public_key"])
@@ -334,6 +343,7 @@ def run_module():
         mtu=mtu,
         discovered_endpoints=discovered,
         handshakes=handshakes,
+        wireguard_read=read,
         probes=report.probe_peers(current),
         **extra,
     )

@@ -159,7 +159,7 @@ import copy
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_client
-from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
+from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
     PEER_API_VERSION,
     PEER_GROUP,
@@ -174,7 +174,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
 from ansible_collections.kilo.mesh.plugins.module_utils.options import (
     argument_spec as options_of_scopes,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import peer_subject
 
 PATH = "/apis/%s/%s/%s" % (PEER_GROUP, PEER_VERSION, PEER_PLURAL)
 MASK = "********"

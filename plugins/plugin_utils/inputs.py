@@ -359,6 +359,16 @@ def live_paths(report, keys):
     )
 
 
+def reported_wireguard(report):
+    """A key step's result (``report``) read its host's WireGuard interface: it says what that host
+    runs (``handshakes``; a reading that failed, ``wireguard_read`` false, says nothing)."""
+    return (
+        isinstance(report, dict)
+        and isinstance(report.get("handshakes"), dict)
+        and report.get("wireguard_read", True) is not False
+    )
+
+
 def direct_path_states(reports, nodes, computed, now, bound):
     """Beyond Kilo, push runs with ``direct_paths: always``: the path states (node field
     ``path_state``, the agents' ``direct``/``held``) of the leaders of NAT'd segments, from their
@@ -372,6 +382,10 @@ def direct_path_states(reports, nodes, computed, now, bound):
     moment to wait for, and both ends move at one instant (``switch_at``). A pair with one end out
     of the run keeps what the in-run end's interface runs (``live_paths``: direct, probing, else
     relayed, held on the relay for this computation), with a warning naming the host left out.
+    Out of the run is a leader without a report (``--limit``; another batch of a ``serial`` play:
+    the caller passes this batch's reports only) or whose WireGuard reading failed
+    (``reported_wireguard``), fixed before any pair is judged. Handshakes count under a rotating
+    leader's previous key too (``previous_public_key``): its peers still run that one.
 
     Returns (states: {host: path state}, live: {host: {segment: path}} of the in-run leaders,
     warnings)."""
@@ -381,11 +395,23 @@ def direct_path_states(reports, nodes, computed, now, bound):
     segment_of_key = dict(
         (keys.get(s["leader"]), s["key"]) for s in natted if keys.get(s["leader"])
     )
-    states, live = {}, {}
+    # a leader rotating its key in this run still runs the old one until its converge: its peers'
+    # handshakes with it are under that key (the key step's ``previous_public_key``)
     for seg in natted:
         report = reports.get(seg["leader"])
-        if not isinstance(report, dict):
+        old = report.get("previous_public_key") if isinstance(report, dict) else None
+        if old and report.get("rotating"):
+            segment_of_key.setdefault(old, seg["key"])
+    # the leaders reporting in this run, fixed before any pair is judged: a leader left out stays
+    # out for every pair, whatever state another pair gave it
+    reporting = set(
+        seg["leader"] for seg in natted if reported_wireguard(reports.get(seg["leader"]))
+    )
+    states, live = {}, {}
+    for seg in natted:
+        if seg["leader"] not in reporting:
             continue
+        report = reports[seg["leader"]]
         host = seg["leader"]
         states[host] = {"direct": {}, "down": {}, "held": {}}
         live[host] = live_paths(report, segment_of_key)
@@ -398,7 +424,7 @@ def direct_path_states(reports, nodes, computed, now, bound):
         if path["path"] == "direct" or path["a"] not in leader_of or path["b"] not in leader_of:
             continue
         ends = [(path["a"], path["b"]), (path["b"], path["a"])]
-        inside = [(u, v) for u, v in ends if leader_of[u] in states]
+        inside = [(u, v) for u, v in ends if leader_of[u] in reporting]
         if len(inside) != 1:
             continue
         u, v = inside[0]
@@ -413,8 +439,9 @@ def direct_path_states(reports, nodes, computed, now, bound):
             if shown == "relayed":
                 states[here]["held"][v] = now + 1
         warnings.append(
-            "direct_paths: %s (leader of %s) is not in this run (--limit): the pair %s - %s stays %s as"
-            " %s runs it until a run includes both" % (there, v, path["a"], path["b"], shown, here)
+            "direct_paths: %s (leader of %s) is not in this run (--limit, another serial batch, or"
+            " its WireGuard reading failed): the pair %s - %s stays %s as %s runs it until a run"
+            " includes both" % (there, v, path["a"], path["b"], shown, here)
         )
     return states, live, warnings
 

@@ -39,9 +39,10 @@ def _run_tmp():
 
 
 def save(plans):
-    """Write ``plans`` (host -> plan) to a new private directory; returns its path."""
+    """Write ``plans`` ((host, plan) pairs, taken one at a time: the engine renders each plan when
+    asked, so no more than one is held here) to a new private directory; returns its path."""
     directory = tempfile.mkdtemp(prefix="kilo-plans-", dir=_run_tmp())
-    for host, plan in plans.items():
+    for host, plan in plans:
         fd = os.open(_file(directory, host), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(plan, f, separators=(",", ":"))

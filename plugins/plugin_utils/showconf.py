@@ -43,7 +43,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.kube.kube_node import (
     spec_of,
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import (
     TopologyError,
     node_subject,
     parse_network_list,

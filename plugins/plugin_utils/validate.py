@@ -38,7 +38,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.conflicts import check_conflicts
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import (
     OPTIONS_SUBJECT,
     TopologyError,
 )

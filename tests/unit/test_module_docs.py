@@ -95,7 +95,7 @@ def test_what_graph_and_showconf_show_does_not_depend_on_the_plans_options():
     # so leaving those options to their defaults there (mesh.engine_options) changes nothing shown
     from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf  # pylint: disable=import-outside-toplevel
     from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans  # pylint: disable=import-outside-toplevel
-    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot  # pylint: disable=import-outside-toplevel
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot  # pylint: disable=import-outside-toplevel
     import base64  # pylint: disable=import-outside-toplevel
 
     nodes = []

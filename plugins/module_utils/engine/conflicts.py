@@ -29,7 +29,7 @@ whose message names the other party.
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import node_subject, peer_subject
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import (
     OPTIONS_SUBJECT,
     TopologyError,
     parse_peer,

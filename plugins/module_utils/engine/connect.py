@@ -39,7 +39,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import MAIN_TABLE, ROUTE_PROTO
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import Topology
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import TopologyError
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import TopologyError
 
 OUR_ROUTE_PROTOCOLS = (str(ROUTE_PROTO),)  # as `ip -j route` prints an unnamed protocol
 

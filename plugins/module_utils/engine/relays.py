@@ -213,16 +213,19 @@ class Relays(object):
         """The relay segment between outside peer ``peer`` and unreachable segment ``seg`` when the
         peer has no endpoint (a laptop): neither can send to the other first, so both reach each
         other through a relay, which the peer reaches at its endpoint and which learns the peer's
-        by roaming. The rendezvous hash of (``peer:NAME``, the segment's key), as a pair of
-        segments'; None when the peer has an endpoint, ``seg`` is reachable or led by Kilo's own
-        agent (``kg``: it knows nothing of relays), or no relay of another group than ``seg`` is
+        by roaming. The rendezvous hash of (``peer:NAME``, the segment's key) over the eligible
+        relays of another group than ``seg``: static inputs only (no health, ``relay_down``, time
+        or path state), since the peer's own configuration (``peer_entries``: showconf,
+        kilo.mesh.connect) is fixed until it is made again and both ends must name one relay.
+        None when the peer has an endpoint, ``seg`` is reachable or led by Kilo's own agent
+        (``kg``: it knows nothing of relays), or no relay of another group than ``seg`` is
         eligible: then Kilo's entries stay."""
         if peer.endpoint is not None or seg.key not in self.unreachable or seg.leader.kg:
             return None
         key = ("peer:" + peer.name, seg.key)
         found = self._relay_of.get(key)
         if found is None:
-            usable = self._usable((seg,))
+            usable = [r for r in self.eligible if r.group != seg.group]
             found = self._relay_of[key] = rendezvous(key[0], key[1], usable) if usable else None
         return found
 
@@ -236,6 +239,22 @@ class Relays(object):
         key = seg.leader.key
         found = viewer.discovered.get(key) if viewer is not None else None
         return found if found is not None else self.topology.discovered.get(key)
+
+    def probe_mapping(self, seg, viewer):
+        """The endpoint of leader ``viewer``'s probe for ``seg`` (a probing pair): the viewer's own
+        mapping while it publishes a fresh direct handshake with ``seg`` (``direct``: that mapping
+        works), else the mapping an eligible relay saw (the first in key order that saw one). A
+        relay receives the leader's keepalives all the time, so it has the current one after a NAT
+        remapping, when the viewer's interface still shows the old endpoint of its entry (a direct
+        path that fell back leaves a probe there, and a push run reads it back). Else ``mapping``."""
+        if seg.key in self._published(viewer.segment, "direct"):
+            return self.mapping(seg, viewer)
+        key = seg.leader.key
+        for relay in self.eligible:
+            found = relay.leader.discovered.get(key)
+            if found is not None:
+                return found
+        return self.mapping(seg, viewer)
 
     def state(self, a, b):
         """The path of a pair of unreachable segments of different groups: RELAYED; PROBING while both
@@ -305,9 +324,12 @@ class Relays(object):
                 ),
                 None,
             )
-        if self.relayed(seg, viewer) and self.state(seg, viewer.segment) == RELAYED:
-            return None, None
-        found = self.mapping(seg, viewer)
+        if self.relayed(seg, viewer):
+            if self.state(seg, viewer.segment) == RELAYED:
+                return None, None
+            found = self.probe_mapping(seg, viewer)  # the probe's endpoint
+        else:
+            found = self.mapping(seg, viewer)
         if found is not None:
             return found[0], found[1]
         return None, leader.endpoint_ip if is_public(leader.endpoint_ip) else None
@@ -342,7 +364,7 @@ class Relays(object):
                             {
                                 "name": seg.key,
                                 "public_key": seg.leader.key,
-                                "endpoint": self.mapping(seg, node)[0],
+                                "endpoint": self.probe_mapping(seg, node)[0],
                                 "allowed_ips": [],
                                 "persistent_keepalive": node.persistent_keepalive,
                                 "probe": True,
@@ -354,8 +376,11 @@ class Relays(object):
                     allowed = list(entry["allowed_ips"])
                     for other in carried:
                         allowed.extend(other.wg_allowed)
+                    # after the outside peers _peers_through_relays put there
                     entry = dict(
-                        entry, allowed_ips=allowed, relayed=[other.key for other in carried]
+                        entry,
+                        allowed_ips=allowed,
+                        relayed=list(entry.get("relayed") or ()) + [other.key for other in carried],
                     )
             out.append(entry)
         return out

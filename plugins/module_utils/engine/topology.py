@@ -41,7 +41,7 @@ each subnet; a node may have an internal IP of each family and pod ranges of bot
 stays one address. Every IP family is routed on its own, as its single-stack mesh would be (the
 primary's routes first): through the WireGuard IP, internal IP and source of the destination's
 family; a node without an internal IP of a family routes none of it inside its location (and
-must then have no ranges of it there, refused by ``_check_gateways``). IPIP carries IPv4 only:
+must then have no ranges of it there, refused by ``routes.check_gateways``). IPIP carries IPv4 only:
 tunl0's address, table-1107 rules and the IPIP filter are IPv4's, and IPv6 goes over the
 private network unencapsulated. Allowed IPs and firewall sets carry both families. So a plan's
 IPv4 entries are those of the IPv4-only mesh of the same nodes, and its IPv6 entries those of
@@ -50,12 +50,7 @@ the IPv6-only mesh that never encapsulates. Plan fields of which Kilo has one (`
 a dual-stack mesh (``nodes.one_or_list``), so a single-stack mesh's output is unchanged. A
 single-stack mesh takes addresses of the other family as Kilo does (unsplit).
 
-Routes and rules are Kilo's Routes() lists, duplicates included (e.g. a peer's allowed IP equal to
-a pod CIDR); Kilo's route table collapses entries equal in (dst, gateway, source, device) when it
-applies them, which is the applier's job here. A node without an internal IP is treated like a
-Kilo host that uses the IPIP encapsulator (force-internal-ip "-"): IPIP filter and tunl0 address
-as for any node. Kilo on a host that has no private address at all swaps in a no-op
-encapsulator instead (no IPIP chain, no tunl0 address).
+Each plan's routes and rules are Kilo's ``Routes()``: ``engine/routes.py``.
 
 Outputs are JSON-able dicts; CIDRs are normalised strings (network address for networks, /32 or
 /128 for single addresses, compressed IPv6). Lists keep Kilo's order (segments by key, members by
@@ -65,20 +60,6 @@ Plans share what segment members share: a route entry's ``dst`` may be a list of
 (``plan.flat_routes`` gives one route each, in Kilo's order), and those lists, the peers' allowed
 IPs and the firewall's exempt list are the same objects in every plan that has them. Memory and
 time therefore follow the distinct data, not nodes x nodes. Never mutate a plan in place.
-
-Add-on mode (option ``compatibility``, Kilo's ``--compatibility``) swaps the encapsulator used
-inside a location, as Kilo's ``pkg/encapsulation``: its ``Gw`` picks the next hop towards a
-same-location node (none: the internal IP; flannel: the node's pod network address; cilium: its
-``cni_compatibility_ip``, else its pod network address), and encapsulated routes leave through
-``flannel.1`` (flannel) or ``tunl0`` (cilium; Kilo reuses ``cilium_tunl`` when Cilium renamed the
-tunnel, not modelled here). Kilo's ``encapsulateRoute`` tests that gateway against the node's
-private subnet, while the table-1107 route and its rules test the member's *internal IP*, so
-under ``crosssubnet`` a member on the same subnet gets an encapsulated pod route but no rules
-(the spec's "crosssubnet behaves like always" holds for the pod routes only). A leader with
-``local`` off and encapsulation on routes each same-location internal IP whose gateway differs
-from it through the device in table 1107, for traffic from the WireGuard interface (Kilo's
-``Routes``, the ``!local`` branch). Flannel's encapsulator has no firewall rules and no tunnel
-address (``Rules``/``Set`` do nothing); cilium's are IPIP's.
 
 Beyond the plan shape of docs/DESIGN.md a plan carries ``tunnel_address`` (Kilo gives tunl0 the
 first address of the pod CIDR as /32 when encapsulating with local routes; None otherwise) and
@@ -94,21 +75,15 @@ from __future__ import absolute_import, division, print_function
 
 import gc
 import ipaddress
-import itertools
+from collections.abc import Mapping
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
-from ansible_collections.kilo.mesh.plugins.module_utils.plan import (
-    FLANNEL,
-    KILO_TABLE,
-    MAIN_TABLE,
-    PRIVATE,
-    TUNNEL,
-)
 from ansible_collections.kilo.mesh.plugins.module_utils.engine import relays
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.routes import Routes, check_gateways
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import (
     OPTIONS_SUBJECT,
     TopologyError,
     node_subject,
@@ -217,22 +192,19 @@ class Topology(object):
         # routes as Kilo does, whatever the families of its addresses (family None: unsplit)
         self.dual = len(self.opts["subnets"]) == 2
         self.families = tuple(net.version for net in self.opts["subnets"]) if self.dual else (None,)
-        self._family_cache = {}
-        # the device Kilo's encapsulator hands to Routes() as tunlIface (enc.Index())
-        self.tunnel_device = FLANNEL if self.compat == "flannel" else TUNNEL
         self.by_name = dict((n.name, n) for n in self.nodes)
         self._segments()
         # beyond Kilo: segments nobody reaches, through relays (None: every segment is reachable)
         self.relays = relays.plan(self, find_leader)
         if self.dual:
-            self._check_gateways()
+            check_gateways(self)
         self._peers()
         self._allocate()
         self._filter_allowed_location_ips()
         self._discovered()
         self._shared_firewall()
-        self._nonleader_cache = {}
-        self._locals_cache = {}
+        # each plan's routes and rules (Kilo's Routes(): engine/routes.py)
+        self.routing = Routes(self)
 
     # --- shared structure -------------------------------------------------------------
 
@@ -259,10 +231,10 @@ class Topology(object):
             alips = {}
             for node in seg.members:
                 node.segment = seg
-                allowed.extend(text for dummy, text in node.pods)
+                allowed.extend([text for dummy, text in node.pods])
                 for net in node.alips:
                     alips.setdefault(str(net), net)
-                allowed.extend(internal.host for internal in node.internals)
+                allowed.extend([internal.host for internal in node.internals])
             seg.allowed = allowed
             seg.alips = [alips[k] for k in sorted(alips)]
             seg.privates = [internal.host for n in seg.members for internal in n.internals]
@@ -447,13 +419,7 @@ class Topology(object):
             "listen_port": node.port,
         }
         rules = []
-        routes = []
-        for family in self.families:  # a dual-stack mesh: each family's routes, the primary's first
-            routes.extend(
-                self._leader_routes(node, rules, family)
-                if leader
-                else self._nonleader_routes(node, rules, family)
-            )
+        routes = self.routing.routes(node, rules)
         plan["peers"] = self._wireguard_peers(node) if leader else []
         plan["routes"] = routes
         plan["rules"] = rules
@@ -511,388 +477,6 @@ class Topology(object):
             out.append(entry)
         return out if self.relays is None else self.relays.wireguard_peers(node, out)
 
-    # --- per IP family (family None: a single-stack mesh, every address as Kilo takes it) ---
-
-    @staticmethod
-    def _side(node, family):
-        """The node's internal IP of ``family`` (an ``Internal``; None: the first, Kilo's one)."""
-        return node.side(family)
-
-    @staticmethod
-    def _wg(seg, family):
-        """(ip, text, host CIDR) of the segment's WireGuard IP of ``family`` (None: the primary)."""
-        return seg.wg_ips[0] if family is None else seg.wg_by[family]
-
-    def _of_family(self, cidrs, family):
-        """The CIDRs of ``family`` out of ``cidrs``, in order; ``cidrs`` itself when None. Cached per
-        list object (the shared lists of a segment stay shared per family across plans)."""
-        if family is None:
-            return cidrs
-        cache_key = (id(cidrs), family)
-        hit = self._family_cache.get(cache_key)
-        if hit is None or hit[0] is not cidrs:  # the list is kept, so its id is not reused
-            hit = self._family_cache[cache_key] = (
-                cidrs,
-                [c for c in cidrs if (6 if ":" in c else 4) == family],
-            )
-        return hit[1]
-
-    def _check_gateways(self):
-        """A dual-stack mesh routes each family between the nodes of a private network through
-        their internal IPs of that family; refuse, before any plan, a route of a family whose
-        gateway would be missing (naming the node that lacks the internal IP)."""
-        local = self.opts["local"]
-        cross = self.opts["granularity"] == "cross"
-        groups = {}
-        for seg in self.segments:
-            groups.setdefault(seg.group, []).extend(seg.members)
-        for seg in self.segments:
-            leader = seg.leader
-            for member in seg.members:
-                for family in self.families:
-                    if member is leader or _has(member, family) and _has(leader, family):
-                        continue
-                    if _has(member, family):
-                        raise TopologyError(
-                            "leads segment %s, whose node %r routes IPv%s through it: it needs an IPv%s internal IP"
-                            % (seg.key, member.name, family, family),
-                            node_subject(leader.name),
-                            "internal_ip",
-                        )
-                    _need_internal(
-                        member, family, "routes them through its leader %r" % leader.name
-                    )
-        for members in groups.values():
-            if len(members) < 2 or not local:
-                continue
-            for member in members:
-                for family in self.families:
-                    if not _has(member, family):
-                        _need_internal(
-                            member,
-                            family,
-                            "its location's nodes route them over the private network",
-                        )
-                        if cross and any(_has(other, family) for other in members):
-                            raise TopologyError(
-                                "its location's nodes reach its IPv%s WireGuard IP over the private network: it"
-                                " needs an IPv%s internal IP" % (family, family),
-                                node_subject(member.name),
-                                "internal_ip",
-                            )
-
-    def _gateway(self, member, family=None):
-        """Next hop towards a same-location ``member``: Kilo's ``Encapsulator.Gw``.
-
-        IPIP: the member's internal IP (of ``family``); flannel: its pod network address; cilium:
-        its CNI compatibility IP, else its pod network address (single-stack meshes only).
-        """
-        if self.compat == "none":
-            return member.side(family).ip
-        if self.compat == "cilium" and member.cni_ip is not None:
-            return member.cni_ip
-        if member.pod is None:
-            raise TopologyError(
-                "compatibility %s routes to this node through its pod network address;"
-                " it needs a pod CIDR" % self.compat,
-                node_subject(member.name),
-                "pod_cidr",
-            )
-        return member.pod.network_address
-
-    def _encapsulates(self, node, gateway_ip, family=None):
-        """Kilo's encapsulateRoute test for a route via ``gateway_ip`` on the private network;
-        never for a dual-stack mesh's IPv6 (IPIP carries IPv4 only)."""
-        if family == 6:
-            return False
-        strategy = self.opts["encapsulate"]
-        if strategy == "always":
-            return True
-        side = node.side(family)
-        if strategy == "crosssubnet" and side.ip is not None:
-            net = side.interface.network
-            return gateway_ip.version != net.version or gateway_ip not in net
-        return False
-
-    def _locals(self, seg, family):
-        """What every same-location route towards a member of ``seg`` needs, once per segment and
-        family, for the members with an internal IP of the family, in member order, each with its
-        address text (a plan leaves out the member of its own address): ``members``, a tuple per
-        member (gateway text, gateway, whether the gateway is the internal IP, internal IP, pod
-        ranges of the family, host CIDR, WireGuard host CIDR); ``errors``, a member's error
-        (raised when a plan routes to it: Kilo's order of errors); and flat for the plans where
-        the test of the gateway is the same for every member: ``encapsulated`` (gateway, then
-        each pod range in the main table and the host CIDR in table 1107), ``hosts`` (the host
-        CIDRs, for the rules) and ``direct`` (the unencapsulated routes themselves: the same in
-        every plan, so every plan holds these very entries)."""
-        cached = self._locals_cache.get((seg.key, family))
-        if cached is None:
-            cached = _Locals()
-            for member in seg.members:
-                side = member.side(family)
-                if side.ip is None:
-                    continue
-                text = side.ip_text
-                gateway_ip = gateway = None
-                try:
-                    gateway_ip = self._gateway(member, family)
-                    gateway = side.ip_text if gateway_ip is side.ip else str(gateway_ip)
-                except TopologyError as e:
-                    cached.errors.append((text, e))
-                pods = [pod for net, pod in member.pods if family is None or net.version == family]
-                cached.members.append(
-                    (
-                        text,
-                        gateway,
-                        gateway_ip,
-                        gateway_ip is side.ip,
-                        side.ip,
-                        pods,
-                        side.host,
-                        self._wg(member.segment, family)[2],
-                    )
-                )
-                cached.add(
-                    text,
-                    "encapsulated",
-                    [(gateway, pod, MAIN_TABLE) for pod in pods]
-                    + [(gateway, side.host, KILO_TABLE)],
-                )
-                cached.add(text, "pods", [(gateway, pod) for pod in pods])
-                cached.add(text, "hosts", [side.host])
-                cached.add(
-                    text,
-                    "direct",
-                    [
-                        {
-                            "dst": pod,
-                            "gateway": gateway,
-                            "device": PRIVATE,
-                            "source": None,
-                            "table": MAIN_TABLE,
-                            "onlink": True,
-                        }
-                        for pod in pods
-                    ],
-                )
-            self._locals_cache[(seg.key, family)] = cached
-        return cached
-
-    def _local_routes(self, node, seg, routes, rules, leader, cross, family=None):
-        """Routes (and IPIP rules) to the other members of ``seg`` (of the node's location) over
-        the private network, in member order: Kilo's, with its encapsulateRoute test of the gateway
-        (``_encapsulates``) written out for speed; the table-1107 route and its rules test the
-        member's internal IP."""
-        own = node.side(family)
-        me = own.ip_text
-        strategy = "never" if family == 6 else self.opts["encapsulate"]  # IPIP carries IPv4 only
-        net = own.interface.network if strategy == "crosssubnet" and own.ip is not None else None
-        tunnel = self.tunnel_device
-        own_pods = [text for pod, text in node.pods if family is None or pod.version == family]
-        iface = self.opts["interface"]
-        local = self._locals(seg, family)
-        for text, error in local.errors:
-            if text != me:
-                raise error
-        if net is None and not cross:
-            # the test is the same for every member (always, or never): one comprehension each
-            if strategy != "always":
-                routes.extend(local.others("direct", me))
-            elif not (own_pods or leader):
-                routes.extend(
-                    [
-                        {
-                            "dst": pod,
-                            "gateway": gateway,
-                            "device": tunnel,
-                            "source": me,
-                            "table": MAIN_TABLE,
-                            "onlink": True,
-                        }
-                        for gateway, pod in local.others("pods", me)
-                    ]
-                )
-            else:
-                routes.extend(
-                    [
-                        {
-                            "dst": dst,
-                            "gateway": gateway,
-                            "device": tunnel,
-                            "source": me,
-                            "table": table,
-                            "onlink": True,
-                        }
-                        for gateway, dst, table in local.others("encapsulated", me)
-                    ]
-                )
-                sources = [(pod, None) for pod in own_pods] + ([(None, iface)] if leader else [])
-                if len(sources) == 1:
-                    ((src, iif),) = sources
-                    rules.extend(
-                        [
-                            {"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                            for host in local.others("hosts", me)
-                        ]
-                    )
-                else:
-                    rules.extend(
-                        [
-                            {"src": src, "dst": host, "iif": iif, "table": KILO_TABLE}
-                            for host in local.others("hosts", me)
-                            for src, iif in sources
-                        ]
-                    )
-            return
-        for text, gateway, gateway_ip, direct, ip, pods, host, wg_host in local.members:
-            if text == me:
-                continue
-            if strategy == "always":
-                encap = via_tunnel = True
-            elif net is not None:
-                encap = gateway_ip.version != net.version or gateway_ip not in net
-                via_tunnel = encap if direct else ip.version != net.version or ip not in net
-            else:
-                encap = via_tunnel = False
-            device, source = (tunnel, me) if encap else (PRIVATE, None)
-            if cross:
-                # beyond Kilo: the member's WireGuard IP answers over the private network too
-                routes.append(
-                    {
-                        "dst": wg_host,
-                        "gateway": gateway,
-                        "device": device,
-                        "source": source,
-                        "table": MAIN_TABLE,
-                        "onlink": True,
-                    }
-                )
-            for pod in pods:
-                routes.append(
-                    {
-                        "dst": pod,
-                        "gateway": gateway,
-                        "device": device,
-                        "source": source,
-                        "table": MAIN_TABLE,
-                        "onlink": True,
-                    }
-                )
-            if via_tunnel and (own_pods or leader):
-                routes.append(
-                    {
-                        "dst": host,
-                        "gateway": gateway,
-                        "device": tunnel,
-                        "source": me,
-                        "table": KILO_TABLE,
-                        "onlink": True,
-                    }
-                )
-                for pod in own_pods:
-                    rules.append({"src": pod, "dst": host, "iif": None, "table": KILO_TABLE})
-                if leader:
-                    rules.append({"src": None, "dst": host, "iif": iface, "table": KILO_TABLE})
-
-    def _unmanaged_local_routes(self, node, seg, routes, rules):
-        """Kilo's Routes(), leader with ``local`` off and encapsulation on: each same-location
-        internal IP whose gateway is not that IP (flannel, cilium) goes through the encapsulation
-        device in table 1107, for traffic coming in from the WireGuard interface."""
-        iface = self.opts["interface"]
-        own = node.first.ip
-        for member in seg.members:
-            internal = member.first
-            if internal.ip == own:
-                continue
-            gateway_ip = self._gateway(member)
-            if gateway_ip == internal.ip:
-                continue
-            dst = internal.host
-            routes.append(
-                {
-                    "dst": dst,
-                    "gateway": str(gateway_ip),
-                    "device": self.tunnel_device,
-                    "source": None,
-                    "table": KILO_TABLE,
-                    "onlink": True,
-                }
-            )
-            rules.append({"src": None, "dst": dst, "iif": iface, "table": KILO_TABLE})
-
-    def _leader_routes(self, node, rules, family=None):
-        opts = self.opts
-        iface = opts["interface"]
-        own = node.side(family)
-        source = own.ip_text
-        own_group = node.segment.group
-        cross = opts["granularity"] == "cross"
-        local = opts["local"] and own.ip is not None
-        routes = []
-        for seg in self.segments:
-            if seg.group == own_group:
-                if local:
-                    # a member without an internal IP of a dual-stack family has no ranges of it
-                    # (_check_gateways); a single-stack member always has one
-                    self._local_routes(node, seg, routes, rules, True, cross, family)
-                elif (
-                    self.compat != "none"
-                    and not opts["local"]
-                    and node.internals
-                    and opts["encapsulate"] != "never"
-                ):
-                    self._unmanaged_local_routes(node, seg, routes, rules)
-                continue
-            _group(
-                routes,
-                self._of_family(seg.leader_dsts(self.segment_endpoint(seg, node)[1]), family),
-                self._wg(seg, family)[1],
-                iface,
-                source,
-                True,
-            )
-        _group(routes, self._of_family(self.peer_allowed, family), None, iface, source, False)
-        return routes
-
-    def _nonleader_dsts(self, seg, family=None):
-        """(before, after): destinations every non-leader of ``seg`` routes via its leader,
-        split around the place where its own segment's local routes go (Kilo's order)."""
-        cached = self._nonleader_cache.get((seg.key, family))
-        if cached is None:
-            before, after = [], []
-            target = before
-            for other in self.segments:
-                target.append(self._wg(other, family)[2])
-                if other is seg:
-                    target = after
-                    continue
-                target.extend(self._of_family(other.remote_dsts, family))
-            after.extend(self._of_family(self.peer_allowed, family))
-            cached = self._nonleader_cache[(seg.key, family)] = (before, after)
-        return cached
-
-    def _nonleader_routes(self, node, rules, family=None):
-        seg = node.segment
-        leader = seg.leader
-        own = node.side(family)
-        if own.ip is None:
-            # a dual-stack family the node has no internal IP of (nor ranges: _check_gateways):
-            # it is not on that family's private network, so it routes none of it
-            return []
-        side = leader.side(family)
-        gateway_ip = self._gateway(leader, family)  # Kilo: enc.Gw of the segment's leader
-        gateway = side.ip_text if gateway_ip is side.ip else str(gateway_ip)
-        encap = self._encapsulates(node, gateway_ip, family)
-        device = self.tunnel_device if encap else PRIVATE
-        source = own.ip_text if encap else None
-        before, after = self._nonleader_dsts(seg, family)
-        routes = []
-        _group(routes, before, gateway, device, source, True)
-        if self.opts["local"]:
-            self._local_routes(node, seg, routes, rules, False, False, family)
-        _group(routes, after, gateway, device, source, True)
-        return routes
-
     def _firewall(self, node, leader):
         opts = self.opts
         seg = node.segment
@@ -941,10 +525,14 @@ class Topology(object):
                     "members": [
                         {
                             "name": n.name,
-                            "pod_cidr": pod_cidr_value([text for dummy, text in n.pods]),
-                            "internal_ip": one_or_list(
-                                internal.ip_text for internal in n.internals
-                            ),
+                            # one pod range, one internal IP: the value itself (one_or_list's
+                            # rule, written out for the many nodes of a big mesh)
+                            "pod_cidr": n.pods[0][1]
+                            if len(n.pods) == 1
+                            else pod_cidr_value([text for dummy, text in n.pods]),
+                            "internal_ip": n.internals[0].ip_text
+                            if len(n.internals) == 1
+                            else one_or_list([internal.ip_text for internal in n.internals]),
                             "endpoint": n.endpoint,
                         }
                         for n in seg.members
@@ -1000,84 +588,18 @@ class Topology(object):
         return out if self.relays is None else self.relays.peer_entries(me, out)
 
 
-class _Locals(object):
-    """``Topology._locals``: a segment's members as the local routes of one family need them;
-    the flat lists by name (``add``, ``others``), each item with its member's address text."""
-
-    __slots__ = ("members", "errors", "flat", "owners", "spans")
-
-    def __init__(self):
-        self.members, self.errors = [], []
-        self.flat, self.owners = {}, {}
-        self.spans = {}  # address text -> {name: (start, end)}; None once two members share one
-
-    def add(self, text, name, items):
-        """``items`` of the member at ``text`` to the flat list ``name``."""
-        flat = self.flat.setdefault(name, [])
-        if self.spans is not None:
-            spans = self.spans.setdefault(text, {})
-            if name in spans:  # a second member of this address: plans filter by address
-                self.spans = None
-            else:
-                spans[name] = (len(flat), len(flat) + len(items))
-        flat.extend(items)
-        self.owners.setdefault(name, []).extend([text] * len(items))
-
-    def others(self, name, me):
-        """The flat list ``name`` without the items of the members at address ``me``, in order."""
-        flat = self.flat.get(name, [])
-        if self.spans is None:
-            return list(itertools.compress(flat, [owner != me for owner in self.owners[name]]))
-        span = self.spans.get(me, {}).get(name)
-        if span is None:
-            return flat
-        return flat[: span[0]] + flat[span[1] :]
-
-
-def _group(routes, dsts, gateway, device, source, onlink):
-    """One main-table route entry for every destination in ``dsts`` (shared, never copied:
-    the members of a segment route the same destinations, so their plans share one list)."""
-    if dsts:
-        routes.append(
-            {
-                "dst": dsts,
-                "gateway": gateway,
-                "device": device,
-                "source": source,
-                "table": MAIN_TABLE,
-                "onlink": onlink,
-            }
-        )
-
-
-def _need_internal(node, family, why):
-    """Refuse a dual-stack node that has ranges of ``family`` but no internal IP of it."""
-    pods = [text for net, text in node.pods if net.version == family]
-    if pods:
-        raise TopologyError(
-            "has the IPv%d pod range %s and %s: it needs an IPv%d internal IP"
-            % (family, pods[0], why, family),
-            node_subject(node.name),
-            "internal_ip",
-        )
-
-
-def _has(node, family):
-    """Whether ``node`` has an internal IP of ``family``."""
-    return node.side(family).ip is not None
-
-
 def _host_net(ip):
     return ipaddress.ip_network(ip)
 
 
 def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
-    """Validate, compute the mesh once, render the plans of ``only`` (default: every node);
-    ``check(topology)``, when given, is called on the mesh before any plan is rendered (a caller's
-    own checks of the same computation: kilo.mesh.topology's conflicts between parties). ``now``
-    (seconds): the time the nodes' timed inputs count at (``engine/relays.py``); None: none do.
+    """Validate, compute the mesh once; the plans of ``only`` (default: every node), each rendered
+    when asked (``Plans``); ``check(topology)``, when given, is called on the mesh first (a
+    caller's own checks of the same computation: kilo.mesh.topology's conflicts between parties).
+    ``now`` (seconds): the time the nodes' timed inputs count at (``engine/relays.py``); None:
+    none do.
 
-    Returns {"plans": {name: plan}, "segments": [...], "peers": [...], "subnet": str};
+    Returns {"plans": Plans {name: plan}, "segments": [...], "peers": [...], "subnet": str};
     "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
     """
     # The parsed mesh and its plans are millions of small containers for big meshes; the cyclic
@@ -1093,9 +615,13 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
         for name in names:
             if name not in topology.by_name:
                 raise TopologyError("no such node", node_subject(name), "only")
-        plans = dict((name, topology.plan(name)) for name in names)
+        if topology.routing.may_refuse():
+            # a plan may refuse a mesh (a gateway it lacks): render each now, in order, so the
+            # mesh is refused here, by the first plan that does, as when every plan was kept
+            for name in names:
+                topology.plan(name)
         result = {
-            "plans": plans,
+            "plans": Plans(topology, names),
             "segments": topology.segments_out(),
             "peers": topology.peers_out(),
             "subnet": one_or_list(str(net) for net in topology.opts["subnets"]),
@@ -1113,6 +639,43 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
     finally:
         if enabled:
             gc.enable()
+
+
+class Plans(Mapping):
+    """``build_plans``' plans: {name: plan} of the names asked for, in their order, each plan
+    rendered when it is asked for and kept by nobody. A mesh of N nodes holds N x N route
+    entries in its plans, but one plan holds N: a reader that takes the plans one by one
+    (``plan_store.save`` writes each to its file) never holds them all; one that needs them all
+    at once keeps them itself (``dict(plans)``). Each access renders the plan afresh, equal to
+    the last; a reader that changes its plan (``plan.mark_roaming``, ``split_preshared_keys``)
+    changes its own copy. The cyclic collector is off while a plan is rendered, as in
+    ``build_plans``."""
+
+    __slots__ = ("_topology", "_names")
+
+    def __init__(self, topology, names):
+        self._topology = topology
+        self._names = dict.fromkeys(names)
+
+    def __getitem__(self, name):
+        if name not in self._names:
+            raise KeyError(name)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._topology.plan(name)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+    def __repr__(self):
+        return "Plans(%r)" % list(self._names)
 
 
 def listen_port(endpoint, port, subject=None, field="endpoint"):

@@ -10,7 +10,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     host_subject,
     node_subject,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology_parse
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import parse_node
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, validate
 
@@ -34,7 +34,7 @@ def test_the_engine_parses_every_field_of_the_table():
             seen.append(key)
             return dict.get(self, key, default)
 
-    topology_parse.parse_node(Recording(name="a", public_key=KEY), 0, 51820)
+    parse_node(Recording(name="a", public_key=KEY), 0, 51820)
     assert [k for k in seen if k != "name"] == list(nodes.FIELDS)
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import options
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import DEFAULT_OPTIONS
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import DEFAULT_OPTIONS
 from checkout import ROOT
 
 BIN = os.path.dirname(sys.executable)

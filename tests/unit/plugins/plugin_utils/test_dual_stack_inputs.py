@@ -377,7 +377,7 @@ def test_leader_probes_go_to_the_primary_wireguard_ip():
 # --- readers of the lists: graph, showconf ----------------------------------------------------------
 
 from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf  # noqa: E402
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot  # noqa: E402
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot  # noqa: E402
 from test_topology_dual_stack import dual_mesh  # noqa: E402
 
 

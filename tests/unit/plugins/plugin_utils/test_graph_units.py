@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""kilo.mesh.graph's DOT (module_utils/engine/topology_graph.py) and kilo.mesh.status's pure parts
+"""kilo.mesh.graph's DOT (module_utils/engine/graph.py) and kilo.mesh.status's pure parts
 (module_utils/host/status.py, plugin_utils/status_summary.py): the picture's shape at 3 and 30 locations, Graphviz (dot, circo)
 taking it, and the status, textfile and table from a WireGuard state worked out by hand."""
 
@@ -14,7 +14,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils import atomic_file
 from ansible_collections.kilo.mesh.plugins.module_utils.host import status as st
 from ansible_collections.kilo.mesh.plugins.plugin_utils.status_summary import summary
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import (
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import (
     GraphError,
     HUB_ID,
     format_of,
@@ -174,7 +174,7 @@ def test_render_without_graphviz_says_how_to_install(tmp_path):
     with pytest.raises(GraphError) as e:
         render(to_dot(mesh(2)), "svg", dot_command=str(tmp_path / "no-dot"))
     assert "no-dot" in str(e.value)
-    import ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph as tg
+    import ansible_collections.kilo.mesh.plugins.module_utils.engine.graph as tg
 
     which = tg.shutil.which
     tg.shutil.which = lambda name: None

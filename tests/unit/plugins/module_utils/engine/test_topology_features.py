@@ -11,8 +11,8 @@ import pytest
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import peer_config
 from flat_plans import build_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import parse_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import parse_endpoint
 
 
 def key(i):

@@ -16,7 +16,7 @@ from ansible_collections.kilo.mesh.plugins.plugin_utils.showconf import showconf
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
     build_plans as raw_plans,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_graph import to_dot
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.graph import to_dot
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 from flat_plans import build_plans
 

@@ -18,7 +18,7 @@ import random
 import pytest
 
 from flat_plans import build_plans
-from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import parse_inputs
+from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import parse_inputs
 
 
 def one(ip):

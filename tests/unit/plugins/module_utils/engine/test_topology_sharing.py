@@ -2,6 +2,9 @@
 
 import base64
 
+import pytest
+
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import TopologyError
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan, flat_routes
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import build_plans
 
@@ -78,3 +81,31 @@ def test_check_plan_names_the_bad_destination_of_a_group():
         assert "plan.routes[0].dst[1]" in str(e) and "nonsense" in str(e)
     else:
         raise AssertionError("accepted a bad destination")
+
+
+def test_plans_are_rendered_when_asked_and_kept_by_nobody():
+    plans = build_plans(mesh(), [])["plans"]
+    assert list(plans) == ["n%02d" % i for i in range(12)] and len(plans) == 12
+    first, again = plans["n01"], plans["n01"]
+    # rendered afresh each time: equal, and a reader's change stays in its own copy
+    assert first == again and first is not again
+    first["routes"].clear()
+    first["peers"].append("mine")
+    assert plans["n01"] == again
+    assert dict(plans) == dict((name, plans[name]) for name in plans)
+    assert "nobody" not in plans
+    with pytest.raises(KeyError):
+        plans["nobody"]  # pylint: disable=pointless-statement
+    only = build_plans(mesh(), [], only=["n03"])["plans"]
+    assert list(only) == ["n03"] and only["n03"] == plans["n03"]
+
+
+def test_a_plan_that_refuses_the_mesh_refuses_it_in_build_plans():
+    # flannel routes to a node of the location through its pod network address: a node without
+    # a pod CIDR refuses the plans that route to it, and build_plans, which renders no plan to
+    # return it, still refuses the mesh there, as the first such plan does
+    nodes = mesh()
+    nodes[4]["pod_cidr"] = None
+    with pytest.raises(TopologyError) as e:
+        build_plans(nodes, [], {"compatibility": "flannel"})
+    assert (e.value.name, e.value.field) == ("n04", "pod_cidr")

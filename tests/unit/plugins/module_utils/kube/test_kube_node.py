@@ -481,7 +481,7 @@ def test_peer_minimal():
 
 
 def test_peer_full_and_accepted_by_the_engine():
-    from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology_parse import parse_peer
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import parse_peer
 
     p = kn.peer_from_resource(
         peer(

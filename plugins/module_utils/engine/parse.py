@@ -12,7 +12,10 @@ are kept in canonical base64 (the spelling Kilo prints).
 
 from __future__ import absolute_import, division, print_function
 
+import operator
+
 from ansible_collections.kilo.mesh.plugins.module_utils.common import (
+    KiloError,
     Subject,
     check_interface_name,
     did_you_mean,
@@ -171,7 +174,28 @@ class Node(object):
         return NO_INTERNAL
 
 
-PARSERS = tuple((ATTRIBUTES.get(name, name), field.parse, name) for name, field in FIELDS.items())
+# What a field's parser gives for a field left out (None), where that is one immutable value
+# (None, a boolean, a number, a text): most of a node's fields are absent from most nodes, and
+# a parser's call costs more than its answer known in advance. A parser that refuses None (the
+# public key) or answers with a container is called every time.
+_NOT_KNOWN = object()
+
+
+def _absent_value(parse, field):
+    try:
+        value = parse(None, OPTIONS_SUBJECT, field)
+    except KiloError:
+        return _NOT_KNOWN
+    return value if value is None or type(value) in (bool, int, float, str) else _NOT_KNOWN
+
+
+PARSERS = tuple(
+    (ATTRIBUTES.get(name, name), field.parse, name, _absent_value(field.parse, name))
+    for name, field in FIELDS.items()
+)
+
+
+_NAME = operator.attrgetter("name")
 
 
 class Peer(object):
@@ -189,14 +213,31 @@ class Peer(object):
 def parse_node(item, index, default_port, subnets=None):
     """One node; ``subnets`` (the mesh's, parsed) decides which IP families it may carry."""
     name = _name(item, "node", index)
-    subject = node_subject(name)
     if not KNOWN_FIELDS.issuperset(item):
-        check_fields(item, FIELDS, subject, "a node")
+        check_fields(item, FIELDS, node_subject(name), "a node")
     node = Node()
     node.name = name
+    try:
+        _fields(node, item, default_port, subnets, None)
+    except KiloError:
+        # the same refusal again, naming the node: its subject is made for an error only (it
+        # costs more than most fields of a node, and the parsers give the same answer twice)
+        _fields(node, item, default_port, subnets, node_subject(name))
+        raise
+    node.index = index
+    return node
+
+
+def _fields(node, item, default_port, subnets, subject):
+    """``node``'s values of the node table's fields out of ``item``; ``subject`` for errors."""
     # every field of the node table, parsed by its row, in the table's order
-    for attribute, parse, field in PARSERS:
-        setattr(node, attribute, parse(item.get(field), subject, field))
+    get = item.get
+    for attribute, parse, field, absent in PARSERS:
+        value = get(field)
+        if value is None and absent is not _NOT_KNOWN:
+            setattr(node, attribute, absent)
+        else:
+            setattr(node, attribute, parse(value, subject, field))
     # the endpoint: (text, ip, port), its port the listen port
     node.endpoint_ip = None
     node.port = default_port
@@ -207,8 +248,6 @@ def parse_node(item, index, default_port, subnets=None):
     # (several: Calico's blocks, Cilium's pool CIDRs) are each its own route and allowed IP; the
     # first is Kilo's one pod CIDR (tunnel address, CNI, the add-on gateway)
     _check_families(node, subnets or [], subject)
-    node.index = index
-    return node
 
 
 def _check_families(node, subnets, subject):
@@ -320,8 +359,11 @@ def _parse_all(items, kind, parse, subject, keys):
             raise TopologyError("duplicate %s name" % kind, subject(obj.name), "name")
         names.add(obj.name)
         if obj.key in keys:
-            raise TopologyError("same key as %s" % keys[obj.key], subject(obj.name), "public_key")
-        keys[obj.key] = subject(obj.name)
+            other = keys[obj.key]
+            raise TopologyError(
+                "same key as %s" % other[0](other[1]), subject(obj.name), "public_key"
+            )
+        keys[obj.key] = (subject, obj.name)  # its subject made only for the error
         parsed.append(obj)
     return parsed
 
@@ -336,15 +378,16 @@ def parse_inputs(nodes, peers, options):
     if not isinstance(peers, (list, tuple)):
         raise TopologyError("expected a list of peers", "peers", "peers")
     keys = {}
+    port, subnets = opts["port"], opts["subnets"]
     parsed_nodes = _parse_all(
         nodes,
         "node",
-        lambda item, index: parse_node(item, index, opts["port"], opts["subnets"]),
+        lambda item, index: parse_node(item, index, port, subnets),
         node_subject,
         keys,
     )
     parsed_peers = _parse_all(peers, "peer", parse_peer, peer_subject, keys)
-    parsed_nodes.sort(key=lambda n: n.name)
+    parsed_nodes.sort(key=_NAME)
     check_pod_overlaps(parsed_nodes)
-    parsed_peers.sort(key=lambda p: p.name)
+    parsed_peers.sort(key=_NAME)
     return opts, parsed_nodes, parsed_peers
