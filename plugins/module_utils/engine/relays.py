@@ -373,14 +373,11 @@ class Relays(object):
                     continue
                 carried = moves.get(seg.key)
                 if carried:
-                    allowed = list(entry["allowed_ips"])
-                    for other in carried:
-                        allowed.extend(other.wg_allowed)
                     # after the outside peers _peers_through_relays put there
-                    entry = dict(
+                    entry = _carrying(
                         entry,
-                        allowed_ips=allowed,
-                        relayed=list(entry.get("relayed") or ()) + [other.key for other in carried],
+                        [ip for other in carried for ip in other.wg_allowed],
+                        [other.key for other in carried],
                     )
             out.append(entry)
         return out
@@ -407,11 +404,10 @@ class Relays(object):
             moved = carried.get(entry["name"])
             seg = by_key.get(entry["name"])
             if moved and seg is not None and seg.leader.key == entry["public_key"]:
-                entry = dict(
+                entry = _carrying(
                     entry,
-                    allowed_ips=list(entry["allowed_ips"])
-                    + [ip for peer in moved for ip in peer.allowed_strs],
-                    relayed=list(entry.get("relayed") or ()) + [peer.name for peer in moved],
+                    [ip for peer in moved for ip in peer.allowed_strs],
+                    [peer.name for peer in moved],
                 )
             out.append(entry)
         return out
@@ -443,10 +439,11 @@ class Relays(object):
                 continue
             moved = carried.get(seg.key)
             if moved:
-                allowed = list(entry["allowed_ips"])
-                for other in moved:
-                    allowed.extend(other.wg_allowed)
-                entry = dict(entry, allowed_ips=allowed, relayed=[other.key for other in moved])
+                entry = _carrying(
+                    entry,
+                    [ip for other in moved for ip in other.wg_allowed],
+                    [other.key for other in moved],
+                )
             out.append(entry)
         return out
 
@@ -503,6 +500,16 @@ class Relays(object):
         down or hold ending, a pair going direct): when to compute again; None without one.
         Complete once ``paths`` has decided every pair."""
         return min(self._changes) if self._changes else None
+
+
+def _carrying(entry, allowed_ips, names):
+    """A relay's entry also carrying others (segments or outside peers): their ``allowed_ips``
+    added, their ``names`` appended to ``relayed``."""
+    return dict(
+        entry,
+        allowed_ips=list(entry["allowed_ips"]) + list(allowed_ips),
+        relayed=list(entry.get("relayed") or ()) + list(names),
+    )
 
 
 def plan(topology, find_leader):
