@@ -307,20 +307,7 @@ def converge(
     check mode, reading, comparing and applying run under ``converge_lock`` (``locked``: the
     caller holds it already).
     """
-    if backends is None and not check_mode and not locked:
-        with converge_lock():
-            return _converge(
-                plan,
-                settings,
-                check_mode,
-                backends,
-                preshared_keys,
-                switch_at,
-                pending_public_key,
-                app,
-                takeover,
-            )
-    return _converge(
+    args = (
         plan,
         settings,
         check_mode,
@@ -331,6 +318,10 @@ def converge(
         app,
         takeover,
     )
+    if backends is None and not check_mode and not locked:
+        with converge_lock():
+            return _converge(*args)
+    return _converge(*args)
 
 
 def _converge(
