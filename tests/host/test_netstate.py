@@ -23,7 +23,13 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for networ
 
 def run_backend(ns, plan, ops, python=PYTHONS[0], settings=None):
     return backendtools.run_backend(
-        ns, "netstate.backend", "NetStateBackend", plan, ops, settings or {"interface": "kilo0"}, python
+        ns,
+        "netstate.backend",
+        "NetStateBackend",
+        plan,
+        ops,
+        settings or {"interface": "kilo0"},
+        python,
     )
 
 
