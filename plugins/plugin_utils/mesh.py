@@ -285,15 +285,7 @@ class MeshReading(object):
                 facts = stand_in_facts(missing, nodes, self.peers, self.args, self.dual)
                 locations = self.locations or {}
                 for host in missing:
-                    node = host_node(
-                        host,
-                        self.host_vars(host),
-                        None,
-                        facts[host],
-                        locations.get(host, ""),
-                        self.args["port"],
-                        self.dual,
-                    )[0]
+                    node = self._stand_in_node(host, self.host_vars(host), facts[host], locations)
                     nodes.append(node)
                     stand_ins.append(host)
                 missing = []
@@ -350,15 +342,7 @@ class MeshReading(object):
             standins = {}
             for host in hosts:
                 hvars = self.host_vars(host)
-                node = host_node(
-                    host,
-                    hvars,
-                    None,
-                    facts[host],
-                    locations.get(host, ""),
-                    self.args["port"],
-                    self.dual,
-                )[0]
+                node = self._stand_in_node(host, hvars, facts[host], locations)
                 nodes.append(node)
                 standins[host] = stand_in_fields(hvars, node, facts[host])
             return nodes, standins
@@ -401,6 +385,12 @@ class MeshReading(object):
         if host in self._earlier:
             return self._earlier[host]
         return self._action.variables(self.task_vars, host, wanted)
+
+    def _stand_in_node(self, host, hvars, facts, locations):
+        """The node of a host that reported nothing, from its variables and stand-in ``facts``."""
+        return host_node(
+            host, hvars, None, facts, locations.get(host, ""), self.args["port"], self.dual
+        )[0]
 
     def node(self, host, facts=None):
         """``host``'s node as the whole reading makes it, reading this host only; None when the

@@ -307,21 +307,23 @@ def converge(
     check mode, reading, comparing and applying run under ``converge_lock`` (``locked``: the
     caller holds it already).
     """
-    args = (
-        plan,
-        settings,
-        check_mode,
-        backends,
-        preshared_keys,
-        switch_at,
-        pending_public_key,
-        app,
-        takeover,
+    lock = (
+        converge_lock()
+        if backends is None and not check_mode and not locked
+        else contextlib.nullcontext()
     )
-    if backends is None and not check_mode and not locked:
-        with converge_lock():
-            return _converge(*args)
-    return _converge(*args)
+    with lock:
+        return _converge(
+            plan,
+            settings,
+            check_mode,
+            backends,
+            preshared_keys,
+            switch_at,
+            pending_public_key,
+            app,
+            takeover,
+        )
 
 
 def _converge(
