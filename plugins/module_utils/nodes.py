@@ -193,10 +193,27 @@ def split_endpoint(
     return host, int(port)
 
 
+class Endpoint(tuple):
+    """An endpoint: its normalised ``text`` (host:port, [IPv6]:port), its ``ip`` (None for a DNS
+    name) and its ``port``."""
+
+    __slots__ = ()
+
+    def __new__(cls, text, ip, port):
+        return tuple.__new__(cls, (text, ip, port))
+
+    text = property(lambda self: self[0])
+    ip = property(lambda self: self[1])
+    port = property(lambda self: self[2])
+
+
+NO_ENDPOINT = Endpoint(None, None, None)  # none (the engine's way to a segment without one)
+
+
 def parse_endpoint(
     value: Any, subject: Optional[str], field: Optional[str], allow_dns: bool = True
-) -> tuple[str, Optional[IP], int]:
-    """ "host:port" -> (normalised string, ip object or None for DNS names, port)."""
+) -> Endpoint:
+    """ "host:port" -> Endpoint (normalised text, ip object or None for DNS names, port)."""
     host, port = split_endpoint(value, subject, field)
     if value.strip().startswith("["):
         try:
@@ -205,10 +222,10 @@ def parse_endpoint(
             raise TopologyError("%r: %r is not an IPv6 address" % (value, host), subject, field)
         if ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
-        return format_endpoint(ip, port), ip, port
+        return Endpoint(format_endpoint(ip, port), ip, port)
     fast = _v4(host) if "/" not in host else None
     if fast is not None:  # the host is the address's own text
-        return "%s:%d" % (host, port), ipaddress.IPv4Address(fast[0]), port
+        return Endpoint("%s:%d" % (host, port), ipaddress.IPv4Address(fast[0]), port)
     try:
         ip = ipaddress.IPv4Address(host)
     except ValueError:
@@ -223,8 +240,8 @@ def parse_endpoint(
             raise TopologyError(
                 "%r: %r is not a valid IPv4 address" % (value, host), subject, field
             )
-        return "%s:%d" % (host.lower(), port), None, port
-    return format_endpoint(ip, port), ip, port
+        return Endpoint("%s:%d" % (host.lower(), port), None, port)
+    return Endpoint(format_endpoint(ip, port), ip, port)
 
 
 def parse_cidr(value: Any, subject: Optional[str], field: Optional[str], host: bool = False) -> str:
@@ -242,7 +259,7 @@ def _absent(value):
 
 
 def _discovered(value, subject, field):
-    """{public key: "ip:port"} -> {canonical key: (endpoint, ip, port)}, keys in order."""
+    """{public key: "ip:port"} -> {canonical key: Endpoint}, keys in order."""
     value = value or {}
     if not isinstance(value, dict):
         raise TopologyError("expected a mapping public key -> ip:port", subject, field)
@@ -695,7 +712,7 @@ FIELDS: OrderedDict[str, NodeField] = OrderedDict(
             source=_A + "force-endpoint",
             kube=_endpoint_kube,
             written=_A + "endpoint",
-            write=lambda v, s, f: parse_endpoint(v, s, f)[0] if v else "",
+            write=lambda v, s, f: parse_endpoint(v, s, f).text if v else "",
             form="V(host:port)",
         ),
         NodeField(

@@ -119,7 +119,7 @@ def _node_view(topology, name, as_peer, extra):
             {
                 "name": name,
                 "public_key": seg.leader.key,
-                "endpoint": seg.leader.endpoint,
+                "endpoint": seg.leader.endpoint.text if seg.leader.endpoint else None,
                 "allowed_ips": dedup(list(seg.allowed) + extra),
                 "persistent_keepalive": 0,
             }
@@ -136,8 +136,8 @@ def _peer_view(topology, name, as_peer, extra):
             entry = {
                 "name": name,
                 "public_key": peer.key,
-                "endpoint": peer.endpoint[0] if peer.endpoint else None,
-                "allowed_ips": dedup(list(peer.allowed_strs) + extra),
+                "endpoint": peer.endpoint.text if peer.endpoint else None,
+                "allowed_ips": dedup([text for dummy, text in peer.allowed] + extra),
                 "persistent_keepalive": peer.persistent_keepalive,
             }
             if peer.psk:

@@ -164,7 +164,7 @@ def claims(topology, peers, standins):
         out.extend(Claim(WIREGUARD, ip, seg, "subnet") for ip, dummy, dummy in seg.wg_ips)
     for index, item in enumerate(peers):
         peer = parse_peer(item, index)
-        out.extend(Claim(PEER, net, peer, "allowed_ips") for net in peer.allowed)
+        out.extend(Claim(PEER, net, peer, "allowed_ips") for net, dummy in peer.allowed)
     return out
 
 
@@ -209,42 +209,45 @@ def check_endpoints(topology, peers, standins):
     for node in topology.nodes:  # sorted by name
         if node.endpoint is None or node.behind_nat or "endpoint" in standins.get(node.name, ()):
             continue  # a node behind NAT is reached at its mapping, never at its endpoint (engine/relays.py)
-        if node.endpoint in seen:
+        endpoint = node.endpoint
+        if endpoint.text in seen:
             raise TopologyError(
-                "%s is also the endpoint of node %r" % (node.endpoint, seen[node.endpoint].name),
+                "%s is also the endpoint of node %r" % (endpoint.text, seen[endpoint.text].name),
                 node_subject(node.name),
                 "endpoint",
             )
-        seen[node.endpoint] = node
-        subnet = _in_subnet(topology, node.endpoint_ip)
+        seen[endpoint.text] = node
+        subnet = _in_subnet(topology, endpoint.ip)
         if subnet is not None:
             raise TopologyError(
                 "%s lies inside the mesh's subnet %s (the WireGuard"
-                " IPs come from it)" % (node.endpoint, subnet),
+                " IPs come from it)" % (endpoint.text, subnet),
                 node_subject(node.name),
                 "endpoint",
             )
-        owner = internals.get(node.endpoint_ip)
+        owner = internals.get(endpoint.ip)
         if owner is not None and owner is not node:
             raise TopologyError(
-                "%s is at the internal IP %s of node %r"
-                % (node.endpoint, node.endpoint_ip, owner.name),
+                "%s is at the internal IP %s of node %r" % (endpoint.text, endpoint.ip, owner.name),
                 node_subject(node.name),
                 "endpoint",
             )
     for index, item in enumerate(peers):
         peer = parse_peer(item, index)
-        if peer.endpoint is not None and peer.endpoint[0] in seen:
+        endpoint = peer.endpoint
+        if endpoint is None:
+            continue
+        if endpoint.text in seen:
             raise TopologyError(
-                "%s is the endpoint of node %r" % (peer.endpoint[0], seen[peer.endpoint[0]].name),
+                "%s is the endpoint of node %r" % (endpoint.text, seen[endpoint.text].name),
                 peer_subject(peer.name),
                 "endpoint",
             )
-        subnet = _in_subnet(topology, peer.endpoint[1]) if peer.endpoint is not None else None
+        subnet = _in_subnet(topology, endpoint.ip)
         if subnet is not None:
             raise TopologyError(
                 "%s lies inside the mesh's subnet %s (the WireGuard"
-                " IPs come from it)" % (peer.endpoint[0], subnet),
+                " IPs come from it)" % (endpoint.text, subnet),
                 peer_subject(peer.name),
                 "endpoint",
             )

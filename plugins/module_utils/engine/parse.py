@@ -30,6 +30,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (  # noqa: F401 pylint: disable=unused-import
     FIELDS,
     NO_INTERNAL,
+    Cidr,
     TopologyError,
     parse_endpoint,
     parse_interface,
@@ -142,10 +143,11 @@ ATTRIBUTES = {
 
 class Node(object):
     """One parsed node: one value per field of the node table (``internals``: ``Internal``s,
-    ``pods``: ``Cidr``s, in the node's order; the first of each is Kilo's one), its listen
-    ``port``, and where the engine put it (``segment``, ``index``)."""
+    ``pods``: ``Cidr``s, in the node's order; the first of each is Kilo's one; ``endpoint``: an
+    ``Endpoint``, None for none), its listen ``port`` (its endpoint's, else the mesh's), and
+    where the engine put it (``segment``, ``index``)."""
 
-    __slots__ = ("name", "endpoint_ip", "port", "segment", "index") + tuple(
+    __slots__ = ("name", "port", "segment", "index") + tuple(
         ATTRIBUTES.get(name, name) for name in FIELDS
     )
 
@@ -199,11 +201,13 @@ _NAME = operator.attrgetter("name")
 
 
 class Peer(object):
+    """One parsed outside peer: ``allowed``: ``Cidr``s, in its order (a CIDR another peer claimed
+    first left out, ``Topology._peers``); ``endpoint``: an ``Endpoint``, None for none."""
+
     __slots__ = (
         "name",
         "key",
         "allowed",
-        "allowed_strs",
         "endpoint",
         "persistent_keepalive",
         "psk",
@@ -238,11 +242,8 @@ def _fields(node, item, default_port, subnets, subject):
             setattr(node, attribute, absent)
         else:
             setattr(node, attribute, parse(value, subject, field))
-    # the endpoint: (text, ip, port), its port the listen port
-    node.endpoint_ip = None
-    node.port = default_port
-    if node.endpoint is not None:
-        node.endpoint, node.endpoint_ip, node.port = node.endpoint
+    # the endpoint's port is the listen port
+    node.port = default_port if node.endpoint is None else node.endpoint.port
     # the first internal IP is Kilo's one (segment key, a single-stack mesh's routes); a second,
     # of the other family, only counts in a dual-stack mesh (Node.side). A node's pod ranges
     # (several: Calico's blocks, Cilium's pool CIDRs) are each its own route and allowed IP; the
@@ -334,7 +335,10 @@ def parse_peer(item, index):
     peer = Peer()
     peer.name = name
     peer.key = parse_key(item.get("public_key"), subject, "public_key")
-    peer.allowed = parse_network_list(item.get("allowed_ips"), subject, "allowed_ips")
+    peer.allowed = [
+        Cidr(net, str(net))
+        for net in parse_network_list(item.get("allowed_ips"), subject, "allowed_ips")
+    ]
     if not peer.allowed:
         raise TopologyError("a peer needs at least one allowed IP", subject, "allowed_ips")
     peer.endpoint = None

@@ -83,7 +83,11 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     node_subject,
     text_list,
 )
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import TopologyError
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
+    NO_ENDPOINT,
+    Endpoint,
+    TopologyError,
+)
 
 # an unreachable leader's keepalive when it sets none (seconds)
 DEFAULT_KEEPALIVE = 25
@@ -299,8 +303,9 @@ class Relays(object):
         )
 
     def endpoint(self, seg, viewer, kilo):
-        """``segment_endpoint``'s answer ``kilo`` for an unreachable segment: (the endpoint of the
-        viewer's entry, the address its routes leave to the underlay). Its own location: its
+        """``segment_endpoint``'s answer ``kilo`` for an unreachable segment, an ``Endpoint``: its
+        ``text`` the endpoint of the viewer's entry (None: none), its ``ip`` the address its routes
+        leave to the underlay (None: none). Its own location: its
         configured endpoint, as Kilo (an endpoint-less leader keeps alive from its internal IP when
         the viewer's endpoint is on that IP's network).
         Elsewhere its leader's endpoint is no way to it: its mapping where one was discovered, else
@@ -313,26 +318,32 @@ class Relays(object):
         leader = seg.leader
         if viewer is not None and one_site(seg, viewer.segment):
             if leader.endpoint is not None:
-                return leader.endpoint, leader.endpoint_ip
+                return leader.endpoint
             # an endpoint-less leader keeps alive from its address on the viewer's network, if any
-            return None, next(
-                (
-                    internal.ip
-                    for internal in leader.internals
-                    if viewer.endpoint_ip is not None
-                    and viewer.endpoint_ip in internal.interface.network
+            at = viewer.endpoint.ip if viewer.endpoint is not None else None
+            return Endpoint(
+                None,
+                next(
+                    (
+                        internal.ip
+                        for internal in leader.internals
+                        if at is not None and at in internal.interface.network
+                    ),
+                    None,
                 ),
                 None,
             )
         if self.relayed(seg, viewer):
             if self.state(seg, viewer.segment) == RELAYED:
-                return None, None
+                return NO_ENDPOINT
             found = self.probe_mapping(seg, viewer)  # the probe's endpoint
         else:
             found = self.mapping(seg, viewer)
         if found is not None:
-            return found[0], found[1]
-        return None, leader.endpoint_ip if is_public(leader.endpoint_ip) else None
+            return found
+        if leader.endpoint is not None and is_public(leader.endpoint.ip):
+            return Endpoint(None, leader.endpoint.ip, None)
+        return NO_ENDPOINT
 
     def wireguard_peers(self, node, entries):
         """A leader's Kilo entries (``Topology._wireguard_peers``) with the relayed moves: an entry of
@@ -406,7 +417,7 @@ class Relays(object):
             if moved and seg is not None and seg.leader.key == entry["public_key"]:
                 entry = _carrying(
                     entry,
-                    [ip for peer in moved for ip in peer.allowed_strs],
+                    [text for peer in moved for dummy, text in peer.allowed],
                     [peer.name for peer in moved],
                 )
             out.append(entry)

@@ -375,7 +375,7 @@ class Routes(object):
             _group(
                 routes,
                 self._of_family(
-                    seg.leader_dsts(self.topology.segment_endpoint(seg, node)[1]), family
+                    seg.leader_dsts(self.topology.segment_endpoint(seg, node).ip), family
                 ),
                 _wg(seg, family)[1],
                 iface,

@@ -79,7 +79,7 @@ from collections.abc import Mapping
 
 from ansible_collections.kilo.mesh.plugins.module_utils.common import is_public, peer_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.common import dedup
-from ansible_collections.kilo.mesh.plugins.module_utils.nodes import split_endpoint
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import NO_ENDPOINT, split_endpoint
 from ansible_collections.kilo.mesh.plugins.module_utils.nodes import one_or_list, pod_cidr_value
 from ansible_collections.kilo.mesh.plugins.module_utils.engine import relays
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.routes import Routes, check_gateways
@@ -111,11 +111,11 @@ def find_leader(members):
         if node.endpoint is None:
             continue
         if node.leader_hint:
-            if is_public(node.endpoint_ip):
+            if is_public(node.endpoint.ip):
                 return i
             if hinted is None:
                 hinted = i
-        if public is None and is_public(node.endpoint_ip):
+        if public is None and is_public(node.endpoint.ip):
             public = i
     if hinted is not None:
         return hinted
@@ -256,17 +256,16 @@ class Topology(object):
         """A CIDR claimed by two peers stays with the first peer by name (Kilo dedups defensively)."""
         seen = set()
         for peer in self.peers:
-            strs = []
-            nets = []
-            for net in peer.allowed:
-                text = str(net)
-                if text not in seen:
-                    seen.add(text)
-                    strs.append(text)
-                    nets.append(net)
-            peer.allowed = nets
-            peer.allowed_strs = strs
-        self.peer_allowed = [s for p in self.peers for s in p.allowed_strs]
+            allowed = []
+            for cidr in peer.allowed:
+                if cidr.text not in seen:
+                    seen.add(cidr.text)
+                    allowed.append(cidr)
+            peer.allowed = allowed
+        # each peer's allowed IPs as the leaders' entries give them: one list a peer, which every
+        # leader's plan shares (the texts of its Cidrs, made once)
+        self.peer_texts = [[text for dummy, text in peer.allowed] for peer in self.peers]
+        self.peer_allowed = [text for texts in self.peer_texts for text in texts]
 
     def _allocate(self):
         """One WireGuard IP per segment from each subnet, by the same rule (a dual-stack mesh's
@@ -351,7 +350,7 @@ class Topology(object):
             if stage is not None and stage <= position:
                 return True
         for peer in self.peers:
-            for candidate in peer.allowed:
+            for candidate, dummy in peer.allowed:
                 if candidate.version == net.version and net.overlaps(candidate):
                     return True
         return False
@@ -375,15 +374,18 @@ class Topology(object):
         self.nat_exempt = dedup(exempt)
 
     def segment_endpoint(self, seg, viewer=None):
-        """A leader's endpoint as seen from ``viewer``: its discovered one when it keeps alive."""
+        """A leader's endpoint as seen from ``viewer`` (an ``Endpoint``; ``NO_ENDPOINT`` for
+        none): its discovered one when it keeps alive. Its ``text`` is the entry's endpoint, its
+        ``ip`` the address the routes leave to the underlay (relays.Relays.endpoint: the one may
+        be None without the other)."""
         leader = seg.leader
-        endpoint = leader.endpoint, leader.endpoint_ip
+        endpoint = leader.endpoint or NO_ENDPOINT
         if leader.persistent_keepalive > 0:
             found = viewer.discovered.get(leader.key) if viewer is not None else None
             if found is None:
                 found = self.discovered.get(leader.key)
             if found is not None:
-                endpoint = found[0], found[1]
+                endpoint = found
         return endpoint if self.relays is None else self.relays.endpoint(seg, viewer, endpoint)
 
     def peer_endpoint(self, peer, viewer=None):
@@ -392,8 +394,8 @@ class Topology(object):
             if found is None:
                 found = self.discovered.get(peer.key)
             if found is not None:
-                return found[0]
-        return peer.endpoint[0] if peer.endpoint else None
+                return found.text
+        return peer.endpoint.text if peer.endpoint else None
 
     # --- per-node plan ----------------------------------------------------------------
 
@@ -459,17 +461,17 @@ class Topology(object):
                 {
                     "name": seg.key,
                     "public_key": seg.leader.key,
-                    "endpoint": self.segment_endpoint(seg, node)[0],
+                    "endpoint": self.segment_endpoint(seg, node).text,
                     "allowed_ips": seg.wg_allowed,
                     "persistent_keepalive": keepalive,
                 }
             )
-        for peer in self.peers:
+        for peer, texts in zip(self.peers, self.peer_texts):
             entry = {
                 "name": peer.name,
                 "public_key": peer.key,
                 "endpoint": self.peer_endpoint(peer, node),
-                "allowed_ips": peer.allowed_strs,
+                "allowed_ips": texts,
                 "persistent_keepalive": keepalive,
             }
             if peer.psk:
@@ -518,7 +520,7 @@ class Topology(object):
                     "wireguard_ip": one_or_list(text for dummy, text, dummy in seg.wg_ips),
                     "allowed_ips": list(seg.allowed),
                     "allowed_location_ips": list(seg.alip_strs),
-                    "endpoint": seg.leader.endpoint,
+                    "endpoint": seg.leader.endpoint.text if seg.leader.endpoint else None,
                     "public_key": seg.leader.key,
                     "persistent_keepalive": seg.leader.persistent_keepalive,
                     "group": seg.group,
@@ -533,7 +535,7 @@ class Topology(object):
                             "internal_ip": n.internals[0].ip_text
                             if len(n.internals) == 1
                             else one_or_list([internal.ip_text for internal in n.internals]),
-                            "endpoint": n.endpoint,
+                            "endpoint": n.endpoint.text if n.endpoint else None,
                         }
                         for n in seg.members
                     ],
@@ -547,8 +549,8 @@ class Topology(object):
             {
                 "name": p.name,
                 "public_key": p.key,
-                "endpoint": p.endpoint[0] if p.endpoint else None,
-                "allowed_ips": list(p.allowed_strs),
+                "endpoint": p.endpoint.text if p.endpoint else None,
+                "allowed_ips": [text for dummy, text in p.allowed],
                 "persistent_keepalive": p.persistent_keepalive,
             }
             for p in self.peers
@@ -567,7 +569,7 @@ class Topology(object):
             entry = {
                 "name": seg.key,
                 "public_key": seg.leader.key,
-                "endpoint": self.segment_endpoint(seg)[0],
+                "endpoint": self.segment_endpoint(seg).text,
                 "allowed_ips": list(seg.wg_allowed),
                 "persistent_keepalive": me.persistent_keepalive,
             }
@@ -581,7 +583,7 @@ class Topology(object):
                         "name": peer.name,
                         "public_key": peer.key,
                         "endpoint": self.peer_endpoint(peer),
-                        "allowed_ips": list(peer.allowed_strs),
+                        "allowed_ips": [text for dummy, text in peer.allowed],
                         "persistent_keepalive": me.persistent_keepalive,
                     }
                 )

@@ -261,7 +261,7 @@ def _agent_facts(name, annotations, node):
     if text(KEY):
         facts["public_key"] = parse_key(text(KEY), subject, KEY)
     if text(ENDPOINT):
-        facts["endpoint"] = parse_endpoint(text(ENDPOINT), subject, ENDPOINT)[0]
+        facts["endpoint"] = parse_endpoint(text(ENDPOINT), subject, ENDPOINT).text
     if text(INTERNAL_IP):
         facts["internal_ip"] = both(INTERNAL_IP, INTERNAL_IPS)
     if text(WIREGUARD_IP):
@@ -445,7 +445,7 @@ def _read_discovered(value, subject):
             raise KiloError("%r has no port" % (addr,), subject, field)
         out[parse_key(key, subject, field)] = parse_endpoint(
             format_endpoint(ip, port), subject, field, allow_dns=False
-        )[0]
+        ).text
     return out
 
 
@@ -696,8 +696,8 @@ def _peer_endpoint(endpoint, subject):
             raise KiloError(
                 "%r is not a lower-case RFC 1123 DNS name" % (dns,), subject, field + ".dnsOrIP.dns"
             )
-        return parse_endpoint("%s:%d" % (dns, port), subject, field + ".dnsOrIP.dns")[0]
-    return parse_endpoint(format_endpoint(address, port), subject, field)[0]
+        return parse_endpoint("%s:%d" % (dns, port), subject, field + ".dnsOrIP.dns").text
+    return parse_endpoint(format_endpoint(address, port), subject, field).text
 
 
 def nat_endpoints(discovered, plan):

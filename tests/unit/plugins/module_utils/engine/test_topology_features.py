@@ -872,4 +872,4 @@ def test_peer_config_like_kgctl_showconf():
     ],
 )
 def test_endpoint_normalisation(text, expected):
-    assert parse_endpoint(text, "node 'n'", "endpoint")[0] == expected
+    assert parse_endpoint(text, "node 'n'", "endpoint").text == expected

@@ -19,6 +19,7 @@ import pytest
 
 from flat_plans import build_plans
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import parse_inputs
+from ansible_collections.kilo.mesh.plugins.module_utils.nodes import NO_ENDPOINT
 
 
 def one(ip):
@@ -44,11 +45,12 @@ def is_public(ip):
 def find_leader(ns):
     leaders, public = [], []
     for i, n in enumerate(ns):
+        ip = n.endpoint.ip if n.endpoint else None
         if n.leader_hint:
-            if is_public(n.endpoint_ip):
+            if is_public(ip):
                 return i
             leaders.append(i)
-        if n.endpoint_ip is not None and is_public(n.endpoint_ip):
+        if ip is not None and is_public(ip):
             public.append(i)
     if leaders:
         return leaders[0]
@@ -118,7 +120,7 @@ def topology(nodes, peers, opts, host):
     t.peers = []
     for p in sorted(peers, key=lambda p: p.name):
         al = []
-        for ip in p.allowed:
+        for ip, dummy in p.allowed:
             if str(ip) in seen:
                 continue
             seen.add(str(ip))
@@ -167,12 +169,10 @@ def filter_alips(t, ips, location):
 
 
 def update_endpoint(t, endpoint, key, ka):
-    """-> (string, ip)"""
-    if not ka:
-        return endpoint
-    if key in t.disc:
-        return t.disc[key][0], t.disc[key][1]
-    return endpoint
+    """-> the Endpoint (NO_ENDPOINT: none)"""
+    if ka and key in t.disc:
+        return t.disc[key]
+    return endpoint or NO_ENDPOINT
 
 
 def encap_route(r, strat, subnet):
@@ -242,10 +242,8 @@ def routes(t, local, strat, iface="kilo0"):
             rs.append(R(s.cidrs[i], s.wg, iface, src))
             if not s.privs:
                 continue
-            ep = update_endpoint(
-                t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.persistent_keepalive
-            )
-            if s.privs[i] == ep[1]:
+            ep = update_endpoint(t, s.ldr.endpoint, s.ldr.key, s.ldr.persistent_keepalive)
+            if s.privs[i] == ep.ip:
                 continue
             rs.append(R(one(s.privs[i]), s.wg, iface, src))
         for a in s.alips:
@@ -264,19 +262,16 @@ def conf(t):
         out.append(
             (
                 s.ldr.key,
-                update_endpoint(
-                    t, (s.ldr.endpoint, s.ldr.endpoint_ip), s.ldr.key, s.ldr.persistent_keepalive
-                )[0],
+                update_endpoint(t, s.ldr.endpoint, s.ldr.key, s.ldr.persistent_keepalive).text,
                 tuple(sorted(map(str, s.allowed + s.alips))),
                 t.keepalive,
             )
         )
     for p, al in t.peers:
-        ep = (p.endpoint[0], p.endpoint[1]) if p.endpoint else (None, None)
         out.append(
             (
                 p.key,
-                update_endpoint(t, ep, p.key, p.persistent_keepalive)[0],
+                update_endpoint(t, p.endpoint, p.key, p.persistent_keepalive).text,
                 tuple(sorted(map(str, al))),
                 t.keepalive,
             )
