@@ -208,6 +208,8 @@ class Endpoint(tuple):
 
 
 NO_ENDPOINT = Endpoint(None, None, None)  # none (the engine's way to a segment without one)
+# Endpoint(text, ip, port) without the call of its __new__: parse_endpoint makes one a node
+_endpoint = tuple.__new__
 
 
 def parse_endpoint(
@@ -222,10 +224,10 @@ def parse_endpoint(
             raise TopologyError("%r: %r is not an IPv6 address" % (value, host), subject, field)
         if ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # Kilo keeps the 4-byte form (cutIP): private/public as IPv4
-        return Endpoint(format_endpoint(ip, port), ip, port)
+        return _endpoint(Endpoint, (format_endpoint(ip, port), ip, port))
     fast = _v4(host) if "/" not in host else None
     if fast is not None:  # the host is the address's own text
-        return Endpoint("%s:%d" % (host, port), ipaddress.IPv4Address(fast[0]), port)
+        return _endpoint(Endpoint, ("%s:%d" % (host, port), ipaddress.IPv4Address(fast[0]), port))
     try:
         ip = ipaddress.IPv4Address(host)
     except ValueError:
@@ -240,8 +242,8 @@ def parse_endpoint(
             raise TopologyError(
                 "%r: %r is not a valid IPv4 address" % (value, host), subject, field
             )
-        return Endpoint("%s:%d" % (host.lower(), port), None, port)
-    return Endpoint(format_endpoint(ip, port), ip, port)
+        return _endpoint(Endpoint, ("%s:%d" % (host.lower(), port), None, port))
+    return _endpoint(Endpoint, (format_endpoint(ip, port), ip, port))
 
 
 def parse_cidr(value: Any, subject: Optional[str], field: Optional[str], host: bool = False) -> str:
