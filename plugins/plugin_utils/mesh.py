@@ -359,14 +359,15 @@ class MeshReading(object):
             "checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting)
         )
 
-    def computed(self, only=None, check=None, now=None):
+    def computed(self, only=None, check=None, now=None, lazy=False):
         """The engine's answer for the whole mesh (plans of ``only``, default every node). The whole
         mesh is checked first (``checked``): its reader (a plan, a picture) runs the one check.
         ``check``: build_plans' (called on the engine's mesh before any plan of ``only``);
-        ``now``: the time the nodes' timed inputs count at (a push run's direct paths)."""
+        ``now``: the time the nodes' timed inputs count at (a push run's direct paths); ``lazy``:
+        build_plans', the plans of ``only`` rendered one by one as they are read."""
         if only is not None:
             return build_plans(
-                self.nodes, self.peers, self.options, only=only, check=check, now=now
+                self.nodes, self.peers, self.options, only=only, check=check, now=now, lazy=lazy
             )
         self.checked()
         return self._once(
