@@ -886,7 +886,7 @@ def test_the_answer_is_plain_data_and_lazy_plans_are_the_same():
         node("c", "y", "10.0.1.3/24", "10.1.2.0/24", "203.0.113.3:51820"),
     ]
     whole = topology.build_plans(nodes, [])
-    assert type(whole["plans"]) is dict
+    assert isinstance(whole["plans"], dict)  # Plans is no dict
     text = json.dumps(whole, sort_keys=True)
     lazy = topology.build_plans(nodes, [], lazy=True)
     assert isinstance(lazy["plans"], topology.Plans) and list(lazy["plans"]) == ["a", "b", "c"]
