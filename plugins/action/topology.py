@@ -115,7 +115,7 @@ class ActionModule(KiloAction):
         if args["save_plans"]:
             return self.save_plans(task_vars, args, mesh, relays_down, direct)
         computed = mesh.computed(now=direct["now"] if direct else None)
-        plans = dict(computed["plans"])  # every plan at once: the task's result holds them all
+        plans = computed["plans"]  # every plan at once: the task's result holds them all
         sections = (
             peer_config(mesh.nodes, mesh.peers, args["peer"], mesh.options)
             if args["peer"]
@@ -321,6 +321,7 @@ class ActionModule(KiloAction):
             only=play,
             check=lambda topology: self.check_parties(task_vars, mesh, topology),
             now=now,
+            lazy=True,
         )
         if not self._task.check_mode:
             update_registry(mesh.registry_file, mesh.fresh)

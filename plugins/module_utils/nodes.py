@@ -10,7 +10,10 @@ A row of ``FIELDS`` says what one field of a node is everywhere it appears:
 * ``source``: where Kilo keeps it on a Kubernetes Node (an annotation an operator sets, or a
   field of the Node) and ``written``: the annotation Kilo's agent writes it back to;
 * ``check``: inventory value -> the engine's input value, refusing a bad one (the inventory
-  reading and ``kilo.mesh.validate`` call it for every host);
+  reading calls it for every host, the reading of ``kilo.mesh.validate`` too). Only a field the
+  reading itself reads needs one (whether the host is forced, reachable, behind NAT); any other
+  field (none: the keepalive) is passed on as given and ``parse`` is its one check on the
+  controller, validate naming the variable (``validate.as_host_error``);
 * ``parse``: the engine's input value -> its parsed value (``engine.parse.parse_node``);
 * ``kube``: the annotation's text -> the inventory value (``kube_node.host_vars``);
 * ``write``: the engine's input value -> the agent's annotation text (``kube_node.write_back``);
@@ -734,7 +737,8 @@ FIELDS: OrderedDict[str, NodeField] = OrderedDict(
             "persistent_keepalive",
             "kilo_persistent_keepalive",
             "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
-            check=parse_keepalive,
+            # no check of its own: the inventory reading passes it on as given, and the engine's
+            # parse is its one check on the controller (validate names the variable)
             parse=parse_keepalive,
             source=_A + "persistent-keepalive",
             kube=parse_keepalive,
@@ -850,13 +854,22 @@ FIELDS: OrderedDict[str, NodeField] = OrderedDict(
 VARS = OrderedDict((field.var, field.name) for field in FIELDS.values() if field.var)
 
 
-def check_host_vars(hvars: Mapping[str, Any], subject: Optional[str]) -> dict[str, Any]:
-    """Check every node variable ``hvars`` sets; {field name: engine input} of those it sets."""
-    return dict(
-        (name, FIELDS[name].check(hvars[var], subject, var))
-        for var, name in VARS.items()
-        if var in hvars
-    )
+def check_host_vars(
+    hvars: Mapping[str, Any], subject: Optional[str], typed: bool = False
+) -> dict[str, Any]:
+    """Check every node variable ``hvars`` sets by its row's ``check``; {field name: engine input}
+    of those it sets. A row without a check (what the reading itself never reads) is passed on as
+    given, the engine's parse its one check; ``typed``: parsed by that parse too, for a comparison
+    of two readings (``kube_node.drift``)."""
+    out = {}
+    for var, name in VARS.items():
+        if var in hvars:
+            field = FIELDS[name]
+            if field.check is not None:
+                out[name] = field.check(hvars[var], subject, var)
+            else:
+                out[name] = field.parse(hvars[var], subject, var) if typed else hvars[var]
+    return out
 
 
 def field_of_var(var: str) -> Optional[str]:
@@ -973,7 +986,8 @@ def node_from_host(
 
     ``facts`` is the result of kilo.mesh.key for this host (this run or the registry);
     it may be empty when every field is forced in the inventory. Each variable the host sets
-    is checked by its row of the node table (``nodes.check_host_vars``), as validate checks it.
+    is checked by its row of the node table (``nodes.check_host_vars``; a row without a check, as
+    given: the engine's parse checks it, and validate's engine run names the variable).
     Its pod ranges: ``kilo_pod_cidr`` when set, else those of its source (``source_pod_cidrs``;
     ``pod_source`` is the mesh's, for a host that names none: the agent's configuration).
     ``dual``: the mesh is dual-stack (``mesh_families``); in a single-stack one, internal IPs of

@@ -22,7 +22,6 @@ import ipaddress
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
-    TopologyError,
     build_plans,
     listen_port,
     node_segment,
@@ -34,7 +33,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.options import engine_defaults, engine_names
 from ansible_collections.kilo.mesh.plugins.plugin_utils import plan_store
-from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import check_mesh
+from ansible_collections.kilo.mesh.plugins.plugin_utils.validate import as_host_error, check_mesh
 from ansible_collections.kilo.mesh.plugins.plugin_utils.inputs import (
     INPUT_VARS,
     gather_nodes,
@@ -360,14 +359,15 @@ class MeshReading(object):
             "checked", lambda: check_mesh(self._action, self.task_vars, self.args, self, connecting)
         )
 
-    def computed(self, only=None, check=None, now=None):
+    def computed(self, only=None, check=None, now=None, lazy=False):
         """The engine's answer for the whole mesh (plans of ``only``, default every node). The whole
         mesh is checked first (``checked``): its reader (a plan, a picture) runs the one check.
         ``check``: build_plans' (called on the engine's mesh before any plan of ``only``);
-        ``now``: the time the nodes' timed inputs count at (a push run's direct paths)."""
+        ``now``: the time the nodes' timed inputs count at (a push run's direct paths); ``lazy``:
+        build_plans', the plans of ``only`` rendered one by one as they are read."""
         if only is not None:
             return build_plans(
-                self.nodes, self.peers, self.options, only=only, check=check, now=now
+                self.nodes, self.peers, self.options, only=only, check=check, now=now, lazy=lazy
             )
         self.checked()
         return self._once(
@@ -442,10 +442,13 @@ class MeshReading(object):
         try:
             # validates every node and peer first: a bad one is named before this host is
             computed = self.computed(only=[host])
-        except TopologyError as e:
-            if e.field != "only":
-                raise
-            raise not_a_node(self.group)
+        except KiloError as e:  # the engine's, and its parsers' (a bad node field)
+            if e.field == "only":
+                raise not_a_node(self.group)
+            # a node's field told as its host's variable, in validate's words (a playbook of one
+            # host may not run validate first)
+            first = (self.task_vars["groups"].get(self.group) or [None])[0]
+            raise as_host_error(e, self.task_vars["hostvars"], first)
         plan = computed["plans"][host]
         mark_roaming([plan], computed)
         if self.missing and result is not None:

@@ -16,7 +16,9 @@ words, in the same order, before any remote call:
 3. every option of every host (``host_options``: types, choices, bounds, as each action reads it);
 4. mesh-wide options agree between hosts (``agree``), and name the group in use;
 5. locations (``check_locations``): one location group each, none directly under the mesh group;
-6. every node variable of every host (``check_node_vars``, by its row of the node table);
+6. every node variable of every host, by its row of the node table, once: as the reading makes
+   each host's node (``nodes.node_from_host``; ``MeshReading.planned`` reads every host, those
+   that never reported with stand-ins), so a host that never reported is refused as one that did;
 7. the topology of every host (``check_topology``): the engine's checks (keys, peers, families,
    the subnet's room for the segments, a segment's endpoint, pod ranges) and the conflicts
    between parties (``engine/conflicts.py``). A host that has not reported yet takes part with
@@ -50,7 +52,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.nodes import (
     ANNOTATION_PREFIX,
     OWN_PREFIX,
     REPORTED_FIELDS,
-    check_host_vars,
     pod_source_of,
     var_of_field,
 )
@@ -225,17 +226,6 @@ def check_locations(hosts, location_groups, hostvars, group):
             )
 
 
-# --- 6. node variables ---------------------------------------------------------------------------
-
-
-def check_node_vars(hosts, hostvars):
-    """Every node variable of every host of the mesh, by its row of the node table: hosts that
-    never reported (a fresh mesh, the engine leaves them out) are checked too, before any host
-    is contacted."""
-    for host in hosts:
-        check_host_vars(hostvars[host], host_subject(host))
-
-
 # --- 7. the topology ------------------------------------------------------------------------------
 
 
@@ -337,18 +327,21 @@ def check_one_family(opts, parsed, standins=None):
     )
 
 
-def relay_warnings(topology, nodes, hostvars, hosts):
+def relay_warnings(topology, hostvars, hosts):
     """What a relayed mesh (engine/relays.py) may get wrong without being refused: a node marked
     ``behind_nat`` without ``persistent_keepalive`` on a Kubernetes Node (the engine keeps alive for
     it, but Kilo's own nodes (kg) read only the annotation, and without it reset its endpoint every
     resync, squat/kilo#34), and a ``relays`` entry naming no location of the mesh."""
     out = []
     mesh = set(hosts)
-    for node in nodes:
-        name = node.get("name")
+    # the engine's parsed nodes (a keepalive as given is parsed there, once); an unreachable
+    # leader's own keepalive is 0 where the engine set its 25 s (``Relays.kept_alive``)
+    kept = topology.relays.kept_alive if topology.relays is not None else frozenset()
+    for node in topology.nodes:
+        name = node.name
         if (
-            node.get("behind_nat")
-            and not node.get("persistent_keepalive")
+            node.behind_nat
+            and (not node.persistent_keepalive or name in kept)
             and name in mesh
             and isinstance(hostvars[name].get("kilo_kubernetes_node"), dict)
         ):
@@ -390,13 +383,12 @@ def check_mesh(action, task_vars, args, reading, connecting=()):
     per_host = host_options(action, task_vars, hosts, args)  # 3
     agree(per_host, group)  # 4
     check_locations(hosts, reading.location_groups, hostvars, group)  # 5
-    check_node_vars(hosts, hostvars)  # 6
-    nodes, standins = reading.planned  # 7
+    nodes, standins = reading.planned  # 6: each host's node variables, read by the node table
     peers = with_connecting(reading.peers, args.get("peers"), connecting)
-    topology = check_topology(nodes, peers, reading.options, hostvars, hosts[0], standins)
-    return Checked(
-        hosts, per_host, topology, peers, relay_warnings(topology, nodes, hostvars, hosts)
+    topology = check_topology(  # 7
+        nodes, peers, reading.options, hostvars, hosts[0], standins
     )
+    return Checked(hosts, per_host, topology, peers, relay_warnings(topology, hostvars, hosts))
 
 
 def with_connecting(peers, inventory_peers, connecting):

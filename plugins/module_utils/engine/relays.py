@@ -170,8 +170,10 @@ def unreachable_cause(seg):
 class Relays(object):
     """The relayed topology of one mesh (see the module's doc)."""
 
-    def __init__(self, topology, unreachable, eligible):
+    def __init__(self, topology, unreachable, eligible, kept_alive=()):
         self.topology = topology
+        # names of the unreachable leaders whose keepalive is the engine's (they set none)
+        self.kept_alive = frozenset(kept_alive)
         self.now = topology.now
         self.unreachable = unreachable  # segment keys
         self.eligible = eligible  # segments, in key order
@@ -552,12 +554,17 @@ def plan(topology, find_leader):
     unreachable = [seg for seg in topology.segments if not reachable(seg.leader)]
     if not unreachable:
         return None
+    kept_alive = []
     for seg in unreachable:
         # keeps alive towards every peer, so each learns its mapping (WireGuard roaming)
         if seg.leader.persistent_keepalive <= 0:
             seg.leader.persistent_keepalive = DEFAULT_KEEPALIVE
+            kept_alive.append(seg.leader.name)
     return Relays(
-        topology, set(seg.key for seg in unreachable), _eligible(topology.segments, names)
+        topology,
+        set(seg.key for seg in unreachable),
+        _eligible(topology.segments, names),
+        kept_alive,
     )
 
 

@@ -594,15 +594,17 @@ def _host_net(ip):
     return ipaddress.ip_network(ip)
 
 
-def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
-    """Validate, compute the mesh once; the plans of ``only`` (default: every node), each rendered
-    when asked (``Plans``); ``check(topology)``, when given, is called on the mesh first (a
-    caller's own checks of the same computation: kilo.mesh.topology's conflicts between parties).
-    ``now`` (seconds): the time the nodes' timed inputs count at (``engine/relays.py``); None:
-    none do.
+def build_plans(nodes, peers, options=None, only=None, check=None, now=None, lazy=False):
+    """Validate, compute the mesh once; the plans of ``only`` (default: every node).
+    ``check(topology)``, when given, is called on the mesh first (a caller's own checks of the
+    same computation: kilo.mesh.topology's conflicts between parties). ``now`` (seconds): the time
+    the nodes' timed inputs count at (``engine/relays.py``); None: none do. ``lazy``: the plans as
+    ``Plans``, each rendered when asked, for a reader that takes them one by one (the push run's
+    ``plan_store.save``: a mesh of N nodes holds N x N route entries in all its plans).
 
-    Returns {"plans": Plans {name: plan}, "segments": [...], "peers": [...], "subnet": str};
-    "peers" carries no preshared keys (only the plans' WireGuard peer entries do).
+    Returns plain data (JSON as it is): {"plans": {name: plan} (``Plans`` when ``lazy``),
+    "segments": [...], "peers": [...], "subnet": str}; "peers" carries no preshared keys (only the
+    plans' WireGuard peer entries do).
     """
     # The parsed mesh and its plans are millions of small containers for big meshes; the cyclic
     # collector would rescan them over and over (a node and its segment refer to each other: the
@@ -617,13 +619,16 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None):
         for name in names:
             if name not in topology.by_name:
                 raise TopologyError("no such node", node_subject(name), "only")
-        if topology.routing.may_refuse():
+        plans = Plans(topology, names)
+        if not lazy:
+            plans = dict(plans)  # each rendered in order: the first that refuses the mesh, here
+        elif topology.routing.may_refuse():
             # a plan may refuse a mesh (a gateway it lacks): render each now, in order, so the
             # mesh is refused here, by the first plan that does, as when every plan was kept
             for name in names:
                 topology.plan(name)
         result = {
-            "plans": Plans(topology, names),
+            "plans": plans,
             "segments": topology.segments_out(),
             "peers": topology.peers_out(),
             "subnet": one_or_list(str(net) for net in topology.opts["subnets"]),

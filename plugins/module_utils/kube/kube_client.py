@@ -444,26 +444,23 @@ def apply_object(dyn, obj, state="present", check_mode=False):
             )
             return "deleted", before, None
         method = "PATCH"
-        after = dyn.server_side_apply(
-            resource,
-            body=obj,
-            name=meta["name"],
-            namespace=namespace,
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-            dry_run=DRY_RUN,
-        ).to_dict()
-        if before is not None and comparable(before) == comparable(after):
-            return "unchanged", before, before
-        if not check_mode:
-            after = dyn.server_side_apply(
+
+        def apply(dry_run=None):
+            return dyn.server_side_apply(
                 resource,
                 body=obj,
                 name=meta["name"],
                 namespace=namespace,
                 field_manager=FIELD_MANAGER,
                 force_conflicts=True,
+                dry_run=dry_run,
             ).to_dict()
+
+        after = apply(DRY_RUN)
+        if before is not None and comparable(before) == comparable(after):
+            return "unchanged", before, before
+        if not check_mode:
+            after = apply()
         return ("created" if before is None else "updated"), before, after
     except DynamicApiError as e:
         raise call_error(e, method, path, key)

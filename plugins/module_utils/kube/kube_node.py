@@ -474,10 +474,12 @@ def drift(node, hvars, topology_label=REGION_LABEL):
         else:  # an IPAM source's objects are not read here
             hvars = dict((k, v) for k, v in hvars.items() if k != pod_var)
     wanted = check_host_vars(
-        dict((v, hvars[v]) for v in VARS if v in hvars and hvars[v] is not None), subject
+        dict((v, hvars[v]) for v in VARS if v in hvars and hvars[v] is not None),
+        subject,
+        typed=True,
     )
     have = check_host_vars(
-        dict((v, from_node[v]) for v in VARS if v in from_node), "node %s" % name
+        dict((v, from_node[v]) for v in VARS if v in from_node), "node %s" % name, typed=True
     )
     out = []
     for field_name, value in sorted(wanted.items()):

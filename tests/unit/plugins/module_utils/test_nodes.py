@@ -12,7 +12,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
 )
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.parse import parse_node
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
-from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, validate
+from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, mesh, validate
+from test_missing_warning import validate as validate_action
 
 KEY = "aNdi7F94dUaB6O9ScwgibmXpFk7PcQSX2C5Hzcc0b2M="
 
@@ -73,18 +74,28 @@ BAD = [
 
 
 @pytest.mark.parametrize("var, value, message", BAD)
-def test_validate_checks_every_host_whether_it_reported_or_not(var, value, message):
+def test_validate_checks_every_host_whether_it_reported_or_not(var, value, message, tmp_path):
+    # through kilo.mesh.validate's action: "fresh" never reported, so only the reading of every
+    # host with stand-ins (MeshReading.planned) reads its variables
     hostvars = {
-        "seen": {"kilo_public_key": KEY, "kilo_force_endpoint": "203.0.113.1:51820"},
-        "fresh": {var: value},
+        "seen": {
+            "kilo_location": "x",
+            "kilo_public_key": KEY,
+            "kilo_force_endpoint": "203.0.113.1:51820",
+        },
+        "fresh": {"kilo_location": "y", var: value},
     }
     with pytest.raises(KiloError) as e:
-        validate.check_node_vars(["seen", "fresh"], hostvars)
+        validate_action(hostvars, ["seen", "fresh"], tmp_path)
     assert (e.value.kind, e.value.name, e.value.field) == ("host", "fresh", var)
     assert str(e.value).startswith("host 'fresh': %s: " % var) and message in str(e.value)
 
 
-@pytest.mark.parametrize("var, value, message", BAD)
+# the rows the reading checks itself (a row without a check is the engine's to refuse)
+CHECKED = [bad for bad in BAD if nodes.FIELDS[nodes.field_of_var(bad[0])].check is not None]
+
+
+@pytest.mark.parametrize("var, value, message", CHECKED)
 def test_the_inventory_reading_refuses_the_same(var, value, message):
     with pytest.raises(KiloError, match="^host 'h': %s: " % var):
         inputs.node_from_host(
@@ -109,12 +120,60 @@ def test_good_values_pass_unchanged():
         "leader": True,
         "endpoint": "example.com:51821",
         "internal_ip": None,
-        "persistent_keepalive": 25,
+        "persistent_keepalive": "25",  # as given: the engine parses it
         "allowed_location_ips": ["10.9.0.0/16", "10.8.0.0/16"],
         "pod_cidr": "10.244.0.0/24",
         "public_key": KEY,
         "cni_compatibility_ip": "10.0.0.1/32",
     }
+
+
+def test_the_keepalive_is_parsed_once_on_the_controller(monkeypatch, tmp_path):
+    """The keepalive's one parser runs once per host on the controller (the engine's input), not
+    also in the inventory reading; the engine's error still names the host and the variable,
+    through validate and through a one-host playbook's plan."""
+    from test_mesh_reading import make_action, task_vars_of, two_nodes
+
+    from ansible_collections.kilo.mesh.plugins.action import join
+    from ansible_collections.kilo.mesh.plugins.module_utils.options import defaults
+
+    assert nodes.FIELDS["persistent_keepalive"].check is None
+    assert nodes.check_host_vars({"kilo_persistent_keepalive": "7"}, None, typed=True) == {
+        "persistent_keepalive": 7
+    }
+    calls = []
+    parse = nodes.FIELDS["persistent_keepalive"].parse
+    row = nodes.NodeField(
+        "persistent_keepalive",
+        "kilo_persistent_keepalive",
+        "counted",
+        parse=lambda v, s, f: calls.append(v) or parse(v, s, f),
+    )
+    monkeypatch.setitem(nodes.FIELDS, "persistent_keepalive", row)
+    hostvars, registry = two_nodes(tmp_path, internal_a="10.0.0.1/24")
+    hostvars["a"]["kilo_persistent_keepalive"] = "15"
+    validate_action(hostvars, ["a", "b"], tmp_path)
+    assert calls == [], "the reading and validate's own steps leave it to the engine"
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine import parse as engine_parse
+
+    monkeypatch.setattr(
+        engine_parse,
+        "PARSERS",
+        [
+            p if p[2] != "persistent_keepalive" else p[:1] + (row.parse,) + p[2:]
+            for p in engine_parse.PARSERS
+        ],
+    )
+    validate_action(hostvars, ["a", "b"], tmp_path)
+    assert calls.count("15") == 1, calls
+    hostvars["a"]["kilo_persistent_keepalive"] = "often"
+    message = "host 'a': kilo_persistent_keepalive: 'often' is not an integer"
+    with pytest.raises(KiloError, match="^" + message):
+        validate_action(hostvars, ["a", "b"], tmp_path)
+    task_vars = task_vars_of(hostvars, "a", registry=registry)
+    args = dict(defaults("mesh", "inputs"), registry=registry)
+    with pytest.raises(KiloError, match="^" + message):
+        mesh.MeshReading(make_action(join), task_vars, args).plan("a")
 
 
 def test_an_error_carries_its_subject_as_data():
@@ -160,7 +219,7 @@ def test_the_docs_name_every_node_variable():
     assert [line.split(")")[0][2:] for line in lines] == list(nodes.VARS)
 
 
-def test_a_new_field_is_one_table_row(monkeypatch):
+def test_a_new_field_is_one_table_row(monkeypatch, tmp_path):
     """A row added to the table reaches the engine's input node without a line in node_from_host,
     is checked by validate for every host, and is read from its Kubernetes annotation."""
     row = nodes.NodeField(
@@ -177,12 +236,14 @@ def test_a_new_field_is_one_table_row(monkeypatch):
     monkeypatch.setattr(nodes, "FIELDS", fields)
     monkeypatch.setattr(nodes, "VARS", dict(nodes.VARS, kilo_weight="weight"))
     monkeypatch.setattr(kube_node, "FIELDS", fields)
+    # the variables the mesh reads of a host, as the table gives them at import
+    monkeypatch.setattr(mesh, "INPUT_VARS", inputs.INPUT_VARS + ("kilo_weight",))
     node = inputs.node_from_host(
         "a", {"kilo_weight": "3"}, {"public_key": KEY, "external_ip": "203.0.113.1"}, "x", 51820
     )
     assert node["weight"] == 3
     with pytest.raises(KiloError, match="host 'a': kilo_weight: 10 out of range"):
-        validate.check_node_vars(["a"], {"a": {"kilo_weight": 10}})
+        validate_action({"a": {"kilo_location": "x", "kilo_weight": 10}}, ["a"], tmp_path)
     hvars = kube_node.host_vars(
         {"metadata": {"name": "n", "annotations": {nodes.ANNOTATION_PREFIX + "weight": "4"}}}
     )

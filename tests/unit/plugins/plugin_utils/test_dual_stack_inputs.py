@@ -12,7 +12,8 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError
 from ansible_collections.kilo.mesh.plugins.module_utils.host import discovery, host_checks
 from ansible_collections.kilo.mesh.plugins.module_utils.kube import kube_node
 from ansible_collections.kilo.mesh.plugins.module_utils.options import argument_spec
-from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs, validate
+from ansible_collections.kilo.mesh.plugins.plugin_utils import inputs
+from test_missing_warning import validate as validate_action
 from flat_plans import build_plans
 
 KEY = "pH6kVJ4JzgnvbgXDd9OHnNAL6dXoHc8R8zZGtmLx4ls="
@@ -86,10 +87,10 @@ def test_forced_internal_ips_of_two_families():
         (["10.1.0.9/24", "bogus"], "'bogus' is not an address in CIDR form"),
     ],
 )
-def test_bad_forced_internal_ips_name_host_and_variable(value, message):
-    hostvars = {"h": {"kilo_force_internal_ip": value}}
+def test_bad_forced_internal_ips_name_host_and_variable(value, message, tmp_path):
+    hostvars = {"h": {"kilo_location": "x", "kilo_force_internal_ip": value}}
     with pytest.raises(KiloError) as e:
-        validate.check_node_vars(["h"], hostvars)
+        validate_action(hostvars, ["h"], tmp_path)
     assert (e.value.kind, e.value.name, e.value.field) == ("host", "h", "kilo_force_internal_ip")
     assert message in str(e.value)
 

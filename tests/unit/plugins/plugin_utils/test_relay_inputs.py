@@ -52,7 +52,13 @@ def test_validate_warns_of_a_mark_kilo_nodes_would_undo_and_of_an_unknown_relay(
         " node's endpoint every resync instead of following its NAT mapping; set it (25)",
         "host 'r': kilo_relays: 'elsewhere' names no location of the mesh (r, u, v)",
     ]
+    # the keepalive as the engine parsed it: "0" is none (the engine keeps alive with 25 s of its
+    # own, which Kilo's nodes do not read), "25" as text is set
+    hostvars["u"]["kilo_persistent_keepalive"] = "0"
+    assert len(validate(hostvars, ["r", "u", "v"], tmp_path)["warnings"]) == 2
     hostvars["u"]["kilo_persistent_keepalive"] = 25
     for h in hostvars.values():
         h["kilo_relays"] = ["r"]
+    assert "warnings" not in validate(hostvars, ["r", "u", "v"], tmp_path)
+    hostvars["u"]["kilo_persistent_keepalive"] = "25"
     assert "warnings" not in validate(hostvars, ["r", "u", "v"], tmp_path)

@@ -873,3 +873,22 @@ def test_peer_config_like_kgctl_showconf():
 )
 def test_endpoint_normalisation(text, expected):
     assert parse_endpoint(text, "node 'n'", "endpoint").text == expected
+
+
+def test_the_answer_is_plain_data_and_lazy_plans_are_the_same():
+    """build_plans gives JSON as it is (a dict of plans); ``lazy`` gives the same plans, each
+    rendered when asked (the push run writes them one by one)."""
+    from ansible_collections.kilo.mesh.plugins.module_utils.engine import topology
+
+    nodes = [
+        node("a", "x", "10.0.0.1/24", "10.1.0.0/24", "203.0.113.1:51820"),
+        node("b", "x", "10.0.0.2/24", "10.1.1.0/24"),
+        node("c", "y", "10.0.1.3/24", "10.1.2.0/24", "203.0.113.3:51820"),
+    ]
+    whole = topology.build_plans(nodes, [])
+    assert isinstance(whole["plans"], dict)  # Plans is no dict
+    text = json.dumps(whole, sort_keys=True)
+    lazy = topology.build_plans(nodes, [], lazy=True)
+    assert isinstance(lazy["plans"], topology.Plans) and list(lazy["plans"]) == ["a", "b", "c"]
+    assert lazy["plans"]["a"] is not lazy["plans"]["a"]  # rendered afresh, kept by nobody
+    assert json.dumps(dict(lazy, plans=dict(lazy["plans"])), sort_keys=True) == text

@@ -84,7 +84,7 @@ def test_check_plan_names_the_bad_destination_of_a_group():
 
 
 def test_plans_are_rendered_when_asked_and_kept_by_nobody():
-    plans = build_plans(mesh(), [])["plans"]
+    plans = build_plans(mesh(), [], lazy=True)["plans"]
     assert list(plans) == ["n%02d" % i for i in range(12)] and len(plans) == 12
     first, again = plans["n01"], plans["n01"]
     # rendered afresh each time: equal, and a reader's change stays in its own copy
@@ -96,7 +96,7 @@ def test_plans_are_rendered_when_asked_and_kept_by_nobody():
     assert "nobody" not in plans
     with pytest.raises(KeyError):
         plans["nobody"]  # pylint: disable=pointless-statement
-    only = build_plans(mesh(), [], only=["n03"])["plans"]
+    only = build_plans(mesh(), [], only=["n03"], lazy=True)["plans"]
     assert list(only) == ["n03"] and only["n03"] == plans["n03"]
 
 
@@ -106,6 +106,7 @@ def test_a_plan_that_refuses_the_mesh_refuses_it_in_build_plans():
     # return it, still refuses the mesh there, as the first such plan does
     nodes = mesh()
     nodes[4]["pod_cidr"] = None
-    with pytest.raises(TopologyError) as e:
-        build_plans(nodes, [], {"compatibility": "flannel"})
-    assert (e.value.name, e.value.field) == ("n04", "pod_cidr")
+    for lazy in (False, True):
+        with pytest.raises(TopologyError) as e:
+            build_plans(nodes, [], {"compatibility": "flannel"}, lazy=lazy)
+        assert (e.value.name, e.value.field) == ("n04", "pod_cidr")
