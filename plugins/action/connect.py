@@ -123,18 +123,21 @@ class ActionModule(KiloAction):
         # the machine listens where its kilo.mesh.key step checked the port (the key scope's
         # options from its own variables, as that step read them)
         port = self.listen_port(self.options_of(task_vars, source=host, scopes=("key",)), task_vars)
-        return connect_plan(
-            nodes,
-            peers,
-            dict(mesh.options, interface=args["interface"]),
-            host,
-            peer["name"],
-            args["connect_allowed_ip"],
-            extra=args["connect_allowed_ips"],
-            via=args["connect_via"],
-            port=port,
-            main_routes=lambda: self.main_routes(host),
-        )
+        try:
+            return connect_plan(
+                nodes,
+                peers,
+                dict(mesh.options, interface=args["interface"]),
+                host,
+                peer["name"],
+                args["connect_allowed_ip"],
+                extra=args["connect_allowed_ips"],
+                via=args["connect_via"],
+                port=port,
+                main_routes=lambda: self.main_routes(host),
+            )
+        except KiloError as e:  # a node's field, as its host's variable
+            raise mesh.as_inventory_error(e)
 
     def main_routes(self, host):
         """The machine's main table (`ip -j route show`), read only when a route through the

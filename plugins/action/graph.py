@@ -48,7 +48,7 @@ class ActionModule(KiloAction):
         if dest:
             dest = output_path(dest, args["output_dir"], task_vars.get("ansible_inventory_sources"))
         mesh = self.mesh(task_vars, args, stand_ins=args["stand_ins"])
-        computed = mesh.computed()
+        computed = mesh.computed(lazy=True)  # the picture reads no plan: none is rendered
         text = to_dot(computed, args["mesh_edges"])
         result = dict(
             changed=False,

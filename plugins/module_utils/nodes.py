@@ -205,6 +205,9 @@ class Endpoint(tuple):
     def __new__(cls, text, ip, port):
         return tuple.__new__(cls, (text, ip, port))
 
+    def __getnewargs__(self):  # copy and pickle call __new__ with these (tuple's: one tuple)
+        return tuple(self)
+
     text = property(lambda self: self[0])
     ip = property(lambda self: self[1])
     port = property(lambda self: self[2])
@@ -392,12 +395,15 @@ NO_INTERNAL = Internal()
 
 
 class Cidr(tuple):
-    """A network and its text (``str()`` of it): a pod range of a node."""
+    """A network and its text (``str()`` of it): a pod range of a node, an allowed IP of a peer."""
 
     __slots__ = ()
 
     def __new__(cls, net, text):
         return tuple.__new__(cls, (net, text))
+
+    def __getnewargs__(self):  # copy and pickle call __new__ with these (tuple's: one tuple)
+        return tuple(self)
 
     net = property(lambda self: self[0])
     text = property(lambda self: self[1])
@@ -1040,7 +1046,8 @@ def node_from_host(
     node["leader"] = given.get("leader", False)
     node["allowed_location_ips"] = given.get("allowed_location_ips", [])
     node["discovered_endpoints"] = dict(facts.get("discovered_endpoints") or {})
-    # any other field of the table the host sets, as its row's check gave it (a new field needs no line here)
+    # any other field of the table the host sets, as check_host_vars gave it (its row's check, or as
+    # given for the engine's parse; a new field needs no line here)
     for field_name, value in given.items():
         node.setdefault(field_name, value)
     return node

@@ -22,6 +22,7 @@ import ipaddress
 from ansible_collections.kilo.mesh.plugins.module_utils.plan import mark_roaming
 from ansible_collections.kilo.mesh.plugins.module_utils.common import KiloError, host_subject
 from ansible_collections.kilo.mesh.plugins.module_utils.engine.topology import (
+    TopologyError,
     build_plans,
     listen_port,
     node_segment,
@@ -366,16 +367,29 @@ class MeshReading(object):
         ``now``: the time the nodes' timed inputs count at (a push run's direct paths); ``lazy``:
         build_plans', the plans of ``only`` rendered one by one as they are read."""
         if only is not None:
-            return build_plans(
-                self.nodes, self.peers, self.options, only=only, check=check, now=now, lazy=lazy
-            )
+            try:
+                return build_plans(
+                    self.nodes, self.peers, self.options, only=only, check=check, now=now, lazy=lazy
+                )
+            except KiloError as e:  # the engine's, and its parsers' (a bad node field)
+                raise self.as_inventory_error(e)
         self.checked()
         return self._once(
             "computed",
             lambda: mark_stand_ins(
-                build_plans(self.nodes, self.peers, self.options, now=now), self.stand_ins
+                build_plans(self.nodes, self.peers, self.options, now=now, lazy=lazy),
+                self.stand_ins,
             ),
         )
+
+    def as_inventory_error(self, e):
+        """The engine's error ``e`` in validate's words (``validate.as_host_error``): a node's field
+        as its host's variable, a mesh-wide option as the first host's (a step without validate
+        before it: a role alone, a playbook of one host)."""
+        if e.field == "only":
+            return e
+        first = (self.task_vars["groups"].get(self.group) or [None])[0]
+        return as_host_error(e, self.task_vars["hostvars"], first)
 
     # --- one host ----------------------------------------------------------------------------
 
@@ -442,13 +456,10 @@ class MeshReading(object):
         try:
             # validates every node and peer first: a bad one is named before this host is
             computed = self.computed(only=[host])
-        except KiloError as e:  # the engine's, and its parsers' (a bad node field)
-            if e.field == "only":
-                raise not_a_node(self.group)
-            # a node's field told as its host's variable, in validate's words (a playbook of one
-            # host may not run validate first)
-            first = (self.task_vars["groups"].get(self.group) or [None])[0]
-            raise as_host_error(e, self.task_vars["hostvars"], first)
+        except TopologyError as e:
+            if e.field != "only":
+                raise
+            raise not_a_node(self.group)
         plan = computed["plans"][host]
         mark_roaming([plan], computed)
         if self.missing and result is not None:

@@ -18,7 +18,9 @@ words, in the same order, before any remote call:
 5. locations (``check_locations``): one location group each, none directly under the mesh group;
 6. every node variable of every host, by its row of the node table, once: as the reading makes
    each host's node (``nodes.node_from_host``; ``MeshReading.planned`` reads every host, those
-   that never reported with stand-ins), so a host that never reported is refused as one that did;
+   that never reported with stand-ins), so a host that never reported is refused as one that did
+   (a row without a check of its own, the keepalive, is refused by the engine's parse in 7,
+   named as the host's variable all the same);
 7. the topology of every host (``check_topology``): the engine's checks (keys, peers, families,
    the subnet's room for the segments, a segment's endpoint, pod ranges) and the conflicts
    between parties (``engine/conflicts.py``). A host that has not reported yet takes part with

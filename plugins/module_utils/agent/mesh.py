@@ -172,8 +172,11 @@ def deposed_leaders(nodes, peers, own, options, computed, reports, held=(), now=
     a second broken leader could not be deposed while the first is held down (10 minutes). Each
     round is computed from the API's state alone, so every agent still reaches the same set."""
     out = set(held)
+    # each round reads the segments alone: lazy, its plan is not rendered
     if out:
-        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own], now=now)
+        computed = build_plans(
+            _unhealthy(nodes, out), peers, options, only=[own], now=now, lazy=True
+        )
     while True:
         # a deposed node still leads where its location has nobody else; it judges nobody all the same
         judges = [
@@ -183,7 +186,9 @@ def deposed_leaders(nodes, peers, own, options, computed, reports, held=(), now=
         if not more:
             return out
         out |= more
-        computed = build_plans(_unhealthy(nodes, out), peers, options, only=[own], now=now)
+        computed = build_plans(
+            _unhealthy(nodes, out), peers, options, only=[own], now=now, lazy=True
+        )
 
 
 def _unhealthy(nodes, names):

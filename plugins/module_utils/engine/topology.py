@@ -649,14 +649,14 @@ def build_plans(nodes, peers, options=None, only=None, check=None, now=None, laz
 
 
 class Plans(Mapping):
-    """``build_plans``' plans: {name: plan} of the names asked for, in their order, each plan
-    rendered when it is asked for and kept by nobody. A mesh of N nodes holds N x N route
-    entries in its plans, but one plan holds N: a reader that takes the plans one by one
-    (``plan_store.save`` writes each to its file) never holds them all; one that needs them all
-    at once keeps them itself (``dict(plans)``). Each access renders the plan afresh, equal to
-    the last; a reader that changes its plan (``plan.mark_roaming``, ``split_preshared_keys``)
-    changes its own copy. The cyclic collector is off while a plan is rendered, as in
-    ``build_plans``."""
+    """``build_plans(..., lazy=True)``' plans: {name: plan} of the names asked for, in their
+    order, each plan rendered when it is asked for and kept by nobody. A mesh of N nodes holds
+    N x N route entries in its plans, but one plan holds N: a reader that takes the plans one by
+    one (``plan_store.save`` writes each to its file) never holds them all, and one that reads no
+    plan (a picture: segments and peers alone) renders none. Each access renders the plan afresh,
+    equal to the last; a reader that changes its plan (``plan.mark_roaming``,
+    ``split_preshared_keys``) changes its own copy. The cyclic collector is off while a plan is
+    rendered, as in ``build_plans``."""
 
     __slots__ = ("_topology", "_names")
 

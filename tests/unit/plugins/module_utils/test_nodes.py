@@ -2,6 +2,8 @@
 reading, the Kubernetes reading and write-back, the engine's parse and the docs follow it, and
 every field's check runs for every host before any remote call (kilo.mesh.validate)."""
 
+import ipaddress
+
 import pytest
 
 from ansible_collections.kilo.mesh.plugins.module_utils import nodes, options
@@ -174,6 +176,25 @@ def test_the_keepalive_is_parsed_once_on_the_controller(monkeypatch, tmp_path):
     args = dict(defaults("mesh", "inputs"), registry=registry)
     with pytest.raises(KiloError, match="^" + message):
         mesh.MeshReading(make_action(join), task_vars, args).plan("a")
+    # the push run's save_plans reading (kilo.mesh.topology of a role run alone: no validate)
+    with pytest.raises(KiloError, match="^" + message):
+        mesh.MeshReading(make_action(join), task_vars, args).computed(only=["a", "b"], lazy=True)
+
+
+def test_typed_values_copy_and_pickle():
+    import copy
+    import pickle
+
+    endpoint = nodes.parse_endpoint("[2001:db8::1]:51821", None, None)
+    cidr = nodes.Cidr(ipaddress.ip_network("10.4.0.0/24"), "10.4.0.0/24")
+    assert (endpoint.text, str(endpoint.ip), endpoint.port) == (
+        "[2001:db8::1]:51821",
+        "2001:db8::1",
+        51821,
+    )
+    for value in (endpoint, cidr, nodes.NO_ENDPOINT):
+        for again in (copy.copy(value), copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
+            assert again == value and isinstance(again, value.__class__)
 
 
 def test_an_error_carries_its_subject_as_data():
