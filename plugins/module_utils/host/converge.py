@@ -31,7 +31,7 @@ from ansible_collections.kilo.mesh.plugins.module_utils.plan import check_plan
 # imported at run time (a host's call pays for every import); type checkers read this block.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping, Optional, Sequence
+    from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 
 class Backend(object):
@@ -158,7 +158,12 @@ def run(
     return steps
 
 
-def backends_for(settings, preshared_keys=None, app=None, takeover=False):
+def backends_for(
+    settings: Mapping[str, Any],
+    preshared_keys: Optional[Mapping[str, str]] = None,
+    app: Optional[Mapping[str, Any]] = None,
+    takeover: bool = False,
+) -> list[Backend]:
     """The backends of a converge, in order. ``takeover`` (``converge``'s): the routes take over
     foreign routes at the plan's destinations for this converge, whatever ``route_conflict`` says;
     the boot restore keeps the host's own settings, so no later restore takes anything over."""
@@ -185,7 +190,7 @@ def backends_for(settings, preshared_keys=None, app=None, takeover=False):
     ]
 
 
-def host_settings(given):
+def host_settings(given: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     """Every host option, the given (non-None) values over the table's defaults."""
     settings = defaults("host")
     settings.update((k, v) for k, v in (given or {}).items() if v is not None and k in settings)
@@ -211,7 +216,7 @@ class Busy(KiloError):
 
 
 @contextlib.contextmanager
-def converge_lock(timeout=LOCK_TIMEOUT):
+def converge_lock(timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
     """Wait for (at most ``timeout`` s; 0: not at all) and hold the host's converge lock; Busy otherwise."""
     from ansible_collections.kilo.mesh.plugins.module_utils.host.wireguard import (
         daemon as wireguard_daemon,
@@ -238,7 +243,7 @@ def converge_lock(timeout=LOCK_TIMEOUT):
         os.close(fd)
 
 
-def refuse_tunnel_changes(steps):
+def refuse_tunnel_changes(steps: Iterable[tuple[Backend, Any, Any]]) -> None:
     """KiloError naming the tunnel changes among ``steps`` ((backend, current, desired) of the
     backends with changes), for ``converge(takeover=True)``."""
     moved = []
@@ -253,7 +258,9 @@ def refuse_tunnel_changes(steps):
         )
 
 
-def wait_for(switch_at, now=None, sleep=time.sleep):
+def wait_for(
+    switch_at: float, now: Optional[float] = None, sleep: Callable[[float], Any] = time.sleep
+) -> float:
     """Sleep until ``switch_at`` (seconds since the epoch) when it is ahead and within
     MAX_SWITCH_WAIT; returns how late the moment is met (negative: early, never in practice)."""
     now = time.time() if now is None else now
@@ -265,17 +272,17 @@ def wait_for(switch_at, now=None, sleep=time.sleep):
 
 
 def converge(
-    plan,
-    settings=None,
-    check_mode=False,
-    backends=None,
-    preshared_keys=None,
-    switch_at=None,
-    pending_public_key=None,
-    app=None,
-    locked=False,
-    takeover=False,
-):
+    plan: Mapping[str, Any],
+    settings: Optional[Mapping[str, Any]] = None,
+    check_mode: bool = False,
+    backends: Optional[Sequence[Backend]] = None,
+    preshared_keys: Optional[Mapping[str, str]] = None,
+    switch_at: Optional[float] = None,
+    pending_public_key: Optional[str] = None,
+    app: Optional[Mapping[str, Any]] = None,
+    locked: bool = False,
+    takeover: bool = False,
+) -> dict[str, Any]:
     """Bring this host to ``plan`` (or remove our state with ``state: absent``).
 
     The plan is checked against ``plan.SCHEMA`` first, then every backend reads and compares
