@@ -11,9 +11,10 @@ A row of ``FIELDS`` says what one field of a node is everywhere it appears:
   field of the Node) and ``written``: the annotation Kilo's agent writes it back to;
 * ``check``: inventory value -> the engine's input value, refusing a bad one (the inventory
   reading calls it for every host, the reading of ``kilo.mesh.validate`` too). Only a field the
-  reading itself reads needs one (whether the host is forced, reachable, behind NAT); any other
-  field (none: the keepalive) is passed on as given and ``parse`` is its one check on the
-  controller, validate naming the variable (``validate.as_host_error``);
+  reading itself reads needs one (its location, whether a value is forced or reported, behind
+  NAT); any other field (the keepalive, the allowed location IPs, the CNI compatibility IP) is
+  passed on as given and ``parse`` is its one check on the controller, validate and
+  ``MeshReading.as_inventory_error`` naming the variable (``validate.as_host_error``);
 * ``parse``: the engine's input value -> its parsed value (``engine.parse.parse_node``);
 * ``kube``: the annotation's text -> the inventory value (``kube_node.host_vars``);
 * ``write``: the engine's input value -> the agent's annotation text (``kube_node.write_back``);
@@ -40,7 +41,6 @@ from ansible_collections.kilo.mesh.plugins.module_utils.common import (
     format_endpoint,
     host_subject,
     parse_key,
-    text_list,
     to_bool,
     to_int,
 )
@@ -331,25 +331,6 @@ def _internal_ip_var(value, subject, field):
     except ValueError:
         raise KiloError("%r is not an IP address in CIDR form" % (value,), subject, field)
     return str(value)
-
-
-def _list_var(value, subject, field):
-    items = [str(v) for v in text_list(value, subject, field, "a list of CIDRs")]
-    parse_network_list(items, subject, field)
-    return items
-
-
-def _checked_by(parse):
-    """An inventory check that refuses what ``parse`` refuses and passes the value on as given
-    (the engine normalises it); an empty value is no value."""
-
-    def check(value, subject, field):
-        if not value:
-            return None
-        parse(value, subject, field)
-        return value
-
-    return check
 
 
 def _optional(parse):
@@ -743,8 +724,7 @@ FIELDS: OrderedDict[str, NodeField] = OrderedDict(
             "persistent_keepalive",
             "kilo_persistent_keepalive",
             "WireGuard persistent keepalive in seconds for this node's tunnels (a node behind NAT needs it); V(0) is none.",
-            # no check of its own: the inventory reading passes it on as given, and the engine's
-            # parse is its one check on the controller (validate names the variable)
+            # no check (the reading never reads it): its one check on the controller is the parse
             parse=parse_keepalive,
             source=_A + "persistent-keepalive",
             kube=parse_keepalive,
@@ -754,8 +734,7 @@ FIELDS: OrderedDict[str, NodeField] = OrderedDict(
             "allowed_location_ips",
             "kilo_allowed_location_ips",
             "Further CIDRs routed to this node's location (a list, or text separated by commas).",
-            check=_list_var,
-            parse=parse_network_list,
+            parse=parse_network_list,  # no check: the reading never reads it
             source=_A + "allowed-location-ips",
             kube=_list_kube,
             form="CIDRs",
@@ -785,7 +764,7 @@ FIELDS: OrderedDict[str, NodeField] = OrderedDict(
             "cni_compatibility_ip",
             "kilo_cni_compatibility_ip",
             "Under compatibility V(cilium), the address traffic to this node goes to (its C(cilium_host) address).",
-            check=_checked_by(parse_interface),
+            # no check: the reading never reads it
             parse=_optional(lambda v, s, f: parse_interface(v, s, f).ip),
             source=_A + "cni-compatibility-ip",
             kube=_cni_ip_kube,

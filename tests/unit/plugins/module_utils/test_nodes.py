@@ -60,7 +60,8 @@ def test_kubernetes_reads_and_writes_the_tables_annotations():
     assert set(f.written for f in nodes.FIELDS.values() if f.written) <= set(written)
 
 
-# (variable, bad value, message) - each refused by the check of its row, the host named
+# (variable, bad value, message) - each refused by its row (its check, else the engine's parse),
+# the host and the variable named
 BAD = [
     ("kilo_persistent_keepalive", "abc", "'abc' is not an integer"),
     ("kilo_persistent_keepalive", -5, "-5 out of range 0-65535"),
@@ -69,6 +70,7 @@ BAD = [
     ("kilo_force_internal_ip", "bogus", "'bogus' is not an IP address in CIDR form"),
     ("kilo_pod_cidr", "10.0.0.0/33", "is not a CIDR"),
     ("kilo_allowed_location_ips", ["nope"], "'nope' is not a CIDR"),
+    ("kilo_allowed_location_ips", 7, "expected a list of CIDRs, got 7"),
     ("kilo_cni_compatibility_ip", "x", "is not an address in CIDR form"),
     ("kilo_public_key", "short", "not valid base64"),
     ("kilo_leader", "maybe", "is not a boolean"),
@@ -123,7 +125,7 @@ def test_good_values_pass_unchanged():
         "endpoint": "example.com:51821",
         "internal_ip": None,
         "persistent_keepalive": "25",  # as given: the engine parses it
-        "allowed_location_ips": ["10.9.0.0/16", "10.8.0.0/16"],
+        "allowed_location_ips": "10.9.0.0/16, 10.8.0.0/16",  # as given: the engine parses it
         "pod_cidr": "10.244.0.0/24",
         "public_key": KEY,
         "cni_compatibility_ip": "10.0.0.1/32",

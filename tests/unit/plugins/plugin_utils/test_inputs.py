@@ -53,7 +53,7 @@ def test_annotation_variables():
     assert node["leader"] is True  # presence alone counts (as Kilo's annotation)
     assert node["internal_ip"] is None  # "-" means no internal IP
     assert node["persistent_keepalive"] == "25"  # as given: the engine parses it
-    assert node["allowed_location_ips"] == ["10.9.0.0/24", "10.8.0.0/24"]
+    assert node["allowed_location_ips"] == "10.9.0.0/24, 10.8.0.0/24"  # as given: the engine's
     assert node["pod_cidr"] == "10.244.1.0/24"
     assert inputs.node_from_host("a", {"kilo_leader": False}, FACTS, "", 51820)["leader"] is False
 
@@ -62,12 +62,12 @@ def test_annotation_variables():
     "field,value",
     [
         ("kilo_leader", "maybe"),
-        ("kilo_allowed_location_ips", 7),
         ("kilo_force_internal_ip", "bogus"),
     ],
 )
 def test_bad_variables_name_the_host_and_the_variable(field, value):
-    # (a bad keepalive is the engine's to refuse: test_nodes.test_the_keepalive_is_parsed_once...)
+    # (a row without a check, a bad keepalive or allowed location IPs, is the engine's to refuse:
+    # test_nodes.test_validate_checks_every_host_whether_it_reported_or_not)
     # bug 5: a bad kilo_force_internal_ip was a bare ValueError the actions did not catch
     with pytest.raises(KiloError) as e:
         inputs.node_from_host("db-1", {field: value}, dict(FACTS, external_ip=None), "", 51820)
