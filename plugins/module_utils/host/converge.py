@@ -320,66 +320,47 @@ def converge(
         else contextlib.nullcontext()
     )
     with lock:
-        return _converge(
-            plan,
-            settings,
-            check_mode,
-            backends,
-            preshared_keys,
-            switch_at,
-            pending_public_key,
-            app,
-            takeover,
-        )
+        settings = host_settings(settings)
+        if check_mode and pending_public_key:
+            # the key step's stand-in for a key it would make or rotate: the comparison shows the switch
+            settings["pending_public_key"] = pending_public_key
+        absent = settings["state"] == "absent"
+        if not absent:
+            if plan is None:
+                raise KiloError("required when state is present", "plan")
+            plan = check_plan(plan, settings["interface"])
+        if backends is None:
+            backends = backends_for(
+                settings, preshared_keys or {}, app, takeover=takeover and not absent
+            )
 
+        steps = compare(backends, plan, absent)
+        result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
+        for step in steps:
+            result["diff"]["before"][step.backend.name] = step.before
+            result["diff"]["after"][step.backend.name] = step.after
+            if step.changes:
+                result["changes"][step.backend.name] = step.changes
+                result["changed"] = True
+        if takeover and not absent:
+            refuse_tunnel_changes((s.backend, s.current, s.desired) for s in steps if s.changes)
+        # A backend may leave something alone and say why (CNI: a file that is not ours).
+        warnings = [w for backend in backends for w in getattr(backend, "warnings", ())]
+        if warnings:
+            result["warnings"] = warnings
+        need = needs(steps)
+        if need and not check_mode:
+            # the caller sends what is missing and calls again; nothing changed meanwhile
+            return {
+                "changed": False,
+                "need": need,
+                "changes": {},
+                "diff": {"before": {}, "after": {}},
+            }
+        if check_mode:
+            return result
 
-def _converge(
-    plan,
-    settings,
-    check_mode,
-    backends,
-    preshared_keys,
-    switch_at,
-    pending_public_key,
-    app,
-    takeover,
-):
-    settings = host_settings(settings)
-    if check_mode and pending_public_key:
-        # the key step's stand-in for a key it would make or rotate: the comparison shows the switch
-        settings["pending_public_key"] = pending_public_key
-    absent = settings["state"] == "absent"
-    if not absent:
-        if plan is None:
-            raise KiloError("required when state is present", "plan")
-        plan = check_plan(plan, settings["interface"])
-    if backends is None:
-        backends = backends_for(
-            settings, preshared_keys or {}, app, takeover=takeover and not absent
-        )
-
-    steps = compare(backends, plan, absent)
-    result = {"changed": False, "changes": {}, "diff": {"before": {}, "after": {}}}
-    for step in steps:
-        result["diff"]["before"][step.backend.name] = step.before
-        result["diff"]["after"][step.backend.name] = step.after
-        if step.changes:
-            result["changes"][step.backend.name] = step.changes
-            result["changed"] = True
-    if takeover and not absent:
-        refuse_tunnel_changes((s.backend, s.current, s.desired) for s in steps if s.changes)
-    # A backend may leave something alone and say why (CNI: a file that is not ours).
-    warnings = [w for backend in backends for w in getattr(backend, "warnings", ())]
-    if warnings:
-        result["warnings"] = warnings
-    need = needs(steps)
-    if need and not check_mode:
-        # the caller sends what is missing and calls again; nothing changed meanwhile
-        return {"changed": False, "need": need, "changes": {}, "diff": {"before": {}, "after": {}}}
-    if check_mode:
+        if switch_at and result["changed"]:
+            result["late"] = wait_for(switch_at)
+        carry_out(steps, absent)
         return result
-
-    if switch_at and result["changed"]:
-        result["late"] = wait_for(switch_at)
-    carry_out(steps, absent)
-    return result
